@@ -1,0 +1,3 @@
+from event_etl.cli import main
+
+main()

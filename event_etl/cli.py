@@ -1,0 +1,214 @@
+"""``event-etl``: the command line.  Each command parses its options and calls one library function."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable
+
+import click
+
+from event_etl import __version__
+from event_etl.errors import EventEtlError, UsageError
+
+EXIT_USAGE = 2
+
+
+def _fail(err: EventEtlError) -> None:
+    click.echo(f"error: {err.message}", err=True)
+    if err.fix:
+        click.echo(f"  fix: {err.fix}", err=True)
+    sys.exit(err.exit_code)
+
+
+def handles_errors(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EventEtlError as err:
+            _fail(err)
+
+    return wrapper
+
+
+def event_types_option(fn: Callable) -> Callable:
+    return click.option(
+        "--event-types",
+        "event_types_dir",
+        envvar="EVENT_ETL_EVENT_TYPES",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Folder of event types (<name>/schema.avsc + <name>/etl.toml). "
+        "Default: $EVENT_ETL_EVENT_TYPES, else the project's event_types/.",
+    )(fn)
+
+
+def sink_option(fn: Callable) -> Callable:
+    return click.option(
+        "--sink",
+        default="./data",
+        show_default=True,
+        help="Where the hourly buckets are: a local folder or gs://bucket/prefix.",
+    )(fn)
+
+
+def _load_type(event_types_dir: str | None, name: str):
+    from event_etl.eventtypes import load_event_types, resolve_event_types_dir
+
+    root = resolve_event_types_dir(event_types_dir)
+    types = load_event_types(root)
+    if name not in types:
+        raise UsageError(
+            f"no event type {name!r} in {root}",
+            fix=f"known types: {', '.join(sorted(types)) or '(none)'}; or point --event-types at another folder",
+        )
+    return types[name]
+
+
+def _parse_conf(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise UsageError(f"--conf {p!r} is not key=value", fix="write --conf spark.executor.memory=2g")
+        k, _, v = p.partition("=")
+        out[k.strip()] = v.strip()
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="event-etl")
+def main() -> None:
+    """event_etl: one streaming job per event type, writing hourly event-time buckets of Avro files
+    and closing each hour with a _COMPLETE marker.
+
+    Start with `event-etl types`, then `event-etl run page_view` (local Spark, built-in generator,
+    sink ./data).
+    """
+
+
+@main.command("types")
+@event_types_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@handles_errors
+def types_cmd(event_types_dir: str | None, as_json: bool) -> None:
+    """List the event types and their main settings."""
+    from event_etl.eventtypes import load_event_types, resolve_event_types_dir
+
+    root = resolve_event_types_dir(event_types_dir)
+    types = load_event_types(root)
+    if as_json:
+        click.echo(json.dumps({n: {"directory": t.directory, **t.settings_summary()} for n, t in types.items()}, indent=2))
+        return
+    click.echo(f"event types in {root}:")
+    if not types:
+        click.echo("  (none)")
+    for name, t in types.items():
+        s = t.settings_summary()
+        click.echo(
+            f"  {name:<24} time {s['time_field']} ({s['time_format']})  id {s['id_field'] or '-'}  "
+            f"out-of-orderness {s['out_of_orderness']}  lateness {s['allowed_lateness']}  idle {s['idle_timeout']}"
+        )
+        if t.description:
+            click.echo(f"  {'':<24} {t.description}")
+
+
+@main.command("run")
+@click.argument("event_type")
+@click.option("--source", default=None, help="generate:[k=v,...], dir:PATH or a folder. Default: the type's `source` "
+              "setting (the built-in generator).")
+@sink_option
+@click.option("--checkpoint", default=None, help="Checkpoint folder (local). Default: ./checkpoints/<EVENT_TYPE>.")
+@click.option("--trigger-interval", default="5s", show_default=True, help="Time between micro-batches (90s, 5m...).")
+@click.option("--max-files-per-batch", default=64, show_default=True, type=click.IntRange(1),
+              help="At most this many input files per micro-batch (directory source).")
+@click.option("--max-events-per-batch", default=500_000, show_default=True, type=click.IntRange(1),
+              help="At most this many events per micro-batch (generator source).")
+@click.option("--once", is_flag=True, help="Process what is available now, in as many micro-batches as the limits "
+              "make, then stop.")
+@click.option("--drain", is_flag=True, help="Treat the end of input as the end of time: process what is available, "
+              "mark every hour up to the last one holding data complete, then stop.")
+@click.option("--master", default=None, help="Spark master. Default: local[*].")
+@click.option("--conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting; repeat for more.")
+@click.option("--quiet", is_flag=True, help="No progress lines; only the summary of errors.")
+@event_types_option
+@handles_errors
+def run_cmd(event_type: str, source, sink, checkpoint, trigger_interval, max_files_per_batch, max_events_per_batch,
+            once, drain, master, conf, quiet, event_types_dir) -> None:
+    """Run the streaming job of EVENT_TYPE.
+
+    With no options: local Spark, the built-in generator (event time runs 120x faster than the
+    clock, so hours close every 30 s), sink ./data, checkpoint ./checkpoints/EVENT_TYPE.
+    Stop with Ctrl-C (stops at the next batch boundary) or SIGTERM (also drains: closes the open hours).
+    A restart on the same checkpoint continues where the job stopped.
+    """
+    from event_etl.runner import RunOptions, run_job
+
+    et = _load_type(event_types_dir, event_type)
+    opts = RunOptions(
+        source=source,
+        sink=sink,
+        checkpoint=checkpoint,
+        trigger_interval=trigger_interval,
+        max_files_per_batch=max_files_per_batch,
+        max_events_per_batch=max_events_per_batch,
+        once=once,
+        drain=drain,
+        master=master,
+        conf=_parse_conf(conf),
+        quiet=quiet,
+    )
+    run_job(et, opts)
+
+
+@main.command("deadletter")
+@click.argument("event_type")
+@sink_option
+@click.option("--reason", default=None, help="Only records with this reason (e.g. invalid_json, too_late).")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(0), help="At most this many (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per record, payload in base64.")
+@click.option("--counts", is_flag=True, help="Only the number of records per reason.")
+@event_types_option
+@handles_errors
+def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types_dir) -> None:
+    """Show the records of EVENT_TYPE that went to the dead-letter area, with their reasons."""
+    import base64
+    from collections import Counter
+
+    from event_etl.deadletter import iter_deadletters
+    from event_etl.runner import resolve_sink
+    from event_etl.storage import Storage
+    from event_etl.timeutil import iso
+
+    _load_type(event_types_dir, event_type)
+    storage = Storage(resolve_sink(sink))
+    records = iter_deadletters(storage, event_type, reason=reason)
+    if counts:
+        c = Counter(r.reason for r in records)
+        for k, v in sorted(c.items()):
+            click.echo(f"{k:<20} {v}")
+        click.echo(f"{'total':<20} {sum(c.values())}")
+        return
+    shown = 0
+    for r in records:
+        if limit and shown >= limit:
+            click.echo(f"... (more; use --limit 0 for all)")
+            break
+        shown += 1
+        if as_json:
+            click.echo(json.dumps({
+                "arrived_at": iso(r.arrived_at), "reason": r.reason, "detail": r.detail, "source": r.source,
+                "event_time": iso(r.event_time), "batch_id": r.batch_id, "file": r.file,
+                "payload_base64": base64.b64encode(r.payload).decode("ascii"),
+            }))
+        else:
+            preview = r.payload[:120]
+            click.echo(f"{iso(r.arrived_at)}  {r.reason:<16} {r.source:<28} {r.detail}")
+            click.echo(f"    payload ({len(r.payload)} bytes): {preview!r}{'...' if len(r.payload) > 120 else ''}")
+    if shown == 0 and not as_json:
+        click.echo("no dead-letter records" + (f" with reason {reason}" if reason else ""))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

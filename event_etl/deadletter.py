@@ -1,0 +1,91 @@
+"""The dead-letter area: every record that did not go to a bucket, with its reason and original bytes.
+
+``<sink>/<event_type>/_deadletter/dt=YYYY-MM-DD/dl-b<batch>-s<shard>.avro``: Avro
+container files of :data:`DEADLETTER_SCHEMA` records, one per shard of a micro-batch that
+rejected anything, named like data files so a replayed batch rewrites the same file.
+``dt`` is the day the batch started.  ``event-etl deadletter TYPE`` lists them.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import fastavro
+
+from event_etl.rules.buckets import DEADLETTER_DIR, validate_event_type_name
+from event_etl.storage import Storage
+
+__all__ = ["DEADLETTER_SCHEMA", "DeadLetter", "iter_deadletters"]
+
+DEADLETTER_SCHEMA = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "DeadLetter",
+        "namespace": "event_etl",
+        "doc": "A record event_etl did not write to an hourly bucket.",
+        "fields": [
+            {"name": "event_type", "type": "string"},
+            {"name": "reason", "type": "string", "doc": "see event_etl.rules.reasons.Reason"},
+            {"name": "detail", "type": "string"},
+            {"name": "arrived_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "event_time", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}], "default": None},
+            {"name": "source", "type": "string", "doc": "where the payload came from (file@offset, gen:index, message id)"},
+            {"name": "batch_id", "type": "long"},
+            {"name": "payload", "type": "bytes", "doc": "the original bytes, unchanged"},
+        ],
+    }
+)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    event_type: str
+    reason: str
+    detail: str
+    arrived_at: int
+    event_time: int | None
+    source: str
+    batch_id: int
+    payload: bytes
+    file: str = ""
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "event_type": self.event_type,
+            "reason": self.reason,
+            "detail": self.detail,
+            "arrived_at": self.arrived_at,
+            "event_time": self.event_time,
+            "source": self.source,
+            "batch_id": self.batch_id,
+            "payload": self.payload,
+        }
+
+
+def iter_deadletters(storage: Storage, event_type: str, *, reason: str | None = None) -> Iterator[DeadLetter]:
+    """Every dead-letter record of ``event_type`` in ``storage``, oldest day and batch first."""
+    from event_etl.timeutil import to_millis
+
+    validate_event_type_name(event_type)
+    base = f"{event_type}/{DEADLETTER_DIR}"
+    for day in storage.list_dirs(base):
+        for name in sorted(n for n in storage.list_files(f"{base}/{day}") if n.endswith(".avro")):
+            rel = f"{base}/{day}/{name}"
+            for rec in fastavro.reader(io.BytesIO(storage.read(rel))):
+                if reason and rec["reason"] != reason:
+                    continue
+                et = rec["event_time"]
+                yield DeadLetter(
+                    event_type=rec["event_type"],
+                    reason=rec["reason"],
+                    detail=rec["detail"],
+                    arrived_at=to_millis(rec["arrived_at"]),
+                    event_time=None if et is None else to_millis(et),
+                    source=rec["source"],
+                    batch_id=rec["batch_id"],
+                    payload=rec["payload"],
+                    file=posixpath.join(day, name),
+                )

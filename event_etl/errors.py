@@ -1,0 +1,74 @@
+"""Exceptions of event_etl.  Each says what is wrong and how to fix it, and carries its facts as fields.
+
+The command line turns them into an error message and an exit code; library users can
+catch them by class.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EventEtlError",
+    "ConfigError",
+    "UsageError",
+    "CheckpointMismatchError",
+    "StorageError",
+    "IntegrityError",
+    "SourceError",
+    "LeaseHeldError",
+]
+
+
+class EventEtlError(Exception):
+    """Base of every error event_etl raises on purpose.  ``fix`` tells the user what to do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.message = message
+        self.fix = fix
+        super().__init__(message + (f"\n  fix: {fix}" if fix else ""))
+
+
+class UsageError(EventEtlError):
+    """A command-line value is malformed (an hour, a duration, a source URL...)."""
+
+    exit_code = 2
+
+
+class ConfigError(EventEtlError):
+    """An event type's ``schema.avsc`` or ``etl.toml`` is broken.  Raised when the type is loaded."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str, field: str | None = None, fix: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        where = f"{file}" + (f": {field}" if field else "")
+        super().__init__(f"{where}: {message}", fix=fix)
+
+
+class CheckpointMismatchError(EventEtlError):
+    """A checkpoint belongs to another event type, sink or source than the one asked for."""
+
+    exit_code = 2
+
+
+class StorageError(EventEtlError):
+    """Reading or writing the sink failed (after retries), or the sink cannot be used."""
+
+
+class IntegrityError(EventEtlError):
+    """What is in a bucket does not match what the job wrote (a foreign writer, a lost file...).
+
+    The job stops rather than mark an hour whose content it cannot vouch for.
+    """
+
+
+class SourceError(EventEtlError):
+    """The source cannot be read (missing directory, unknown subscription, no permission...)."""
+
+
+class LeaseHeldError(EventEtlError):
+    """Another live job already writes this event type to this sink or checkpoint."""
+
+    exit_code = 3

@@ -1,0 +1,209 @@
+"""Turning one payload (bytes) into a checked record and its event time, or a rejection.
+
+Accepted payloads:
+
+- a JSON object whose fields follow the type's schema (plain JSON, as producers write
+  it: a nullable field is a value or ``null``, an enum a string, a timestamp a number);
+- Avro single-object encoding (``C3 01`` + fingerprint + binary datum) of the type's
+  schema; in newline-delimited files, such a message is written base64-encoded on its
+  own line.
+
+Everything else is rejected with a :class:`~event_etl.rules.reasons.Reason` and a
+detail naming the field.  This module runs in executors, once per record: it avoids
+work on the good path and explains itself on the bad one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from datetime import datetime
+from typing import Any
+
+import orjson
+from fastavro import parse_schema, schemaless_reader
+from fastavro.validation import ValidationError, validate
+
+from event_etl.avroio import SOE_MAGIC
+from event_etl.eventtypes import EventType
+from event_etl.rules.reasons import Reason
+from event_etl.timeutil import to_millis
+
+__all__ = ["Decoder", "MIN_EVENT_MS", "MAX_EVENT_MS"]
+
+MIN_EVENT_MS = -62135596800000  # 0001-01-01T00:00:00Z
+MAX_EVENT_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+_B64_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\r")
+
+
+def _nullable(t: Any) -> bool:
+    return t == "null" or (isinstance(t, list) and "null" in t)
+
+
+class Decoder:
+    """Decodes and checks payloads of one event type.  Build once per process; :meth:`decode` per record."""
+
+    def __init__(self, event_type: EventType) -> None:
+        self.event_type = event_type
+        self.schema = parse_schema(event_type.schema)
+        self.time_field = event_type.time_field
+        self.max_bytes = event_type.max_payload_bytes
+        self.required = tuple(
+            f["name"]
+            for f in event_type.schema["fields"]
+            if "default" not in f and not _nullable(f["type"]) and f["name"] != event_type.time_field
+        )
+        self.defaults = tuple((f["name"], f["default"]) for f in event_type.schema["fields"] if "default" in f)
+        self.writer_schemas = {event_type.fingerprint: self.schema}
+        fmt, div = event_type.time_format, event_type.time_logical_divisor
+        self._time = self._logical_time(div) if div else {
+            "epoch_millis": self._millis,
+            "epoch_seconds": self._seconds,
+            "iso8601": self._iso,
+        }[fmt]
+
+    # -- event time ------------------------------------------------------------------------
+    @staticmethod
+    def _check_range(ms: int) -> int:
+        if not MIN_EVENT_MS <= ms <= MAX_EVENT_MS:
+            raise ValueError(f"{ms} ms is outside years 1..9999")
+        return ms
+
+    def _logical_time(self, divisor: int):
+        def parse(v: Any) -> int:
+            if isinstance(v, datetime):
+                return to_millis(v)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return self._check_range(v // divisor)
+            raise ValueError(f"expected a timestamp number, got {type(v).__name__} {v!r:.40}")
+
+        return parse
+
+    def _millis(self, v: Any) -> int:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return self._check_range(v)
+        raise ValueError(f"expected epoch milliseconds (an integer), got {type(v).__name__} {v!r:.40}")
+
+    def _seconds(self, v: Any) -> int:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return self._check_range(int(round(v * 1000)))
+        raise ValueError(f"expected epoch seconds (a number), got {type(v).__name__} {v!r:.40}")
+
+    def _iso(self, v: Any) -> int:
+        if not isinstance(v, str):
+            raise ValueError(f"expected an ISO-8601 string, got {type(v).__name__} {v!r:.40}")
+        dt = datetime.fromisoformat(v)
+        if dt.tzinfo is None:
+            raise ValueError(f"{v!r:.40} has no UTC offset: write it with Z or +00:00")
+        return to_millis(dt)
+
+    # -- payloads --------------------------------------------------------------------------
+    def decode(self, payload: bytes) -> tuple[bool, Any, Any]:
+        """``(True, record, event_time_ms)`` or ``(False, Reason, detail)``."""
+        n = len(payload)
+        if n == 0 or (n < 64 and not payload.strip()):
+            return False, Reason.EMPTY_PAYLOAD, "payload has no content"
+        if n > self.max_bytes:
+            return False, Reason.OVERSIZED, f"{n} bytes > max_payload_bytes {self.max_bytes}"
+        if payload[0] == 0xC3:
+            return self._decode_avro(payload)
+        try:
+            rec = orjson.loads(payload)
+        except orjson.JSONDecodeError as err:
+            return self._not_json(payload, err)
+        if not isinstance(rec, dict):
+            return False, Reason.NOT_AN_OBJECT, f"JSON {type(rec).__name__}, expected an object"
+        return self._check(rec)
+
+    def _not_json(self, payload: bytes, err: Exception) -> tuple[bool, Any, Any]:
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError as uerr:
+            return False, Reason.INVALID_UTF8, f"byte 0x{payload[uerr.start]:02x} at offset {uerr.start} is not UTF-8"
+        stripped = payload.strip()
+        if stripped and stripped[0] not in b"{[\"" and set(stripped) <= _B64_CHARS:
+            try:
+                raw = base64.b64decode(stripped, validate=True)
+            except (binascii.Error, ValueError):
+                raw = b""
+            if raw.startswith(SOE_MAGIC):
+                return self._decode_avro(raw)
+        del text
+        return False, Reason.INVALID_JSON, str(err)
+
+    def _check(self, rec: dict[str, Any]) -> tuple[bool, Any, Any]:
+        v = rec.get(self.time_field)
+        if v is None:
+            return False, Reason.MISSING_TIME, f"field {self.time_field!r} is missing or null"
+        try:
+            ms = self._time(v)
+        except (ValueError, OverflowError, TypeError) as err:
+            return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
+        for name in self.required:
+            if name not in rec:
+                return False, Reason.MISSING_FIELD, f"field {name!r} is required"
+        for name, default in self.defaults:
+            if name not in rec:
+                rec[name] = default
+        try:
+            validate(rec, self.schema, raise_errors=True)
+        except ValidationError as err:
+            return False, Reason.SCHEMA_MISMATCH, _describe_validation(err)
+        return True, rec, ms
+
+    def _decode_avro(self, payload: bytes) -> tuple[bool, Any, Any]:
+        if len(payload) < 10 or payload[:2] != SOE_MAGIC:
+            return False, Reason.INVALID_AVRO, "not an Avro single-object message (header C3 01 + 8-byte fingerprint)"
+        fp = payload[2:10].hex()
+        writer = self.writer_schemas.get(fp)
+        if writer is None:
+            return False, Reason.UNKNOWN_SCHEMA, f"schema fingerprint {fp} is not known for {self.event_type.name}"
+        bio = io.BytesIO(payload[10:])
+        try:
+            rec = schemaless_reader(bio, writer, self.schema)
+        except (EOFError, StopIteration, ValueError, IndexError, UnicodeDecodeError, TypeError, OverflowError) as err:
+            return False, Reason.INVALID_AVRO, f"cannot decode datum: {type(err).__name__}: {err}"[:300]
+        if bio.tell() != len(payload) - 10:
+            return False, Reason.INVALID_AVRO, f"{len(payload) - 10 - bio.tell()} trailing bytes after the datum"
+        v = rec.get(self.time_field)
+        if v is None:
+            return False, Reason.MISSING_TIME, f"field {self.time_field!r} is null"
+        try:
+            ms = self._time(v)
+        except (ValueError, OverflowError, TypeError) as err:
+            return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
+        return True, rec, ms
+
+
+def _describe_validation(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors[:3]:
+        field = getattr(e, "field", None) or "?"
+        schema = getattr(e, "schema", None)
+        datum = getattr(e, "datum", None)
+        parts.append(f"field {_field_path(str(field))!r}: {datum!r:.40} is not {_schema_name(schema)}")
+    return "; ".join(parts) or str(err)
+
+
+def _field_path(path: str) -> str:
+    """``com.example.Rec.field.sub`` -> ``field.sub``: fastavro prefixes the record's full name."""
+    parts = path.split(".")
+    for i, p in enumerate(parts):
+        if p[:1].isupper():  # record names are capitalised by convention; fields are not
+            continue
+        if i and parts[i - 1][:1].isupper():
+            return ".".join(parts[i:])
+    return path
+
+
+def _schema_name(schema: Any) -> str:
+    if isinstance(schema, dict):
+        if "logicalType" in schema:
+            return f"{schema.get('type')} ({schema['logicalType']})"
+        if schema.get("type") == "enum":
+            return f"one of {schema.get('symbols')}"
+        return str(schema.get("name") or schema.get("type"))
+    if isinstance(schema, list):
+        return " or ".join(_schema_name(s) for s in schema)
+    return str(schema)

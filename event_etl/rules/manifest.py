@@ -1,0 +1,197 @@
+"""The ``_COMPLETE`` marker: a JSON manifest of a finished hour.
+
+Example::
+
+    {
+      "manifest_version": 1,
+      "event_type": "page_view",
+      "hour": "2026-11-21T13:00:00Z",
+      "hour_end": "2026-11-21T14:00:00Z",
+      "watermark": "2026-11-21T14:00:07Z",
+      "completed_at": "2026-11-21T14:02:11.305Z",
+      "records": 120345,
+      "late_records": 12,
+      "schema_fingerprint": "crc64avro:5c1a1e3d0f1e4b7a",
+      "files": [
+        {"name": "part-2026112113-b0000000042-s0000-0000.avro",
+         "records": 60000, "bytes": 5812345, "sha256": "...", "late": false},
+        ...
+      ]
+    }
+
+``records`` counts every record in the hour's files, ``late_records`` those in ``late-``
+files (records whose own hour was already complete when they arrived).  ``files`` lists
+exactly the ``.avro`` files of the folder, sorted by name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from event_etl.timeutil import HOUR_MS, iso, parse_hour, to_millis
+
+__all__ = ["FileEntry", "Manifest", "build_manifest", "compare_listing", "MANIFEST_VERSION"]
+
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One data file of an hour."""
+
+    name: str
+    records: int
+    bytes: int
+    sha256: str
+    late: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "records": self.records, "bytes": self.bytes, "sha256": self.sha256, "late": self.late}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FileEntry":
+        return cls(str(d["name"]), int(d["records"]), int(d["bytes"]), str(d["sha256"]), bool(d.get("late", False)))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The content of a ``_COMPLETE`` marker."""
+
+    event_type: str
+    hour: int
+    watermark: int
+    completed_at: int
+    files: tuple[FileEntry, ...]
+    schema_fingerprint: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    @property
+    def late_records(self) -> int:
+        return sum(f.records for f in self.files if f.late)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    @property
+    def marker_delay_ms(self) -> int:
+        """How long after the end of its hour the marker was written."""
+        return self.completed_at - (self.hour + HOUR_MS)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {
+            "manifest_version": MANIFEST_VERSION,
+            "event_type": self.event_type,
+            "hour": iso(self.hour),
+            "hour_end": iso(self.hour + HOUR_MS),
+            "watermark": iso(self.watermark),
+            "completed_at": iso(self.completed_at),
+            "records": self.records,
+            "late_records": self.late_records,
+            "bytes": self.bytes,
+            "schema_fingerprint": self.schema_fingerprint,
+            "files": [f.to_json() for f in self.files],
+        }
+        doc.update(self.extra)
+        return doc
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n").encode("utf-8")
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> "Manifest":
+        from datetime import datetime
+
+        def ms(text: str) -> int:
+            return to_millis(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+        files = tuple(FileEntry.from_json(f) for f in doc["files"])
+        known = {"manifest_version", "event_type", "hour", "hour_end", "watermark", "completed_at", "records",
+                 "late_records", "bytes", "schema_fingerprint", "files"}
+        m = cls(
+            event_type=doc["event_type"],
+            hour=parse_hour(doc["hour"]),
+            watermark=ms(doc["watermark"]),
+            completed_at=ms(doc["completed_at"]),
+            files=files,
+            schema_fingerprint=doc.get("schema_fingerprint", ""),
+            extra={k: v for k, v in doc.items() if k not in known},
+        )
+        if "records" in doc and int(doc["records"]) != m.records:
+            raise ValueError(f"manifest says records={doc['records']} but its files add up to {m.records}")
+        return m
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Manifest":
+        return cls.from_json(json.loads(data.decode("utf-8")))
+
+
+def build_manifest(
+    *,
+    event_type: str,
+    hour: int,
+    files: Iterable[FileEntry],
+    watermark: int,
+    completed_at: int,
+    schema_fingerprint: str = "",
+    extra: dict[str, Any] | None = None,
+) -> Manifest:
+    """The manifest of a complete hour.  Refuses an hour the watermark has not passed."""
+    if hour % HOUR_MS:
+        raise ValueError(f"{hour} is not the start of an hour")
+    if watermark < hour + HOUR_MS:
+        raise ValueError(f"hour {iso(hour)} is not complete at watermark {iso(watermark)}")
+    by_name: dict[str, FileEntry] = {}
+    for f in files:
+        if f.name in by_name and by_name[f.name] != f:
+            raise ValueError(f"two different entries for file {f.name}")
+        by_name[f.name] = f
+    return Manifest(
+        event_type=event_type,
+        hour=hour,
+        watermark=watermark,
+        completed_at=completed_at,
+        files=tuple(by_name[n] for n in sorted(by_name)),
+        schema_fingerprint=schema_fingerprint,
+        extra=dict(extra or {}),
+    )
+
+
+@dataclass(frozen=True)
+class ListingDiff:
+    """How a folder's ``.avro`` files differ from a list of file entries."""
+
+    missing: tuple[str, ...]
+    extra: tuple[str, ...]
+    wrong_size: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.extra or self.wrong_size)
+
+    def describe(self) -> str:
+        parts = []
+        if self.missing:
+            parts.append(f"missing {list(self.missing)}")
+        if self.extra:
+            parts.append(f"unexpected {list(self.extra)}")
+        if self.wrong_size:
+            parts.append(f"wrong size {list(self.wrong_size)}")
+        return "; ".join(parts) or "identical"
+
+
+def compare_listing(files: Iterable[FileEntry], listing: dict[str, int]) -> ListingDiff:
+    """Compare entries with a folder listing ``{name: size}`` (only ``.avro`` names count)."""
+    want = {f.name: f.bytes for f in files}
+    have = {n: s for n, s in listing.items() if n.endswith(".avro")}
+    return ListingDiff(
+        missing=tuple(sorted(set(want) - set(have))),
+        extra=tuple(sorted(set(have) - set(want))),
+        wrong_size=tuple(sorted(n for n in set(want) & set(have) if want[n] != have[n])),
+    )

@@ -1,0 +1,216 @@
+"""Running one event type's streaming job: Spark query, main loop, signals, drain, summary.
+
+``event-etl run`` is a thin wrapper over :func:`run_job`.  The main loop waits for the
+query in short steps and, between batches, lets the controller advance the watermark of
+a quiet source.  SIGTERM stops at the next batch boundary and drains (every hour up to
+the last one holding data is marked); SIGINT stops at the boundary without draining.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from event_etl.checkpoint import Checkpoint
+from event_etl.driver import Controller, StopRequested
+from event_etl.errors import EventEtlError, UsageError
+from event_etl.eventtypes import EventType
+from event_etl.progress import ProgressPrinter, format_summary
+from event_etl.sources import SourceSpec, parse_source
+from event_etl.storage import Storage
+from event_etl.timeutil import iso, now_millis, parse_duration
+
+__all__ = ["RunOptions", "run_job", "default_checkpoint", "resolve_sink"]
+
+DEFAULT_SINK = "./data"
+DEFAULT_TRIGGER = "5s"
+DEFAULT_MAX_FILES_PER_BATCH = 64
+DEFAULT_MAX_EVENTS_PER_BATCH = 500_000
+DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class RunOptions:
+    """Everything ``event-etl run`` takes.  ``None`` means: the default."""
+
+    source: str | None = None
+    sink: str = DEFAULT_SINK
+    checkpoint: str | None = None
+    trigger_interval: str = DEFAULT_TRIGGER
+    max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
+    max_events_per_batch: int = DEFAULT_MAX_EVENTS_PER_BATCH
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    once: bool = False
+    drain: bool = False
+    master: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+    tick_seconds: float = 1.0
+    quiet: bool = False
+    max_seconds: float | None = None
+
+
+def resolve_sink(sink: str) -> str:
+    """Local sinks become absolute paths (executors may run elsewhere); URLs stay as they are."""
+    if "://" in sink and not sink.startswith("file://"):
+        return sink.rstrip("/")
+    path = sink[7:] if sink.startswith("file://") else sink
+    return os.path.abspath(path)
+
+
+def default_checkpoint(event_type: str) -> str:
+    """``./checkpoints/<event_type>``: predictable, next to the default sink."""
+    return os.path.abspath(os.path.join("checkpoints", event_type))
+
+
+def _check_checkpoint_location(path: str) -> None:
+    if "://" in path and not path.startswith("file://"):
+        raise UsageError(
+            f"--checkpoint {path}: the checkpoint must be on a local or mounted file system",
+            fix="Spark's checkpoint needs a Hadoop-compatible file system and no GCS connector ships with "
+            "event_etl; use a local path (or a mounted shared volume on a cluster)",
+        )
+
+
+def run_job(
+    event_type: EventType,
+    options: RunOptions,
+    *,
+    spark=None,
+    clock: Callable[[], int] = now_millis,
+    listeners: list[Callable[[str, Any], None]] | None = None,
+    install_signals: bool = True,
+) -> dict[str, Any]:
+    """Run the job until its input ends (``once``/``drain``), a signal, or ``max_seconds``.  Returns the summary."""
+    if options.drain:
+        options.once = True  # drain: process what is available, then close every open hour
+    trigger_ms = parse_duration(options.trigger_interval)
+    if trigger_ms <= 0:
+        raise UsageError("--trigger-interval must be positive", fix="e.g. --trigger-interval 5s")
+    if not options.once and event_type.idle_timeout and event_type.idle_timeout <= trigger_ms:
+        raise UsageError(
+            f"idle_timeout of {event_type.name} ({event_type.idle_timeout} ms) is not longer than the trigger interval",
+            fix="raise idle_timeout in etl.toml or shorten --trigger-interval",
+        )
+    now = clock()
+    spec: SourceSpec = parse_source(options.source or event_type.source, now=now)
+    sink = resolve_sink(options.sink)
+    ckpt_path = options.checkpoint or default_checkpoint(event_type.name)
+    _check_checkpoint_location(ckpt_path)
+    ckpt = Checkpoint(ckpt_path[7:] if ckpt_path.startswith("file://") else ckpt_path)
+    storage = Storage(sink)
+    ckpt.bind({"event_type": event_type.name, "sink": sink, "source": spec.identity(), "created_at": iso(now),
+               "split_bytes": options.split_bytes})
+    split_bytes = int((ckpt.job() or {}).get("split_bytes", options.split_bytes))
+
+    source_spec = {
+        "kind": spec.kind,
+        "params": spec.params,
+        "log_dir": str(ckpt.source_dir(spec.kind)),
+        "split_bytes": split_bytes,
+        "max_files_per_batch": options.max_files_per_batch,
+        "max_events_per_batch": options.max_events_per_batch,
+    }
+    if spark is None:
+        from event_etl.sparkutil import get_session
+
+        spark = get_session(options.master, options.conf, app_name=f"event_etl:{event_type.name}")
+    else:
+        from event_etl.sources.spark import EtlSource
+
+        spark.dataSource.register(EtlSource)
+
+    printer = ProgressPrinter(event_type.name, clock, quiet=options.quiet)
+    controller = Controller(
+        event_type=event_type, storage=storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])]
+    )
+    writer = (
+        spark.readStream.format("event_etl")
+        .option("spec", json.dumps(source_spec))
+        .load()
+        .writeStream.foreachBatch(controller.handle_batch)
+        .option("checkpointLocation", str(ckpt.spark_dir))
+        .queryName(f"event_etl_{event_type.name}")
+    )
+    writer = writer.trigger(availableNow=True) if options.once else writer.trigger(processingTime=f"{trigger_ms} milliseconds")
+
+    stop = {"requested": False, "drain": options.drain}
+    restore: list[tuple[int, Any]] = []
+
+    def on_signal(signum, _frame):
+        stop["requested"] = True
+        stop["drain"] = stop["drain"] or signum == signal.SIGTERM
+        controller.request_stop()
+
+    if install_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            restore.append((sig, signal.signal(sig, on_signal)))
+
+    started = time.monotonic()
+    query = writer.start()
+    try:
+        deadline = None if options.max_seconds is None else started + options.max_seconds
+        while query.isActive:
+            query.awaitTermination(options.tick_seconds)
+            if stop["requested"]:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                stop["requested"] = True
+                controller.request_stop()
+                break
+            if not options.once:
+                controller.tick()
+        if stop["requested"]:
+            _stop_at_boundary(query, controller)
+        else:
+            _raise_query_failure(query, controller)
+    finally:
+        if query.isActive:
+            query.stop()
+        for sig, old in restore:
+            signal.signal(sig, old)
+    if stop["drain"]:
+        controller.drain()
+    seconds = time.monotonic() - started
+    totals = dict(controller.totals)
+    events_in = sum(totals.get(k, 0) for k in ("timely", "late", "too_late", "future", "invalid"))
+    summary = {
+        "event_type": event_type.name,
+        "sink": sink,
+        "checkpoint": str(ckpt.root),
+        "batches": controller.batches,
+        "seconds": seconds,
+        "events_in": events_in,
+        "events_per_second": events_in / seconds if seconds > 0 else 0.0,
+        "totals": totals,
+        "watermark": iso(controller.state.watermark),
+        "hours_marked": [iso(h) for h in controller.hours_marked],
+        "stopped_by": "signal" if stop["requested"] else "end of input" if options.once else "query end",
+    }
+    if not options.quiet:
+        print(format_summary(summary), flush=True)
+    return summary
+
+
+def _stop_at_boundary(query, controller: Controller) -> None:
+    controller.request_stop()  # takes the lock: the running batch, if any, finishes first
+    query.stop()
+    if controller.failure is not None and not isinstance(controller.failure, StopRequested):
+        raise controller.failure
+
+
+def _raise_query_failure(query, controller: Controller) -> None:
+    if controller.failure is not None:
+        raise controller.failure
+    exc = query.exception()
+    if exc is not None:
+        msg = str(exc)
+        if "StopRequested" in msg:
+            return
+        raise EventEtlError(f"the streaming query failed: {msg.splitlines()[0] if msg else exc!r}",
+                            fix="see the log above for the cause; the job can be restarted on the same checkpoint")

@@ -1,0 +1,64 @@
+"""Starting Spark for event_etl: the Python of the workers, quiet logs, loopback only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Mapping
+
+from event_etl.errors import EventEtlError
+
+__all__ = ["check_java", "get_session", "DEFAULT_MASTER"]
+
+DEFAULT_MASTER = "local[*]"
+
+_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "false",
+    # Our tasks write their own files and return small reports; keep driver memory modest.
+    "spark.driver.memory": "1g",
+}
+
+
+def check_java() -> str:
+    """Path of the ``java`` Spark will use, or an error that says how to install Java 17."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise EventEtlError(
+            "Java was not found; Spark needs Java 17 (or 21)"
+            + (f" (JAVA_HOME={home} has no bin/java)" if home else ""),
+            fix="install it, e.g. 'sudo apt-get install openjdk-17-jre-headless' (Debian/Ubuntu), "
+            "'brew install openjdk@17' (macOS), then open a new shell or set JAVA_HOME",
+        )
+    return java
+
+
+def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "event_etl"):
+    """The process's SparkSession (created on first call), with event_etl's source registered."""
+    check_java()
+    # Workers must run this very interpreter, or they fail to connect back.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or DEFAULT_MASTER
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from event_etl.sources.spark import EtlSource
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = dict(_DEFAULTS)
+    if master.startswith("local"):
+        settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    settings.update(conf or {})
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("EVENT_ETL_SPARK_LOG_LEVEL", "ERROR"))
+    spark.dataSource.register(EtlSource)
+    return spark

@@ -1,0 +1,222 @@
+"""The sink: a local folder or ``gs://bucket/prefix``, through fsspec.
+
+Two guarantees the rest of event_etl builds on:
+
+- :meth:`Storage.write_atomic` makes a file appear under its final name only when it is
+  whole: a temporary name (starting with ``.``, never ending in ``.avro``) and a rename
+  on local disk, a single upload on object stores.
+- :meth:`Storage.create_only` never overwrites: a hard link on local disk, an upload
+  with ``ifGenerationMatch=0`` on GCS.  A second writer gets ``False``, not an overwrite.
+
+All paths given to a :class:`Storage` are relative to its root and checked: absolute
+paths, ``..`` and empty components are refused, so nothing is ever written outside the
+sink.  Missing and unreadable are different answers: :meth:`exists` and
+:meth:`list_files` raise :class:`~event_etl.errors.StorageError` when they cannot tell.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import uuid
+from typing import Any
+
+from event_etl.errors import StorageError
+
+__all__ = ["Storage", "open_storage", "safe_relpath"]
+
+
+def safe_relpath(rel: str) -> str:
+    """Normalise a path relative to a sink root, refusing anything that could leave it."""
+    if not isinstance(rel, str) or not rel:
+        raise ValueError("empty path")
+    if rel.startswith(("/", "\\")) or (len(rel) > 1 and rel[1] == ":"):
+        raise ValueError(f"{rel!r} is absolute; paths inside a sink are relative to its root")
+    parts = rel.replace("\\", "/").split("/")
+    for p in parts:
+        if p in ("", ".", ".."):
+            raise ValueError(f"{rel!r} has an empty, '.' or '..' component; it could leave the sink root")
+    return "/".join(parts)
+
+
+def _prepare_gcs_env() -> None:
+    # gcsfs probes for hierarchical-namespace buckets unless told not to; against the
+    # emulator that probe hangs for a minute (see README, "Pitfalls").
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+
+def _fs_options(url: str) -> dict[str, Any]:
+    if url.startswith("gs://"):
+        _prepare_gcs_env()
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        if emulator:
+            endpoint = emulator if "://" in emulator else f"http://{emulator}"
+            return {"endpoint_url": endpoint, "token": "anon"}
+    return {}
+
+
+class Storage:
+    """A sink root and the few operations event_etl needs on it."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        import fsspec
+        from fsspec.implementations.local import LocalFileSystem
+
+        self.url = url.rstrip("/") if url not in ("/",) else url
+        opts = {**_fs_options(url), **options}
+        try:
+            self.fs, root = fsspec.core.url_to_fs(self.url, **opts)
+        except (ImportError, ValueError) as err:
+            raise StorageError(
+                f"cannot open sink {url!r}: {err}",
+                fix="use a local folder or gs://bucket/prefix (gcsfs must be installed for gs://)",
+            ) from err
+        self.local = isinstance(self.fs, LocalFileSystem)
+        self.root = os.path.abspath(root) if self.local else root.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"Storage({self.url!r})"
+
+    def __reduce__(self):  # picklable for executors: rebuild from the URL
+        return (Storage, (self.url,))
+
+    def path(self, rel: str) -> str:
+        """Absolute path (in the file system's terms) of ``rel`` under the root."""
+        rel = safe_relpath(rel)
+        return os.path.join(self.root, *rel.split("/")) if self.local else posixpath.join(self.root, rel)
+
+    def display(self, rel: str) -> str:
+        """A path for messages: the sink URL joined with ``rel``."""
+        return f"{self.url}/{safe_relpath(rel)}"
+
+    # -- writes ----------------------------------------------------------------------------
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        """Store ``data`` so that ``rel`` appears only complete (replacing any previous content)."""
+        target = self.path(rel)
+        try:
+            if self.local:
+                d = os.path.dirname(target)
+                os.makedirs(d, exist_ok=True)
+                tmp = os.path.join(d, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, target)
+            else:
+                self.fs.pipe_file(target, data)
+        except OSError as err:
+            raise StorageError(f"cannot write {self.display(rel)}: {err}", fix="check the sink's space and permissions") from err
+
+    def create_only(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` with ``data`` unless it exists.  ``True`` if created, ``False`` if it already existed."""
+        target = self.path(rel)
+        try:
+            if self.local:
+                d = os.path.dirname(target)
+                os.makedirs(d, exist_ok=True)
+                tmp = os.path.join(d, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    return False
+                finally:
+                    os.unlink(tmp)
+                return True
+            try:
+                self.fs.pipe_file(target, data, mode="create")
+            except FileExistsError:
+                return False
+            return True
+        except OSError as err:
+            raise StorageError(f"cannot create {self.display(rel)}: {err}", fix="check the sink's permissions") from err
+
+    def delete(self, rel: str) -> None:
+        try:
+            self.fs.rm_file(self.path(rel))
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise StorageError(f"cannot delete {self.display(rel)}: {err}") from err
+
+    # -- reads -----------------------------------------------------------------------------
+    def exists(self, rel: str) -> bool:
+        """Whether ``rel`` exists.  Raises :class:`StorageError` when that cannot be told."""
+        target = self.path(rel)
+        try:
+            if self.local:
+                return os.path.exists(target)
+            self.fs.info(target)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            raise StorageError(f"cannot check {self.display(rel)}: {err}", fix="check credentials and network") from err
+
+    def read(self, rel: str) -> bytes:
+        target = self.path(rel)
+        try:
+            if self.local:
+                with open(target, "rb") as fh:
+                    return fh.read()
+            return self.fs.cat_file(target)
+        except FileNotFoundError:
+            raise
+        except OSError as err:
+            raise StorageError(f"cannot read {self.display(rel)}: {err}", fix="check credentials and network") from err
+
+    def list_files(self, rel_dir: str) -> dict[str, int]:
+        """``{name: size}`` of the files directly in ``rel_dir``; ``{}`` if the folder does not exist."""
+        target = self.path(rel_dir)
+        try:
+            if self.local:
+                out = {}
+                with os.scandir(target) as it:
+                    for e in it:
+                        if e.is_file():
+                            out[e.name] = e.stat().st_size
+                return out
+            self.fs.invalidate_cache(target)
+            entries = self.fs.ls(target, detail=True)
+            return {
+                posixpath.basename(e["name"].rstrip("/")): int(e.get("size") or 0)
+                for e in entries
+                if e.get("type") == "file"
+            }
+        except FileNotFoundError:
+            return {}
+        except OSError as err:
+            raise StorageError(f"cannot list {self.display(rel_dir)}: {err}", fix="check credentials and network") from err
+
+    def list_dirs(self, rel_dir: str) -> list[str]:
+        """Names of the sub-folders of ``rel_dir`` (sorted); ``[]`` if it does not exist."""
+        target = self.path(rel_dir)
+        try:
+            if self.local:
+                with os.scandir(target) as it:
+                    return sorted(e.name for e in it if e.is_dir())
+            self.fs.invalidate_cache(target)
+            return sorted(
+                posixpath.basename(e["name"].rstrip("/"))
+                for e in self.fs.ls(target, detail=True)
+                if e.get("type") == "directory"
+            )
+        except FileNotFoundError:
+            return []
+        except OSError as err:
+            raise StorageError(f"cannot list {self.display(rel_dir)}: {err}", fix="check credentials and network") from err
+
+
+_CACHE: dict[str, Storage] = {}
+
+
+def open_storage(url: str) -> Storage:
+    """A cached :class:`Storage` per URL and process (executors reuse file system clients across tasks)."""
+    st = _CACHE.get(url)
+    if st is None:
+        st = _CACHE[url] = Storage(url)
+    return st
