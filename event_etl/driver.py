@@ -167,17 +167,31 @@ class Controller:
             raise
 
     def _run_batch(self, df, batch_id: int) -> None:
-        now = self.clock()
-        intent = self.ckpt.load_intent(batch_id)
-        replayed = intent is not None
-        if intent is None:
-            intent = BatchIntent(batch_id, self.state.watermark, now)
-            self.ckpt.save_intent(intent)
-        self.pending_batch = batch_id
-        ctx = BatchContext(self.et, self.storage.url, batch_id, intent.wm_start, intent.started_at)
+        intent, replayed = self.begin_batch(batch_id)
+        ctx = self.batch_context(intent)
         rows = df.mapInArrow(make_task(ctx), REPORT_SCHEMA).collect()
         result = summarize([json.loads(r["report"]) for r in rows])
         self.finish_batch(intent, result, replayed=replayed)
+
+    def begin_batch(self, batch_id: int) -> tuple[BatchIntent, bool]:
+        """Step 1: the batch's intent, new or (for a replay) as first written.  Returns ``(intent, replayed)``."""
+        intent = self.ckpt.load_intent(batch_id)
+        if intent is not None:
+            self.pending_batch = batch_id
+            return intent, True
+        if batch_id <= self.state.last_batch_id:
+            raise IntegrityError(
+                f"Spark replays batch {batch_id}, which finished before and whose intent is gone",
+                fix="the checkpoint's etl/ and spark/ parts do not belong together; restore both or start anew",
+            )
+        intent = BatchIntent(batch_id, self.state.watermark, self.clock())
+        self.ckpt.save_intent(intent)
+        self.pending_batch = batch_id
+        return intent, False
+
+    def batch_context(self, intent: BatchIntent) -> BatchContext:
+        """What the executor tasks of the batch are handed."""
+        return BatchContext(self.et, self.storage.url, intent.batch_id, intent.wm_start, intent.started_at)
 
     def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False) -> BatchEvent:
         """Steps 3 to 5 of a batch (public so that tests can drive the controller without Spark)."""

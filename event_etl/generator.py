@@ -245,9 +245,14 @@ class Generator:
         arrival = self.p.arrival(i)
         intent = self._intent(rng)
         if intent == "duplicate" and i > 0:
+            # A producer retry: the same bytes as a recent valid event.
             j = i - 1 - rng.randint(0, min(i - 1, 50))
             orig = self.one(j)
-            return Generated(i, orig.payload, arrival, "duplicate", orig.event_id, orig.event_time)
+            while orig.intent in ("invalid", "duplicate") and j > 0:
+                j -= 1
+                orig = self.one(j)
+            if orig.intent not in ("invalid", "duplicate"):
+                return Generated(i, orig.payload, arrival, "duplicate", orig.event_id, orig.event_time)
         if intent == "invalid":
             payload = self._invalid(rng, arrival)
             return Generated(i, payload, arrival, "invalid", None, None)

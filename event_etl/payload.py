@@ -149,7 +149,7 @@ class Decoder:
         try:
             validate(rec, self.schema, raise_errors=True)
         except ValidationError as err:
-            return False, Reason.SCHEMA_MISMATCH, _describe_validation(err)
+            return False, Reason.SCHEMA_MISMATCH, _describe_validation(err, self.schema["name"] + ".")
         return True, rec, ms
 
     def _decode_avro(self, payload: bytes) -> tuple[bool, Any, Any]:
@@ -176,25 +176,16 @@ class Decoder:
         return True, rec, ms
 
 
-def _describe_validation(err: ValidationError) -> str:
+def _describe_validation(err: ValidationError, prefix: str) -> str:
     parts = []
     for e in err.errors[:3]:
         field = getattr(e, "field", None) or "?"
         schema = getattr(e, "schema", None)
         datum = getattr(e, "datum", None)
-        parts.append(f"field {_field_path(str(field))!r}: {datum!r:.40} is not {_schema_name(schema)}")
+        field = str(field)
+        field = field[len(prefix):] if field.startswith(prefix) else field
+        parts.append(f"field {field!r}: {datum!r:.40} is not {_schema_name(schema)}")
     return "; ".join(parts) or str(err)
-
-
-def _field_path(path: str) -> str:
-    """``com.example.Rec.field.sub`` -> ``field.sub``: fastavro prefixes the record's full name."""
-    parts = path.split(".")
-    for i, p in enumerate(parts):
-        if p[:1].isupper():  # record names are capitalised by convention; fields are not
-            continue
-        if i and parts[i - 1][:1].isupper():
-            return ".".join(parts[i:])
-    return path
 
 
 def _schema_name(schema: Any) -> str:

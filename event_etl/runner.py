@@ -89,7 +89,10 @@ def run_job(
     """Run the job until its input ends (``once``/``drain``), a signal, or ``max_seconds``.  Returns the summary."""
     if options.drain:
         options.once = True  # drain: process what is available, then close every open hour
-    trigger_ms = parse_duration(options.trigger_interval)
+    try:
+        trigger_ms = parse_duration(options.trigger_interval)
+    except ValueError as err:
+        raise UsageError(f"--trigger-interval: {err}", fix="e.g. --trigger-interval 5s") from err
     if trigger_ms <= 0:
         raise UsageError("--trigger-interval must be positive", fix="e.g. --trigger-interval 5s")
     if not options.once and event_type.idle_timeout and event_type.idle_timeout <= trigger_ms:

@@ -1,0 +1,106 @@
+"""Decoding payloads: JSON and Avro single-object encoding, and a reason for every bad input."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from event_etl.avroio import encode_single_object
+from event_etl.payload import Decoder
+from event_etl.rules.reasons import Reason
+from tests.harness import make_event_type, t
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    return Decoder(make_event_type(tmp_path_factory.mktemp("types"), max_payload_bytes=200))
+
+
+def ok(decoder, payload):
+    good, rec, ms = decoder.decode(payload)
+    assert good, (rec, ms)
+    return rec, ms
+
+
+def test_json_object(decoder):
+    rec, ms = ok(decoder, b'{"id": "a", "ts": 1795266600000, "extra": 1}')
+    assert ms == 1795266600000 and rec["id"] == "a" and rec["page"] is None
+
+
+def test_avro_single_object(decoder):
+    soe = encode_single_object(decoder.schema, decoder.event_type.fingerprint, {"id": "z", "ts": t("13:00"), "page": "/p"})
+    assert soe[:2] == b"\xc3\x01"
+    rec, ms = ok(decoder, soe)
+    assert (rec["id"], ms, rec["page"]) == ("z", t("13:00"), "/p")
+    rec, ms = ok(decoder, base64.b64encode(soe))  # as a line of a text file
+    assert rec["id"] == "z"
+
+
+GOOD = {"id": "a", "ts": 1795266600000}
+
+
+def soe(decoder, rec=None):
+    return encode_single_object(decoder.schema, decoder.event_type.fingerprint, rec or {"id": "a", "ts": t("13:00"), "page": None})
+
+
+@pytest.mark.parametrize(
+    "name, payload, reason, detail",
+    [
+        ("malformed JSON", b'{"id": "a", "ts": ', Reason.INVALID_JSON, ""),
+        ("JSON of the wrong shape", b'[{"id": "a"}]', Reason.NOT_AN_OBJECT, "list"),
+        ("a JSON string", b'"hello"', Reason.NOT_AN_OBJECT, "str"),
+        ("wrong field type", json.dumps({**GOOD, "id": 5}).encode(), Reason.SCHEMA_MISMATCH, "'id'"),
+        ("wrong type in a union", json.dumps({**GOOD, "page": 5}).encode(), Reason.SCHEMA_MISMATCH, "'page'"),
+        ("missing required field", json.dumps({"ts": GOOD["ts"]}).encode(), Reason.MISSING_FIELD, "'id'"),
+        ("missing event time", b'{"id": "a"}', Reason.MISSING_TIME, "'ts'"),
+        ("null event time", b'{"id": "a", "ts": null}', Reason.MISSING_TIME, "'ts'"),
+        ("unparseable event time", b'{"id": "a", "ts": "yesterday"}', Reason.INVALID_TIME, "yesterday"),
+        ("boolean event time", b'{"id": "a", "ts": true}', Reason.INVALID_TIME, "bool"),
+        ("out of range event time", b'{"id": "a", "ts": 99999999999999999}', Reason.INVALID_TIME, "years"),
+        ("empty payload", b"", Reason.EMPTY_PAYLOAD, ""),
+        ("blank payload", b"   ", Reason.EMPTY_PAYLOAD, ""),
+        ("non-UTF-8 bytes", b'{"id": "\xff\xfe"}', Reason.INVALID_UTF8, "0xff"),
+        ("oversized", b'{"id": "' + b"x" * 300 + b'", "ts": 1}', Reason.OVERSIZED, "200"),
+    ],
+)
+def test_bad_json_inputs_get_a_specific_reason(decoder, name, payload, reason, detail):
+    good, got, why = decoder.decode(payload)
+    assert not good
+    assert got is reason, f"{name}: {got} ({why})"
+    assert detail in why
+
+
+def test_avro_with_an_unknown_fingerprint(decoder):
+    bad = b"\xc3\x01" + b"\x00" * 8 + soe(decoder)[10:]
+    good, reason, why = decoder.decode(bad)
+    assert (good, reason) == (False, Reason.UNKNOWN_SCHEMA) and "0000000000000000" in why
+
+
+@pytest.mark.parametrize("cut", [10, 11, 14, -1])
+def test_truncated_avro(decoder, cut):
+    good, reason, why = decoder.decode(soe(decoder)[:cut])
+    assert (good, reason) == (False, Reason.INVALID_AVRO), why
+
+
+def test_avro_with_trailing_bytes(decoder):
+    good, reason, why = decoder.decode(soe(decoder) + b"\x00\x01")
+    assert (good, reason) == (False, Reason.INVALID_AVRO) and "trailing" in why
+
+
+def test_time_formats(tmp_path):
+    sec = make_event_type(tmp_path / "a", schema={"type": "record", "name": "S", "fields": [
+        {"name": "id", "type": "string"}, {"name": "at", "type": "double"}]}, time_field="at", time_format="epoch_seconds")
+    assert Decoder(sec).decode(b'{"id": "a", "at": 1795266600.25}')[2] == 1795266600250
+    iso = make_event_type(tmp_path / "b", schema={"type": "record", "name": "S", "fields": [
+        {"name": "id", "type": "string"}, {"name": "at", "type": "string"}]}, time_field="at", time_format="iso8601")
+    d = Decoder(iso)
+    assert d.decode(b'{"id": "a", "at": "2026-11-21T14:00:00+01:00"}')[2] == t("13:00")
+    assert d.decode(b'{"id": "a", "at": "2026-11-21T13:00:00.5Z"}')[2] == t("13:00:00.500")
+    good, reason, why = d.decode(b'{"id": "a", "at": "2026-11-21T13:00:00"}')
+    assert (good, reason) == (False, Reason.INVALID_TIME) and "UTC offset" in why
+    micros = make_event_type(tmp_path / "c", schema={"type": "record", "name": "S", "fields": [
+        {"name": "id", "type": "string"}, {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}}]},
+        time_field="at")
+    assert Decoder(micros).decode(b'{"id": "a", "at": 1795266600000123}')[2] == 1795266600000
