@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from event_etl.sources import parse_source
@@ -51,6 +53,7 @@ def test_max_files_per_batch(tmp_path):
 def test_the_log_survives_a_restart_and_replays_identically(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_bytes(b"1\n2\n")
+    os.utime(tmp_path / "in" / "a.jsonl", (t("12:59") / 1000, t("12:59") / 1000))
     clock = FakeClock(t("13:00"))
     p = planner(tmp_path, clock)
     s, e = p.initial_offset(), None
@@ -60,7 +63,7 @@ def test_the_log_survives_a_restart_and_replays_identically(tmp_path):
     clock.now = t("14:00")
     p2 = planner(tmp_path, clock)
     assert p2.splits(s, e) == first, "a replayed batch reads the same files with the same arrival time"
-    assert first[0].arrival == t("13:00")
+    assert first[0].arrival == t("12:59"), "payloads of a file arrive when it was written"
 
 
 def test_available_now_stops_at_what_was_there(tmp_path):

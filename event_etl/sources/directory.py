@@ -2,7 +2,8 @@
 
 Every time Spark asks for the latest offset, the folder is listed and the files not
 seen before are appended, sorted by name, to a durable log in the checkpoint, with
-their size and the time they were found (their records' arrival time).  An offset is
+their size and their arrival time: the file's modification time (when its producer
+wrote it; a copy that keeps times keeps it).  An offset is
 a position in that log, so a replayed batch reads exactly the same bytes even if the
 folder changed meanwhile, and a file whose name sorts before files already read is
 still read, after them.
@@ -96,7 +97,9 @@ class DirectoryPlanner:
             full = os.path.join(self.path, name)
             if not os.path.isfile(full):
                 continue
-            new.append({"name": name, "size": os.path.getsize(full), "found": now})
+            st = os.stat(full)
+            # A file's payloads arrived when it was last written (its mtime).
+            new.append({"name": name, "size": st.st_size, "found": int(st.st_mtime * 1000), "listed": now})
         if new:
             write_json_atomic(self.log_dir / f"{len(self.entries):012d}.json", new)
             self.entries.extend(new)
