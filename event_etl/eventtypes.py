@@ -20,7 +20,7 @@ key                     default          meaning
 ``max_future_skew``     ``"10m"``        event time further ahead of arrival: dead-letter
 ``max_events_per_file`` ``500000``       a larger group is split into several files
 ``max_payload_bytes``   ``1048576``      larger payloads go to dead-letter as ``oversized``
-``codec``               ``"deflate"``    Avro codec of data files: ``null`` or ``deflate``
+``codec``               ``"snappy"``     Avro codec of data files: ``null``, ``deflate`` or ``snappy``
 ``source``              ``"generate:"``  source used when ``run`` gets no ``--source``
 ``description``         ``""``           one line shown by ``event-etl types``
 ``[generator]``                          value pools for synthetic events (see below)
@@ -55,7 +55,7 @@ __all__ = [
 
 ENV_EVENT_TYPES = "EVENT_ETL_EVENT_TYPES"
 TIME_FORMATS = ("epoch_millis", "epoch_seconds", "iso8601")
-CODECS = ("null", "deflate")
+CODECS = ("null", "deflate", "snappy")
 
 _DURATION_KEYS = {
     "out_of_orderness": "2m",
@@ -72,7 +72,7 @@ _STR_KEYS = {
     "time_field": None,
     "time_format": "epoch_millis",
     "id_field": None,
-    "codec": "deflate",
+    "codec": "snappy",
     "source": "generate:",
     "description": "",
     "time_attribute": None,

@@ -2,11 +2,13 @@
 
 For every payload of the split: decode and check it (:mod:`event_etl.payload`), judge
 its event time against the batch's starting watermark (:func:`event_etl.rules.make_judge`),
-and put it in a group per (hour, late) or in the dead-letter list.  Then each group is
-written as Avro container files (at most ``max_events_per_file`` records each) under
-deterministic names, and the rejects as one dead-letter file.  A file that already
-exists under its final name is not written again: it is the same file, written by an
-earlier attempt of the same batch.
+and append it to the open Avro file of its (hour, late) group, or to the dead-letter
+list.  Records are encoded as they come (one datum at a time, so a record fastavro
+cannot encode is rejected alone), so a task holds encoded bytes, not Python objects.
+A group's file is closed when it reaches ``max_events_per_file`` records and at the
+end of the split, under a deterministic name.  A file that already exists under its
+final name is not written again: it is the same file, written by an earlier attempt of
+the same batch.
 
 The task returns a small JSON report (counts, files with sizes and sha256, the largest
 accepted event time...) that the driver turns into the batch's result, ledger and metrics.
@@ -15,13 +17,18 @@ accepted event time...) that the driver turns into the batch's result, ledger an
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from event_etl.avroio import encode_container
+from fastavro import schemaless_writer
+from fastavro.write import Writer
+
+from event_etl.avroio import encode_container, sync_marker_for
 from event_etl.deadletter import DEADLETTER_SCHEMA
 from event_etl.errors import IntegrityError, SourceError
 from event_etl.eventtypes import EventType
@@ -35,6 +42,9 @@ __all__ = ["BatchContext", "process_split", "make_task", "REPORT_SCHEMA", "DELAY
 
 REPORT_SCHEMA = "report string"
 DELAY_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+_DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
+_BLOCK_BYTES = 64 * 1024
+_READ_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -61,48 +71,144 @@ def _decoder(et: EventType):
     return d
 
 
-def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str]]:
-    """``(payload, arrival_ms, position)`` for every payload of the split."""
-    if split.kind == "file":
-        try:
-            with open(split.uri, "rb") as fh:
-                fh.seek(split.start)
-                data = fh.read(split.end - split.start)
-        except OSError as err:
-            raise SourceError(f"cannot read {split.uri}: {err}", fix="input files must stay until their batch is committed") from err
-        if len(data) != split.end - split.start:
-            raise SourceError(
-                f"{split.uri} is shorter than when it was found ({split.start + len(data)} < {split.end} bytes)",
-                fix="do not truncate or rewrite input files; write new files instead",
-            )
-        name = os.path.basename(split.uri)
-        arrival = split.arrival
-        pos, n = 0, len(data)
-        while pos < n:
-            j = data.find(b"\n", pos)
-            if j < 0:
-                j = n
-            line = data[pos:j]
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            yield line, arrival, f"{name}@{split.start + pos}"
-            pos = j + 1
+def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[bytes, int, str, int]]:
+    """Lines of bytes ``start``..``end`` of a file, read in blocks (the range holds whole lines)."""
+    name = os.path.basename(uri) + "@"
+    try:
+        fh = open(uri, "rb")
+    except OSError as err:
+        raise SourceError(f"cannot read {uri}: {err}", fix="input files must stay until their batch is committed") from err
+    with fh:
+        fh.seek(start)
+        offset = start
+        rest = b""
+        remaining = end - start
+        while remaining > 0:
+            chunk = fh.read(min(_READ_BYTES, remaining))
+            if not chunk:
+                raise SourceError(
+                    f"{uri} is shorter than when it was found ({end - remaining} < {end} bytes)",
+                    fix="do not truncate or rewrite input files; write new files instead",
+                )
+            remaining -= len(chunk)
+            data = rest + chunk if rest else chunk
+            pos, n = 0, len(data)
+            while True:
+                j = data.find(b"\n", pos)
+                if j < 0:
+                    break
+                line = data[pos:j]
+                if line[-1:] == b"\r":
+                    line = line[:-1]
+                yield line, arrival, name, offset + pos
+                pos = j + 1
+            offset += pos
+            rest = data[pos:] if pos < n else b""
+        if rest:
+            yield (rest[:-1] if rest[-1:] == b"\r" else rest), arrival, name, offset
+
+
+def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str, int]]:
+    """``(payload, arrival_ms, where, offset)`` for every payload; ``where + str(offset)`` names its position."""
+    if split.kind == "files":
+        for uri, start, end, arrival in split.ranges():
+            yield from _file_lines(uri, start, end, arrival)
     elif split.kind == "gen":
         from event_etl.generator import Generator, GeneratorParams
 
         gen = Generator(et, GeneratorParams.from_json(json.loads(split.meta)))
         for g in gen.range(split.start, split.end):
-            yield g.payload, g.arrival, f"gen:{g.index}"
+            yield g.payload, g.arrival, "gen:", g.index
     else:
         raise SourceError(f"unknown split kind {split.kind!r}")
 
 
-def _delay_bucket(delay_ms: int) -> int:
-    s = delay_ms / 1000.0
-    for i, b in enumerate(DELAY_BUCKETS_S):
-        if s <= b:
-            return i
-    return len(DELAY_BUCKETS_S)
+class _Block:
+    """What ``fastavro.write.Writer.write_block`` reads: encoded datums and their count."""
+
+    __slots__ = ("bytes_", "num_records")
+
+    def __init__(self, buf: io.BytesIO, n: int) -> None:
+        self.bytes_ = buf
+        self.num_records = n
+
+
+class _OpenFile:
+    """One Avro container file being filled with pre-encoded records."""
+
+    def __init__(self, name: str, schema: dict, codec: str) -> None:
+        self.name = name
+        self.out = io.BytesIO()
+        self.writer = Writer(self.out, schema, codec=codec, sync_marker=sync_marker_for(name),
+                             compression_level=1 if codec == "deflate" else None)
+        self.block = io.BytesIO()
+        self.in_block = 0
+        self.records = 0
+
+    def flush_block(self) -> None:
+        if self.in_block:
+            self.writer.write_block(_Block(self.block, self.in_block))
+            self.block = io.BytesIO()
+            self.in_block = 0
+
+    def close(self) -> bytes:
+        self.flush_block()
+        self.writer.flush()
+        return self.out.getvalue()
+
+
+class _Group:
+    """The files of one (hour, late) group of a split, filled in order."""
+
+    def __init__(self, hour: int, late: bool, ctx: BatchContext, shard: int, schema: dict) -> None:
+        self.hour, self.late, self.ctx, self.shard, self.schema = hour, late, ctx, shard, schema
+        self.seq = 0
+        self.max_t: int | None = None
+        self.done: list[tuple[str, bytes, int]] = []
+        self.current = self._new()
+
+    def _new(self) -> _OpenFile:
+        name = data_file_name(self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late)
+        return _OpenFile(name, self.schema, self.ctx.event_type.codec)
+
+    def add(self, rec: dict, t: int) -> str | None:
+        """Encode ``rec`` into the current file; an error message if fastavro cannot encode it."""
+        f = self.current
+        buf = f.block
+        pos = buf.tell()
+        try:
+            schemaless_writer(buf, self.schema, rec)
+        except (ValueError, TypeError, AttributeError, OverflowError, KeyError) as err:
+            buf.seek(pos)
+            buf.truncate()
+            return f"cannot encode: {err}"[:300]
+        f.in_block += 1
+        f.records += 1
+        if self.max_t is None or t > self.max_t:
+            self.max_t = t
+        if buf.tell() >= _BLOCK_BYTES:
+            f.flush_block()
+        if f.records >= self.ctx.event_type.max_events_per_file:
+            self.done.append((f.name, f.close(), f.records))
+            self.seq += 1
+            self.current = self._new()
+        return None
+
+    def finish(self) -> list[tuple[str, bytes, int]]:
+        if self.current.records:
+            self.done.append((self.current.name, self.current.close(), self.current.records))
+        return self.done
+
+
+def _first_batch_reference(split: Split, ctx: BatchContext, decode) -> int | None:
+    """For a job's first batch: this split's would-be watermark, to measure "too late" against."""
+    et = ctx.event_type
+    best = None
+    for payload, arrival, _, _ in iter_payloads(split, et):
+        ok, _, t = decode(payload)
+        if ok and t <= arrival + et.max_future_skew and (best is None or t > best):
+            best = t
+    return None if best is None else best - et.out_of_orderness
 
 
 def process_split(split: Split, ctx: BatchContext, storage: Storage) -> dict[str, Any]:
@@ -110,50 +216,61 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> dict[str
     et = ctx.event_type
     decoder = _decoder(et)
     decode = decoder.decode
-    accepted: list[tuple[dict, int, int, bytes, str]] = []  # record, event time, arrival, payload, position
-    rejects: list[tuple[str, str, bytes, str, int, int | None]] = []  # reason, detail, payload, pos, arrival, et
-    for payload, arrival, pos in iter_payloads(split, et):
-        ok, a, b = decode(payload)
-        if ok:
-            accepted.append((a, b, arrival, payload, pos))
-        else:
-            rejects.append((a.value, b, payload, pos, arrival, None))
-    reference = None
-    if ctx.wm_start is None and accepted:
-        # First batch of a job: measure "too late" against this split's own would-be watermark.
-        limit = max(item[2] for item in accepted) + et.max_future_skew
-        times = [item[1] for item in accepted if item[1] <= limit]
-        reference = (max(times) - et.out_of_orderness) if times else None
+    reference = _first_batch_reference(split, ctx, decode) if ctx.wm_start is None else None
     judge = make_judge(
-        ctx.wm_start,
-        allowed_lateness=et.allowed_lateness,
-        max_future_skew=et.max_future_skew,
+        ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
         too_late_reference=reference,
     )
-    groups: dict[tuple[int, bool], list[tuple]] = {}
+    groups: dict[tuple[int, bool], _Group] = {}
+    rejects: list[tuple[str, str, bytes, str, int, int | None]] = []  # reason, detail, payload, pos, arrival, et
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
     delay_sum = 0
-    late_o, timely_o = Outcome.LATE, Outcome.TIMELY
-    for item in accepted:
-        t, arrival = item[1], item[2]
+    timely_o, late_o = Outcome.TIMELY, Outcome.LATE
+    for payload, arrival, where, off in iter_payloads(split, et):
+        ok, rec, t = decode(payload)
+        if not ok:
+            rejects.append((rec.value, t, payload, where + str(off), arrival, None))
+            continue
         outcome, hour = judge(t, arrival)
         if outcome is timely_o or outcome is late_o:
-            groups.setdefault((hour, outcome is late_o), []).append(item)
+            late = outcome is late_o
+            g = groups.get((hour, late))
+            if g is None:
+                g = groups[(hour, late)] = _Group(hour, late, ctx, split.shard, decoder.schema)
+            problem = g.add(rec, t)
+            if problem is not None:
+                rejects.append((Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival, t))
+                continue
             d = arrival - t
-            delays[_delay_bucket(d)] += 1
+            delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
             delay_sum += d
         else:
             reason = Reason.FUTURE if outcome is Outcome.FUTURE else Reason.TOO_LATE
-            rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), item[3], item[4], arrival, t))
+            rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t))
         counts[outcome.value] += 1
-    files, max_t, min_hour = _write_groups(groups, split, ctx, storage, rejects, counts)
+    files: list[dict[str, Any]] = []
+    max_t = min_hour = None
+    for (hour, late), g in sorted(groups.items()):
+        written = g.finish()
+        if not written:
+            continue
+        rel_dir = hour_dir(et.name, hour)
+        for name, data, n in written:
+            files.append({
+                "hour": hour, "name": name, "records": n, "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(), "late": late,
+                "written": _store_once(storage, f"{rel_dir}/{name}", data, hour),
+            })
+        max_t = g.max_t if max_t is None else max(max_t, g.max_t)
+        if not late:
+            min_hour = hour if min_hour is None else min(min_hour, hour)
     dl = _write_deadletters(rejects, split, ctx, storage)
     reasons = Counter(r[0] for r in rejects)
     counts["invalid"] = sum(n for r, n in reasons.items() if r not in (Reason.FUTURE.value, Reason.TOO_LATE.value))
     return {
         "shard": split.shard,
-        "counts": dict(counts),
+        "counts": {k: v for k, v in counts.items() if v},
         "reasons": dict(reasons),
         "files": files,
         "deadletter": dl,
@@ -168,82 +285,21 @@ def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: 
     from event_etl.timeutil import format_duration, iso
 
     if reason is Reason.FUTURE:
-        return f"event time {iso(t)} is {format_duration(t - arrival)} after its arrival (max_future_skew {format_duration(et.max_future_skew)})"
+        return (f"event time {iso(t)} is {format_duration(t - arrival)} after its arrival "
+                f"(max_future_skew {format_duration(et.max_future_skew)})")
     wm = ctx.wm_start
-    return f"event time {iso(t)}; watermark {iso(wm) if wm is not None else 'not set'} (allowed_lateness {format_duration(et.allowed_lateness)})"
-
-
-def _write_groups(groups, split, ctx, storage, rejects, counts):
-    et = ctx.event_type
-    schema = _decoder(et).schema
-    files = []
-    max_t = None
-    min_hour = None
-    for (hour, late), items in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        records = [item[0] for item in items]
-        try:
-            chunks = _encode_chunks(records, hour, late, split, ctx, schema)
-        except (ValueError, TypeError, AttributeError, OverflowError):
-            items = _drop_unencodable(items, schema, rejects, counts, late)
-            if not items:
-                continue
-            chunks = _encode_chunks([item[0] for item in items], hour, late, split, ctx, schema)
-        for name, data, n in chunks:
-            rel = f"{hour_dir(et.name, hour)}/{name}"
-            written = _store_once(storage, rel, data, hour)
-            files.append(
-                {
-                    "hour": hour,
-                    "name": name,
-                    "records": n,
-                    "bytes": len(data),
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                    "late": late,
-                    "written": written,
-                }
-            )
-        tmax = max(item[1] for item in items)
-        max_t = tmax if max_t is None else max(max_t, tmax)
-        if not late:
-            min_hour = hour if min_hour is None else min(min_hour, hour)
-    return files, max_t, min_hour
-
-
-def _encode_chunks(records, hour, late, split, ctx, schema):
-    et = ctx.event_type
-    step = et.max_events_per_file
-    out = []
-    for seq, i in enumerate(range(0, len(records), step)):
-        name = data_file_name(hour, ctx.batch_id, split.shard, seq, late=late)
-        part = records[i : i + step]
-        out.append((name, encode_container(schema, part, name=name, codec=et.codec), len(part)))
-    return out
-
-
-def _drop_unencodable(items, schema, rejects, counts, late):
-    """Find the records fastavro cannot write (e.g. a malformed UUID) and dead-letter them."""
-    import io
-
-    from fastavro import schemaless_writer
-
-    keep = []
-    for item in items:
-        try:
-            schemaless_writer(io.BytesIO(), schema, item[0])
-            keep.append(item)
-        except (ValueError, TypeError, AttributeError, OverflowError) as err:
-            rejects.append((Reason.SCHEMA_MISMATCH.value, f"cannot encode: {err}"[:300], item[3], item[4], item[2], item[1]))
-            counts[Outcome.LATE.value if late else Outcome.TIMELY.value] -= 1
-    return keep
+    return (f"event time {iso(t)}; watermark {iso(wm) if wm is not None else 'not set'} "
+            f"(allowed_lateness {format_duration(et.allowed_lateness)})")
 
 
 def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None) -> bool:
     """Write ``rel`` unless an earlier attempt of the same batch already did.  True if written now."""
+    folder, name = rel.rsplit("/", 1)
     if storage.exists(rel):
-        size = storage.list_files(rel.rsplit("/", 1)[0]).get(rel.rsplit("/", 1)[1])
+        size = storage.list_files(folder).get(name)
         if size == len(data):
             return False
-        if hour is not None and storage.exists(f"{rel.rsplit('/', 1)[0]}/{MARKER_NAME}"):
+        if hour is not None and storage.exists(f"{folder}/{MARKER_NAME}"):
             raise IntegrityError(
                 f"{storage.display(rel)} exists with {size} bytes, but a replay of its batch made {len(data)}, "
                 "and its hour is already marked complete",
@@ -259,16 +315,8 @@ def _write_deadletters(rejects, split, ctx, storage) -> dict[str, Any] | None:
     et = ctx.event_type
     rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, split.shard)
     recs = [
-        {
-            "event_type": et.name,
-            "reason": reason,
-            "detail": detail,
-            "arrived_at": arrival,
-            "event_time": t,
-            "source": pos,
-            "batch_id": ctx.batch_id,
-            "payload": payload,
-        }
+        {"event_type": et.name, "reason": reason, "detail": detail, "arrived_at": arrival, "event_time": t,
+         "source": pos, "batch_id": ctx.batch_id, "payload": payload}
         for reason, detail, payload, pos, arrival, t in rejects
     ]
     data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")

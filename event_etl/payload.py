@@ -22,6 +22,8 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from orjson import JSONDecodeError as _JSONDecodeError
+from orjson import loads as _loads
 from fastavro import parse_schema, schemaless_reader
 from fastavro.validation import ValidationError, validate
 
@@ -54,7 +56,9 @@ class Decoder:
             for f in event_type.schema["fields"]
             if "default" not in f and not _nullable(f["type"]) and f["name"] != event_type.time_field
         )
-        self.defaults = tuple((f["name"], f["default"]) for f in event_type.schema["fields"] if "default" in f)
+        self.required_set = frozenset(self.required)
+        self.defaults = {f["name"]: f["default"] for f in event_type.schema["fields"] if "default" in f}
+        self.default_set = frozenset(self.defaults)
         self.writer_schemas = {event_type.fingerprint: self.schema}
         fmt, div = event_type.time_format, event_type.time_logical_divisor
         self._time = self._logical_time(div) if div else {
@@ -102,19 +106,23 @@ class Decoder:
     def decode(self, payload: bytes) -> tuple[bool, Any, Any]:
         """``(True, record, event_time_ms)`` or ``(False, Reason, detail)``."""
         n = len(payload)
+        if n == 0 or n > self.max_bytes or payload[0] == 0xC3 or (n < 64 and not payload.strip()):
+            return self._decode_unusual(payload)
+        try:
+            rec = _loads(payload)
+        except _JSONDecodeError as err:
+            return self._not_json(payload, err)
+        if type(rec) is not dict:
+            return False, Reason.NOT_AN_OBJECT, f"JSON {type(rec).__name__}, expected an object"
+        return self._check(rec)
+
+    def _decode_unusual(self, payload: bytes) -> tuple[bool, Any, Any]:
+        n = len(payload)
         if n == 0 or (n < 64 and not payload.strip()):
             return False, Reason.EMPTY_PAYLOAD, "payload has no content"
         if n > self.max_bytes:
             return False, Reason.OVERSIZED, f"{n} bytes > max_payload_bytes {self.max_bytes}"
-        if payload[0] == 0xC3:
-            return self._decode_avro(payload)
-        try:
-            rec = orjson.loads(payload)
-        except orjson.JSONDecodeError as err:
-            return self._not_json(payload, err)
-        if not isinstance(rec, dict):
-            return False, Reason.NOT_AN_OBJECT, f"JSON {type(rec).__name__}, expected an object"
-        return self._check(rec)
+        return self._decode_avro(payload)
 
     def _not_json(self, payload: bytes, err: Exception) -> tuple[bool, Any, Any]:
         try:
@@ -140,16 +148,21 @@ class Decoder:
             ms = self._time(v)
         except (ValueError, OverflowError, TypeError) as err:
             return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
-        for name in self.required:
-            if name not in rec:
-                return False, Reason.MISSING_FIELD, f"field {name!r} is required"
-        for name, default in self.defaults:
-            if name not in rec:
-                rec[name] = default
-        try:
-            validate(rec, self.schema, raise_errors=True)
-        except ValidationError as err:
-            return False, Reason.SCHEMA_MISMATCH, _describe_validation(err, self.schema["name"] + ".")
+        keys = rec.keys()
+        if not self.required_set <= keys:
+            name = next(n for n in self.required if n not in rec)
+            return False, Reason.MISSING_FIELD, f"field {name!r} is required"
+        absent = self.default_set - keys
+        if absent:
+            for name in absent:
+                rec[name] = self.defaults[name]
+        # raise_errors=False is ~3x faster on the good path; explain only the bad ones.
+        if not validate(rec, self.schema, raise_errors=False):
+            try:
+                validate(rec, self.schema, raise_errors=True)
+            except ValidationError as err:
+                return False, Reason.SCHEMA_MISMATCH, _describe_validation(err, self.schema["name"] + ".")
+            return False, Reason.SCHEMA_MISMATCH, "does not match the schema"
         return True, rec, ms
 
     def _decode_avro(self, payload: bytes) -> tuple[bool, Any, Any]:

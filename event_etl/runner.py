@@ -32,7 +32,7 @@ DEFAULT_SINK = "./data"
 DEFAULT_TRIGGER = "5s"
 DEFAULT_MAX_FILES_PER_BATCH = 64
 DEFAULT_MAX_EVENTS_PER_BATCH = 500_000
-DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -107,18 +107,9 @@ def run_job(
     _check_checkpoint_location(ckpt_path)
     ckpt = Checkpoint(ckpt_path[7:] if ckpt_path.startswith("file://") else ckpt_path)
     storage = Storage(sink)
-    ckpt.bind({"event_type": event_type.name, "sink": sink, "source": spec.identity(), "created_at": iso(now),
-               "split_bytes": options.split_bytes})
-    split_bytes = int((ckpt.job() or {}).get("split_bytes", options.split_bytes))
-
-    source_spec = {
-        "kind": spec.kind,
-        "params": spec.params,
-        "log_dir": str(ckpt.source_dir(spec.kind)),
-        "split_bytes": split_bytes,
-        "max_files_per_batch": options.max_files_per_batch,
-        "max_events_per_batch": options.max_events_per_batch,
-    }
+    old_job = ckpt.job()
+    if old_job is not None:  # fail before starting Spark if the checkpoint is someone else's
+        ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink})
     if spark is None:
         from event_etl.sparkutil import get_session
 
@@ -127,6 +118,20 @@ def run_job(
         from event_etl.sources.spark import EtlSource
 
         spark.dataSource.register(EtlSource)
+    # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch
+    # must get the same tasks, hence the same file names, whatever the cluster is now.
+    job = ckpt.bind({"event_type": event_type.name, "sink": sink, "source": spec.identity(), "created_at": iso(now),
+                     "split_bytes": options.split_bytes,
+                     "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism))})
+    source_spec = {
+        "kind": spec.kind,
+        "params": spec.params,
+        "log_dir": str(ckpt.source_dir(spec.kind)),
+        "split_bytes": int(job.get("split_bytes", options.split_bytes)),
+        "tasks_per_batch": int(job.get("tasks_per_batch", 2)),
+        "max_files_per_batch": options.max_files_per_batch,
+        "max_events_per_batch": options.max_events_per_batch,
+    }
 
     printer = ProgressPrinter(event_type.name, clock, quiet=options.quiet)
     controller = Controller(

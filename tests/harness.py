@@ -189,7 +189,7 @@ class LocalPipeline:
         ctx = self.controller.batch_context(intent)
         data = path.read_bytes()
         reports = [
-            process_split(Split(shard, "file", str(path), a, b, self.arrivals[batch_id]), ctx, self.storage)
+            process_split(Split.of_files(shard, [(str(path), a, b, self.arrivals[batch_id])]), ctx, self.storage)
             for shard, (a, b) in enumerate(_line_bounds(data, shards))
         ]
         return self.controller.finish_batch(intent, summarize(reports), replayed=replayed)

@@ -26,11 +26,13 @@ def test_files_in_name_order_new_ones_picked_up_and_hidden_ignored(tmp_path):
     (tmp_path / "in" / "_tmp").write_bytes(b"x\n")
     p = planner(tmp_path)
     start = p.initial_offset()
-    end = p.latest_offset(start, None)
-    assert [s.uri.rsplit("/", 1)[1] for s in p.splits(start, end)] == ["a.jsonl", "b.jsonl"]
+    first = p.latest_offset(start, None)  # a job's first batch: one file
+    end = p.latest_offset(first, None)
+    assert [r[0].rsplit("/", 1)[1] for s in p.splits(start, first) for r in s.ranges()] == ["a.jsonl"]
+    assert [r[0].rsplit("/", 1)[1] for s in p.splits(first, end) for r in s.ranges()] == ["b.jsonl"]
     (tmp_path / "in" / "0-earlier-name.jsonl").write_bytes(b"3\n")
     end2 = p.latest_offset(end, None)
-    assert [s.uri.rsplit("/", 1)[1] for s in p.splits(end, end2)] == ["0-earlier-name.jsonl"]
+    assert [r[0].rsplit("/", 1)[1] for s in p.splits(end, end2) for r in s.ranges()] == ["0-earlier-name.jsonl"]
     assert p.latest_offset(end2, None) == end2, "no new file, same offset"
 
 
@@ -45,9 +47,9 @@ def test_max_files_per_batch(tmp_path):
         n = p.latest_offset(o, 2)
         if n == o:
             break
-        seen.append(len(p.splits(o, n)))
+        seen.append(sum(len(s.ranges()) for s in p.splits(o, n)))
         o = n
-    assert seen == [2, 2, 1]
+    assert seen == [1, 2, 2], "the first batch of a job (no watermark yet) takes one file"
 
 
 def test_the_log_survives_a_restart_and_replays_identically(tmp_path):
@@ -63,7 +65,7 @@ def test_the_log_survives_a_restart_and_replays_identically(tmp_path):
     clock.now = t("14:00")
     p2 = planner(tmp_path, clock)
     assert p2.splits(s, e) == first, "a replayed batch reads the same files with the same arrival time"
-    assert first[0].arrival == t("12:59"), "payloads of a file arrive when it was written"
+    assert first[0].ranges()[0][3] == t("12:59"), "payloads of a file arrive when it was written"
 
 
 def test_available_now_stops_at_what_was_there(tmp_path):
@@ -72,9 +74,9 @@ def test_available_now_stops_at_what_was_there(tmp_path):
     p = planner(tmp_path)
     p.prepare_available_now()
     (tmp_path / "in" / "b.jsonl").write_bytes(b"2\n")
-    o = p.initial_offset()
+    o = p.latest_offset(p.initial_offset(), None)
     e = p.latest_offset(o, None)
-    assert len(p.splits(o, e)) == 1
+    assert o == {"files": 1} and e == o
     assert p.latest_offset(e, None) == e
 
 
@@ -101,3 +103,31 @@ def test_parse_source(tmp_path):
         with pytest.raises(UsageError) as info:
             parse_source(bad, now=0)
         assert info.value.fix
+
+
+@pytest.mark.parametrize("tasks, max_bytes", [(1, 1 << 30), (2, 1 << 30), (3, 1 << 30), (2, 100), (7, 333)])
+def test_plan_tasks_cover_every_line_once_in_order(tmp_path, tasks, max_bytes):
+    from event_etl.sources.directory import plan_tasks
+
+    files = []
+    expected = []
+    for k, n in enumerate((5, 40, 1, 0, 17)):
+        data = b"".join(f"f{k}-line-{i:03d}{'y' * (i % 5)}\n".encode() for i in range(n))
+        f = tmp_path / f"{k}.jsonl"
+        f.write_bytes(data)
+        files.append((str(f), len(data), 1000 + k))
+        expected += [ln for ln in data.split(b"\n") if ln]
+    plan = plan_tasks(files, tasks=tasks, max_bytes=max_bytes, min_bytes=1)
+    got = []
+    for ranges in plan:
+        for path, s, e, arrival in ranges:
+            data = open(path, "rb").read()
+            assert arrival == dict((p, a) for p, _, a in files)[path]
+            assert s == 0 or data[s - 1 : s] == b"\n"
+            got += [ln for ln in data[s:e].split(b"\n") if ln]
+    assert got == expected
+    if max_bytes >= 1 << 30:
+        assert len(plan) == tasks
+    else:
+        assert all(sum(e - s for _, s, e, _ in r) <= max_bytes + 40 for r in plan)
+    assert plan_tasks(files, tasks=tasks, max_bytes=max_bytes, min_bytes=1) == plan, "a pure function"

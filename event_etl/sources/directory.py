@@ -27,40 +27,94 @@ from event_etl.sources.splits import Split
 __all__ = ["DirectoryPlanner", "align_ranges"]
 
 
+def _next_line_start(fh, pos: int, size: int) -> int:
+    """The first line start at or after ``pos`` (``size`` if none)."""
+    if pos <= 0:
+        return 0
+    fh.seek(pos - 1)
+    base = pos - 1
+    while True:
+        chunk = fh.read(65536)
+        if not chunk:
+            return size
+        i = chunk.find(b"\n")
+        if i >= 0:
+            return min(size, base + i + 1)
+        base += len(chunk)
+
+
 def align_ranges(path: str, size: int, split_bytes: int) -> list[tuple[int, int]]:
-    """Cut ``[0, size)`` into ranges of about ``split_bytes`` that start and end on line boundaries."""
+    """Cut ``[0, size)`` into about equal ranges of at most ~``split_bytes`` that start and end on line boundaries."""
     if size <= 0:
         return []
+    pieces = -(-size // split_bytes)
     cuts = [0]
     with open(path, "rb") as fh:
-        pos = split_bytes
-        while pos < size:
-            fh.seek(pos - 1)
-            while True:
-                chunk = fh.read(65536)
-                if not chunk:
-                    nxt = size
-                    break
-                i = chunk.find(b"\n")
-                if i >= 0:
-                    nxt = fh.tell() - len(chunk) + i + 1
-                    break
+        for k in range(1, pieces):
+            nxt = _next_line_start(fh, max(size * k // pieces, cuts[-1] + 1), size)
             if nxt >= size:
                 break
-            if nxt > cuts[-1]:
-                cuts.append(nxt)
-            pos = max(nxt, pos) + split_bytes
+            cuts.append(nxt)
     cuts.append(size)
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def plan_tasks(files: list[tuple[str, int, int]], *, tasks: int, max_bytes: int,
+               min_bytes: int = 4 << 20) -> list[list[tuple[str, int, int, int]]]:
+    """Cut a batch's files (``[(path, size, arrival)]``, in order) into about equal tasks of whole lines.
+
+    As many tasks as ``tasks`` (the cluster's parallelism) while each keeps at least
+    ``min_bytes``, more when one would exceed ``max_bytes``.  A task may span the end of
+    one file and the start of the next: a Spark task costs a fixed overhead, so a batch of
+    many small files does not become many small tasks.  Pure function of its arguments,
+    so a replayed batch gets the same tasks.
+    """
+    total = sum(size for _, size, _ in files)
+    if total <= 0:
+        return []
+    n = max(-(-total // max_bytes), min(tasks, max(1, total // min_bytes)))
+    # global cut positions -> (file index, offset), moved to line starts
+    bounds: list[tuple[int, int]] = [(0, 0)]
+    starts = []
+    acc = 0
+    for _, size, _ in files:
+        starts.append(acc)
+        acc += size
+    fi = 0
+    for k in range(1, n):
+        g = total * k // n
+        while fi + 1 < len(files) and starts[fi + 1] <= g:
+            fi += 1
+        path, size, _ = files[fi]
+        with open(path, "rb") as fh:
+            off = _next_line_start(fh, g - starts[fi], size)
+        cut = (fi, off) if off < size else (fi + 1, 0)
+        if cut > bounds[-1] and cut < (len(files), 0):
+            bounds.append(cut)
+    bounds.append((len(files), 0))
+    out = []
+    for (f0, o0), (f1, o1) in zip(bounds, bounds[1:]):
+        ranges = []
+        for i in range(f0, min(f1, len(files) - 1) + 1):
+            path, size, arrival = files[i]
+            s = o0 if i == f0 else 0
+            e = o1 if i == f1 else size
+            if e > s:
+                ranges.append((path, s, e, arrival))
+        if ranges:
+            out.append(ranges)
+    return out
 
 
 class DirectoryPlanner:
     """Plans micro-batches over a folder of files (runs in Spark's driver-side source process)."""
 
     def __init__(
-        self, path: str, log_dir: str, *, split_bytes: int, max_files: int, clock: Callable[[], int]
+        self, path: str, log_dir: str, *, split_bytes: int, max_files: int, clock: Callable[[], int],
+        tasks_per_batch: int = 2,
     ) -> None:
         self.path = path
+        self.tasks_per_batch = max(1, tasks_per_batch)
         self.log_dir = Path(log_dir)
         self.split_bytes = split_bytes
         self.max_files = max_files
@@ -119,6 +173,10 @@ class DirectoryPlanner:
             self.discover()
         avail = len(self.entries) if self.target is None else self.target
         n = int(start["files"])
+        if n == 0:
+            # A job's first batch has no watermark yet and reads its input twice (see
+            # executor.process_split): keep it to one file.
+            max_files = 1
         end = avail if max_files is None else min(avail, n + max_files)
         return {"files": max(n, end)}
 
@@ -128,19 +186,17 @@ class DirectoryPlanner:
         return {"files": len(rest), "bytes": sum(e["size"] for e in rest)}
 
     def splits(self, start: dict[str, Any], end: dict[str, Any]) -> list[Split]:
-        out: list[Split] = []
+        files = []
         for e in self.entries[int(start["files"]) : int(end["files"])]:
             full = os.path.join(self.path, e["name"])
-            try:
-                ranges = align_ranges(full, e["size"], self.split_bytes)
-            except OSError as err:
+            if not os.path.isfile(full) or os.path.getsize(full) < e["size"]:
                 raise SourceError(
-                    f"input file {full} cannot be read: {err}",
-                    fix="input files must stay in place until their batch is committed",
-                ) from err
-            for a, b in ranges:
-                out.append(Split(len(out), "file", full, a, b, int(e["found"])))
-        return out
+                    f"input file {full} is gone or shorter than when it was found",
+                    fix="input files must stay in place, unchanged, until their batch is committed",
+                )
+            files.append((full, int(e["size"]), int(e["found"])))
+        tasks = plan_tasks(files, tasks=self.tasks_per_batch, max_bytes=self.split_bytes)
+        return [Split.of_files(i, ranges) for i, ranges in enumerate(tasks)]
 
     def commit(self, end: dict[str, Any]) -> None:
         pass

@@ -18,12 +18,15 @@ from event_etl.sources.splits import Split
 
 __all__ = ["GeneratorPlanner"]
 
-SPLIT_ROWS = 25_000
+SPLIT_ROWS = 250_000
+MIN_SPLIT_ROWS = 5_000
+FIRST_BATCH_ROWS = 20_000
 
 
 class GeneratorPlanner:
-    def __init__(self, params: GeneratorParams, *, max_rows: int, clock: Callable[[], int]) -> None:
+    def __init__(self, params: GeneratorParams, *, max_rows: int, clock: Callable[[], int], tasks_per_batch: int = 2) -> None:
         self.params = params
+        self.tasks_per_batch = max(1, tasks_per_batch)
         self.max_rows = max_rows
         self.clock = clock
         self.target: int | None = None
@@ -45,6 +48,8 @@ class GeneratorPlanner:
         if self.target == -1:
             self.target = self._due(start)
         due = self._due(start) if self.target is None else self.target
+        if n == 0:
+            max_rows = min(max_rows or FIRST_BATCH_ROWS, FIRST_BATCH_ROWS)  # no watermark yet: keep it small
         end = due if max_rows is None else min(due, n + max_rows)
         return {"n": max(n, end), "t0": start["t0"], "p": start["p"]}
 
@@ -56,7 +61,7 @@ class GeneratorPlanner:
         total = b - a
         if total <= 0:
             return []
-        pieces = max(-(-total // SPLIT_ROWS), 2 if total >= 2000 else 1)
+        pieces = max(-(-total // SPLIT_ROWS), min(self.tasks_per_batch, max(1, total // MIN_SPLIT_ROWS)))
         meta = json.dumps(end["p"], sort_keys=True)
         bounds = [a + total * k // pieces for k in range(pieces + 1)]
         return [Split(k, "gen", "", lo, hi, 0, meta) for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])) if hi > lo]

@@ -33,13 +33,15 @@ def make_planner(spec: dict[str, Any]):
             split_bytes=int(spec["split_bytes"]),
             max_files=int(spec["max_files_per_batch"]),
             clock=now_millis,
+            tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
         )
     if kind == "generate":
         from event_etl.generator import GeneratorParams
         from event_etl.sources.generate import GeneratorPlanner
 
         return GeneratorPlanner(
-            GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=now_millis
+            GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=now_millis,
+            tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
         )
     raise ValueError(f"unknown source kind {kind!r}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 __all__ = ["Split", "SPLIT_SCHEMA"]
@@ -14,9 +15,9 @@ class Split:
     """Where a task finds its payloads.
 
     - ``shard``: index of the split in its batch; part of the output file names.
-    - ``kind``: ``file`` (bytes ``start``..``end`` of ``uri``, whole lines) or ``gen``
-      (generator indexes ``start``..``end``, parameters in ``meta``).
-    - ``arrival``: when the payloads arrived (ms), for splits that share one arrival time.
+    - ``kind``: ``files`` (``meta`` lists ``[path, start, end, arrival]`` byte ranges of whole
+      lines) or ``gen`` (generator indexes ``start``..``end``, parameters in ``meta``).
+    - ``arrival``: when the payloads arrived (ms), where one time holds for the whole split.
     """
 
     shard: int
@@ -26,6 +27,15 @@ class Split:
     end: int
     arrival: int
     meta: str = ""
+
+    @classmethod
+    def of_files(cls, shard: int, ranges: list[tuple[str, int, int, int]]) -> "Split":
+        """A split over byte ranges of files: ``[(path, start, end, arrival_ms), ...]``."""
+        return cls(shard, "files", "", 0, sum(e - s for _, s, e, _ in ranges), 0,
+                   json.dumps([list(r) for r in ranges]))
+
+    def ranges(self) -> list[tuple[str, int, int, int]]:
+        return [(str(p), int(s), int(e), int(a)) for p, s, e, a in json.loads(self.meta)]
 
     def as_row(self) -> tuple:
         return (self.shard, self.kind, self.uri, self.start, self.end, self.arrival, self.meta)

@@ -1,0 +1,46 @@
+# Shared by the scripts in bin/: find Python 3.11+, check Java, and create the project's
+# virtual environment (.venv) with event_etl installed, on first use or when setup.cfg changed.
+# Source it; then call ensure_venv [EXTRAS].
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${EVENT_ETL_VENV:-$ROOT/.venv}"
+
+die() { echo "error: $1" >&2; [ -n "${2:-}" ] && echo "  fix: $2" >&2; exit 1; }
+
+find_python() {
+  local c
+  for c in "${EVENT_ETL_PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+    [ -n "$c" ] || continue
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$c"; return 0
+    fi
+  done
+  die "Python 3.11 or newer was not found" "install it (e.g. 'sudo apt-get install python3 python3-venv'), or set EVENT_ETL_PYTHON=/path/to/python3.11"
+}
+
+check_java() {
+  if [ -n "${JAVA_HOME:-}" ] && [ -x "$JAVA_HOME/bin/java" ]; then return 0; fi
+  if command -v java >/dev/null 2>&1; then return 0; fi
+  die "Java was not found; Spark needs Java 17 (or 21)" \
+      "install it: 'sudo apt-get install -y openjdk-17-jre-headless' (Debian/Ubuntu) or 'brew install openjdk@17' (macOS), then open a new shell or set JAVA_HOME"
+}
+
+ensure_venv() {
+  local extras="${1:-}" spec="." stamp sum py
+  [ -n "$extras" ] && spec=".[${extras}]"
+  sum="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" 2>/dev/null | cksum | cut -d' ' -f1)-${extras:-run}"
+  stamp="$VENV/.event_etl-installed-$sum"
+  if [ ! -f "$stamp" ]; then
+    py="$(find_python)"
+    if [ ! -x "$VENV/bin/python" ]; then
+      echo "event_etl: creating $VENV with $($py --version 2>&1)" >&2
+      "$py" -m venv "$VENV" || die "could not create $VENV" "install the venv module (e.g. 'sudo apt-get install python3-venv')"
+    fi
+    echo "event_etl: installing event_etl${extras:+ with [$extras]} and its dependencies (first run takes a few minutes)" >&2
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2 || true
+    (cd "$ROOT" && "$VENV/bin/python" -m pip install --quiet -e "$spec") >&2 \
+      || die "installing the dependencies failed (see above)" "check the network access to PyPI, then run the command again"
+    rm -f "$VENV"/.event_etl-installed-*-"${extras:-run}"
+    touch "$stamp"
+  fi
+}
