@@ -1,0 +1,102 @@
+"""`event-etl` as users run it: a separate process, the demo defaults, signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.harness import check_manifest_matches_folder, read_sink
+
+EXE = str(Path(sys.executable).with_name("event-etl"))
+
+
+def _env():
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "EVENT_ETL_SPARK_LOG_LEVEL": "ERROR"}
+
+
+def wait_for(predicate, timeout: float, what: str, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the job exited ({proc.returncode}) before {what}:\n{proc.stdout.read()}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_once_drain_then_deadletter(tmp_path):
+    sink, ck = tmp_path / "data", tmp_path / "ck"
+    r = subprocess.run([EXE, "run", "payment_authorization", "--source", "generate:count=4000,rate=2000,invalid=0.02",
+                        "--sink", str(sink), "--checkpoint", str(ck), "--drain", "--master", "local[2]"],
+                       capture_output=True, text=True, env=_env(), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "run finished" in r.stdout and "events in      4,000" in r.stdout
+    content = read_sink(sink, "payment_authorization", "authorization_id")
+    assert content and all(hc.marker is not None for hc in content.values())
+    for h in content:
+        check_manifest_matches_folder(sink, "payment_authorization", h)
+    r = subprocess.run([EXE, "deadletter", "payment_authorization", "--sink", str(sink), "--counts"],
+                       capture_output=True, text=True, env=_env(), timeout=60)
+    assert r.returncode == 0 and "total" in r.stdout
+
+
+def test_demo_defaults_mark_hours_within_a_minute_and_sigterm_drains(tmp_path):
+    """The README's demo command (`run page_view`, no options) from a fresh folder."""
+    proc = subprocess.Popen([EXE, "run", "page_view"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        started = time.monotonic()
+        markers = lambda: list((tmp_path / "data" / "page_view").glob("dt=*/hour=*/_COMPLETE"))  # noqa: E731
+        wait_for(lambda: len(markers()) >= 1, 90, "the first _COMPLETE marker", proc)
+        first_marker_after = time.monotonic() - started
+        assert first_marker_after < 60 + 15, f"first marker after {first_marker_after:.0f}s (JVM start included)"
+        assert (tmp_path / "checkpoints" / "page_view" / "spark").is_dir(), "checkpoint in the predictable place"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "[page_view] batch" in out and "COMPLETE" in out and "drain: watermark" in out and "run finished" in out
+    sink = tmp_path / "data"
+    content = read_sink(sink, "page_view", "event_id")
+    assert all(hc.marker is not None for hc in content.values()), "SIGTERM drained: every hour holding data is complete"
+    for h in content:
+        check_manifest_matches_folder(sink, "page_view", h)
+
+
+def test_sigkill_then_restart_loses_and_duplicates_nothing(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    sink, ck = tmp_path / "data", tmp_path / "ck"
+    from tests.harness import make_event_type
+
+    et = make_event_type(tmp_path / "types", "click")
+    lines = []
+    base = 1_795_266_000_000  # 2026-11-21T09:00Z
+    for k in range(6):
+        f = src / f"f{k}.jsonl"
+        batch = [f'{{"id": "e{k}-{i}", "ts": {base + k * 900_000 + i * 100}}}' for i in range(500)]
+        lines += batch
+        f.write_text("\n".join(batch) + "\n")
+        os.utime(f, ((base + (k + 1) * 900_000) / 1000,) * 2)
+    args = [EXE, "run", "click", "--event-types", str(tmp_path / "types"), "--source", f"dir:{src}", "--sink", str(sink),
+            "--checkpoint", str(ck), "--max-files-per-batch", "1", "--trigger-interval", "1s", "--master", "local[2]"]
+    proc = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: len(list((ck / "spark" / "commits").glob("[0-9]*"))) >= 2, 120, "two committed batches", proc)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    r = subprocess.run([*args, "--drain"], capture_output=True, text=True, env=_env(), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    content = read_sink(sink, "click", "id")
+    got = [i for hc in content.values() for i in hc.timely + hc.late]
+    assert sorted(got) == sorted(f"e{k}-{i}" for k in range(6) for i in range(500))
+    assert all(hc.marker is not None for hc in content.values())
+    del et
