@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 import tempfile
@@ -49,7 +50,7 @@ def main() -> None:
         shutil.rmtree(work / d, ignore_errors=True)
     exe = Path(sys.executable).with_name("event-etl")
     cmd = [str(exe), "run", "page_view", "--source", f"dir:{inp}", "--sink", str(work / "sink"),
-           "--checkpoint", str(work / "ckpt"), "--drain", "--master", args.master, "--quiet"]
+           "--checkpoint", str(work / "ckpt"), "--drain", "--master", args.master]
     r = run_measured(cmd, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     if r["returncode"] != 0:
         print(r["output"])
@@ -57,9 +58,17 @@ def main() -> None:
     records, files = count_records(work / "sink", "page_view")
     if records != args.events:
         raise SystemExit(f"WRONG OUTPUT: {records:,} records in the buckets, {args.events:,} expected")
+    batches = [(int(m.group(1).replace(",", "")), float(m.group(2)))
+               for m in re.finditer(r"batch \d+: in ([\d,]+) .* ([\d.]+)s +[\d,]+ ev/s", r["output"])]
+    run = re.search(r"run finished: \d+ batches in ([\d.]+)s", r["output"])
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, master {args.master}")
     print(f"event_etl run --once --drain: {r['wall']:.1f} s wall, {args.events / r['wall']:,.0f} events/s, "
           f"CPU {r['cpu']:.1f} s, peak RSS {r['peak_rss'] / 2**20:,.0f} MiB, {files} files, {records:,} records checked")
+    if run:
+        print(f"  from query start to end: {float(run.group(1)):.1f} s, {args.events / float(run.group(1)):,.0f} events/s")
+    if batches:
+        n, secs = max(batches)
+        print(f"  largest micro-batch: {n:,} events in {secs:.2f} s, {n / secs:,.0f} events/s (steady state)")
     if not args.keep and args.workdir is None:
         shutil.rmtree(work)
 

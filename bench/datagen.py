@@ -34,12 +34,11 @@ def generate(folder: Path, events: int, *, files: int = 12, hours: int = 6, seed
             rec = {
                 "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
                 "event_time": t,
-                "anonymous_id": f"anon-{rng.randint(1, 10**9)}",
-                "session_id": f"s-{rng.randint(1, 10**8)}",
+                "anonymous_id": f"a{rng.randint(1, 10**9)}",
+                "session_id": f"s{rng.randint(1, 10**8)}",
                 "product_id": f"sku-{rng.randint(1, 99999)}",
                 "page_url": f"https://shop.example.com/p/{rng.randint(1, 99999)}",
                 "device_type": devices[i % 3],
-                "country": "DE",
             }
             if pad:
                 rec["referrer_url"] = "https://www.example.org/" + "x" * pad
