@@ -132,10 +132,15 @@ def types_cmd(event_types_dir: str | None, as_json: bool) -> None:
 @click.option("--master", default=None, help="Spark master. Default: local[*].")
 @click.option("--conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting; repeat for more.")
 @click.option("--quiet", is_flag=True, help="No progress lines; only the summary of errors.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (0: any free port).")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the metrics endpoint binds to (0.0.0.0 to expose it).")
+@click.option("--otlp-endpoint", default=None, help="Also push metrics over OTLP to this endpoint.")
 @event_types_option
 @handles_errors
 def run_cmd(event_type: str, source, sink, checkpoint, trigger_interval, max_files_per_batch, max_events_per_batch,
-            once, drain, master, conf, quiet, event_types_dir) -> None:
+            once, drain, master, conf, quiet, metrics_port, metrics_host, otlp_endpoint, event_types_dir) -> None:
     """Run the streaming job of EVENT_TYPE.
 
     With no options: local Spark, the built-in generator (event time runs 120x faster than the
@@ -158,6 +163,9 @@ def run_cmd(event_type: str, source, sink, checkpoint, trigger_interval, max_fil
         master=master,
         conf=_parse_conf(conf),
         quiet=quiet,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        otlp_endpoint=otlp_endpoint,
     )
     run_job(et, opts)
 
@@ -209,6 +217,10 @@ def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types
     if shown == 0 and not as_json:
         click.echo("no dead-letter records" + (f" with reason {reason}" if reason else ""))
 
+
+# Commands that live in their own modules register themselves on `main` when imported.
+from event_etl import consumer_cli as _consumer_cli  # noqa: E402,F401
+from event_etl import monitoring_cli as _monitoring_cli  # noqa: E402,F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

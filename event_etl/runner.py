@@ -53,6 +53,9 @@ class RunOptions:
     tick_seconds: float = 1.0
     quiet: bool = False
     max_seconds: float | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    otlp_endpoint: str | None = None
 
 
 def resolve_sink(sink: str) -> str:
@@ -137,6 +140,10 @@ def run_job(
     controller = Controller(
         event_type=event_type, storage=storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])]
     )
+    from event_etl.metrics import job_metrics
+
+    metrics = job_metrics(event_type, options, clock=clock, controller_state=lambda: controller.state)
+    controller.listeners.extend(metrics.listeners)
     writer = (
         spark.readStream.format("event_etl")
         .option("spec", json.dumps(source_spec))
@@ -182,8 +189,11 @@ def run_job(
             query.stop()
         for sig, old in restore:
             signal.signal(sig, old)
-    if stop["drain"]:
-        controller.drain()
+    try:
+        if stop["drain"]:
+            controller.drain()
+    finally:
+        metrics.shutdown()
     seconds = time.monotonic() - started
     totals = dict(controller.totals)
     events_in = sum(totals.get(k, 0) for k in ("timely", "late", "too_late", "future", "invalid"))

@@ -1,0 +1,1 @@
+"""Commands for operators' graphs.  Placeholder: see issue 5."""
