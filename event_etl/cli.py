@@ -137,10 +137,14 @@ def types_cmd(event_types_dir: str | None, as_json: bool) -> None:
 @click.option("--metrics-host", default="127.0.0.1", show_default=True,
               help="Address the metrics endpoint binds to (0.0.0.0 to expose it).")
 @click.option("--otlp-endpoint", default=None, help="Also push metrics over OTLP to this endpoint.")
+@click.option("--metrics-history", default=None, type=click.Path(dir_okay=False),
+              help="Also append a snapshot of the metrics to this local file after every batch (for `event-etl graphs` "
+              "without Prometheus).")
 @event_types_option
 @handles_errors
 def run_cmd(event_type: str, source, sink, checkpoint, trigger_interval, max_files_per_batch, max_events_per_batch,
-            once, drain, master, conf, quiet, metrics_port, metrics_host, otlp_endpoint, event_types_dir) -> None:
+            once, drain, master, conf, quiet, metrics_port, metrics_host, otlp_endpoint, metrics_history,
+            event_types_dir) -> None:
     """Run the streaming job of EVENT_TYPE.
 
     With no options: local Spark, the built-in generator (event time runs 120x faster than the
@@ -166,6 +170,7 @@ def run_cmd(event_type: str, source, sink, checkpoint, trigger_interval, max_fil
         metrics_port=metrics_port,
         metrics_host=metrics_host,
         otlp_endpoint=otlp_endpoint,
+        metrics_history=metrics_history,
     )
     run_job(et, opts)
 

@@ -13,6 +13,9 @@ class JobMetrics:
     def __init__(self) -> None:
         self.listeners: list[Callable[[str, Any], None]] = []
 
+    def observe_progress(self, progress: dict | None) -> None:
+        """Called by the runner between batches with Spark's ``query.lastProgress`` (or None)."""
+
     def shutdown(self) -> None:
         pass
 

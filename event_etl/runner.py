@@ -56,6 +56,7 @@ class RunOptions:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     otlp_endpoint: str | None = None
+    metrics_history: str | None = None
 
 
 def resolve_sink(sink: str) -> str:
@@ -180,6 +181,7 @@ def run_job(
                 break
             if not options.once:
                 controller.tick()
+            metrics.observe_progress(query.lastProgress)
         if stop["requested"]:
             _stop_at_boundary(query, controller)
         else:
