@@ -129,7 +129,7 @@ class Checkpoint:
         d = self.etl / "batches"
         if not d.is_dir():
             return None
-        ids = [int(p.stem) for p in d.glob("*.json") if p.stem.isdigit()]
+        ids = [int(p.stem) for p in d.glob("*.json") if p.stem.isdigit()]  # not the .drop.json files
         return max(ids) if ids else None
 
     def prune_intents(self, keep_after: int) -> None:
@@ -137,8 +137,47 @@ class Checkpoint:
         d = self.etl / "batches"
         if d.is_dir():
             for p in d.glob("*.json"):
-                if p.stem.isdigit() and int(p.stem) <= keep_after:
+                stem = p.name.split(".", 1)[0]
+                if stem.isdigit() and int(stem) <= keep_after:
                     p.unlink(missing_ok=True)
+
+    # -- duplicates ------------------------------------------------------------------------
+    def _drops_path(self, batch_id: int) -> Path:
+        return self.etl / "batches" / f"{batch_id:010d}.drop.json"
+
+    def save_drops(self, batch_id: int, drops: dict[str, tuple[int, ...]]) -> None:
+        """Which records of a batch were found to be duplicates (file name -> positions)."""
+        write_json_atomic(self._drops_path(batch_id), {k: list(v) for k, v in drops.items()})
+
+    def load_drops(self, batch_id: int) -> dict[str, tuple[int, ...]]:
+        p = self._drops_path(batch_id)
+        return {k: tuple(v) for k, v in _read_json(p).items()} if p.exists() else {}
+
+    def save_dedupe_rows(self, batch_id: int, rows) -> None:
+        """The keys a batch wrote (numpy ``KEY_DTYPE`` rows), durably."""
+        d = self.etl / "dedupe"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{batch_id:010d}.keys"
+        tmp = d / f".{path.name}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(rows.tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def load_dedupe_rows(self):
+        from event_etl.dedupe import KEY_DTYPE
+        import numpy as np
+
+        d = self.etl / "dedupe"
+        out = []
+        if d.is_dir():
+            for p in sorted(d.glob("*.keys")):
+                out.append((int(p.stem), np.frombuffer(p.read_bytes(), dtype=KEY_DTYPE).copy()))
+        return out
+
+    def drop_dedupe_rows(self, batch_id: int) -> None:
+        (self.etl / "dedupe" / f"{batch_id:010d}.keys").unlink(missing_ok=True)
 
     # -- ledger ----------------------------------------------------------------------------
     def _ledger_dir(self, hour: int) -> Path:

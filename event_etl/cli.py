@@ -226,6 +226,7 @@ def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types
 # Commands that live in their own modules register themselves on `main` when imported.
 from event_etl import consumer_cli as _consumer_cli  # noqa: E402,F401
 from event_etl import monitoring_cli as _monitoring_cli  # noqa: E402,F401
+from event_etl import pubsub_cli as _pubsub_cli  # noqa: E402,F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -26,6 +26,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import numpy as np
+
 from event_etl.checkpoint import BatchIntent, Checkpoint
 from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
@@ -60,7 +62,7 @@ class BatchResult:
 
     @property
     def events_in(self) -> int:
-        """Every payload the batch read: timely, late, too late, future and invalid."""
+        """Every payload the batch read: timely, late, too late, future, invalid and duplicate."""
         return sum(self.counts.values())
 
     @property
@@ -142,6 +144,12 @@ class Controller:
         self.batches = 0
         self.hours_marked: list[int] = []
         self.last_batch_at: int | None = None
+        self.dedupe = None
+        if event_type.dedupe_window > 0:
+            from event_etl.dedupe import DedupeState
+
+            self.dedupe = DedupeState.from_batches(event_type.dedupe_window, checkpoint.load_dedupe_rows(),
+                                                   self.state.watermark)
 
     # -- listeners -------------------------------------------------------------------------
     def _emit(self, kind: str, payload: Any) -> None:
@@ -167,11 +175,54 @@ class Controller:
             raise
 
     def _run_batch(self, df, batch_id: int) -> None:
+        def run_tasks(ctx: BatchContext, shards: set[int] | None) -> list[tuple[dict, bytes]]:
+            part = df if shards is None else df.filter(df["shard"].isin(sorted(shards)))
+            rows = part.mapInArrow(make_task(ctx), REPORT_SCHEMA).collect()
+            return [(json.loads(r["report"]), bytes(r["keys"] or b"")) for r in rows]
+
+        self.run_batch(batch_id, run_tasks)
+
+    def run_batch(self, batch_id: int, run_tasks: Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]
+                  ) -> BatchEvent:
+        """One micro-batch: intent, tasks (``run_tasks(ctx, shards)`` runs the executor on all or some splits),
+        duplicates, ledger, markers, state.  Public so that tests can drive it without Spark."""
         intent, replayed = self.begin_batch(batch_id)
-        ctx = self.batch_context(intent)
-        rows = df.mapInArrow(make_task(ctx), REPORT_SCHEMA).collect()
-        result = summarize([json.loads(r["report"]) for r in rows])
-        self.finish_batch(intent, result, replayed=replayed)
+        drop = self.ckpt.load_drops(batch_id) if replayed else {}
+        outputs = run_tasks(self.batch_context(intent, drop), None)
+        rows = None
+        if self.dedupe is not None:
+            outputs, rows = self._drop_duplicates(intent, drop, outputs, run_tasks)
+        result = summarize([rep for rep, _ in outputs])
+        return self.finish_batch(intent, result, replayed=replayed, dedupe_rows=rows)
+
+    def _drop_duplicates(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs, run_tasks):
+        """Find records whose key was written before (in the window) and rewrite their splits without them."""
+        from event_etl.dedupe import find_duplicates, rows_of
+
+        rows = rows_of([keys for _, keys in outputs])
+        dup = find_duplicates(rows, self.dedupe.seen_before(intent.batch_id))
+        if not dup.any():
+            return outputs, rows
+        names = {(rep["shard"], f["file_key"]): f["name"] for rep, _ in outputs for f in rep["files"]}
+        new_drop = {k: set(v) for k, v in drop.items()}
+        for r in rows[dup]:
+            new_drop.setdefault(names[(int(r["shard"]), int(r["file"]))], set()).add(int(r["rec"]))
+        frozen = {k: tuple(sorted(v)) for k, v in sorted(new_drop.items())}
+        self.ckpt.save_drops(intent.batch_id, frozen)  # a replay skips the same records
+        shards = {int(s) for s in np.unique(rows[dup]["shard"])}
+        again = run_tasks(self.batch_context(intent, frozen), shards)
+        before = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep, _ in outputs if rep["shard"] in shards
+                  for f in rep["files"]}
+        after = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep, _ in again for f in rep["files"]}
+        for rel in sorted(before - after):  # every record of that file was a duplicate
+            self.storage.delete(rel)
+        outputs = [o for o in outputs if o[0]["shard"] not in shards] + again
+        rows = rows_of([keys for _, keys in outputs])
+        left = find_duplicates(rows, self.dedupe.seen_before(intent.batch_id))
+        if left.any():
+            raise IntegrityError(f"batch {intent.batch_id}: {int(left.sum())} duplicates remain after rewriting",
+                                 fix="report this as a bug, with the checkpoint's etl/ folder")
+        return outputs, rows
 
     def begin_batch(self, batch_id: int) -> tuple[BatchIntent, bool]:
         """Step 1: the batch's intent, new or (for a replay) as first written.  Returns ``(intent, replayed)``."""
@@ -189,12 +240,14 @@ class Controller:
         self.pending_batch = batch_id
         return intent, False
 
-    def batch_context(self, intent: BatchIntent) -> BatchContext:
+    def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None) -> BatchContext:
         """What the executor tasks of the batch are handed."""
-        return BatchContext(self.et, self.storage.url, intent.batch_id, intent.wm_start, intent.started_at)
+        return BatchContext(self.et, self.storage.url, intent.batch_id, intent.wm_start, intent.started_at,
+                            dict(drop or {}))
 
-    def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False) -> BatchEvent:
-        """Steps 3 to 5 of a batch (public so that tests can drive the controller without Spark)."""
+    def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False,
+                     dedupe_rows: np.ndarray | None = None) -> BatchEvent:
+        """Steps 3 to 5 of a batch."""
         batch_id = intent.batch_id
         for hour, entries in sorted(result.files.items()):
             if self.state.marked_through is not None and hour <= self.state.marked_through:
@@ -209,7 +262,14 @@ class Controller:
         )
         now = self.clock()
         new, marked = self._mark(new, now)
+        if self.dedupe is not None and dedupe_rows is not None:
+            # before the state: a batch whose state is saved must have its keys remembered
+            self.ckpt.save_dedupe_rows(batch_id, dedupe_rows)
+            self.dedupe.add(batch_id, dedupe_rows)
         self._commit_state(new, marked)
+        if self.dedupe is not None:
+            for gone in self.dedupe.evict(new.watermark):
+                self.ckpt.drop_dedupe_rows(gone)
         self.ckpt.prune_intents(batch_id - 2)
         self.pending_batch = None
         if result.counts.get("timely"):

@@ -22,8 +22,10 @@ import json
 import os
 from bisect import bisect_left
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
+
+import numpy as np
 
 from fastavro import schemaless_writer
 from fastavro.write import Writer
@@ -40,7 +42,7 @@ from event_etl.storage import Storage, open_storage
 
 __all__ = ["BatchContext", "process_split", "make_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
 
-REPORT_SCHEMA = "report string"
+REPORT_SCHEMA = "report string, keys binary"
 DELAY_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
 _BLOCK_BYTES = 64 * 1024
@@ -56,6 +58,8 @@ class BatchContext:
     batch_id: int
     wm_start: int | None
     started_at: int
+    drop: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Records not to write again (file name -> positions): duplicates found by an earlier attempt."""
 
 
 _DECODERS: dict[tuple[str, str], Any] = {}
@@ -100,16 +104,20 @@ def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[
                 line = data[pos:j]
                 if line[-1:] == b"\r":
                     line = line[:-1]
-                yield line, arrival, name, offset + pos
+                yield line, arrival, name, offset + pos, None
                 pos = j + 1
             offset += pos
             rest = data[pos:] if pos < n else b""
         if rest:
-            yield (rest[:-1] if rest[-1:] == b"\r" else rest), arrival, name, offset
+            yield (rest[:-1] if rest[-1:] == b"\r" else rest), arrival, name, offset, None
 
 
-def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str, int]]:
-    """``(payload, arrival_ms, where, offset)`` for every payload; ``where + str(offset)`` names its position."""
+def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str, int, Any]]:
+    """``(payload, arrival_ms, where, offset, message)`` for every payload of the split.
+
+    ``where + str(offset)`` names its position; ``message`` is ``(message_id, attributes)``
+    for Pub/Sub messages, else ``None``.
+    """
     if split.kind == "files":
         for uri, start, end, arrival in split.ranges():
             yield from _file_lines(uri, start, end, arrival)
@@ -118,7 +126,12 @@ def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str
 
         gen = Generator(et, GeneratorParams.from_json(json.loads(split.meta)))
         for g in gen.range(split.start, split.end):
-            yield g.payload, g.arrival, "gen:", g.index
+            yield g.payload, g.arrival, "gen:", g.index, None
+    elif split.kind == "spool":
+        from event_etl.sources.pubsub import read_spool
+
+        for i, m in read_spool(split.uri, split.start, split.end):
+            yield m["data"], m["publish_time"], "msg:", m["message_id"], (m["message_id"], m["attributes"])
     else:
         raise SourceError(f"unknown split kind {split.kind!r}")
 
@@ -158,45 +171,73 @@ class _OpenFile:
 
 
 class _Group:
-    """The files of one (hour, late) group of a split, filled in order."""
+    """The files of one (hour, late) group of a split, filled in order.
 
-    def __init__(self, hour: int, late: bool, ctx: BatchContext, shard: int, schema: dict) -> None:
-        self.hour, self.late, self.ctx, self.shard, self.schema = hour, late, ctx, shard, schema
+    ``pos`` counts the records offered to the current file, written or not: a record that
+    an earlier attempt found to be a duplicate (``ctx.drop``) is skipped, and files roll
+    over at the same positions as in that attempt, so they come out the same.
+    """
+
+    def __init__(self, index: int, hour: int, late: bool, ctx: BatchContext, shard: int, schema: dict) -> None:
+        self.index, self.hour, self.late, self.ctx, self.shard, self.schema = index, hour, late, ctx, shard, schema
         self.seq = 0
+        self.pos = 0
         self.max_t: int | None = None
-        self.done: list[tuple[str, bytes, int]] = []
+        self.done: list[tuple[str, bytes, int, int]] = []  # name, bytes, records, file key
         self.current = self._new()
 
     def _new(self) -> _OpenFile:
         name = data_file_name(self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late)
+        self.skip = frozenset(self.ctx.drop.get(name, ()))
         return _OpenFile(name, self.schema, self.ctx.event_type.codec)
 
-    def add(self, rec: dict, t: int) -> str | None:
-        """Encode ``rec`` into the current file; an error message if fastavro cannot encode it."""
+    @property
+    def file_key(self) -> int:
+        return self.index * 10000 + self.seq
+
+    def add(self, rec: dict, t: int) -> str | int | None:
+        """Encode ``rec`` into the current file.
+
+        Returns ``None`` when it was written (its position is then ``self.last``), ``-1``
+        when it is a known duplicate that was skipped, or an error message when fastavro
+        cannot encode it.
+        """
         f = self.current
+        pos = self.pos
+        if pos in self.skip:
+            self._advance()
+            return -1
         buf = f.block
-        pos = buf.tell()
+        at = buf.tell()
         try:
             schemaless_writer(buf, self.schema, rec)
         except (ValueError, TypeError, AttributeError, OverflowError, KeyError) as err:
-            buf.seek(pos)
+            buf.seek(at)
             buf.truncate()
             return f"cannot encode: {err}"[:300]
+        self.last = (self.file_key, pos)
         f.in_block += 1
         f.records += 1
         if self.max_t is None or t > self.max_t:
             self.max_t = t
         if buf.tell() >= _BLOCK_BYTES:
             f.flush_block()
-        if f.records >= self.ctx.event_type.max_events_per_file:
-            self.done.append((f.name, f.close(), f.records))
-            self.seq += 1
-            self.current = self._new()
+        self._advance()
         return None
 
-    def finish(self) -> list[tuple[str, bytes, int]]:
+    def _advance(self) -> None:
+        self.pos += 1
+        if self.pos >= self.ctx.event_type.max_events_per_file:
+            f = self.current
+            if f.records:
+                self.done.append((f.name, f.close(), f.records, self.file_key))
+            self.seq += 1
+            self.pos = 0
+            self.current = self._new()
+
+    def finish(self) -> list[tuple[str, bytes, int, int]]:
         if self.current.records:
-            self.done.append((self.current.name, self.current.close(), self.current.records))
+            self.done.append((self.current.name, self.current.close(), self.current.records, self.file_key))
         return self.done
 
 
@@ -204,31 +245,37 @@ def _first_batch_reference(split: Split, ctx: BatchContext, decode) -> int | Non
     """For a job's first batch: this split's would-be watermark, to measure "too late" against."""
     et = ctx.event_type
     best = None
-    for payload, arrival, _, _ in iter_payloads(split, et):
-        ok, _, t = decode(payload)
+    for payload, arrival, _, _, msg in iter_payloads(split, et):
+        ok, _, t = decode(payload) if msg is None else _decoder(et).decode_message(payload, msg[1], arrival)
         if ok and t <= arrival + et.max_future_skew and (best is None or t > best):
             best = t
     return None if best is None else best - et.out_of_orderness
 
 
-def process_split(split: Split, ctx: BatchContext, storage: Storage) -> dict[str, Any]:
-    """Process one split; returns its report (JSON-able)."""
+def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[dict[str, Any], bytes]:
+    """Process one split; returns its report (JSON-able) and its dedupe key rows (``KEY_DTYPE`` bytes)."""
+    from event_etl.dedupe import KEY_DTYPE, key_hash
+
     et = ctx.event_type
     decoder = _decoder(et)
-    decode = decoder.decode
+    decode, decode_message = decoder.decode, decoder.decode_message
     reference = _first_batch_reference(split, ctx, decode) if ctx.wm_start is None else None
     judge = make_judge(
         ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
         too_late_reference=reference,
     )
+    dedupe = et.dedupe_window > 0
+    id_field = et.id_field if dedupe else None
+    shard = split.shard
+    keys: list[tuple[int, int, int, int, int]] = []
     groups: dict[tuple[int, bool], _Group] = {}
     rejects: list[tuple[str, str, bytes, str, int, int | None]] = []  # reason, detail, payload, pos, arrival, et
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
     delay_sum = 0
     timely_o, late_o = Outcome.TIMELY, Outcome.LATE
-    for payload, arrival, where, off in iter_payloads(split, et):
-        ok, rec, t = decode(payload)
+    for payload, arrival, where, off, msg in iter_payloads(split, et):
+        ok, rec, t = decode(payload) if msg is None else decode_message(payload, msg[1], arrival)
         if not ok:
             rejects.append((rec.value, t, payload, where + str(off), arrival, None))
             continue
@@ -237,11 +284,22 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> dict[str
             late = outcome is late_o
             g = groups.get((hour, late))
             if g is None:
-                g = groups[(hour, late)] = _Group(hour, late, ctx, split.shard, decoder.schema)
+                g = groups[(hour, late)] = _Group(len(groups), hour, late, ctx, shard, decoder.schema)
             problem = g.add(rec, t)
             if problem is not None:
-                rejects.append((Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival, t))
+                if problem == -1:
+                    counts["duplicate"] += 1
+                else:
+                    rejects.append((Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival, t))
                 continue
+            if dedupe:
+                fk, pos = g.last
+                if id_field is not None:
+                    v = rec.get(id_field)
+                    if v is not None:
+                        keys.append((key_hash("i", v), t, shard, fk, pos))
+                if msg is not None:  # remembered by publish time too: a redelivered late event is old in event time
+                    keys.append((key_hash("m", msg[0]), max(t, arrival), shard, fk, pos))
             d = arrival - t
             delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
             delay_sum += d
@@ -253,23 +311,22 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> dict[str
     max_t = min_hour = None
     for (hour, late), g in sorted(groups.items()):
         written = g.finish()
-        if not written:
-            continue
+        if g.max_t is not None:
+            max_t = g.max_t if max_t is None else max(max_t, g.max_t)
+            if not late:
+                min_hour = hour if min_hour is None else min(min_hour, hour)
         rel_dir = hour_dir(et.name, hour)
-        for name, data, n in written:
+        for name, data, n, fk in written:
             files.append({
-                "hour": hour, "name": name, "records": n, "bytes": len(data),
+                "hour": hour, "name": name, "records": n, "bytes": len(data), "file_key": fk,
                 "sha256": hashlib.sha256(data).hexdigest(), "late": late,
                 "written": _store_once(storage, f"{rel_dir}/{name}", data, hour),
             })
-        max_t = g.max_t if max_t is None else max(max_t, g.max_t)
-        if not late:
-            min_hour = hour if min_hour is None else min(min_hour, hour)
     dl = _write_deadletters(rejects, split, ctx, storage)
     reasons = Counter(r[0] for r in rejects)
     counts["invalid"] = sum(n for r, n in reasons.items() if r not in (Reason.FUTURE.value, Reason.TOO_LATE.value))
-    return {
-        "shard": split.shard,
+    report = {
+        "shard": shard,
         "counts": {k: v for k, v in counts.items() if v},
         "reasons": dict(reasons),
         "files": files,
@@ -279,6 +336,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> dict[str
         "delay_buckets": delays,
         "delay_sum_ms": delay_sum,
     }
+    return report, np.array(keys, dtype=KEY_DTYPE).tobytes()
 
 
 def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: EventType) -> str:
@@ -333,7 +391,7 @@ def make_task(ctx: BatchContext):
         storage = open_storage(ctx.sink)
         for rb in batches:
             for row in rb.to_pylist():
-                report = process_split(Split(**row), ctx, storage)
-                yield pa.RecordBatch.from_pylist([{"report": json.dumps(report)}])
+                report, keys = process_split(Split(**row), ctx, storage)
+                yield pa.RecordBatch.from_pylist([{"report": json.dumps(report), "keys": keys}])
 
     return task

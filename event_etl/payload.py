@@ -103,28 +103,57 @@ class Decoder:
         return to_millis(dt)
 
     # -- payloads --------------------------------------------------------------------------
-    def decode(self, payload: bytes) -> tuple[bool, Any, Any]:
-        """``(True, record, event_time_ms)`` or ``(False, Reason, detail)``."""
+    def decode(self, payload: bytes, override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
+        """``(True, record, event_time_ms)`` or ``(False, Reason, detail)``.
+
+        ``override``: the event time, taken from elsewhere (a message attribute); ``fallback``:
+        the time to use when the record has none (a message's publish time, if the type says so).
+        """
         n = len(payload)
         if n == 0 or n > self.max_bytes or payload[0] == 0xC3 or (n < 64 and not payload.strip()):
-            return self._decode_unusual(payload)
+            return self._decode_unusual(payload, override, fallback)
         try:
             rec = _loads(payload)
         except _JSONDecodeError as err:
-            return self._not_json(payload, err)
+            return self._not_json(payload, err, override, fallback)
         if type(rec) is not dict:
             return False, Reason.NOT_AN_OBJECT, f"JSON {type(rec).__name__}, expected an object"
-        return self._check(rec)
+        return self._check(rec, override, fallback)
 
-    def _decode_unusual(self, payload: bytes) -> tuple[bool, Any, Any]:
+    def decode_message(self, payload: bytes, attributes: dict[str, str] | None, publish_time: int) -> tuple[bool, Any, Any]:
+        """Decode a Pub/Sub message: the event time may come from an attribute or the publish time (per the type)."""
+        fallback = publish_time if self.event_type.publish_time_fallback else None
+        name = self.event_type.time_attribute
+        if name is None:
+            return self.decode(payload, None, fallback)
+        raw = (attributes or {}).get(name)
+        if raw is None:
+            if fallback is None:
+                return False, Reason.MISSING_TIME, f"attribute {name!r} is missing"
+            return self.decode(payload, fallback, None)
+        try:
+            t = self._attribute_time(raw)
+        except (ValueError, OverflowError, TypeError) as err:
+            return False, Reason.INVALID_TIME, f"attribute {name!r}: {err}"
+        return self.decode(payload, t, None)
+
+    def _attribute_time(self, raw: str) -> int:
+        div, fmt = self.event_type.time_logical_divisor, self.event_type.time_format
+        if fmt == "iso8601" and not div:
+            return self._iso(raw)
+        if fmt == "epoch_seconds" and not div:
+            return self._check_range(int(round(float(raw) * 1000)))
+        return self._check_range(int(raw) // (div or 1))
+
+    def _decode_unusual(self, payload: bytes, override: int | None, fallback: int | None) -> tuple[bool, Any, Any]:
         n = len(payload)
         if n == 0 or (n < 64 and not payload.strip()):
             return False, Reason.EMPTY_PAYLOAD, "payload has no content"
         if n > self.max_bytes:
             return False, Reason.OVERSIZED, f"{n} bytes > max_payload_bytes {self.max_bytes}"
-        return self._decode_avro(payload)
+        return self._decode_avro(payload, override, fallback)
 
-    def _not_json(self, payload: bytes, err: Exception) -> tuple[bool, Any, Any]:
+    def _not_json(self, payload: bytes, err: Exception, override: int | None, fallback: int | None) -> tuple[bool, Any, Any]:
         try:
             text = payload.decode("utf-8")
         except UnicodeDecodeError as uerr:
@@ -136,18 +165,36 @@ class Decoder:
             except (binascii.Error, ValueError):
                 raw = b""
             if raw.startswith(SOE_MAGIC):
-                return self._decode_avro(raw)
+                return self._decode_avro(raw, override, fallback)
         del text
         return False, Reason.INVALID_JSON, str(err)
 
-    def _check(self, rec: dict[str, Any]) -> tuple[bool, Any, Any]:
+    def _event_time(self, rec: dict[str, Any], override: int | None, fallback: int | None) -> tuple[bool, Any, Any]:
+        if override is not None:
+            return True, None, override
         v = rec.get(self.time_field)
         if v is None:
+            if fallback is not None:
+                return True, None, fallback
             return False, Reason.MISSING_TIME, f"field {self.time_field!r} is missing or null"
         try:
-            ms = self._time(v)
+            return True, None, self._time(v)
         except (ValueError, OverflowError, TypeError) as err:
             return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
+
+    def _check(self, rec: dict[str, Any], override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
+        if override is None and fallback is None:  # the common case, inline
+            v = rec.get(self.time_field)
+            if v is None:
+                return False, Reason.MISSING_TIME, f"field {self.time_field!r} is missing or null"
+            try:
+                ms = self._time(v)
+            except (ValueError, OverflowError, TypeError) as err:
+                return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
+        else:
+            ok, why, ms = self._event_time(rec, override, fallback)
+            if not ok:
+                return False, why, ms
         keys = rec.keys()
         if not self.required_set <= keys:
             name = next(n for n in self.required if n not in rec)
@@ -165,7 +212,7 @@ class Decoder:
             return False, Reason.SCHEMA_MISMATCH, "does not match the schema"
         return True, rec, ms
 
-    def _decode_avro(self, payload: bytes) -> tuple[bool, Any, Any]:
+    def _decode_avro(self, payload: bytes, override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
         if len(payload) < 10 or payload[:2] != SOE_MAGIC:
             return False, Reason.INVALID_AVRO, "not an Avro single-object message (header C3 01 + 8-byte fingerprint)"
         fp = payload[2:10].hex()
@@ -179,13 +226,9 @@ class Decoder:
             return False, Reason.INVALID_AVRO, f"cannot decode datum: {type(err).__name__}: {err}"[:300]
         if bio.tell() != len(payload) - 10:
             return False, Reason.INVALID_AVRO, f"{len(payload) - 10 - bio.tell()} trailing bytes after the datum"
-        v = rec.get(self.time_field)
-        if v is None:
-            return False, Reason.MISSING_TIME, f"field {self.time_field!r} is null"
-        try:
-            ms = self._time(v)
-        except (ValueError, OverflowError, TypeError) as err:
-            return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
+        ok, why, ms = self._event_time(rec, override, fallback)
+        if not ok:
+            return False, why, ms
         return True, rec, ms
 
 

@@ -58,6 +58,7 @@ class ProgressPrinter:
         return (
             f"[{self.et}] batch {ev.batch_id}{' (replay)' if ev.replayed else ''}: in {_n(r.events_in)}  "
             f"timely {_n(c.get('timely', 0))}  late {_n(c.get('late', 0))}  dead-letter {_n(r.deadlettered)}  "
+            + (f"duplicates {_n(c['duplicate'])}  " if c.get("duplicate") else "") +
             f"files {r.files_written} ({_size(r.bytes_written)})  watermark {iso(wm) or '-'} lag {lag}  "
             f"marked {len(ev.marked)}  {secs:.2f}s  {r.events_in / secs:,.0f} ev/s"
         )
@@ -73,6 +74,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  too late       {_n(t.get('too_late', 0))}",
         f"  future         {_n(t.get('future', 0))}",
         f"  invalid        {_n(t.get('invalid', 0))}",
+        f"  duplicates     {_n(t.get('duplicate', 0))} (dropped)",
         f"  dead-lettered  {_n(t.get('deadlettered', 0))}",
         f"  files written  {_n(t.get('files', 0))} ({_size(t.get('bytes', 0))})",
         f"  watermark      {summary['watermark'] or '-'}",

@@ -105,12 +105,18 @@ def run_job(
             fix="raise idle_timeout in etl.toml or shorten --trigger-interval",
         )
     now = clock()
-    spec: SourceSpec = parse_source(options.source or event_type.source, now=now)
+    spec: SourceSpec = parse_source(options.source or event_type.source, now=now,
+                                    default_subscription=event_type.pubsub.get("subscription"))
     sink = resolve_sink(options.sink)
     ckpt_path = options.checkpoint or default_checkpoint(event_type.name)
     _check_checkpoint_location(ckpt_path)
     ckpt = Checkpoint(ckpt_path[7:] if ckpt_path.startswith("file://") else ckpt_path)
     storage = Storage(sink)
+    storage.check_writable()
+    if spec.kind == "pubsub":
+        from event_etl.sources.pubsub import check_subscription
+
+        check_subscription(spec.params["subscription"])
     old_job = ckpt.job()
     if old_job is not None:  # fail before starting Spark if the checkpoint is someone else's
         ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink})
@@ -185,7 +191,7 @@ def run_job(
         if stop["requested"]:
             _stop_at_boundary(query, controller)
         else:
-            _raise_query_failure(query, controller)
+            _raise_query_failure(query, controller, source_spec["log_dir"])
     finally:
         if query.isActive:
             query.stop()
@@ -198,7 +204,7 @@ def run_job(
         metrics.shutdown()
     seconds = time.monotonic() - started
     totals = dict(controller.totals)
-    events_in = sum(totals.get(k, 0) for k in ("timely", "late", "too_late", "future", "invalid"))
+    events_in = sum(totals.get(k, 0) for k in ("timely", "late", "too_late", "future", "invalid", "duplicate"))
     summary = {
         "event_type": event_type.name,
         "sink": sink,
@@ -224,7 +230,7 @@ def _stop_at_boundary(query, controller: Controller) -> None:
         raise controller.failure
 
 
-def _raise_query_failure(query, controller: Controller) -> None:
+def _raise_query_failure(query, controller: Controller, source_dir: str) -> None:
     if controller.failure is not None:
         raise controller.failure
     exc = query.exception()
@@ -232,5 +238,10 @@ def _raise_query_failure(query, controller: Controller) -> None:
         msg = str(exc)
         if "StopRequested" in msg:
             return
+        from event_etl.sources.pubsub import read_error
+
+        source_error = read_error(source_dir)  # the source runs in another process: it leaves its error here
+        if source_error is not None:
+            raise source_error
         raise EventEtlError(f"the streaming query failed: {msg.splitlines()[0] if msg else exc!r}",
                             fix="see the log above for the cause; the job can be restarted on the same checkpoint")

@@ -55,8 +55,27 @@ def _fs_options(url: str) -> dict[str, Any]:
     return {}
 
 
+_NOT_TRANSIENT = (FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError, IsADirectoryError)
+
+
+def _is_transient(err: BaseException) -> bool:
+    """Errors worth retrying on an object store: network trouble, timeouts, 429 and 5xx answers."""
+    if isinstance(err, _NOT_TRANSIENT):
+        return False
+    code = getattr(err, "code", None)
+    if isinstance(code, int):
+        return code == 429 or code >= 500
+    return isinstance(err, (OSError, TimeoutError, ConnectionError)) or type(err).__name__ in (
+        "ClientError", "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError")
+
+
 class Storage:
-    """A sink root and the few operations event_etl needs on it."""
+    """A sink root and the few operations event_etl needs on it.
+
+    On object stores, transient errors are retried with exponential backoff for up to
+    ``retry_seconds`` (default 120, or ``$EVENT_ETL_STORAGE_RETRY_SECONDS``); after that the
+    operation fails with a :class:`StorageError` that says so.
+    """
 
     def __init__(self, url: str, **options: Any) -> None:
         import fsspec
@@ -73,6 +92,32 @@ class Storage:
             ) from err
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = os.path.abspath(root) if self.local else root.rstrip("/")
+        self.retry_seconds = float(os.environ.get("EVENT_ETL_STORAGE_RETRY_SECONDS", "120"))
+
+    def _retry(self, what: str, fn):
+        """Run ``fn`` (an object-store call), retrying transient errors with backoff."""
+        if self.local:
+            return fn()
+        import logging
+        import time
+
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.25
+        while True:
+            try:
+                return fn()
+            except Exception as err:  # noqa: BLE001 - classified below
+                if not _is_transient(err):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise StorageError(
+                        f"{what}: the storage was unreachable for {self.retry_seconds:.0f}s ({type(err).__name__}: {err})",
+                        fix="check the network and the bucket; the job can be restarted on the same checkpoint "
+                            "and loses nothing",
+                    ) from err
+                logging.getLogger(__name__).warning("%s failed (%s); retrying in %.1fs", what, err, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 8.0)
 
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
@@ -104,7 +149,7 @@ class Storage:
                     os.fsync(fh.fileno())
                 os.replace(tmp, target)
             else:
-                self.fs.pipe_file(target, data)
+                self._retry(f"writing {self.display(rel)}", lambda: self.fs.pipe_file(target, data))
         except OSError as err:
             raise StorageError(f"cannot write {self.display(rel)}: {err}", fix="check the sink's space and permissions") from err
 
@@ -128,16 +173,29 @@ class Storage:
                     os.unlink(tmp)
                 return True
             try:
-                self.fs.pipe_file(target, data, mode="create")
+                self._retry(f"creating {self.display(rel)}", lambda: self.fs.pipe_file(target, data, mode="create"))
             except FileExistsError:
                 return False
             return True
         except OSError as err:
             raise StorageError(f"cannot create {self.display(rel)}: {err}", fix="check the sink's permissions") from err
 
+    def check_writable(self) -> None:
+        """Fail fast, with the fix, if the sink cannot be written (missing bucket, no permission, no network)."""
+        rel = f".event_etl-probe-{uuid.uuid4().hex}"
+        try:
+            self.write_atomic(rel, b"probe")
+            self.delete(rel)
+        except StorageError as err:
+            raise StorageError(
+                f"the sink {self.url} cannot be written: {err.message}",
+                fix="create the bucket or folder and grant write access (roles/storage.objectAdmin on GCS; "
+                    "credentials through Application Default Credentials, or STORAGE_EMULATOR_HOST for an emulator)",
+            ) from err
+
     def delete(self, rel: str) -> None:
         try:
-            self.fs.rm_file(self.path(rel))
+            self._retry(f"deleting {self.display(rel)}", lambda: self.fs.rm_file(self.path(rel)))
         except FileNotFoundError:
             pass
         except OSError as err:
@@ -150,7 +208,7 @@ class Storage:
         try:
             if self.local:
                 return os.path.exists(target)
-            self.fs.info(target)
+            self._retry(f"checking {self.display(rel)}", lambda: self.fs.info(target))
             return True
         except FileNotFoundError:
             return False
@@ -163,7 +221,7 @@ class Storage:
             if self.local:
                 with open(target, "rb") as fh:
                     return fh.read()
-            return self.fs.cat_file(target)
+            return self._retry(f"reading {self.display(rel)}", lambda: self.fs.cat_file(target))
         except FileNotFoundError:
             raise
         except OSError as err:
@@ -181,7 +239,7 @@ class Storage:
                             out[e.name] = e.stat().st_size
                 return out
             self.fs.invalidate_cache(target)
-            entries = self.fs.ls(target, detail=True)
+            entries = self._retry(f"listing {self.display(rel_dir)}", lambda: self.fs.ls(target, detail=True))
             return {
                 posixpath.basename(e["name"].rstrip("/")): int(e.get("size") or 0)
                 for e in entries
@@ -200,9 +258,10 @@ class Storage:
                 with os.scandir(target) as it:
                     return sorted(e.name for e in it if e.is_dir())
             self.fs.invalidate_cache(target)
+            entries = self._retry(f"listing {self.display(rel_dir)}", lambda: self.fs.ls(target, detail=True))
             return sorted(
                 posixpath.basename(e["name"].rstrip("/"))
-                for e in self.fs.ls(target, detail=True)
+                for e in entries
                 if e.get("type") == "directory"
             )
         except FileNotFoundError:

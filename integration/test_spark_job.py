@@ -113,20 +113,16 @@ def test_every_event_once_and_the_same_result_as_without_spark(spark, tmp_path, 
 
 def _batch_with_arrivals(ref: LocalPipeline, files: list[list]) -> None:
     """One reference batch whose splits are the given files, each with its own arrival time."""
-    from event_etl.driver import summarize
-    from event_etl.executor import process_split
     from event_etl.sources.splits import Split
 
     batch_id = ref.next_batch
     ref.next_batch += 1
-    intent, replayed = ref.controller.begin_batch(batch_id)
-    ctx = ref.controller.batch_context(intent)
-    reports = []
+    splits = []
     for shard, evs in enumerate(files):
         f = ref.inputs / f"b{batch_id}-{shard}.jsonl"
         f.write_bytes(b"\n".join(g.payload for g in evs) + b"\n")
-        reports.append(process_split(Split.of_files(shard, [(str(f), 0, f.stat().st_size, evs[-1].arrival)]), ctx, ref.storage))
-    ref.controller.finish_batch(intent, summarize(reports), replayed=replayed)
+        splits.append(Split.of_files(shard, [(str(f), 0, f.stat().st_size, evs[-1].arrival)]))
+    ref.controller.run_batch(batch_id, ref.task_runner(splits))
 
 
 def snapshot(sink: Path) -> dict[str, bytes]:

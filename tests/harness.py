@@ -18,7 +18,7 @@ from typing import Any
 import fastavro
 
 from event_etl.checkpoint import Checkpoint
-from event_etl.driver import BatchEvent, Controller, summarize
+from event_etl.driver import BatchEvent, Controller
 from event_etl.eventtypes import EventType, load_event_type
 from event_etl.executor import process_split
 from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_data_file_name
@@ -185,14 +185,18 @@ class LocalPipeline:
         if batch_id not in self.arrivals:
             path.write_bytes(b"\n".join(lines))
             self.arrivals[batch_id] = self.clock()
-        intent, replayed = self.controller.begin_batch(batch_id)
-        ctx = self.controller.batch_context(intent)
         data = path.read_bytes()
-        reports = [
-            process_split(Split.of_files(shard, [(str(path), a, b, self.arrivals[batch_id])]), ctx, self.storage)
-            for shard, (a, b) in enumerate(_line_bounds(data, shards))
-        ]
-        return self.controller.finish_batch(intent, summarize(reports), replayed=replayed)
+        splits = [Split.of_files(shard, [(str(path), a, b, self.arrivals[batch_id])])
+                  for shard, (a, b) in enumerate(_line_bounds(data, shards))]
+        return self.controller.run_batch(batch_id, self.task_runner(splits))
+
+    def task_runner(self, splits: list[Split]):
+        """What Spark does for the controller: run the executor on all splits, or on some shards again."""
+
+        def run_tasks(ctx, shards):
+            return [process_split(sp, ctx, self.storage) for sp in splits if shards is None or sp.shard in shards]
+
+        return run_tasks
 
 
 def _line_bounds(data: bytes, shards: int) -> list[tuple[int, int]]:

@@ -12,7 +12,9 @@ Source URLs:
 - ``generate:`` or ``generate:rate=2000,speedup=120,...``: synthetic events
   (see :mod:`event_etl.generator`);
 - ``dir:PATH`` or a plain path: newline-delimited files, read in file-name order,
-  new files picked up as they appear.
+  new files picked up as they appear;
+- ``pubsub:projects/P/subscriptions/S`` (or ``pubsub:`` for the type's ``[pubsub]
+  subscription``): a Pub/Sub subscription, see :mod:`event_etl.sources.pubsub`.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ class SourceSpec:
         return self.url
 
 
-def parse_source(url: str, *, now: int) -> SourceSpec:
-    """Parse a ``--source`` value.  ``now`` fixes relative generator start times."""
+def parse_source(url: str, *, now: int, default_subscription: str | None = None) -> SourceSpec:
+    """Parse a ``--source`` value.  ``now`` fixes relative generator start times; ``pubsub:`` alone
+    means ``default_subscription`` (the type's ``[pubsub] subscription``)."""
     if url is None or not str(url).strip():
         raise UsageError("empty --source", fix="use generate:, dir:PATH or a folder path")
     url = str(url).strip()
@@ -57,10 +60,19 @@ def parse_source(url: str, *, now: int) -> SourceSpec:
             raise UsageError(f"--source {url}: {err}", fix="e.g. --source generate:rate=2000,speedup=60") from err
         return SourceSpec("generate", params.to_json(), url)
     if url.startswith("pubsub:"):
-        raise UsageError(
-            f"--source {url}: the Pub/Sub source is not available in this build",
-            fix="use generate: or dir:PATH",
-        )
+        from event_etl.sources.pubsub import parse_subscription
+
+        path = url[len("pubsub:"):].strip() or (default_subscription or "")
+        if not path:
+            raise UsageError(
+                "--source pubsub: names no subscription and the event type has no [pubsub] subscription",
+                fix="write --source pubsub:projects/PROJECT/subscriptions/NAME, or set subscription in [pubsub] of etl.toml",
+            )
+        try:
+            parse_subscription(path)
+        except ValueError as err:
+            raise UsageError(f"--source {url}: {err}", fix="e.g. --source pubsub:projects/my-project/subscriptions/page-view-etl") from err
+        return SourceSpec("pubsub", {"subscription": path}, f"pubsub:{path}")
     if url.startswith("dir:"):
         path = url[4:]
     elif "://" in url and not url.startswith("file://"):

@@ -43,6 +43,14 @@ def make_planner(spec: dict[str, Any]):
             GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=now_millis,
             tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
         )
+    if kind == "pubsub":
+        from event_etl.sources.pubsub import PubSubPlanner
+
+        return PubSubPlanner(
+            spec["params"]["subscription"], spec["log_dir"], max_messages=int(spec["max_events_per_batch"]),
+            clock=now_millis, tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
+            outage_timeout=float(spec.get("outage_timeout", 120)),
+        )
     raise ValueError(f"unknown source kind {kind!r}")
 
 
@@ -82,12 +90,22 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return [SplitPartition([s]) for s in self.planner.splits(start, end)]
 
+    def __getstate__(self) -> dict:
+        # Spark ships the reader to executors for read(), which needs only the partition: the
+        # planner (clients, threads, file logs) stays on the driver side.
+        return {"spec": self.spec, "planner": None}
+
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         for s in partition.splits:  # type: ignore[attr-defined]
             yield s.as_row()
 
     def commit(self, end: dict) -> None:
         self.planner.commit(end)
+
+    def stop(self) -> None:
+        stop = getattr(self.planner, "stop", None)
+        if stop is not None:
+            stop()
 
 
 class EtlSource(DataSource):

@@ -1,0 +1,130 @@
+"""Dropping duplicates: redeliveries (same message id) and producer retries (same id field).
+
+Every record a task writes is reported to the driver as a small row of numbers: the
+64-bit hash of each of its keys (``i:<id field value>`` and, for Pub/Sub, ``m:<message
+id>``), its event time, and where it was written (file and record index).  The driver
+keeps the keys of the records written within the *dedupe window* (event times no older
+than the watermark minus the window: default 10 minutes of event time) and, after each
+batch, finds the records whose key was seen before: in an earlier batch, or earlier in
+the same batch (order: shard, file, record).  Those are removed from their files before
+the hour can be marked, and counted as ``duplicate``.  Duplicates are rare, so the
+common batch pays only for the hashes; the state is bounded by the window.
+
+Decisions are recorded with the batch before any file is rewritten, and a replayed
+batch skips the same records when it writes, so it produces the same files.
+
+Keys are 64-bit xxHash values: two different ids collide with probability about
+n²/2⁶⁵ (1e-5 for ten million keys in the window).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import xxhash
+
+__all__ = ["KEY_DTYPE", "key_hash", "DedupeState", "find_duplicates", "rows_of"]
+
+# One row per key of a written record.  A record with two keys has two rows.
+KEY_DTYPE = np.dtype([("key", "<u8"), ("time", "<i8"), ("shard", "<u4"), ("file", "<u4"), ("rec", "<u4")])
+
+
+def key_hash(kind: str, value: object) -> int:
+    """The 64-bit key of an id (``kind`` ``i``) or a message id (``kind`` ``m``)."""
+    return xxhash.xxh3_64_intdigest(f"{kind}:{value}".encode("utf-8", "surrogatepass"))
+
+
+def rows_of(blobs: Iterable[bytes]) -> np.ndarray:
+    """The key rows reported by a batch's tasks, as one array."""
+    parts = [np.frombuffer(b, dtype=KEY_DTYPE) for b in blobs if b]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=KEY_DTYPE)
+
+
+def find_duplicates(rows: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """Rows (of ``KEY_DTYPE``) whose record is a duplicate, as a boolean mask over ``rows``.
+
+    A record is a duplicate if any of its keys is in ``seen`` (sorted ``uint64``) or
+    belongs to an earlier record of the same batch (by shard, file, record).  All rows of
+    a duplicate record are marked.  Pure function.
+    """
+    n = len(rows)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.lexsort((rows["rec"], rows["file"], rows["shard"]))
+    ordered = rows[order]
+    dup = np.isin(ordered["key"], seen) if len(seen) else np.zeros(n, dtype=bool)
+    # earlier in this batch: only the first occurrence of a key (in record order) is kept
+    _, first = np.unique(ordered["key"], return_index=True)
+    later = np.ones(n, dtype=bool)
+    later[first] = False
+    dup |= later
+    # spread to every row of a duplicate record
+    rec_id = _record_ids(ordered)
+    bad = np.unique(rec_id[dup])
+    marked = np.isin(rec_id, bad)
+    out = np.zeros(n, dtype=bool)
+    out[order] = marked
+    return out
+
+
+def _record_ids(rows: np.ndarray) -> np.ndarray:
+    return (rows["shard"].astype(np.uint64) << np.uint64(44)) | (rows["file"].astype(np.uint64) << np.uint64(28)) | \
+        rows["rec"].astype(np.uint64)
+
+
+@dataclass
+class DedupeState:
+    """The keys written within the window, by batch, so that old batches can be forgotten."""
+
+    window_ms: int
+    keys: np.ndarray  # sorted uint64
+    by_batch: dict[int, np.ndarray]  # batch id -> KEY_DTYPE rows of records kept
+
+    @classmethod
+    def empty(cls, window_ms: int) -> "DedupeState":
+        return cls(window_ms, np.zeros(0, dtype=np.uint64), {})
+
+    @classmethod
+    def from_batches(cls, window_ms: int, batches: Iterable[tuple[int, np.ndarray]], watermark: int | None) -> "DedupeState":
+        st = cls.empty(window_ms)
+        for batch_id, rows in batches:
+            st.by_batch[batch_id] = rows
+        st.evict(watermark)
+        return st
+
+    def seen_before(self, batch_id: int) -> np.ndarray:
+        """Sorted keys of the batches before ``batch_id`` (a replayed batch does not see itself)."""
+        later = [b for b in self.by_batch if b >= batch_id]
+        if not later:
+            return self.keys
+        parts = [r["key"] for b, r in self.by_batch.items() if b < batch_id]
+        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+
+    def add(self, batch_id: int, rows: np.ndarray) -> None:
+        self.by_batch[batch_id] = rows
+        self._rebuild()
+
+    def evict(self, watermark: int | None) -> list[int]:
+        """Forget rows older than ``watermark - window``; returns the batch ids now empty."""
+        gone = []
+        if watermark is not None:
+            limit = watermark - self.window_ms
+            for b, rows in list(self.by_batch.items()):
+                keep = rows[rows["time"] >= limit]
+                if len(keep):
+                    self.by_batch[b] = keep
+                else:
+                    del self.by_batch[b]
+                    gone.append(b)
+        self._rebuild()
+        return gone
+
+    def _rebuild(self) -> None:
+        parts = [r["key"] for r in self.by_batch.values()]
+        self.keys = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+
+    @property
+    def size(self) -> int:
+        return int(len(self.keys))
