@@ -2,7 +2,8 @@
 
 Every record a task writes is reported to the driver as a small row of numbers: the
 64-bit hash of each of its keys (``i:<id field value>`` and, for Pub/Sub, ``m:<message
-id>``), its event time, and where it was written (file and record index).  The driver
+id>@<publish time>``: a redelivery has both the same, while an emulator that restarts
+counts message ids from 1 again), its event time, and where it was written (file and record index).  The driver
 keeps the keys of the records written within the *dedupe window* (event times no older
 than the watermark minus the window: default 10 minutes of event time) and, after each
 batch, finds the records whose key was seen before: in an earlier batch, or earlier in

@@ -204,6 +204,8 @@ class Controller:
         if not dup.any():
             return outputs, rows
         names = {(rep["shard"], f["file_key"]): f["name"] for rep, _ in outputs for f in rep["files"]}
+        names.update({(rep["shard"], rep["deadletter"]["file_key"]): rep["deadletter"]["path"].rsplit("/", 1)[1]
+                      for rep, _ in outputs if rep.get("deadletter")})
         new_drop = {k: set(v) for k, v in drop.items()}
         for r in rows[dup]:
             new_drop.setdefault(names[(int(r["shard"]), int(r["file"]))], set()).add(int(r["rec"]))
@@ -211,9 +213,12 @@ class Controller:
         self.ckpt.save_drops(intent.batch_id, frozen)  # a replay skips the same records
         shards = {int(s) for s in np.unique(rows[dup]["shard"])}
         again = run_tasks(self.batch_context(intent, frozen), shards)
-        before = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep, _ in outputs if rep["shard"] in shards
-                  for f in rep["files"]}
-        after = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep, _ in again for f in rep["files"]}
+        def paths(reports) -> set[str]:
+            out = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep in reports for f in rep["files"]}
+            return out | {rep["deadletter"]["path"] for rep in reports if rep.get("deadletter")}
+
+        before = paths(rep for rep, _ in outputs if rep["shard"] in shards)
+        after = paths(rep for rep, _ in again)
         for rel in sorted(before - after):  # every record of that file was a duplicate
             self.storage.delete(rel)
         outputs = [o for o in outputs if o[0]["shard"] not in shards] + again

@@ -46,6 +46,7 @@ REPORT_SCHEMA = "report string, keys binary"
 DELAY_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
 _BLOCK_BYTES = 64 * 1024
+DEADLETTER_FILE_KEY = 99_990_000  # "file" of dedupe rows that point into a shard's dead-letter file
 _READ_BYTES = 4 * 1024 * 1024
 
 
@@ -299,7 +300,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
                     if v is not None:
                         keys.append((key_hash("i", v), t, shard, fk, pos))
                 if msg is not None:  # remembered by publish time too: a redelivered late event is old in event time
-                    keys.append((key_hash("m", msg[0]), max(t, arrival), shard, fk, pos))
+                    keys.append((key_hash("m", f"{msg[0]}@{arrival}"), max(t, arrival), shard, fk, pos))
             d = arrival - t
             delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
             delay_sum += d
@@ -322,7 +323,16 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
                 "sha256": hashlib.sha256(data).hexdigest(), "late": late,
                 "written": _store_once(storage, f"{rel_dir}/{name}", data, hour),
             })
-    dl = _write_deadletters(rejects, split, ctx, storage)
+    dl_rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, shard)
+    dl_skip = frozenset(ctx.drop.get(os.path.basename(dl_rel), ()))
+    if dl_skip:  # redelivered messages an earlier attempt found in the dead-letter area already
+        counts["duplicate"] += len(dl_skip)
+    if dedupe:
+        for i, r in enumerate(rejects):
+            if r[3].startswith("msg:") and i not in dl_skip:
+                keys.append((key_hash("m", f"{r[3][4:]}@{r[4]}"), max(r[4], r[5] or r[4]), shard, DEADLETTER_FILE_KEY, i))
+    rejects = [r for i, r in enumerate(rejects) if i not in dl_skip]
+    dl = _write_deadletters(rejects, dl_rel, ctx, storage)
     reasons = Counter(r[0] for r in rejects)
     counts["invalid"] = sum(n for r, n in reasons.items() if r not in (Reason.FUTURE.value, Reason.TOO_LATE.value))
     report = {
@@ -367,11 +377,10 @@ def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None) -> bo
     return True
 
 
-def _write_deadletters(rejects, split, ctx, storage) -> dict[str, Any] | None:
+def _write_deadletters(rejects, rel, ctx, storage) -> dict[str, Any] | None:
     if not rejects:
         return None
     et = ctx.event_type
-    rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, split.shard)
     recs = [
         {"event_type": et.name, "reason": reason, "detail": detail, "arrived_at": arrival, "event_time": t,
          "source": pos, "batch_id": ctx.batch_id, "payload": payload}
@@ -379,7 +388,8 @@ def _write_deadletters(rejects, split, ctx, storage) -> dict[str, Any] | None:
     ]
     data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
     written = _store_once(storage, rel, data, None)
-    return {"path": rel, "records": len(recs), "bytes": len(data), "written": written}
+    return {"path": rel, "records": len(recs), "bytes": len(data), "written": written,
+            "file_key": DEADLETTER_FILE_KEY}
 
 
 def make_task(ctx: BatchContext):

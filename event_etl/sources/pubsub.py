@@ -153,7 +153,7 @@ class PubSubPlanner:
 
     def __init__(self, subscription: str, spool_dir: str, *, max_messages: int, clock: Callable[[], int],
                  tasks_per_batch: int = 2, ack_deadline: int = 60, outage_timeout: float = 120.0,
-                 pull_timeout: float = 5.0, pull_budget: float = 2.0, client=None) -> None:
+                 pull_timeout: float = 5.0, pull_budget: float = 2.0, drain_quiet: float = 3.0, client=None) -> None:
         self.subscription = subscription
         self.dir = Path(spool_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -164,6 +164,7 @@ class PubSubPlanner:
         self.outage_timeout = outage_timeout
         self.pull_timeout = pull_timeout
         self.pull_budget = pull_budget  # a batch waits at most this long for more messages
+        self.drain_quiet = drain_quiet  # --once: the subscription must stay empty this long
         self._client = client
         self.once = False
         self.drained = False
@@ -230,10 +231,18 @@ class PubSubPlanner:
             return {"spool": n}
         cap = min(self.max_messages, max_rows or self.max_messages)
         msgs, ack_ids = self._pull(cap)
-        if not msgs:
-            if self.once:
+        if not msgs and self.once:
+            # A pull may come back empty while messages are on their way: only a subscription that
+            # stays empty for a while counts as drained.
+            quiet_until = time.monotonic() + self.drain_quiet
+            while not msgs and time.monotonic() < quiet_until:
+                time.sleep(0.2)
+                msgs, ack_ids = self._pull(cap)
+            if not msgs:
                 self.drained = True
+        if not msgs:
             return {"spool": n}
+        self._extend(ack_ids)  # at once: the subscription's own deadline may be shorter than a batch
         self._write_spool(n, msgs)
         with self._lock:
             self.unacked[n] = ack_ids
@@ -323,16 +332,19 @@ class PubSubPlanner:
             self._extender.start()
 
     def _extend_loop(self) -> None:
-        period = max(1.0, self.ack_deadline / 3)
+        period = max(1.0, self.ack_deadline / 4)
         while not self._stop.wait(period):
             with self._lock:
                 ids = [a for v in self.unacked.values() for a in v]
-            for i in range(0, len(ids), 2500):
-                try:
-                    self.client.modify_ack_deadline(subscription=self.subscription, ack_ids=ids[i:i + 2500],
-                                                    ack_deadline_seconds=self.ack_deadline, timeout=30)
-                except Exception as err:  # a missed extension means a redelivery, which dedupe absorbs
-                    log.warning("extending ack deadlines failed: %s", err)
+            self._extend(ids)
+
+    def _extend(self, ids: list[str]) -> None:
+        for i in range(0, len(ids), 2500):
+            try:
+                self.client.modify_ack_deadline(subscription=self.subscription, ack_ids=ids[i:i + 2500],
+                                                ack_deadline_seconds=self.ack_deadline, timeout=30)
+            except Exception as err:  # noqa: BLE001 - a missed extension means a redelivery, which dedupe absorbs
+                log.warning("extending ack deadlines failed: %s", err)
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,0 +1,295 @@
+"""The production path against real servers: Pub/Sub emulator -> event_etl -> GCS emulator.
+
+Every test publishes a known set of events, runs the job as users do (a separate
+`event-etl` process with PUBSUB_EMULATOR_HOST and STORAGE_EMULATOR_HOST set), and checks
+every bucket, marker and dead-letter record against the set by event id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from event_etl.eventtypes import load_event_type
+from event_etl.rules.buckets import MARKER_NAME
+from event_etl.rules.manifest import Manifest
+from event_etl.storage import Storage
+from event_etl.timeutil import HOUR_MS, now_millis
+
+EXE = str(Path(sys.executable).with_name("event-etl"))
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "event-etl-test"
+
+
+def env(pubsub_server, gcs_server) -> dict:
+    return {**os.environ, "PUBSUB_EMULATOR_HOST": pubsub_server.host, "STORAGE_EMULATOR_HOST": gcs_server.url,
+            "PYSPARK_PYTHON": sys.executable, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+
+
+class Scenario:
+    """A topic, a subscription, a bucket and a checkpoint of one test, and the events published."""
+
+    def __init__(self, tmp: Path, pubsub_server, gcs_server, gcs_bucket: str, *, ack_deadline: int = 10) -> None:
+        from google.cloud import pubsub_v1
+
+        self.tmp = tmp
+        self.env = env(pubsub_server, gcs_server)
+        os.environ["PUBSUB_EMULATOR_HOST"] = pubsub_server.host
+        name = f"t{uuid.uuid4().hex[:10]}"
+        self.topic = f"projects/{PROJECT}/topics/{name}"
+        self.subscription = f"projects/{PROJECT}/subscriptions/{name}-etl"
+        self.sink = f"{gcs_bucket}/out"
+        self.checkpoint = str(tmp / "ck")
+        self.et = load_event_type(ROOT / "event_types" / "page_view")
+        self.setup(ack_deadline)
+        self.publisher = pubsub_v1.PublisherClient()
+        self.sent: list[dict] = []  # what we published: id, event time, kind, payload
+
+    def setup(self, ack_deadline: int = 10) -> None:
+        r = subprocess.run([EXE, "setup", "page_view", "--topic", self.topic, "--subscription", self.subscription,
+                            "--ack-deadline", str(ack_deadline)], env=self.env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    def event(self, event_time: int, kind: str, *, eid: str | None = None) -> dict:
+        eid = eid or str(uuid.uuid4())
+        rec = {"event_id": eid, "event_time": event_time, "anonymous_id": "a1", "session_id": "s1", "product_id": "p1",
+               "page_url": "https://shop.example.com/p/1", "device_type": "MOBILE"}
+        return {"id": eid, "t": event_time, "kind": kind, "payload": json.dumps(rec).encode()}
+
+    def publish(self, events: list[dict]) -> None:
+        # Pub/Sub refuses a message with neither data nor attributes: an empty payload carries one attribute
+        futures = [self.publisher.publish(self.topic, e["payload"], **({} if e["payload"] else {"note": "empty"}))
+                   for e in events]
+        for f in futures:
+            f.result(timeout=30)
+        self.sent.extend(events)
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(self.command(*args), env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def command(self, *args: str) -> list[str]:
+        return [EXE, "run", "page_view", "--source", f"pubsub:{self.subscription}", "--sink", self.sink,
+                "--checkpoint", self.checkpoint, "--master", "local[2]", "--trigger-interval", "1s", *args]
+
+    # -- reading the result ----------------------------------------------------------------
+    def sink_content(self) -> dict[int, dict]:
+        import io
+
+        import fastavro
+
+        st = Storage(self.sink)
+        out = {}
+        for day in st.list_dirs("page_view"):
+            if not day.startswith("dt="):
+                continue
+            for h in st.list_dirs(f"page_view/{day}"):
+                rel = f"page_view/{day}/{h}"
+                files = st.list_files(rel)
+                entry = {"timely": [], "late": [], "marker": None, "files": files, "rel": rel, "bytes": {}}
+                for name in files:
+                    if name == MARKER_NAME:
+                        entry["marker"] = Manifest.from_bytes(st.read(f"{rel}/{name}"))
+                    elif name.endswith(".avro"):
+                        data = st.read(f"{rel}/{name}")
+                        entry["bytes"][name] = data
+                        ids = [r["event_id"] for r in fastavro.reader(io.BytesIO(data))]
+                        entry["late" if name.startswith("late-") else "timely"].extend(str(i) for i in ids)
+                from event_etl.rules.buckets import parse_hour_dir
+
+                out[parse_hour_dir(rel)[1]] = entry
+        return out
+
+    def deadletters(self) -> list[dict]:
+        from event_etl.deadletter import iter_deadletters
+
+        return [{"reason": d.reason, "payload": d.payload} for d in iter_deadletters(Storage(self.sink), "page_view")]
+
+    def check_manifests(self, content: dict[int, dict]) -> None:
+        import hashlib
+
+        for h, e in content.items():
+            m = e["marker"]
+            if m is None:
+                continue
+            names = sorted(n for n in e["files"] if n.endswith(".avro"))
+            assert [f.name for f in m.files] == names, f"hour {h}: manifest and folder differ"
+            for f in m.files:
+                assert f.bytes == len(e["bytes"][f.name]) and f.sha256 == hashlib.sha256(e["bytes"][f.name]).hexdigest()
+            assert m.records == len(e["timely"]) + len(e["late"])
+            assert m.late_records == len(e["late"])
+
+
+@pytest.fixture
+def scenario(tmp_path, pubsub_server, gcs_server, gcs_bucket):
+    return Scenario(tmp_path, pubsub_server, gcs_server, gcs_bucket)
+
+
+def _hour(t: int) -> int:
+    return t - t % HOUR_MS
+
+
+def test_known_event_set_through_pubsub_to_gcs(scenario):
+    s = scenario
+    now = now_millis()
+    h0 = _hour(now) - 5 * HOUR_MS
+    rng = random.Random(5)
+    phase1 = []
+    for k in range(4):  # hours h0..h0+3, mildly out of order
+        base = h0 + k * HOUR_MS
+        evs = [s.event(base + rng.randint(0, HOUR_MS - 1), "timely") for _ in range(60)]
+        rng.shuffle(evs)
+        phase1 += evs
+    last = max(e["t"] for e in phase1)
+    recent = [s.event(last - rng.randint(0, 5 * 60_000), "timely") for _ in range(12)]
+    phase1 += recent
+    phase1.append(s.event(last + 1000, "timely"))
+    # producer retries, same bytes again, of events inside the dedupe window (10 minutes of event time)
+    retries = [dict(e, kind="duplicate") for e in rng.sample(recent, 8)]
+    invalid = [{"id": None, "t": None, "kind": "invalid", "payload": p} for p in
+               (b"{broken", b"[1,2]", b"", b'{"event_id": "x"}', b"\xff\xfe")]
+    too_late = [s.event(h0 - 3 * 24 * HOUR_MS, "too_late") for _ in range(3)]
+    s.publish(phase1 + retries + invalid + too_late)
+    r = s.run("--once")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # phase 2: events for hours now complete (late), more retries, too late, then the end of input
+    wm = max(e["t"] for e in phase1) - s.et.out_of_orderness
+    late = [s.event(h0 + HOUR_MS + rng.randint(0, HOUR_MS - 1), "late") for _ in range(7)]
+    assert all(_hour(e["t"]) + HOUR_MS <= wm for e in late)
+    more = [s.event(last + 2000 + i, "timely") for i in range(20)]
+    retries2 = [dict(e, kind="duplicate") for e in more[:3] + recent[:3]]
+    s.publish(late + more + retries2 + [s.event(h0 - 2 * 24 * HOUR_MS, "too_late")])
+    r = s.run("--once", "--drain")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "run finished" in r.stdout
+
+    content = s.sink_content()
+    s.check_manifests(content)
+    placed = Counter((h, i, False) for h, e in content.items() for i in e["timely"])
+    placed.update((h, i, True) for h, e in content.items() for i in e["late"])
+    ids = Counter(i for _, i, _ in placed)
+    assert max(ids.values()) == 1, "nothing written twice (producer retries removed)"
+    valid = {e["id"]: e for e in s.sent if e["kind"] in ("timely", "late")}
+    assert set(ids) == set(valid), "every valid event that was not too late is in a bucket"
+    open_hour_of_phase2 = _hour(wm)
+    for h, i, is_late in placed:
+        e = valid[i]
+        if e["kind"] == "late":
+            assert is_late and h == open_hour_of_phase2, "a late event goes to the hour open when it arrived"
+        else:
+            assert not is_late and h == _hour(e["t"]), "a timely event goes to its own hour"
+    assert all(e["marker"] is not None for e in content.values()), "drained: every hour holding data is complete"
+    hours = sorted(content)
+    assert hours == list(range(hours[0], hours[-1] + HOUR_MS, HOUR_MS))
+    dl = Counter(d["reason"] for d in s.deadletters())
+    assert dl["too_late"] == 4
+    assert sum(n for r, n in dl.items() if r != "too_late") == len(invalid)
+    assert {"invalid_json", "not_an_object", "empty_payload", "missing_time", "invalid_utf8"} <= set(dl)
+
+
+def _publisher_thread(s: Scenario, stop: threading.Event, rate: float = 200.0) -> threading.Thread:
+    def loop():
+        i = 0
+        while not stop.is_set():
+            t = now_millis() - 30_000
+            evs = [s.event(t + j, "timely") for j in range(int(rate / 10))]
+            if i % 7 == 0:
+                evs.append(dict(evs[0], kind="duplicate"))
+            s.publish(evs)
+            i += 1
+            stop.wait(0.1)
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    return th
+
+
+def _committed(s: Scenario) -> int:
+    d = Path(s.checkpoint) / "spark" / "commits"
+    return len([p for p in d.glob("[0-9]*")]) if d.is_dir() else 0
+
+
+def _wait(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sigkill_and_restart_three_times_mid_stream(scenario):
+    s = scenario
+    stop = threading.Event()
+    pub = _publisher_thread(s, stop)
+    kills = 0
+    try:
+        for _ in range(3):
+            before = _committed(s)
+            proc = subprocess.Popen(s.command(), env=s.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _wait(lambda: _committed(s) >= before + 2 or proc.poll() is not None, 120, "two more committed batches")
+            assert proc.poll() is None, "the job died on its own"
+            time.sleep(random.Random(kills).uniform(0.0, 1.5))  # somewhere inside a batch or between batches
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            kills += 1
+    finally:
+        stop.set()
+        pub.join(timeout=10)
+    time.sleep(12)  # ack deadline (10 s): what the killed jobs pulled but did not acknowledge is delivered again
+    r = s.run("--once", "--drain")
+    assert r.returncode == 0, r.stdout + r.stderr
+    content = s.sink_content()
+    s.check_manifests(content)
+    ids = Counter(i for e in content.values() for i in e["timely"] + e["late"])
+    assert kills == 3
+    assert set(ids) == {e["id"] for e in s.sent}, "nothing lost"
+    assert max(ids.values()) == 1, "nothing duplicated (redeliveries and retries removed)"
+    assert all(e["marker"] is not None for e in content.values())
+
+
+def test_pubsub_outage_exits_clearly_and_a_restart_resumes(scenario, pubsub_server):
+    s = scenario
+    now = now_millis() - 60_000
+    first = [s.event(now + i, "timely") for i in range(300)]
+    s.publish(first)
+    proc = subprocess.Popen(s.command(), env={**s.env, "EVENT_ETL_PUBSUB_OUTAGE_SECONDS": "20"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait(lambda: _committed(s) >= 1, 120, "a committed batch")
+        time.sleep(2)
+        pubsub_server.stop()
+        time.sleep(15)
+        pubsub_server.start(timeout=90)  # the emulator keeps nothing: topic and subscription are gone
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "error:" in out and s.subscription in out and "fix:" in out, out[-2000:]
+    # what was committed before the outage is in the sink, once
+    content = s.sink_content()
+    ids = Counter(i for e in content.values() for i in e["timely"] + e["late"])
+    assert set(ids) == {e["id"] for e in first} and max(ids.values()) == 1
+    # the operator recreates the subscription; new messages flow; a restart resumes
+    s.setup()
+    second = [s.event(now_millis() - 30_000 + i, "timely") for i in range(200)]
+    s.publish(second)
+    r = s.run("--once", "--drain")
+    assert r.returncode == 0, r.stdout + r.stderr
+    content = s.sink_content()
+    s.check_manifests(content)
+    ids = Counter(i for e in content.values() for i in e["timely"] + e["late"])
+    missing = {e["id"] for e in first + second} - set(ids)
+    assert not missing, f"{len(missing)} events missing; last run said:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    assert set(ids) == {e["id"] for e in first + second} and max(ids.values()) == 1

@@ -1,0 +1,219 @@
+"""``event-etl wait | hours | verify | cat | audit`` in-process: output and exit codes (the contract with schedulers)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from pathlib import Path
+
+import fastavro
+import pytest
+from click.testing import CliRunner
+
+from event_etl.cli import main
+from event_etl.consumer import HourState, hour_status
+from event_etl.rules.buckets import MARKER_NAME, hour_dir
+from tests.harness import hour
+from tests.test_consumer_scenario import build_hours, complete_hour_15
+
+
+@pytest.fixture
+def sc(tmp_path):
+    return build_hours(tmp_path)
+
+
+@pytest.fixture
+def run(sc):
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(main, [*args, "--sink", sc.sink, "--event-types", sc.types])
+
+    return invoke
+
+
+COMMANDS = {
+    "wait": ["--timeout", "--poll-interval"],
+    "hours": ["--since", "--until"],
+    "verify": ["--since", "--until"],
+    "cat": ["--format", "--no-late"],
+    "audit": ["--expected", "--count-file"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_shows_the_options_and_the_exit_codes(command):
+    res = CliRunner().invoke(main, [command, "--help"])
+    assert res.exit_code == 0
+    for opt in COMMANDS[command] + ["--sink", "--event-types"]:
+        assert opt in res.output
+    codes = res.output.split("Exit codes:")[1]
+    assert [line.split()[0] for line in codes.strip().splitlines()] == ["0", "2", "3", "4", "5"]
+
+
+@pytest.mark.parametrize("args", [
+    ["wait", "click", "2026-11-21T13:30"], ["verify", "click", "yesterday"], ["cat", "click", "2026-13-01T00"],
+    ["audit", "click", "2026-11-21T13+02:00", "--expected", "3"], ["hours", "click", "--since", "noon"],
+])
+def test_a_malformed_hour_is_a_usage_error(run, args):
+    res = run(*args)
+    assert res.exit_code == 2
+    assert "HOUR" in res.output or "--since" in res.output
+    assert "2026-11-21T13" in res.output, "the message shows the accepted form"
+
+
+def test_an_unknown_type_is_a_usage_error(run):
+    res = run("wait", "clack", "2026-11-21T13")
+    assert res.exit_code == 2 and "no event type 'clack'" in res.output
+
+
+# -- wait ----------------------------------------------------------------------------------
+def test_wait_for_a_complete_hour(run):
+    res = run("wait", "click", "2026-11-21T14:00Z")
+    assert res.exit_code == 0
+    assert "click 2026-11-21T14:00:00Z complete: records 2 (late 1)  files 2" in res.output
+    assert "marker delay 10m" in res.output
+
+
+def test_wait_times_out_with_exit_code_3(run):
+    res = run("wait", "click", "2026-11-21T15", "--timeout", "0.3s", "--poll-interval", "0.1s")
+    assert res.exit_code == 3
+    assert "waiting: click 2026-11-21T15:00:00Z open" in res.output
+    assert "still not complete after" in res.output
+
+
+def test_wait_for_an_hour_the_job_never_marks_is_a_usage_error(run):
+    res = run("wait", "click", "2026-11-21T12", "--timeout", "5m")
+    assert res.exit_code == 2 and "will never be complete" in res.output
+
+
+def test_wait_could_not_check_exit_code_4(tmp_path, sc):
+    bad = tmp_path / "a-file"
+    bad.write_text("not a folder")
+    res = CliRunner().invoke(main, ["wait", "click", "2026-11-21T13", "--timeout", "5m", "--sink", str(bad),
+                                    "--event-types", sc.types])
+    assert res.exit_code == 4 and "Not a directory" in res.output
+
+
+def test_wait_wakes_when_the_marker_appears(sc):
+    """The CLI's own loop, started before the marker exists."""
+    outcome = {}
+
+    def waiter():
+        outcome["res"] = CliRunner().invoke(main, ["wait", "click", "2026-11-21T15", "--timeout", "60s",
+                                                   "--poll-interval", "0.01s", "--sink", sc.sink,
+                                                   "--event-types", sc.types])
+
+    th = threading.Thread(target=waiter, daemon=True)
+    th.start()
+    th.join(0.3)
+    assert th.is_alive(), "still waiting: the hour is open"
+    complete_hour_15(sc)
+    th.join(10)
+    assert not th.is_alive()
+    assert outcome["res"].exit_code == 0 and "2026-11-21T15:00:00Z complete: records 1" in outcome["res"].output
+
+
+# -- hours ---------------------------------------------------------------------------------
+def test_hours_table(run):
+    res = run("hours", "click", "--since", "2026-11-21T12", "--until", "2026-11-21T17")
+    assert res.exit_code == 0
+    lines = res.output.splitlines()
+    assert lines[0].split() == ["hour", "status", "records", "late", "files", "completed", "at", "marker", "delay"]
+    rows = {ln.split()[0]: ln for ln in lines[1:]}
+    assert rows["2026-11-21T12:00:00Z"].split()[1] == "never"
+    assert rows["2026-11-21T14:00:00Z"].split()[1:] == ["complete", "2", "1", "2", "2026-11-21T15:10:00.000Z", "10m"]
+    assert rows["2026-11-21T15:00:00Z"].split()[1:] == ["open", "-", "-", "1", "-", "-"]
+    assert "not started" in rows["2026-11-21T16:00:00Z"]
+
+
+# -- verify --------------------------------------------------------------------------------
+def test_verify_ok_then_failed(run, sc):
+    res = run("verify", "click", "2026-11-21T13")
+    assert res.exit_code == 0 and "ok (2 files, 2 records)" in res.output
+    folder = Path(sc.sink) / hour_dir("click", hour("13"))
+    victim = sorted(folder.glob("part-*.avro"))[0]
+    victim.unlink()
+    res = run("verify", "click", "2026-11-21T13")
+    assert res.exit_code == 5 and "FAILED" in res.output and f"{victim.name}: missing" in res.output
+
+
+def test_verify_range_and_exit_codes(run, sc):
+    assert run("verify", "click", "--since", "2026-11-21T12", "--until", "2026-11-21T15").exit_code == 0
+    res = run("verify", "click", "--since", "2026-11-21T12", "--until", "2026-11-21T16")
+    assert res.exit_code == 3 and "2026-11-21T15:00:00Z: open, not verified" in res.output
+    assert run("verify", "click", "2026-11-21T15").exit_code == 3
+    assert run("verify", "click").exit_code == 2
+    assert run("verify", "click", "2026-11-21T13", "--since", "2026-11-21T12").exit_code == 2
+
+
+# -- cat -----------------------------------------------------------------------------------
+def test_cat_prints_the_records_late_ones_included_unless_asked(run):
+    res = run("cat", "click", "2026-11-21T14")
+    assert res.exit_code == 0
+    recs = [json.loads(line) for line in res.output.splitlines()]
+    assert sorted(r["id"] for r in recs) == ["c", "d"]
+    assert {r["id"]: r["ts"] for r in recs}["d"] == "2026-11-21T13:30:00Z"
+    res = run("cat", "click", "2026-11-21T14", "--no-late")
+    assert [json.loads(line)["id"] for line in res.output.splitlines()] == ["c"]
+
+
+def test_cat_avro(sc):
+    res = CliRunner().invoke(main, ["cat", "click", "2026-11-21T14", "--format", "avro", "--sink", sc.sink,
+                                    "--event-types", sc.types])
+    assert res.exit_code == 0
+    assert sorted(r["id"] for r in fastavro.reader(io.BytesIO(res.stdout_bytes))) == ["c", "d"]
+
+
+def test_cat_an_open_hour_exit_code_3(run):
+    res = run("cat", "click", "2026-11-21T15")
+    assert res.exit_code == 3 and "event-etl wait click" in res.output
+
+
+# -- audit ---------------------------------------------------------------------------------
+def test_audit_match_then_hours_says_audited(run, sc):
+    res = run("audit", "click", "2026-11-21T13", "--expected", "3")
+    assert res.exit_code == 0
+    assert "match: counted 3 (timely 2, late 1 found in 1 later hours), expected 3" in res.output
+    assert "recorded in _AUDIT" in res.output
+    assert hour_status(sc.sink, "click", "2026-11-21T13").state is HourState.AUDITED
+    assert "audited" in run("hours", "click", "--since", "2026-11-21T13", "--until", "2026-11-21T14").output
+
+
+def test_audit_mismatch_exit_code_5(run, sc):
+    res = run("audit", "click", "2026-11-21T13", "--expected", "10")
+    assert res.exit_code == 5 and "mismatch" in res.output and "difference -7" in res.output
+    assert "mismatch" in run("hours", "click", "--since", "2026-11-21T13", "--until", "2026-11-21T14").output
+
+
+def test_audit_inconclusive_exit_code_3_and_nothing_recorded(run, sc):
+    res = run("audit", "click", "2026-11-21T14", "--expected", "2")
+    assert res.exit_code == 3 and "not recorded" in res.output
+    assert not (Path(sc.sink) / hour_dir("click", hour("14")) / "_AUDIT").exists()
+
+
+def test_audit_from_a_count_file(run, sc, tmp_path):
+    counts = tmp_path / "click-counts.json"
+    counts.write_text(json.dumps({"event_type": "click", "counts": {"2026-11-21T13:00:00Z": 3}}))
+    res = run("audit", "click", "2026-11-21T13", "--count-file", str(counts))
+    assert res.exit_code == 0 and "match" in res.output
+    rec = json.loads((Path(sc.sink) / hour_dir("click", hour("13")) / "_AUDIT").read_text())
+    assert rec["source"] == str(counts)
+    res = run("audit", "click", "2026-11-21T14", "--count-file", str(counts))
+    assert res.exit_code == 2 and "no count for 2026-11-21T14:00:00Z" in res.output
+
+
+def test_audit_needs_one_source_of_the_expected_count(run):
+    assert run("audit", "click", "2026-11-21T13").exit_code == 2
+    assert run("audit", "click", "2026-11-21T13", "--expected", "3", "--count-file", "x.json").exit_code == 2
+    assert run("audit", "click", "2026-11-21T13", "--expected", "-1").exit_code == 2
+
+
+def test_marker_is_never_touched_by_the_commands(run, sc):
+    marker = Path(sc.sink) / hour_dir("click", hour("13")) / MARKER_NAME
+    before = marker.read_bytes()
+    for args in (["wait", "click", "2026-11-21T13"], ["verify", "click", "2026-11-21T13"],
+                 ["cat", "click", "2026-11-21T13"], ["audit", "click", "2026-11-21T13", "--expected", "3"]):
+        assert run(*args).exit_code == 0
+    assert marker.read_bytes() == before

@@ -1,0 +1,60 @@
+"""A sink as a real job leaves it, for the consumer tests (local here, on the GCS emulator in integration/).
+
+Holds no tests.  Built with :class:`tests.harness.LocalPipeline` (the real executor and
+controller), one record per file so that an hour has several files::
+
+    hour 12   never        (before the job's first hour)
+    hour 13   complete     part a, part b                 (b: both timely)
+    hour 14   complete     part c, late d                 (d: an event of 13:30 that arrived at 14:11)
+    hour 15   open         part e
+    hour 16   not started
+
+``allowed_lateness`` is 30m, so late records of 13 can only land in hour 14 (its lateness
+horizon): an audit of 13 is final, an audit of 14 (horizon 15, still open) is not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from event_etl.eventtypes import EventType
+from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+
+__all__ = ["Scenario", "build_hours", "complete_hour_15", "TYPES_DIR"]
+
+TYPES_DIR = "types"
+
+
+@dataclass
+class Scenario:
+    pipeline: LocalPipeline
+    et: EventType
+    sink: str
+    clock: FakeClock
+
+    @property
+    def types(self) -> str:
+        return str(self.pipeline.tmp / TYPES_DIR)
+
+
+def build_hours(tmp: Path, *, sink_url: str | None = None, **settings) -> Scenario:
+    settings.setdefault("max_events_per_file", 1)
+    settings.setdefault("allowed_lateness", "30m")
+    et = make_event_type(Path(tmp) / TYPES_DIR, "click", **settings)
+    clock = FakeClock(t("13:10"))
+    p = LocalPipeline(tmp, et, clock, sink_url=sink_url)
+    p.batch([click("a", "13:05"), click("b", "13:06")])
+    clock.now = t("14:10")
+    p.batch([click("c", "14:05")])  # watermark 14:03: hour 13 complete
+    clock.now = t("14:11")
+    p.batch([click("d", "13:30")])  # late: written into hour 14
+    clock.now = t("15:10")
+    p.batch([click("e", "15:05")])  # watermark 15:03: hour 14 complete, 15 open
+    return Scenario(p, et, sink_url or str(p.sink), clock)
+
+
+def complete_hour_15(sc: Scenario) -> None:
+    """One more batch: the watermark passes 16:00 and hour 15 gets its marker."""
+    sc.clock.now = t("16:10")
+    sc.pipeline.batch([click("f", "16:05")])
