@@ -30,6 +30,8 @@ ensure_venv() {
   [ -n "$extras" ] && spec=".[${extras}]"
   sum="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" 2>/dev/null | cksum | cut -d' ' -f1)-${extras:-run}"
   stamp="$VENV/.event_etl-installed-$sum"
+  # an environment installed with the test extras serves plain runs too
+  if [ -z "$extras" ] && [ -f "$VENV/.event_etl-installed-${sum%-run}-test" ]; then return 0; fi
   if [ ! -f "$stamp" ]; then
     py="$(find_python)"
     if [ ! -x "$VENV/bin/python" ]; then
@@ -43,4 +45,18 @@ ensure_venv() {
     rm -f "$VENV"/.event_etl-installed-*-"${extras:-run}"
     touch "$stamp"
   fi
+}
+
+# Prometheus and promtool (Debian package `prometheus`) for the monitoring tests.
+ensure_prometheus() {
+  command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 && return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  if command -v apt-get >/dev/null 2>&1 && { [ -z "$sudo" ] || command -v sudo >/dev/null 2>&1; }; then
+    echo "event_etl: installing Prometheus (apt-get install -y prometheus) for the monitoring tests" >&2
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus; } >&2 || true
+  fi
+  command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 \
+    || die "Prometheus (prometheus and promtool) is missing; the monitoring tests need it" \
+           "install it: 'sudo apt-get install -y prometheus' (Debian/Ubuntu) or 'brew install prometheus' (macOS)"
 }
