@@ -137,6 +137,19 @@ class Decoder:
             return False, Reason.INVALID_TIME, f"attribute {name!r}: {err}"
         return self.decode(payload, t, None)
 
+    def _as_field(self, ms: int) -> Any:
+        """An event time in the representation of the type's time field."""
+        div, fmt = self.event_type.time_logical_divisor, self.event_type.time_format
+        if div:
+            return ms * div
+        if fmt == "epoch_seconds":
+            return ms / 1000.0
+        if fmt == "iso8601":
+            from event_etl.timeutil import iso
+
+            return iso(ms)
+        return ms
+
     def _attribute_time(self, raw: str) -> int:
         div, fmt = self.event_type.time_logical_divisor, self.event_type.time_format
         if fmt == "iso8601" and not div:
@@ -195,6 +208,8 @@ class Decoder:
             ok, why, ms = self._event_time(rec, override, fallback)
             if not ok:
                 return False, why, ms
+            if rec.get(self.time_field) is None:  # the time came from the message: the record carries it too
+                rec[self.time_field] = self._as_field(ms)
         keys = rec.keys()
         if not self.required_set <= keys:
             name = next(n for n in self.required if n not in rec)

@@ -15,7 +15,7 @@ import pytest
 
 from event_etl.consumer import HourState, hour_statuses, verify_hour
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
-from event_etl.timeutil import HOUR_MS, iso, now_millis, to_millis
+from event_etl.timeutil import HOUR_MS, hour_floor, iso, now_millis, to_millis
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 
@@ -26,10 +26,10 @@ def _env():
 
 def _first_unmarked_hour(sink: Path, deadline: float, job: subprocess.Popen) -> int:
     """The hour after the last complete one, once the job has marked at least one hour."""
-    now = now_millis()
+    now = hour_floor(now_millis())  # the demo's event time starts 2h15m before this hour and runs 120x faster
     while time.monotonic() < deadline:
         assert job.poll() is None, f"the demo job exited ({job.returncode}):\n{job.stdout.read()}"
-        states = hour_statuses(sink, "page_view", iso(now - 12 * HOUR_MS), iso(now - now % HOUR_MS + HOUR_MS))
+        states = hour_statuses(sink, "page_view", iso(now - 6 * HOUR_MS), iso(now + 24 * HOUR_MS))
         complete = [s for s in states if s.is_complete]
         if complete:
             return to_millis(complete[-1].hour) + HOUR_MS

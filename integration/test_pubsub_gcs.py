@@ -293,3 +293,20 @@ def test_pubsub_outage_exits_clearly_and_a_restart_resumes(scenario, pubsub_serv
     missing = {e["id"] for e in first + second} - set(ids)
     assert not missing, f"{len(missing)} events missing; last run said:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     assert set(ids) == {e["id"] for e in first + second} and max(ids.values()) == 1
+
+
+def test_a_missing_subscription_stops_at_once_naming_it_and_the_fix(tmp_path, pubsub_server, gcs_server, gcs_bucket):
+    r = subprocess.run([EXE, "run", "page_view", "--source", f"pubsub:projects/{PROJECT}/subscriptions/no-such-sub",
+                        "--sink", f"{gcs_bucket}/out", "--checkpoint", str(tmp_path / "ck")],
+                       env=env(pubsub_server, gcs_server), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert f"projects/{PROJECT}/subscriptions/no-such-sub" in r.stderr and "event-etl setup" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_missing_bucket_stops_at_once_with_the_fix(tmp_path, pubsub_server, gcs_server):
+    r = subprocess.run([EXE, "run", "page_view", "--source", "generate:count=10", "--sink", "gs://no-such-bucket-x/out",
+                        "--checkpoint", str(tmp_path / "ck")],
+                       env=env(pubsub_server, gcs_server), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "gs://no-such-bucket-x/out cannot be written" in r.stderr and "fix:" in r.stderr

@@ -123,7 +123,7 @@ def test_hours_table(run):
     assert lines[0].split() == ["hour", "status", "records", "late", "files", "completed", "at", "marker", "delay"]
     rows = {ln.split()[0]: ln for ln in lines[1:]}
     assert rows["2026-11-21T12:00:00Z"].split()[1] == "never"
-    assert rows["2026-11-21T14:00:00Z"].split()[1:] == ["complete", "2", "1", "2", "2026-11-21T15:10:00.000Z", "10m"]
+    assert rows["2026-11-21T14:00:00Z"].split()[1:] == ["complete", "2", "1", "2", "2026-11-21T15:10:00Z", "10m"]
     assert rows["2026-11-21T15:00:00Z"].split()[1:] == ["open", "-", "-", "1", "-", "-"]
     assert "not started" in rows["2026-11-21T16:00:00Z"]
 

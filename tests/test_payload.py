@@ -104,3 +104,24 @@ def test_time_formats(tmp_path):
         {"name": "id", "type": "string"}, {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}}]},
         time_field="at")
     assert Decoder(micros).decode(b'{"id": "a", "at": 1795266600000123}')[2] == 1795266600000
+
+
+def test_event_time_from_a_message_attribute_or_the_publish_time(tmp_path):
+    et = make_event_type(tmp_path / "attr", time_attribute="event_time", publish_time_fallback=True)
+    d = Decoder(et)
+    good, rec, ms = d.decode_message(b'{"id": "a", "ts": 1}', {"event_time": str(t("13:00"))}, t("13:05"))
+    assert good and ms == t("13:00"), "the attribute wins over the payload"
+    assert d.decode_message(b'{"id": "a", "ts": 1}', {}, t("13:05"))[2] == t("13:05"), "publish time as fallback"
+    good, reason, why = d.decode_message(b'{"id": "a", "ts": 1}', {"event_time": "soon"}, t("13:05"))
+    assert (good, reason) == (False, Reason.INVALID_TIME) and "event_time" in why
+    strict = Decoder(make_event_type(tmp_path / "strict", time_attribute="event_time"))
+    good, reason, why = strict.decode_message(b'{"id": "a", "ts": 1}', {}, t("13:05"))
+    assert (good, reason) == (False, Reason.MISSING_TIME) and "attribute" in why
+
+
+def test_publish_time_fallback_only_when_the_type_says_so(tmp_path):
+    fb = Decoder(make_event_type(tmp_path / "fb", publish_time_fallback=True))
+    assert fb.decode_message(b'{"id": "a"}', {}, t("13:05"))[2] == t("13:05")
+    assert fb.decode_message(b'{"id": "a", "ts": 1795266600000}', {}, t("13:05"))[2] == 1795266600000
+    plain = Decoder(make_event_type(tmp_path / "plain"))
+    assert plain.decode_message(b'{"id": "a"}', {}, t("13:05"))[1] is Reason.MISSING_TIME
