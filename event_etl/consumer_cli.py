@@ -30,7 +30,7 @@ from event_etl.consumer import (
 from event_etl.consumer.errors import EXIT_CODE_MEANINGS, ExitCode
 from event_etl.consumer.hours import hour_ms, hour_text, window
 from event_etl.errors import UsageError
-from event_etl.timeutil import format_duration, now_millis, parse_duration, to_datetime, to_millis
+from event_etl.timeutil import format_duration, iso, now_millis, parse_duration, to_datetime, to_millis
 
 __all__ = ["wait_cmd", "hours_cmd", "verify_cmd", "cat_cmd", "audit_cmd"]
 
@@ -72,12 +72,11 @@ DURATION = DurationType()
 
 
 def _exit(code: ExitCode) -> None:
-    if code is not ExitCode.OK:
-        sys.exit(int(code))
+    sys.exit(int(code))
 
 
-def _timing(dt: datetime | None) -> str:
-    return "-" if dt is None else dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _when(dt: datetime | None) -> str:
+    return "-" if dt is None else iso(to_millis(dt))
 
 
 class _ChangesPrinter:
@@ -106,13 +105,13 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
              event_types_dir: str | None) -> None:
     """Wait until HOUR of EVENT_TYPE is complete (its _COMPLETE marker is there), then print its summary.
 
-    HOUR is UTC, e.g. 2026-11-21T13 or 2026-11-21T13:00Z. A storage failure ends the wait at once with
-    exit code 4: it is not taken for "not complete yet".
+    HOUR is UTC, e.g. 2026-11-21T13 or 2026-11-21T13:00Z. A storage failure that outlasts the storage
+    layer's retries ends the wait with exit code 4: it is never taken for "not complete yet".
     """
     et = _load_type(event_types_dir, event_type)
     m = wait_for_hour(sink, et, hour, timeout=timeout, poll_interval=poll_interval, on_status=_ChangesPrinter())
     click.echo(f"{et.name} {hour_text(hour)} complete: records {m.records:,} (late {m.late_records:,})  files "
-               f"{len(m.files)}  completed at {_timing(to_datetime(m.completed_at))}  marker delay "
+               f"{len(m.files)}  completed at {_when(to_datetime(m.completed_at))}  marker delay "
                f"{format_duration(m.marker_delay_ms)}")
 
 
@@ -136,7 +135,7 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, s
     for s in hour_statuses(sink, et, since, until):
         rows.append((
             hour_text(s.hour), str(s.state), _count(s.records), _count(s.late_records), str(s.data_files),
-            _timing(s.completed_at), "-" if s.manifest is None else format_duration(s.manifest.marker_delay_ms),
+            _when(s.completed_at), "-" if s.manifest is None else format_duration(s.manifest.marker_delay_ms),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -252,6 +251,6 @@ def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file:
         click.echo(f"not recorded: late records of this hour can still arrive until the hour "
                    f"{hour_text(rec.lateness_horizon)} is complete; audit again later", err=True)
         _exit(ExitCode.NOT_COMPLETE)
-    click.echo(f"recorded in _AUDIT at {_timing(rec.audited_at)}")
+    click.echo(f"recorded in _AUDIT at {_when(rec.audited_at)}")
     if rec.result is AuditResult.MISMATCH:
         _exit(ExitCode.FAILED)

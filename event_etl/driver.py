@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from event_etl import faults
 from event_etl.checkpoint import BatchIntent, Checkpoint
 from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
@@ -111,6 +112,8 @@ class BatchEvent:
     started_at: int
     finished_at: int
     replayed: bool
+    attempt_started_at: int = 0
+    """When this attempt began (``started_at`` is the first attempt's, from the batch's intent)."""
 
 
 class Controller:
@@ -124,8 +127,13 @@ class Controller:
         checkpoint: Checkpoint,
         clock: Callable[[], int],
         listeners: list[Callable[[str, Any], None]] | None = None,
+        writer: str = "",
+        guard: Callable[[], None] | None = None,
     ) -> None:
         self.et = event_type
+        self.writer = writer
+        self._attempt_started: int | None = None
+        self.guard = guard  # raises if this job may no longer write (it lost its lease)
         self.storage = storage
         self.ckpt = checkpoint
         self.clock = clock
@@ -186,6 +194,9 @@ class Controller:
                   ) -> BatchEvent:
         """One micro-batch: intent, tasks (``run_tasks(ctx, shards)`` runs the executor on all or some splits),
         duplicates, ledger, markers, state.  Public so that tests can drive it without Spark."""
+        if self.guard is not None:
+            self.guard()
+        self._attempt_started = self.clock()
         intent, replayed = self.begin_batch(batch_id)
         drop = self.ckpt.load_drops(batch_id) if replayed else {}
         outputs = run_tasks(self.batch_context(intent, drop), None)
@@ -248,12 +259,13 @@ class Controller:
     def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None) -> BatchContext:
         """What the executor tasks of the batch are handed."""
         return BatchContext(self.et, self.storage.url, intent.batch_id, intent.wm_start, intent.started_at,
-                            dict(drop or {}))
+                            dict(drop or {}), self.writer)
 
     def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False,
                      dedupe_rows: np.ndarray | None = None) -> BatchEvent:
         """Steps 3 to 5 of a batch."""
         batch_id = intent.batch_id
+        faults.point("files_written", str(batch_id))
         for hour, entries in sorted(result.files.items()):
             if self.state.marked_through is not None and hour <= self.state.marked_through:
                 continue  # a replay of a batch whose hours were marked: the ledger is gone on purpose
@@ -286,7 +298,8 @@ class Controller:
         self.totals["files"] += result.files_written
         self.totals["bytes"] += result.bytes_written
         self.last_batch_at = now
-        event = BatchEvent(batch_id, result, new, marked, intent.started_at, now, replayed)
+        event = BatchEvent(batch_id, result, new, marked, intent.started_at, now, replayed,
+                           self._attempt_started or intent.started_at)
         self._emit("batch", event)
         return event
 
@@ -294,19 +307,22 @@ class Controller:
     def _mark(self, state: WatermarkState, now: int) -> tuple[WatermarkState, list[Manifest]]:
         marked = []
         for hour in hours_to_mark(state.first_hour, state.marked_through, state.watermark):
-            marked.append(self._write_marker(hour, state.watermark, now))
+            faults.point("before_marker", str(hour))
+            marked.append(self._write_marker(hour, state.watermark, now, state.last_batch_id))
+            faults.point("after_marker", str(hour))
             state = replace(state, marked_through=hour)
         return state, marked
 
     def _commit_state(self, new: WatermarkState, marked: list[Manifest]) -> None:
         self.ckpt.save_state(new)
+        faults.point("state_saved", str(new.last_batch_id))
         self.state = new
         for m in marked:
             self.ckpt.drop_ledger(m.hour)
             self.hours_marked.append(m.hour)
             self._emit("marker", m)
 
-    def _write_marker(self, hour: int, watermark: int, now: int) -> Manifest:
+    def _write_marker(self, hour: int, watermark: int, now: int, last_batch: int) -> Manifest:
         rel_dir = hour_dir(self.et.name, hour)
         entries = self.ckpt.read_ledger(hour)
         listing = self.storage.list_files(rel_dir)
@@ -340,6 +356,8 @@ class Controller:
             watermark=watermark,
             completed_at=now,
             schema_fingerprint=f"crc64avro:{self.et.fingerprint}",
+            # the last micro-batch whose data the hour can hold: later batches found it complete
+            extra={"last_batch": last_batch},
         )
         if not self.storage.create_only(marker_rel, manifest.to_bytes()):
             other = Manifest.from_bytes(self.storage.read(marker_rel))

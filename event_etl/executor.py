@@ -30,6 +30,7 @@ import numpy as np
 from fastavro import schemaless_writer
 from fastavro.write import Writer
 
+from event_etl import faults
 from event_etl.avroio import encode_container, sync_marker_for
 from event_etl.deadletter import DEADLETTER_SCHEMA
 from event_etl.errors import IntegrityError, SourceError
@@ -60,6 +61,7 @@ class BatchContext:
     wm_start: int | None
     started_at: int
     drop: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    writer: str = ""
     """Records not to write again (file name -> positions): duplicates found by an earlier attempt."""
 
 
@@ -188,7 +190,7 @@ class _Group:
         self.current = self._new()
 
     def _new(self) -> _OpenFile:
-        name = data_file_name(self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late)
+        name = data_file_name(self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late, writer=self.ctx.writer)
         self.skip = frozenset(self.ctx.drop.get(name, ()))
         return _OpenFile(name, self.schema, self.ctx.event_type.codec)
 
@@ -303,7 +305,8 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
                     keys.append((key_hash("m", f"{msg[0]}@{arrival}"), max(t, arrival), shard, fk, pos))
             d = arrival - t
             delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
-            delay_sum += d
+            if d > 0:  # early events (within max_future_skew) count in the lowest bucket and add nothing
+                delay_sum += d
         else:
             reason = Reason.FUTURE if outcome is Outcome.FUTURE else Reason.TOO_LATE
             rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t))
@@ -323,7 +326,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
                 "sha256": hashlib.sha256(data).hexdigest(), "late": late,
                 "written": _store_once(storage, f"{rel_dir}/{name}", data, hour),
             })
-    dl_rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, shard)
+    dl_rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, shard, writer=ctx.writer)
     dl_skip = frozenset(ctx.drop.get(os.path.basename(dl_rel), ()))
     if dl_skip:  # redelivered messages an earlier attempt found in the dead-letter area already
         counts["duplicate"] += len(dl_skip)
@@ -373,6 +376,13 @@ def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None) -> bo
                 "and its hour is already marked complete",
                 fix="the input of a finished batch changed; restore it, or move this hour aside and re-run",
             )
+    elif hour is not None and storage.exists(f"{folder}/{MARKER_NAME}"):
+        # This job judged the hour open, yet it is marked: another writer marked it.
+        raise IntegrityError(
+            f"{storage.display(folder)} is already complete, but this job was about to add {name} to it",
+            fix="two jobs write this event type to this sink; stop one (each job holds a lease, see the README)",
+        )
+    faults.point("write_file", rel)
     storage.write_atomic(rel, data)
     return True
 

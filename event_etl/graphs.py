@@ -34,7 +34,7 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -53,6 +53,7 @@ __all__ = [
     "QUANTILES",
     "PrometheusSource",
     "HistorySource",
+    "history_charts",
     "parse_range",
     "parse_time",
     "histogram_quantile",

@@ -53,7 +53,7 @@ class ProgressPrinter:
         r = ev.result
         c = r.counts
         wm = ev.state.watermark
-        secs = max(ev.finished_at - ev.started_at, 1) / 1000.0
+        secs = max(ev.finished_at - (ev.attempt_started_at or ev.started_at), 1) / 1000.0
         lag = format_duration(self.clock() - wm) if wm is not None else "-"
         return (
             f"[{self.et}] batch {ev.batch_id}{' (replay)' if ev.replayed else ''}: in {_n(r.events_in)}  "

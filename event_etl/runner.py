@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import threading
 import time
@@ -120,6 +121,32 @@ def run_job(
     old_job = ckpt.job()
     if old_job is not None:  # fail before starting Spark if the checkpoint is someone else's
         ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink})
+    from event_etl.lease import Lease
+
+    lease = Lease(storage, event_type.name, ckpt.root, now_millis).acquire()
+    stop: dict[str, Any] = {"requested": False, "drain": options.drain, "controller": None}
+    restore: list[tuple[int, Any]] = []
+
+    def on_signal(signum, _frame):
+        stop["requested"] = True
+        stop["drain"] = stop["drain"] or signum == signal.SIGTERM
+        if stop["controller"] is not None:
+            stop["controller"].request_stop()
+
+    if install_signals and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            restore.append((sig, signal.signal(sig, on_signal)))
+    try:
+        return _run_locked(event_type, options, spec, sink, storage, ckpt, lease, spark=spark, clock=clock,
+                           listeners=listeners, now=now, trigger_ms=trigger_ms, stop=stop)
+    finally:
+        for sig, old in restore:
+            signal.signal(sig, old)
+        lease.release()
+
+
+def _run_locked(event_type, options, spec, sink, storage, ckpt, lease, *, spark, clock, listeners, now, trigger_ms,
+                stop) -> dict[str, Any]:
     if spark is None:
         from event_etl.sparkutil import get_session
 
@@ -131,7 +158,7 @@ def run_job(
     # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch
     # must get the same tasks, hence the same file names, whatever the cluster is now.
     job = ckpt.bind({"event_type": event_type.name, "sink": sink, "source": spec.identity(), "created_at": iso(now),
-                     "split_bytes": options.split_bytes,
+                     "split_bytes": options.split_bytes, "writer": secrets.token_hex(3),
                      "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism))})
     source_spec = {
         "kind": spec.kind,
@@ -147,7 +174,8 @@ def run_job(
 
     printer = ProgressPrinter(event_type.name, clock, quiet=options.quiet)
     controller = Controller(
-        event_type=event_type, storage=storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])]
+        event_type=event_type, storage=storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
+        writer=str(job.get("writer", "")), guard=lease.check,
     )
     from event_etl.metrics import job_metrics
 
@@ -163,20 +191,25 @@ def run_job(
     )
     writer = writer.trigger(availableNow=True) if options.once else writer.trigger(processingTime=f"{trigger_ms} milliseconds")
 
-    stop = {"requested": False, "drain": options.drain}
-    restore: list[tuple[int, Any]] = []
-
-    def on_signal(signum, _frame):
-        stop["requested"] = True
-        stop["drain"] = stop["drain"] or signum == signal.SIGTERM
+    stop["controller"] = controller
+    if stop["requested"]:  # a signal arrived while Spark was starting
         controller.request_stop()
+        if stop["drain"]:
+            controller.drain()
+        metrics.shutdown()
+        return _summary(event_type, sink, ckpt, controller, 0.0, options, stop)
+    try:
+        return _drive(query_writer=writer, controller=controller, metrics=metrics, options=options, stop=stop,
+                      source_dir=source_spec["log_dir"], summary=lambda secs: _summary(
+                          event_type, sink, ckpt, controller, secs, options, stop))
+    finally:
+        metrics.shutdown()
 
-    if install_signals and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            restore.append((sig, signal.signal(sig, on_signal)))
 
+def _drive(*, query_writer, controller: Controller, metrics, options: RunOptions, stop, source_dir: str, summary):
+    """Start the query, wait for it between idle ticks, stop it at a batch boundary, drain if asked."""
     started = time.monotonic()
-    query = writer.start()
+    query = query_writer.start()
     try:
         deadline = None if options.max_seconds is None else started + options.max_seconds
         from pyspark.errors import StreamingQueryException
@@ -198,18 +231,16 @@ def run_job(
         if stop["requested"]:
             _stop_at_boundary(query, controller)
         else:
-            _raise_query_failure(query, controller, source_spec["log_dir"])
+            _raise_query_failure(query, controller, source_dir)
     finally:
         if query.isActive:
             query.stop()
-        for sig, old in restore:
-            signal.signal(sig, old)
-    try:
-        if stop["drain"]:
-            controller.drain()
-    finally:
-        metrics.shutdown()
-    seconds = time.monotonic() - started
+    if stop["drain"]:
+        controller.drain()
+    return summary(time.monotonic() - started)
+
+
+def _summary(event_type, sink, ckpt, controller, seconds, options, stop) -> dict[str, Any]:
     totals = dict(controller.totals)
     events_in = sum(totals.get(k, 0) for k in ("timely", "late", "too_late", "future", "invalid", "duplicate"))
     summary = {

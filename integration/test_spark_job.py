@@ -136,6 +136,10 @@ def test_a_crash_before_the_commit_replays_to_the_identical_sink(spark, tmp_path
     clock = FakeClock(t("14:00"))
     run_job(et, opts(tmp_path / "clean", drain=True, max_files_per_batch=1), spark=spark, clock=clock, install_signals=False)
     reference = snapshot(tmp_path / "clean" / "sink")
+    # Same job identity as the clean run (its writer id is part of every file name), another sink.
+    clean_job = Checkpoint(tmp_path / "clean" / "ckpt").job()
+    Checkpoint(tmp_path / "ckpt").bind({**clean_job, "sink": str(tmp_path / "sink")})
+    reference = {k: v.replace(str(tmp_path / "clean").encode(), str(tmp_path).encode()) for k, v in reference.items()}
 
     states = []
     run_job(et, opts(tmp_path, once=True, max_files_per_batch=1), spark=spark, clock=clock, install_signals=False,

@@ -336,6 +336,22 @@ def test_the_hour_own_late_files_hold_earlier_hours_and_do_not_count(sc):
     assert rec.result is AuditResult.MATCH and rec.timely_records == 1 and rec.late_records_found == 0
 
 
+def test_late_records_are_attributed_to_their_own_event_hour(tmp_path):
+    """Hour 15's late file holds records of 13 and of 14: each audit counts only its own."""
+    from tests.harness import click, t
+
+    sc = build_hours(tmp_path, allowed_lateness="24h")
+    sc.clock.now = t("15:11")
+    sc.pipeline.batch([click("g", "13:40"), click("h", "14:40")])  # watermark 15:03: both late, into hour 15
+    complete_hour_15(sc)
+    r13 = audit_hour(sc.sink, sc.et, "2026-11-21T13", expected=4, now=NOW)
+    r14 = audit_hour(sc.sink, sc.et, "2026-11-21T14", expected=2, now=NOW)
+    assert (r13.result, r13.timely_records, r13.late_records_found, r13.late_hours_checked) == (
+        AuditResult.MATCH, 2, 2, 2)
+    assert (r14.result, r14.timely_records, r14.late_records_found) == (AuditResult.MATCH, 1, 1)
+    assert not r13.final, "late records of 13 can arrive until 2026-11-22T14"
+
+
 def test_fewer_records_while_late_ones_can_still_come_is_not_recorded(sc):
     rec = audit_hour(sc.sink, sc.et, "2026-11-21T14", expected=2, now=NOW)
     assert rec.result is AuditResult.INCONCLUSIVE and not rec.recorded and not rec.final

@@ -47,3 +47,16 @@ def test_the_package_does_not_import_airflow():
     code = "import sys, event_etl.consumer, event_etl.cli; print(sorted(m for m in sys.modules if 'airflow' in m))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_readme_documents_every_exit_code():
+    from event_etl.consumer import ExitCode
+
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    section = readme.split("## Batch consumers", 1)[1].split("\n## ", 1)[0]
+    table = section.split("**Exit codes**", 1)[1]
+    assert [int(line.split("|")[1]) for line in table.splitlines() if line.startswith("| ") and
+            line.split("|")[1].strip().isdigit()] == [int(c) for c in ExitCode]
+    for name in ("wait", "hours", "verify", "cat", "audit"):
+        assert f"event-etl {name}" in section
+    assert "examples/airflow_dag.py" in section and "poke_hour" in section

@@ -179,9 +179,10 @@ def audit_hour(sink: SinkLike, event_type: EventType, hour: HourLike, *, expecte
                          fix="pass event_etl.eventtypes.load_event_type(<folder of the type>)")
     if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
         raise UsageError(f"expected count {expected!r} is not a whole number", fix="pass --expected N with N >= 0")
-    storage, name, h = open_sink(sink), type_name(event_type), hour_ms(hour)
-    status = hour_status(storage, name, to_datetime(h))
+    storage = open_sink(sink)
+    status = hour_status(storage, event_type, hour)
     manifest = require_complete(status)
+    name, h = status.event_type, manifest.hour
     if status.audit is not None:
         return _recorded(status.audit, expected)
     horizon = lateness_horizon(h, event_type.allowed_lateness)

@@ -33,13 +33,12 @@ from typing import Any, BinaryIO, Iterator, TextIO
 import fastavro
 
 from event_etl.consumer.errors import CorruptHourError
-from event_etl.consumer.hours import HourLike, hour_ms
-from event_etl.consumer.sink import EventTypeLike, HourFolder, SinkLike, open_sink, type_name
+from event_etl.consumer.hours import HourLike
+from event_etl.consumer.sink import EventTypeLike, HourFolder, SinkLike, open_sink
 from event_etl.consumer.status import hour_status, require_complete
 from event_etl.errors import UsageError
 from event_etl.eventtypes import EventType
 from event_etl.rules.manifest import FileEntry, Manifest
-from event_etl.timeutil import to_datetime
 
 __all__ = ["hour_files", "read_records", "records_of", "read_table", "record_json", "write_avro", "write_jsonl"]
 
@@ -50,9 +49,10 @@ def hour_files(manifest: Manifest, *, include_late: bool = True) -> tuple[FileEn
 
 
 def _complete_folder(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) -> tuple[HourFolder, Manifest]:
-    storage, name, h = open_sink(sink), type_name(event_type), hour_ms(hour)
-    manifest = require_complete(hour_status(storage, name, to_datetime(h)))
-    return HourFolder(storage, name, h), manifest
+    storage = open_sink(sink)
+    status = hour_status(storage, event_type, hour)
+    manifest = require_complete(status)
+    return HourFolder(storage, status.event_type, manifest.hour), manifest
 
 
 def _readers(folder: HourFolder, files: tuple[FileEntry, ...]) -> Iterator[fastavro.reader]:

@@ -23,6 +23,7 @@ arguments, so the loop can be tested without waiting.
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import timedelta
 from typing import Callable, TypeVar, Union
@@ -48,7 +49,7 @@ def _seconds(value: Seconds | None, what: str) -> float | None:
     if value is None:
         return None
     s = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if s < 0 or s != s:
+    if s < 0 or math.isnan(s):
         raise UsageError(f"{what} {value!r} is negative", fix=f"give {what} in seconds (or a timedelta), 0 or more")
     return s
 

@@ -2,10 +2,11 @@
 
 Layout under a sink root (local path or ``gs://bucket/prefix``)::
 
-    <sink>/<event_type>/dt=YYYY-MM-DD/hour=HH/part-YYYYMMDDHH-b<batch>-s<shard>-<seq>.avro
-    <sink>/<event_type>/dt=YYYY-MM-DD/hour=HH/late-YYYYMMDDHH-b<batch>-s<shard>-<seq>.avro
+    <sink>/<event_type>/dt=YYYY-MM-DD/hour=HH/part-YYYYMMDDHH-w<writer>-b<batch>-s<shard>-<seq>.avro
+    <sink>/<event_type>/dt=YYYY-MM-DD/hour=HH/late-YYYYMMDDHH-w<writer>-b<batch>-s<shard>-<seq>.avro
     <sink>/<event_type>/dt=YYYY-MM-DD/hour=HH/_COMPLETE
-    <sink>/<event_type>/_deadletter/dt=YYYY-MM-DD/dl-b<batch>-s<shard>.avro
+    <sink>/<event_type>/_LEASE
+    <sink>/<event_type>/_deadletter/dt=YYYY-MM-DD/dl-w<writer>-b<batch>-s<shard>.avro
 
 File names are a pure function of what identifies a piece of a micro-batch's output
 (hour, batch id, shard, sequence, late or not).  A replayed batch therefore produces
@@ -39,7 +40,8 @@ DEADLETTER_DIR = "_deadletter"
 
 _EVENT_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _HOUR_DIR_RE = re.compile(r"^([a-z][a-z0-9_]{0,62})/dt=(\d{4})-(\d{2})-(\d{2})/hour=(\d{2})$")
-_FILE_RE = re.compile(r"^(part|late)-(\d{10})-b(\d{10})-s(\d{4})-(\d{4})\.avro$")
+_FILE_RE = re.compile(r"^(part|late)-(\d{10})-(?:w([0-9a-f]{6})-)?b(\d{10})-s(\d{4})-(\d{4})\.avro$")
+_WRITER_RE = re.compile(r"^[0-9a-f]{6}$")
 
 MAX_BATCH_ID = 10**10 - 1
 MAX_SHARD = 9999
@@ -96,18 +98,23 @@ class DataFileName:
     shard: int
     seq: int
     late: bool
+    writer: str = ""
 
     @property
     def name(self) -> str:
-        return data_file_name(self.hour_start, self.batch_id, self.shard, self.seq, late=self.late)
+        return data_file_name(self.hour_start, self.batch_id, self.shard, self.seq, late=self.late, writer=self.writer)
 
 
-def data_file_name(hour_start: int, batch_id: int, shard: int, seq: int, *, late: bool) -> str:
-    """Name of a data file: ``part-2026112113-b0000000042-s0003-0000.avro`` (``late-`` for late records).
+def data_file_name(hour_start: int, batch_id: int, shard: int, seq: int, *, late: bool, writer: str = "") -> str:
+    """Name of a data file: ``part-2026112113-w3fa9c1-b0000000042-s0003-0000.avro`` (``late-`` for late records).
 
     ``hour_start`` is the hour the file is written into (for late records, the open hour
-    that received them, not the hour of their event time).
+    that received them, not the hour of their event time).  ``writer`` (six hex digits, fixed
+    when a job's checkpoint is created) keeps two jobs that write the same sink from ever
+    producing the same name; it may be empty.
     """
+    if writer and not _WRITER_RE.match(writer):
+        raise ValueError(f"writer id {writer!r} is not six hex digits")
     if not 0 <= batch_id <= MAX_BATCH_ID:
         raise ValueError(f"batch id {batch_id} out of range")
     if not 0 <= shard <= MAX_SHARD:
@@ -116,7 +123,8 @@ def data_file_name(hour_start: int, batch_id: int, shard: int, seq: int, *, late
         raise ValueError(f"file sequence {seq} out of range 0..{MAX_SEQ}")
     day, hh = _hour_parts(hour_start)
     prefix = "late" if late else "part"
-    return f"{prefix}-{day.replace('-', '')}{hh}-b{batch_id:010d}-s{shard:04d}-{seq:04d}.avro"
+    w = f"w{writer}-" if writer else ""
+    return f"{prefix}-{day.replace('-', '')}{hh}-{w}b{batch_id:010d}-s{shard:04d}-{seq:04d}.avro"
 
 
 def parse_data_file_name(name: str) -> DataFileName:
@@ -124,17 +132,17 @@ def parse_data_file_name(name: str) -> DataFileName:
     m = _FILE_RE.match(name)
     if not m:
         raise ValueError(f"{name!r} is not an event_etl data file name")
-    kind, stamp, batch, shard, seq = m.groups()
+    kind, stamp, writer, batch, shard, seq = m.groups()
     try:
         hour = to_millis(
             datetime(int(stamp[:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[8:10]), tzinfo=timezone.utc)
         )
     except ValueError as err:
         raise ValueError(f"{name!r} names no real hour: {err}") from err
-    return DataFileName(hour, int(batch), int(shard), int(seq), kind == "late")
+    return DataFileName(hour, int(batch), int(shard), int(seq), kind == "late", writer or "")
 
 
-def deadletter_file_path(event_type: str, day_ms: int, batch_id: int, shard: int) -> str:
+def deadletter_file_path(event_type: str, day_ms: int, batch_id: int, shard: int, *, writer: str = "") -> str:
     """Dead-letter file of one shard of one batch, relative to the sink root.
 
     ``day_ms`` is any instant of the day the batch started (recorded with the batch, so a
@@ -142,4 +150,5 @@ def deadletter_file_path(event_type: str, day_ms: int, batch_id: int, shard: int
     """
     validate_event_type_name(event_type)
     day = datetime.fromtimestamp(day_ms // 1000, tz=timezone.utc).strftime("%Y-%m-%d")
-    return f"{event_type}/{DEADLETTER_DIR}/dt={day}/dl-b{batch_id:010d}-s{shard:04d}.avro"
+    w = f"w{writer}-" if writer else ""
+    return f"{event_type}/{DEADLETTER_DIR}/dt={day}/dl-{w}b{batch_id:010d}-s{shard:04d}.avro"

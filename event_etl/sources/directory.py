@@ -180,6 +180,9 @@ class DirectoryPlanner:
         end = avail if max_files is None else min(avail, n + max_files)
         return {"files": max(n, end)}
 
+    def reported_latest(self) -> dict[str, Any]:
+        return {"files": len(self.entries) if self.target is None else self.target}
+
     def backlog(self, start: dict[str, Any]) -> dict[str, int]:
         n = int(start["files"])
         rest = self.entries[n:]

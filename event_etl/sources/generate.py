@@ -30,6 +30,7 @@ class GeneratorPlanner:
         self.max_rows = max_rows
         self.clock = clock
         self.target: int | None = None
+        self._last_start: dict[str, Any] | None = None
 
     def initial_offset(self) -> dict[str, Any]:
         return {"n": 0, "t0": self.clock(), "p": self.params.to_json()}
@@ -43,7 +44,15 @@ class GeneratorPlanner:
     def prepare_available_now(self) -> None:
         self.target = -1  # fixed on the first latest_offset, which knows the start offset
 
+    def reported_latest(self) -> dict[str, Any] | None:
+        start = self._last_start
+        if start is None:
+            return None
+        due = self._due(start) if self.target in (None, -1) else self.target
+        return {"n": due, "t0": start["t0"], "p": start["p"]}
+
     def latest_offset(self, start: dict[str, Any], max_rows: int | None) -> dict[str, Any]:
+        self._last_start = start
         n = int(start["n"])
         if self.target == -1:
             self.target = self._due(start)

@@ -249,9 +249,6 @@ class PubSubPlanner:
         self._ensure_extender()
         return {"spool": n + 1}
 
-    def reported_latest(self, start: dict[str, Any]) -> dict[str, Any]:
-        return start
-
     def _pull(self, cap: int) -> tuple[list[dict[str, Any]], list[str]]:
         from google.pubsub_v1.types import PullResponse
 

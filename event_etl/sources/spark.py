@@ -84,6 +84,11 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = None
         return self.planner.latest_offset(start, cap)
 
+    def reportLatestOffset(self) -> dict | None:
+        """The newest offset available (for the backlog metric), or None where the source cannot tell."""
+        report = getattr(self.planner, "reported_latest", None)
+        return report() if report is not None else None
+
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.prepare_available_now()
 

@@ -1,0 +1,45 @@
+"""Fault points: named places in the write path where a fault campaign can stop the job.
+
+In production this module does nothing.  With ``EVENT_ETL_FAULT_LOG=path`` set, every
+point reached appends ``<name> <pid> <monotonic time> <detail>`` to that file, and with
+``EVENT_ETL_FAULT_PAUSE="before_marker=0.5,write_file=0.02"`` the process pauses there,
+so that a campaign (integration/campaign.py) can kill it exactly *during file writes*,
+*between the last file of an hour and its marker*, and so on.
+
+Points: ``write_file`` (an executor about to store a data file), ``files_written`` (all
+files of a batch are written, the ledger is not), ``before_marker``, ``after_marker``
+(a marker is written, the state is not), ``state_saved``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+__all__ = ["point"]
+
+_PAUSES: dict[str, float] | None = None
+
+
+def _pauses() -> dict[str, float]:
+    global _PAUSES
+    if _PAUSES is None:
+        out = {}
+        for item in os.environ.get("EVENT_ETL_FAULT_PAUSE", "").split(","):
+            if "=" in item:
+                k, _, v = item.partition("=")
+                out[k.strip()] = float(v)
+        _PAUSES = out
+    return _PAUSES
+
+
+def point(name: str, detail: str = "") -> None:
+    """Mark that the job reached fault point ``name`` (no-op unless a campaign asks for it)."""
+    log = os.environ.get("EVENT_ETL_FAULT_LOG")
+    if not log:
+        return
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"{name} {os.getpid()} {time.monotonic():.3f} {detail}\n")
+    pause = _pauses().get(name)
+    if pause:
+        time.sleep(pause)
