@@ -57,7 +57,7 @@ class BatchResult:
     bytes_written: int = 0
     deadletter_files: int = 0
     max_event_time: int | None = None
-    min_timely_hour: int | None = None
+    min_hour: int | None = None
     delay_buckets: list[int] = field(default_factory=list)
     delay_sum_ms: int = 0
 
@@ -88,9 +88,9 @@ def summarize(reports: list[dict[str, Any]]) -> BatchResult:
         t = rep.get("max_event_time")
         if t is not None and (r.max_event_time is None or t > r.max_event_time):
             r.max_event_time = t
-        h = rep.get("min_timely_hour")
-        if h is not None and (r.min_timely_hour is None or h < r.min_timely_hour):
-            r.min_timely_hour = h
+        h = rep.get("min_hour")
+        if h is not None and (r.min_hour is None or h < r.min_hour):
+            r.min_hour = h
         b = rep.get("delay_buckets") or []
         if len(r.delay_buckets) < len(b):
             r.delay_buckets.extend([0] * (len(b) - len(r.delay_buckets)))
@@ -274,7 +274,7 @@ class Controller:
             batch_id=batch_id,
             wm_start=intent.wm_start,
             batch_max_event_time=result.max_event_time,
-            batch_min_timely_hour=result.min_timely_hour,
+            batch_min_hour=result.min_hour,
             out_of_orderness=self.et.out_of_orderness,
         )
         now = self.clock()

@@ -317,8 +317,9 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
         written = g.finish()
         if g.max_t is not None:
             max_t = g.max_t if max_t is None else max(max_t, g.max_t)
-            if not late:
-                min_hour = hour if min_hour is None else min(min_hour, hour)
+            # every hour that receives a file counts, the open hour of late records too: markers
+            # start at the earliest hour that received data
+            min_hour = hour if min_hour is None else min(min_hour, hour)
         rel_dir = hour_dir(et.name, hour)
         for name, data, n, fk in written:
             files.append({
@@ -345,7 +346,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
         "files": files,
         "deadletter": dl,
         "max_event_time": max_t,
-        "min_timely_hour": min_hour,
+        "min_hour": min_hour,
         "delay_buckets": delays,
         "delay_sum_ms": delay_sum,
     }

@@ -102,6 +102,10 @@ class Decoder:
             raise ValueError(f"{v!r:.40} has no UTC offset: write it with Z or +00:00")
         return to_millis(dt)
 
+    def record_time(self, value: Any) -> int:
+        """The event time (ms) of a value of the type's time field, as decoded from a payload or an Avro file."""
+        return self._time(value)
+
     # -- payloads --------------------------------------------------------------------------
     def decode(self, payload: bytes, override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
         """``(True, record, event_time_ms)`` or ``(False, Reason, detail)``.

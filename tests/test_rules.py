@@ -79,7 +79,7 @@ def test_watermark_never_goes_back(maxima, ooo):
     last = None
     for i, m in enumerate(maxima):
         state = state.after_batch(batch_id=i, wm_start=state.watermark, batch_max_event_time=m,
-                                  batch_min_timely_hour=None, out_of_orderness=ooo)
+                                  batch_min_hour=None, out_of_orderness=ooo)
         if last is not None:
             assert state.watermark >= last
         last = state.watermark

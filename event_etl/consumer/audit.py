@@ -134,9 +134,8 @@ def _event_time_of(et: EventType) -> Callable[[dict[str, Any]], int]:
     """The event time (ms) of a record of ``et``, by the type's own rule for its time field."""
     from event_etl.payload import Decoder
 
-    # The decoder owns the rule (logical types, epoch millis or seconds, ISO-8601); it has no
-    # public name for it yet, and copying it here would let the two drift apart.
-    parse, field = Decoder(et)._time, et.time_field
+    # The decoder owns the rule (logical types, epoch millis or seconds, ISO-8601).
+    parse, field = Decoder(et).record_time, et.time_field
     return lambda rec: parse(rec[field])
 
 

@@ -81,7 +81,8 @@ class WatermarkState:
 
     - ``watermark``: ms, or ``None`` before the first event.
     - ``max_event_time``: the largest accepted event time seen.
-    - ``first_hour``: the earliest hour that received timely data; markers start there.
+    - ``first_hour``: the earliest hour that received data (timely records, or late records
+      written into the open hour); markers start there.
     - ``marked_through``: start of the last hour that has its marker (every hour from
       ``first_hour`` to it has one), or ``None``.
     - ``last_batch_id``: the last micro-batch fully processed (-1: none).
@@ -99,7 +100,7 @@ class WatermarkState:
         batch_id: int,
         wm_start: int | None,
         batch_max_event_time: int | None,
-        batch_min_timely_hour: int | None,
+        batch_min_hour: int | None,
         out_of_orderness: int,
     ) -> "WatermarkState":
         """State after batch ``batch_id`` (judged against ``wm_start``) was written."""
@@ -107,8 +108,8 @@ class WatermarkState:
             _max(wm_start, self.watermark), batch_max_event_time, out_of_orderness=out_of_orderness
         )
         first = self.first_hour
-        if batch_min_timely_hour is not None and (first is None or batch_min_timely_hour < first):
-            first = batch_min_timely_hour
+        if batch_min_hour is not None and (first is None or batch_min_hour < first):
+            first = batch_min_hour
         return replace(
             self,
             watermark=wm,

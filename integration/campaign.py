@@ -1,0 +1,533 @@
+"""Fault campaign: a known event set, a job killed over and over, and a check of every event by id.
+
+    .venv/bin/python integration/campaign.py                      # directory source -> local disk
+    .venv/bin/python integration/campaign.py --source pubsub      # Pub/Sub emulator -> GCS emulator
+    options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE
+
+The event set spans more than six event-time hours: timely, out-of-order, late, too-late,
+future, duplicate (producer retries, inside the dedupe window) and invalid events (one of
+each bad-input kind).  The job runs as users run it (`event-etl run ... --max-files-per-batch 1`
+in its own process) and is killed with SIGKILL at least ``--kills`` times: at chosen fault
+points (while a data file is written, after the files and before the ledger, between the
+last file of an hour and its marker, between a marker and the state, after the state) and
+at random moments; and stopped ``--sigterms`` times with SIGTERM (graceful stop + drain).
+Each time it is restarted on the same checkpoint; a last run drains.
+
+A watcher takes a snapshot (names and sha256) of every hour folder when its ``_COMPLETE``
+appears.  At the end, by event id:
+
+- every valid event that was not too late is in exactly one bucket file (lost, duplicated);
+- a record in a ``part-`` file is in its own hour and that hour was open when its batch ran;
+  a record in a ``late-`` file is in a later hour, its own hour was complete and the later
+  hour open when its batch ran (from the batch id in the file name and each manifest's
+  ``last_batch``);
+- too-late, future and invalid events are in the dead-letter area, each with its expected
+  reason and its original bytes, and nowhere else;
+- every hour from the first to the last has exactly one ``_COMPLETE``; each manifest lists
+  exactly its folder's ``.avro`` files with the right counts, sizes and sha256;
+- no hour folder changed after its marker appeared.
+
+It prints a table of these figures and exits non-zero if any of them is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from event_etl.avroio import encode_single_object  # noqa: E402
+from event_etl.eventtypes import load_event_type  # noqa: E402
+from event_etl.rules.buckets import MARKER_NAME, parse_data_file_name, parse_hour_dir  # noqa: E402
+from event_etl.rules.manifest import Manifest  # noqa: E402
+from event_etl.storage import Storage  # noqa: E402
+from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
+
+EXE = str(Path(sys.executable).with_name("event-etl"))
+FAULT_POINTS = ("write_file", "files_written", "before_marker", "after_marker", "state_saved")
+PAUSES = "write_file=0.05,files_written=0.3,before_marker=0.4,after_marker=0.4,state_saved=0.2"
+INVALID_KINDS = {  # kind -> expected dead-letter reason
+    "malformed_json": "invalid_json", "wrong_shape": "not_an_object", "wrong_type": "schema_mismatch",
+    "missing_field": "missing_field", "missing_time": "missing_time", "bad_time": "invalid_time",
+    "empty": "empty_payload", "non_utf8": "invalid_utf8", "oversized": "oversized",
+    "avro_unknown_fingerprint": "unknown_schema", "avro_truncated": "invalid_avro",
+}
+
+
+@dataclass
+class Event:
+    id: str | None
+    t: int | None
+    kind: str
+    payload: bytes
+    reason: str | None = None  # expected dead-letter reason
+
+
+@dataclass
+class EventSet:
+    batches: list[tuple[int, list[Event]]] = field(default_factory=list)  # (arrival ms, events)
+
+    @property
+    def events(self) -> list[Event]:
+        return [e for _, evs in self.batches for e in evs]
+
+
+def make_events(et, *, events: int, files: int, seed: int, start: int) -> EventSet:
+    """The known event set: ``files`` arrivals over 6.5 hours of event time from ``start``."""
+    rng = random.Random(seed)
+    schema = et.parsed_schema()
+    span = 6 * HOUR_MS + 30 * MINUTE_MS
+    per = max(20, events // files)
+    out = EventSet()
+    recent: list[Event] = []
+    invalid_cycle = list(INVALID_KINDS)
+
+    def rec(eid: str, t: int) -> dict:
+        return {"event_id": eid, "event_time": t, "anonymous_id": f"a{rng.randint(1, 10**6)}",
+                "session_id": f"s{rng.randint(1, 10**6)}", "product_id": f"sku-{rng.randint(1, 9999)}",
+                "page_url": "https://shop.example.com/p/1", "device_type": rng.choice(["DESKTOP", "MOBILE", "TABLET"])}
+
+    def valid(kind: str, t: int, reason: str | None = None) -> Event:
+        eid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        return Event(eid, t, kind, json.dumps(rec(eid, t)).encode(), reason)
+
+    for k in range(files):
+        arrival = start + (k + 1) * span // files
+        slice_start = start + k * span // files
+        evs: list[Event] = []
+        for i in range(per):
+            a_i = slice_start + (arrival - slice_start) * i // per
+            u = rng.random()
+            if u < 0.03 and recent:  # a producer retry of a recent event, inside the dedupe window
+                orig = rng.choice(recent[-30:])
+                evs.append(Event(orig.id, orig.t, "duplicate", orig.payload))
+            elif u < 0.06:
+                evs.append(valid("late", arrival - arrival % HOUR_MS - rng.randint(30, 90) * MINUTE_MS))
+            elif u < 0.07:
+                evs.append(valid("too_late", arrival - rng.randint(26, 28) * HOUR_MS, "too_late"))
+            elif u < 0.08:
+                evs.append(valid("future", arrival + rng.randint(60, 180) * MINUTE_MS, "future"))
+            elif u < 0.10 or (k == 0 and i < len(invalid_cycle)):
+                kind = invalid_cycle[(k * per + i) % len(invalid_cycle)]
+                evs.append(Event(None, None, kind, invalid_payload(kind, rec, schema, et, a_i, rng), INVALID_KINDS[kind]))
+            elif u < 0.15:
+                evs.append(valid("out_of_order", a_i - rng.randint(60, 110) * 1000))
+            else:
+                e = valid("timely", a_i - rng.randint(0, 60) * 1000)
+                evs.append(e)
+                recent.append(e)
+        out.batches.append((arrival, evs))
+    return out
+
+
+def invalid_payload(kind: str, rec, schema, et, t: int, rng: random.Random) -> bytes:
+    r = rec("bad", t)
+    if kind == "malformed_json":
+        return json.dumps(r).encode()[:-9]
+    if kind == "wrong_shape":
+        return json.dumps([r]).encode()
+    if kind == "wrong_type":
+        r["device_type"] = 42
+        return json.dumps(r).encode()
+    if kind == "missing_field":
+        del r["session_id"]
+        return json.dumps(r).encode()
+    if kind == "missing_time":
+        del r["event_time"]
+        return json.dumps(r).encode()
+    if kind == "bad_time":
+        r["event_time"] = "yesterday at noon"
+        return json.dumps(r).encode()
+    if kind == "empty":
+        return b""
+    if kind == "non_utf8":
+        return b'{"event_id": "\xff\xfe\xfd"}'
+    if kind == "oversized":
+        r["page_url"] = "https://shop.example.com/" + "x" * (et.max_payload_bytes + 10)
+        return json.dumps(r).encode()
+    soe = encode_single_object(schema, et.fingerprint, r)
+    if kind == "avro_unknown_fingerprint":
+        return base64.b64encode(soe[:2] + bytes(8) + soe[10:])
+    if kind == "avro_truncated":
+        return base64.b64encode(soe[: len(soe) // 2])
+    raise ValueError(kind)
+
+
+class Watcher(threading.Thread):
+    """Snapshots every hour folder when its marker appears."""
+
+    def __init__(self, storage: Storage, event_type: str) -> None:
+        super().__init__(daemon=True)
+        self.storage, self.et = storage, event_type
+        self.snapshots: dict[str, dict[str, str]] = {}
+        self.stop_event = threading.Event()
+
+    def folders(self) -> list[str]:
+        out = []
+        for day in self.storage.list_dirs(self.et):
+            if day.startswith("dt="):
+                out += [f"{self.et}/{day}/{h}" for h in self.storage.list_dirs(f"{self.et}/{day}")]
+        return out
+
+    def snapshot(self, rel: str) -> dict[str, str]:
+        return {n: hashlib.sha256(self.storage.read(f"{rel}/{n}")).hexdigest() for n in self.storage.list_files(rel)
+                if not n.startswith(".")}
+
+    def run(self) -> None:
+        while not self.stop_event.wait(0.2):
+            try:
+                for rel in self.folders():
+                    if rel not in self.snapshots and MARKER_NAME in self.storage.list_files(rel):
+                        self.snapshots[rel] = self.snapshot(rel)
+            except Exception:  # noqa: BLE001 - the sink may be mid-write or down; try again
+                continue
+
+
+class Campaign:
+    def __init__(self, args) -> None:
+        self.args = args
+        self.work = Path(args.workdir or tempfile.mkdtemp(prefix="event_etl-campaign-"))
+        if self.work.exists() and args.workdir:
+            shutil.rmtree(self.work)
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.et = load_event_type(ROOT / "event_types" / "page_view")
+        self.rng = random.Random(args.seed)
+        self.fault_log = self.work / "faults.log"
+        self.servers: list = []
+        self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "EVENT_ETL_FAULT_LOG": str(self.fault_log),
+                    "EVENT_ETL_FAULT_PAUSE": PAUSES}
+        self.kills = Counter()
+        self.runs = 0
+
+    # -- the source and the sink -----------------------------------------------------------
+    def prepare(self) -> None:
+        if self.args.source == "dir":
+            self.sink = str(self.work / "sink")
+            start = 1_795_225_200_000  # 2026-11-21T00:00Z: a fixed past, the same every run
+            self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
+                                      start=start)
+            src = self.work / "in"
+            src.mkdir()
+            for k, (arrival, evs) in enumerate(self.events.batches):
+                f = src / f"events-{k:04d}.jsonl"
+                f.write_bytes(b"\n".join(e.payload for e in evs) + b"\n")
+                os.utime(f, (arrival / 1000, arrival / 1000))
+            self.source = f"dir:{src}"
+        else:
+            self.start_servers()
+            now = now_millis()
+            # event time spans the past 6.5 hours: publish times ("arrival") are now
+            self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
+                                      start=now - 7 * HOUR_MS)
+            self.publish_all()
+            self.source = f"pubsub:{self.subscription}"
+        self.checkpoint = str(self.work / "ck")
+
+    def start_servers(self) -> None:
+        from integration.servers import GcsEmulator, PubSubEmulator
+
+        ps = PubSubEmulator(self.work / "pubsub").start(timeout=90)
+        gcs = GcsEmulator(self.work / "gcs").start()
+        self.servers = [ps, gcs]
+        gcs.create_bucket("campaign")
+        self.env.update({"PUBSUB_EMULATOR_HOST": ps.host, "STORAGE_EMULATOR_HOST": gcs.url,
+                         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "EVENT_ETL_PUBSUB_ACK_DEADLINE": "10"})
+        os.environ.update({k: self.env[k] for k in ("PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST",
+                                                     "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")})
+        self.sink = "gs://campaign/data"
+        self.topic = "projects/campaign/topics/page-view"
+        self.subscription = "projects/campaign/subscriptions/page-view-etl"
+        r = subprocess.run([EXE, "setup", "page_view", "--topic", self.topic, "--subscription", self.subscription,
+                            "--ack-deadline", "10"], env=self.env, capture_output=True, text=True, timeout=60)
+        if r.returncode:
+            raise SystemExit(f"setup failed: {r.stdout}{r.stderr}")
+
+    def publish_all(self) -> None:
+        from google.cloud import pubsub_v1
+
+        pub = pubsub_v1.PublisherClient()
+        for _, evs in self.events.batches:
+            futures = [pub.publish(self.topic, e.payload, **({} if e.payload else {"note": "empty"})) for e in evs]
+            for f in futures:
+                f.result(timeout=60)
+
+    # -- running and killing ---------------------------------------------------------------
+    def command(self, *extra: str) -> list[str]:
+        return [EXE, "run", "page_view", "--source", self.source, "--sink", self.sink, "--checkpoint", self.checkpoint,
+                "--max-files-per-batch", "1", "--max-events-per-batch", "400", "--trigger-interval", "500ms",
+                "--master", "local[2]", "--quiet", *extra]
+
+    def faults_seen(self) -> list[tuple[str, int]]:
+        if not self.fault_log.exists():
+            return []
+        out = []
+        for line in self.fault_log.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2:
+                out.append((parts[0], int(parts[1])))
+        return out
+
+    def committed(self) -> int:
+        d = Path(self.checkpoint) / "spark" / "commits"
+        return len(list(d.glob("[0-9]*"))) if d.is_dir() else 0
+
+    def one_fault(self, sig: int, point: str | None) -> bool:
+        """Start the job, wait for the fault point (or a random moment), send ``sig``.  False if the job finished."""
+        self.runs += 1
+        before = len(self.faults_seen())
+        committed = self.committed()
+        log = open(self.work / f"run-{self.runs:02d}.log", "w")
+        proc = subprocess.Popen(self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + 180
+        hit = False
+        if point is None:
+            while time.monotonic() < deadline and proc.poll() is None and self.committed() < committed + 1:
+                time.sleep(0.2)
+            time.sleep(self.rng.uniform(0.0, 2.0))
+            hit = proc.poll() is None
+        else:
+            occurrence = self.rng.randint(1, 3)
+            while time.monotonic() < deadline and proc.poll() is None:
+                seen = [p for p, _ in self.faults_seen()[before:] if p == point]
+                if len(seen) >= occurrence:
+                    hit = True
+                    break
+                time.sleep(0.02)
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if hit:
+                self.kills[(signal.Signals(sig).name, point or "random")] += 1
+        log.close()
+        return hit
+
+    def finish(self) -> subprocess.CompletedProcess:
+        """A last live run until every event is accounted for, then SIGTERM (stop and drain)."""
+        self.runs += 1
+        log = open(self.work / f"run-{self.runs:02d}-final.log", "w")
+        proc = subprocess.Popen(self.command(), env={**self.env, "EVENT_ETL_FAULT_PAUSE": ""}, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        expected = len(self.events.events)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(3)
+            try:
+                if self.accounted() >= expected:
+                    break
+            except Exception:  # noqa: BLE001 - mid-write; look again
+                continue
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=180)
+        log.close()
+        return proc.returncode
+
+    def accounted(self) -> int:
+        """Records in buckets (duplicates excluded) + dead-letter records: compared with the events sent."""
+        content, _ = self.read_sink()
+        placed = sum(len(h["records"]) for h in content.values())
+        dl = len(self.read_deadletters())
+        dups = sum(1 for e in self.events.events if e.kind == "duplicate")
+        return placed + dl + dups
+
+    # -- reading the result ----------------------------------------------------------------
+    def read_sink(self):
+        import fastavro
+
+        st = Storage(self.sink)
+        content = {}
+        for day in st.list_dirs("page_view"):
+            if not day.startswith("dt="):
+                continue
+            for h in st.list_dirs(f"page_view/{day}"):
+                rel = f"page_view/{day}/{h}"
+                files = st.list_files(rel)
+                entry = {"rel": rel, "files": files, "marker": None, "records": [], "data": {}}
+                for name in sorted(files):
+                    if name == MARKER_NAME:
+                        entry["marker"] = Manifest.from_bytes(st.read(f"{rel}/{name}"))
+                    elif name.endswith(".avro"):
+                        data = st.read(f"{rel}/{name}")
+                        entry["data"][name] = data
+                        meta = parse_data_file_name(name)
+                        for r in fastavro.reader(io.BytesIO(data)):
+                            entry["records"].append((str(r["event_id"]), meta.batch_id, meta.late))
+                content[parse_hour_dir(rel)[1]] = entry
+        return content, st
+
+    def read_deadletters(self) -> list:
+        from event_etl.deadletter import iter_deadletters
+
+        return list(iter_deadletters(Storage(self.sink), "page_view"))
+
+    def check(self, watcher: Watcher) -> dict:
+        content, st = self.read_sink()
+        dls = self.read_deadletters()
+        events = self.events.events
+        valid = {e.id: e for e in events if e.kind in ("timely", "out_of_order", "late")}
+        placed = Counter(i for h in content.values() for i, _, _ in h["records"])
+        lost = sorted(set(valid) - set(placed))
+        duplicated = sorted(i for i, n in placed.items() if n > 1)
+        not_valid_in_buckets = sorted(set(placed) - set(valid))
+        # placement by the hour that was open when the record's batch ran
+        marker_batch = {h: e["marker"].extra.get("last_batch") for h, e in content.items() if e["marker"]}
+        misplaced = []
+        for h, entry in content.items():
+            for i, b, late in entry["records"]:
+                e = valid.get(i)
+                if e is None:
+                    continue
+                own = e.t - e.t % HOUR_MS
+                if not late:
+                    ok = h == own and (marker_batch.get(h) is None or marker_batch[h] >= b)
+                else:
+                    ok = own < h and marker_batch.get(own, b) < b and (marker_batch.get(h) is None or marker_batch[h] >= b)
+                if not ok:
+                    misplaced.append((i, iso(h), b, late))
+        # dead letters: reasons and original bytes
+        expected_dl = Counter((e.reason, e.payload) for e in events if e.reason)
+        got_dl = Counter((d.reason, d.payload) for d in dls)
+        dl_missing = sum((expected_dl - got_dl).values())
+        dl_extra = sum((got_dl - expected_dl).values())
+        # markers
+        hours = sorted(content)
+        all_hours = list(range(hours[0], hours[-1] + HOUR_MS, HOUR_MS)) if hours else []
+        unmarked = [iso(h) for h in all_hours if h not in content or content[h]["marker"] is None]
+        bad_manifests = []
+        for h, entry in content.items():
+            m = entry["marker"]
+            if m is None:
+                continue
+            names = sorted(n for n in entry["files"] if n.endswith(".avro"))
+            good = [f.name for f in m.files] == names and all(
+                f.bytes == len(entry["data"][f.name]) and f.sha256 == hashlib.sha256(entry["data"][f.name]).hexdigest()
+                for f in m.files) and m.records == len(entry["records"]) and m.late_records == sum(
+                1 for r in entry["records"] if r[2])
+            if not good:
+                bad_manifests.append(iso(h))
+        # markers never written twice: create-only; folders never changed after their marker
+        changed = [rel for rel, snap in watcher.snapshots.items() if watcher.snapshot(rel) != snap]
+        bad_inputs = Counter(e.kind for e in events if e.reason and e.kind in INVALID_KINDS)
+        return {
+            "events sent": len(events),
+            "valid events (unique)": len(valid),
+            "duplicates sent (producer retries)": sum(1 for e in events if e.kind == "duplicate"),
+            "late sent": sum(1 for e in events if e.kind == "late"),
+            "too late / future sent": sum(1 for e in events if e.kind in ("too_late", "future")),
+            "bad inputs sent (kinds)": f"{sum(bad_inputs.values())} ({len(bad_inputs)} kinds)",
+            "event-time hours": len(all_hours),
+            "job runs": self.runs,
+            "SIGKILL": sum(n for (s, _), n in self.kills.items() if s == "SIGKILL"),
+            "SIGTERM": sum(n for (s, _), n in self.kills.items() if s == "SIGTERM"),
+            "kills by point": dict(sorted(f"{s}@{p}" for (s, p) in self.kills.elements())
+                                   and Counter(f"{s}@{p}" for (s, p) in self.kills.elements())),
+            "lost": len(lost),
+            "duplicated": len(duplicated),
+            "invalid/too-late/future in buckets": len(not_valid_in_buckets),
+            "misplaced (hour not open when it arrived)": len(misplaced),
+            "dead-letter records missing": dl_missing,
+            "dead-letter records extra": dl_extra,
+            "hours without exactly one _COMPLETE": len(unmarked),
+            "manifests not matching their folder": len(bad_manifests),
+            "hours changed after their marker (premature markers)": len(changed),
+            "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "misplaced": misplaced[:10],
+                         "unmarked": unmarked[:10], "bad_manifests": bad_manifests[:10], "changed": changed[:10]},
+        }
+
+    # -- the campaign ----------------------------------------------------------------------
+    def plan(self) -> list[tuple[int, str | None]]:
+        kills = [(signal.SIGKILL, p) for p in FAULT_POINTS]
+        while len(kills) < self.args.kills:
+            kills.append((signal.SIGKILL, self.rng.choice([*FAULT_POINTS, None, None])))
+        kills += [(signal.SIGTERM, self.rng.choice([None, "write_file", "before_marker"])) for _ in range(self.args.sigterms)]
+        self.rng.shuffle(kills)
+        return kills
+
+    def run(self) -> dict:
+        t0 = time.monotonic()
+        self.prepare()
+        watcher = Watcher(Storage(self.sink), "page_view")
+        watcher.start()
+        try:
+            for sig, point in self.plan():
+                self.one_fault(sig, point)
+            rc = self.finish()
+            watcher.stop_event.set()
+            watcher.join(timeout=10)
+            for rel in watcher.folders():  # markers written at the very end
+                if rel not in watcher.snapshots and MARKER_NAME in watcher.storage.list_files(rel):
+                    watcher.snapshots[rel] = watcher.snapshot(rel)
+            result = self.check(watcher)
+            result["final run exit code"] = rc
+            result["seconds"] = round(time.monotonic() - t0, 1)
+            return result
+        finally:
+            for s in self.servers:
+                s.stop()
+
+
+FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "misplaced (hour not open when it arrived)",
+                "dead-letter records missing", "dead-letter records extra", "hours without exactly one _COMPLETE",
+                "manifests not matching their folder", "hours changed after their marker (premature markers)",
+                "final run exit code")
+
+
+def failures(result: dict) -> list[str]:
+    return [k for k in FAILURE_KEYS if result.get(k)]
+
+
+def print_table(result: dict, args) -> None:
+    print(f"\nfault campaign: source {args.source}, {args.events} events, {args.files} batches, seed {args.seed}")
+    width = max(len(k) for k in result if not k.startswith("_"))
+    for k, v in result.items():
+        if not k.startswith("_"):
+            print(f"  {k:<{width}}  {v}")
+    bad = failures(result)
+    print("  RESULT: " + ("OK: 0 lost, 0 duplicated, 0 premature or changed markers" if not bad else f"FAILED: {bad}"))
+    if bad:
+        print("  details:", json.dumps(result["_details"], default=str)[:2000])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--source", choices=("dir", "pubsub"), default="dir")
+    ap.add_argument("--events", type=int, default=6000)
+    ap.add_argument("--files", type=int, default=36, help="batches of input (files, or waves of messages)")
+    ap.add_argument("--seed", type=int, default=20261121)
+    ap.add_argument("--kills", type=int, default=10, help="SIGKILLs (at least one per fault point)")
+    ap.add_argument("--sigterms", type=int, default=2)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--json", default=None, help="also write the figures to this file")
+    args = ap.parse_args(argv)
+    result = Campaign(args).run()
+    print_table(result, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    return 1 if failures(result) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
