@@ -114,37 +114,68 @@ def types_cmd(event_types_dir: str | None, as_json: bool) -> None:
             click.echo(f"  {'':<24} {t.description}")
 
 
+# The options of a streaming job, in the order `run --help` shows them; shared by `run`, `submit`
+# and the driver that `submit` starts on the cluster (event_etl.submit_main).
+_JOB_OPTIONS: dict[str, Callable] = {
+    "source": click.option("--source", default=None, help="generate:[k=v,...], dir:PATH or a folder. Default: the "
+                           "type's `source` setting (the built-in generator)."),
+    "sink": sink_option,
+    "checkpoint": click.option("--checkpoint", default=None,
+                               help="Checkpoint folder (local). Default: ./checkpoints/<EVENT_TYPE>."),
+    "trigger_interval": click.option("--trigger-interval", default="5s", show_default=True,
+                                     help="Time between micro-batches (90s, 5m...)."),
+    "max_files_per_batch": click.option("--max-files-per-batch", default=64, show_default=True, type=click.IntRange(1),
+                                        help="At most this many input files per micro-batch (directory source)."),
+    "max_events_per_batch": click.option("--max-events-per-batch", default=500_000, show_default=True,
+                                         type=click.IntRange(1),
+                                         help="At most this many events per micro-batch (generator source)."),
+    "once": click.option("--once", is_flag=True, help="Process what is available now, in as many micro-batches as "
+                         "the limits make, then stop."),
+    "drain": click.option("--drain", is_flag=True, help="Treat the end of input as the end of time: process what is "
+                          "available, mark every hour up to the last one holding data complete, then stop."),
+    "master": None,  # each command brings its own (see job_options)
+    "conf": click.option("--conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting; repeat for more."),
+    "quiet": click.option("--quiet", is_flag=True, help="No progress lines; only the summary of errors."),
+    "metrics_port": click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+                                 help="Serve Prometheus metrics on this port (0: any free port)."),
+    "metrics_host": click.option("--metrics-host", default="127.0.0.1", show_default=True,
+                                 help="Address the metrics endpoint binds to (0.0.0.0 to expose it)."),
+    "otlp_endpoint": click.option("--otlp-endpoint", default=None, help="Also push metrics over OTLP to this endpoint."),
+    "metrics_history": click.option("--metrics-history", default=None, type=click.Path(dir_okay=False),
+                                    help="Also append a snapshot of the metrics to this local file after every batch "
+                                    "(for `event-etl graphs` without Prometheus)."),
+}
+
+
+def job_options(*, master: Callable | None) -> Callable[[Callable], Callable]:
+    """Decorate a command with every option of a streaming job (the command adds EVENT_TYPE and --event-types).
+
+    ``master`` is the command's own ``--master`` option (optional for `run`, required for
+    `submit`), or None for the driver of a submitted job, whose master comes from spark-submit.
+    """
+    decorators = [master if name == "master" else opt for name, opt in _JOB_OPTIONS.items()]
+
+    def apply(fn: Callable) -> Callable:
+        for decorate in reversed([d for d in decorators if d is not None]):
+            fn = decorate(fn)
+        return fn
+
+    return apply
+
+
+def job_run_options(*, conf: tuple[str, ...] = (), **values: Any):
+    """The :class:`~event_etl.runner.RunOptions` of the values parsed by :func:`job_options`."""
+    from event_etl.runner import RunOptions
+
+    return RunOptions(conf=_parse_conf(conf), **values)
+
+
 @main.command("run")
 @click.argument("event_type")
-@click.option("--source", default=None, help="generate:[k=v,...], dir:PATH or a folder. Default: the type's `source` "
-              "setting (the built-in generator).")
-@sink_option
-@click.option("--checkpoint", default=None, help="Checkpoint folder (local). Default: ./checkpoints/<EVENT_TYPE>.")
-@click.option("--trigger-interval", default="5s", show_default=True, help="Time between micro-batches (90s, 5m...).")
-@click.option("--max-files-per-batch", default=64, show_default=True, type=click.IntRange(1),
-              help="At most this many input files per micro-batch (directory source).")
-@click.option("--max-events-per-batch", default=500_000, show_default=True, type=click.IntRange(1),
-              help="At most this many events per micro-batch (generator source).")
-@click.option("--once", is_flag=True, help="Process what is available now, in as many micro-batches as the limits "
-              "make, then stop.")
-@click.option("--drain", is_flag=True, help="Treat the end of input as the end of time: process what is available, "
-              "mark every hour up to the last one holding data complete, then stop.")
-@click.option("--master", default=None, help="Spark master. Default: local[*].")
-@click.option("--conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting; repeat for more.")
-@click.option("--quiet", is_flag=True, help="No progress lines; only the summary of errors.")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
-              help="Serve Prometheus metrics on this port (0: any free port).")
-@click.option("--metrics-host", default="127.0.0.1", show_default=True,
-              help="Address the metrics endpoint binds to (0.0.0.0 to expose it).")
-@click.option("--otlp-endpoint", default=None, help="Also push metrics over OTLP to this endpoint.")
-@click.option("--metrics-history", default=None, type=click.Path(dir_okay=False),
-              help="Also append a snapshot of the metrics to this local file after every batch (for `event-etl graphs` "
-              "without Prometheus).")
+@job_options(master=click.option("--master", default=None, help="Spark master. Default: local[*]."))
 @event_types_option
 @handles_errors
-def run_cmd(event_type: str, source, sink, checkpoint, trigger_interval, max_files_per_batch, max_events_per_batch,
-            once, drain, master, conf, quiet, metrics_port, metrics_host, otlp_endpoint, metrics_history,
-            event_types_dir) -> None:
+def run_cmd(event_type: str, event_types_dir: str | None, **job: Any) -> None:
     """Run the streaming job of EVENT_TYPE.
 
     With no options: local Spark, the built-in generator (event time runs 120x faster than the
@@ -152,27 +183,9 @@ def run_cmd(event_type: str, source, sink, checkpoint, trigger_interval, max_fil
     Stop with Ctrl-C (stops at the next batch boundary) or SIGTERM (also drains: closes the open hours).
     A restart on the same checkpoint continues where the job stopped.
     """
-    from event_etl.runner import RunOptions, run_job
+    from event_etl.runner import run_job
 
-    et = _load_type(event_types_dir, event_type)
-    opts = RunOptions(
-        source=source,
-        sink=sink,
-        checkpoint=checkpoint,
-        trigger_interval=trigger_interval,
-        max_files_per_batch=max_files_per_batch,
-        max_events_per_batch=max_events_per_batch,
-        once=once,
-        drain=drain,
-        master=master,
-        conf=_parse_conf(conf),
-        quiet=quiet,
-        metrics_port=metrics_port,
-        metrics_host=metrics_host,
-        otlp_endpoint=otlp_endpoint,
-        metrics_history=metrics_history,
-    )
-    run_job(et, opts)
+    run_job(_load_type(event_types_dir, event_type), job_run_options(**job))
 
 
 @main.command("deadletter")
@@ -227,6 +240,7 @@ def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types
 from event_etl import consumer_cli as _consumer_cli  # noqa: E402,F401
 from event_etl import monitoring_cli as _monitoring_cli  # noqa: E402,F401
 from event_etl import pubsub_cli as _pubsub_cli  # noqa: E402,F401
+from event_etl import submit_cli as _submit_cli  # noqa: E402,F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -21,6 +21,7 @@ batch must first be replayed against the watermark it was judged with.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,20 @@ from event_etl.rules.watermark import WatermarkState, drain_watermark, idle_wate
 from event_etl.storage import Storage
 
 __all__ = ["Controller", "BatchResult", "summarize", "StopRequested"]
+
+
+_TASK_ERROR_RE = re.compile(r"event_etl\.errors\.(\w+Error): (.*?)(?:\n\s+fix: (.*?))?\n", re.S)
+
+
+def unwrap_task_error(err: BaseException) -> BaseException:
+    """An executor task's event_etl error arrives wrapped in Spark's; give it back its own class and fix."""
+    from event_etl import errors
+
+    m = _TASK_ERROR_RE.search(str(err) + "\n")
+    cls = getattr(errors, m.group(1), None) if m else None
+    if cls is None or not issubclass(cls, errors.EventEtlError) or cls is errors.ConfigError:
+        return err
+    return cls(m.group(2).strip(), fix=(m.group(3) or "").strip() or None)
 
 
 class StopRequested(Exception):
@@ -185,7 +200,10 @@ class Controller:
     def _run_batch(self, df, batch_id: int) -> None:
         def run_tasks(ctx: BatchContext, shards: set[int] | None) -> list[tuple[dict, bytes]]:
             part = df if shards is None else df.filter(df["shard"].isin(sorted(shards)))
-            rows = part.mapInArrow(make_task(ctx), REPORT_SCHEMA).collect()
+            try:
+                rows = part.mapInArrow(make_task(ctx), REPORT_SCHEMA).collect()
+            except Exception as err:  # noqa: BLE001 - re-raised, as event_etl's own error when it is one
+                raise unwrap_task_error(err) from err
             return [(json.loads(r["report"]), bytes(r["keys"] or b"")) for r in rows]
 
         self.run_batch(batch_id, run_tasks)

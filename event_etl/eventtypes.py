@@ -154,7 +154,17 @@ def resolve_event_types_dir(option: str | os.PathLike[str] | None = None) -> Pat
     env = os.environ.get(ENV_EVENT_TYPES)
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "event_types"
+    return _project_event_types()
+
+
+def _project_event_types() -> Path:
+    """``event_types/`` next to the package; when the package is imported from a job bundle
+    (``event-etl submit``, :mod:`event_etl.bundle`), the bundle's copy, extracted to a local folder."""
+    from event_etl.bundle import bundled_event_types, package_archive
+
+    archive = package_archive()
+    bundled = bundled_event_types(archive) if archive is not None else None
+    return bundled or Path(__file__).resolve().parent.parent / "event_types"
 
 
 def load_event_types(root: str | os.PathLike[str]) -> dict[str, EventType]:

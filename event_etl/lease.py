@@ -35,9 +35,17 @@ from event_etl.errors import LeaseHeldError
 from event_etl.storage import Storage
 from event_etl.timeutil import format_duration, iso
 
-__all__ = ["Lease", "DEFAULT_TTL_MS"]
+__all__ = ["Lease", "DEFAULT_TTL_MS", "default_ttl_ms"]
 
 DEFAULT_TTL_MS = 60_000
+
+
+def default_ttl_ms() -> int:
+    """``$EVENT_ETL_LEASE_TTL`` (a duration such as ``"60s"``), else 60 s."""
+    from event_etl.timeutil import parse_duration
+
+    text = os.environ.get("EVENT_ETL_LEASE_TTL")
+    return parse_duration(text) if text else DEFAULT_TTL_MS
 
 
 @dataclass

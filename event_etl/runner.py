@@ -121,9 +121,9 @@ def run_job(
     old_job = ckpt.job()
     if old_job is not None:  # fail before starting Spark if the checkpoint is someone else's
         ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink})
-    from event_etl.lease import Lease
+    from event_etl.lease import Lease, default_ttl_ms
 
-    lease = Lease(storage, event_type.name, ckpt.root, now_millis).acquire()
+    lease = Lease(storage, event_type.name, ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
     stop: dict[str, Any] = {"requested": False, "drain": options.drain, "controller": None}
     restore: list[tuple[int, Any]] = []
 
@@ -170,6 +170,8 @@ def _run_locked(event_type, options, spec, sink, storage, ckpt, lease, *, spark,
         "max_events_per_batch": options.max_events_per_batch,
         # how long Pub/Sub may be unreachable before the job gives up (with a clear message)
         "outage_timeout": float(os.environ.get("EVENT_ETL_PUBSUB_OUTAGE_SECONDS", "120")),
+        # the ack deadline the source keeps extending (a redelivery after a crash waits this long)
+        "ack_deadline": int(os.environ.get("EVENT_ETL_PUBSUB_ACK_DEADLINE", "60")),
     }
 
     printer = ProgressPrinter(event_type.name, clock, quiet=options.quiet)

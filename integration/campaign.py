@@ -394,6 +394,14 @@ class Campaign:
         not_valid_in_buckets = sorted(set(placed) - set(valid))
         # placement by the hour that was open when the record's batch ran
         marker_batch = {h: e["marker"].extra.get("last_batch") for h, e in content.items() if e["marker"]}
+        first_marked = min(marker_batch) if marker_batch else None
+
+        def complete_before(hour: int, batch: int) -> bool:
+            """Was ``hour`` complete when ``batch`` began?  Hours before the job's first one always were."""
+            if hour in marker_batch:
+                return marker_batch[hour] < batch
+            return first_marked is not None and hour < first_marked
+
         misplaced = []
         for h, entry in content.items():
             for i, b, late in entry["records"]:
@@ -402,9 +410,9 @@ class Campaign:
                     continue
                 own = e.t - e.t % HOUR_MS
                 if not late:
-                    ok = h == own and (marker_batch.get(h) is None or marker_batch[h] >= b)
+                    ok = h == own and not complete_before(h, b)
                 else:
-                    ok = own < h and marker_batch.get(own, b) < b and (marker_batch.get(h) is None or marker_batch[h] >= b)
+                    ok = own < h and complete_before(own, b) and not complete_before(h, b)
                 if not ok:
                     misplaced.append((i, iso(h), b, late))
         # dead letters: reasons and original bytes
@@ -442,8 +450,7 @@ class Campaign:
             "job runs": self.runs,
             "SIGKILL": sum(n for (s, _), n in self.kills.items() if s == "SIGKILL"),
             "SIGTERM": sum(n for (s, _), n in self.kills.items() if s == "SIGTERM"),
-            "kills by point": dict(sorted(f"{s}@{p}" for (s, p) in self.kills.elements())
-                                   and Counter(f"{s}@{p}" for (s, p) in self.kills.elements())),
+            "kills by point": dict(sorted(Counter(f"{s}@{p}" for (s, p) in self.kills.elements()).items())),
             "lost": len(lost),
             "duplicated": len(duplicated),
             "invalid/too-late/future in buckets": len(not_valid_in_buckets),

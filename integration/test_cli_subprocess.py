@@ -100,3 +100,33 @@ def test_sigkill_then_restart_loses_and_duplicates_nothing(tmp_path):
     assert sorted(got) == sorted(f"e{k}-{i}" for k in range(6) for i in range(500))
     assert all(hc.marker is not None for hc in content.values())
     del et
+
+
+def test_a_second_writer_is_refused_at_once_and_a_killed_one_does_not_block_its_restart(tmp_path):
+    from tests.harness import make_event_type
+
+    make_event_type(tmp_path / "types", "click")
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"id": "a", "ts": 1795266000000}\n')
+    base = [EXE, "run", "click", "--event-types", str(tmp_path / "types"), "--source", f"dir:{src}",
+            "--sink", str(tmp_path / "data"), "--master", "local[1]"]
+    first = subprocess.Popen([*base, "--checkpoint", str(tmp_path / "ck1")], env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: (tmp_path / "ck1" / "spark" / "commits" / "0").exists(), 120, "the first job's first batch", first)
+        started = time.monotonic()
+        r = subprocess.run([*base, "--checkpoint", str(tmp_path / "ck2")], capture_output=True, text=True, env=_env(),
+                           timeout=120)
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert time.monotonic() - started < 30, "refused at once, before Spark starts"
+        assert "already being written" in r.stderr and f"pid {first.pid}" in r.stderr and "ck1" in r.stderr
+        r = subprocess.run([*base, "--checkpoint", str(tmp_path / "ck1")], capture_output=True, text=True, env=_env(),
+                           timeout=120)
+        assert r.returncode == 3 and "is in use by another job" in r.stderr and f"pid {first.pid}" in r.stderr
+    finally:
+        first.kill()
+        first.communicate(timeout=30)
+    r = subprocess.run([*base, "--checkpoint", str(tmp_path / "ck1"), "--drain"], capture_output=True, text=True,
+                       env=_env(), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -84,17 +84,20 @@ class Scenario:
 
     # -- reading the result ----------------------------------------------------------------
     def sink_content(self) -> dict[int, dict]:
+        return self.sink_content_of("page_view", "event_id")
+
+    def sink_content_of(self, event_type: str, id_field: str) -> dict[int, dict]:
         import io
 
         import fastavro
 
         st = Storage(self.sink)
         out = {}
-        for day in st.list_dirs("page_view"):
+        for day in st.list_dirs(event_type):
             if not day.startswith("dt="):
                 continue
-            for h in st.list_dirs(f"page_view/{day}"):
-                rel = f"page_view/{day}/{h}"
+            for h in st.list_dirs(f"{event_type}/{day}"):
+                rel = f"{event_type}/{day}/{h}"
                 files = st.list_files(rel)
                 entry = {"timely": [], "late": [], "marker": None, "files": files, "rel": rel, "bytes": {}}
                 for name in files:
@@ -103,7 +106,7 @@ class Scenario:
                     elif name.endswith(".avro"):
                         data = st.read(f"{rel}/{name}")
                         entry["bytes"][name] = data
-                        ids = [r["event_id"] for r in fastavro.reader(io.BytesIO(data))]
+                        ids = [r[id_field] for r in fastavro.reader(io.BytesIO(data))]
                         entry["late" if name.startswith("late-") else "timely"].extend(str(i) for i in ids)
                 from event_etl.rules.buckets import parse_hour_dir
 

@@ -1,0 +1,213 @@
+"""event_etl against Spark's own streaming file sink, on the same input, on this machine.
+
+One command::
+
+    .venv/bin/python bench/compare.py --events 3000000 --seed 7 --rounds 2
+
+1. Generates the input once (:mod:`bench.datagen`: page views of ~225 bytes as JSON lines,
+   6 hours of event time, mild disorder; same ``--events``/``--seed``/``--files``, same bytes).
+2. Runs the contenders in turn, alternating round after round (A B C A B C ...), each as its
+   own process with a fresh sink and checkpoint, on ``--master`` (default ``local[2]``):
+   ``event_etl`` (``event-etl run page_view --source dir:IN --drain``: validation, routing,
+   dedupe, snappy Avro files, ``_COMPLETE`` manifests with sha256), then Spark's file sink
+   partitioned by event date and hour as JSON and as Parquet (:mod:`bench.spark_sink`).
+   Both sides are given the same number of files per micro-batch (``--files-per-batch``,
+   event_etl's default of 64; Spark's own default is unlimited).
+3. Checks every output's record count against the input (a wrong count stops everything).
+4. Prints, per contender, the median over rounds of: events/s over the whole process,
+   events/s in steady state (largest micro-batch), peak memory of the process tree (RSS
+   summed, and PSS: shared pages counted once), CPU seconds; and the ratios event_etl /
+   Spark.  Writes the table, every round's figures and the machine to ``bench/RESULTS.md``
+   (section ``compare``).
+
+See :mod:`bench.contenders` for exactly what each figure measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.contenders import CONTENDERS, RunResult, run_event_etl, run_spark  # noqa: E402
+from bench.datagen import generate  # noqa: E402
+from bench.figures import median, mib, rate, ratio  # noqa: E402
+from bench.machine import ROOT, describe, load_average  # noqa: E402
+from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+
+SCHEMAS = {"page_view": ROOT / "event_types" / "page_view" / "schema.avsc",
+           "small_view": ROOT / "bench" / "event_types" / "small_view" / "schema.avsc"}
+
+
+def prepare_input(work: Path, *, events: int, seed: int, files: int, shape: str = "page_view",
+                  event_bytes: int | None = None) -> tuple[Path, dict]:
+    """The input folder for these options, generated unless ``work`` already holds exactly it."""
+    params = {"events": events, "seed": seed, "files": files, "shape": shape, "event_bytes": event_bytes}
+    tag = f"in-{shape}-{events}-{seed}-{files}-{event_bytes or 0}"
+    inp, stamp = work / tag, work / f"{tag}.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("params") == params and inp.is_dir():
+        return inp, json.loads(stamp.read_text())["info"]
+    shutil.rmtree(inp, ignore_errors=True)
+    t0 = time.monotonic()
+    info = generate(inp, events, files=files, seed=seed, shape=shape, event_bytes=event_bytes)
+    info["generate_seconds"] = time.monotonic() - t0
+    stamp.write_text(json.dumps({"params": params, "info": info}))
+    return inp, info
+
+
+def run_one(contender: str, inp: Path, work: Path, info: dict, args, *, event_type: str = "page_view",
+            event_types_dir: Path | None = None) -> RunResult:
+    """One measured run of ``contender`` over ``inp``."""
+    common = dict(events=info["events"], input_bytes=info["bytes"], master=args.master,
+                  files_per_batch=args.files_per_batch)
+    if contender == "event_etl":
+        return run_event_etl(inp, work, event_type=event_type, event_types_dir=event_types_dir, **common)
+    return run_spark(inp, work, fmt=contender.split("-", 1)[1], schema=SCHEMAS[event_type], **common)
+
+
+def describe_run(r: RunResult) -> str:
+    steady = "-" if r.steady_rate is None else f"{r.steady_rate:,.0f}/s ({r.steady_events:,} in {r.steady_seconds:.2f}s)"
+    return (f"{r.contender:<14} {r.wall:6.1f}s wall  {r.rate:>9,.0f} ev/s  steady {steady}  "
+            f"CPU {r.cpu:5.1f}s  peak RSS {mib(r.peak_rss)}  PSS {mib(r.peak_pss)}  "
+            f"{r.batches} batches, {r.files} files, {r.records_checked:,} records checked")
+
+
+def summary_rows(results: dict[str, list[RunResult]]) -> list[list[str]]:
+    """One row per contender: medians over rounds, and ratios against event_etl."""
+    rows = []
+    etl = results.get("event_etl", [])
+    e_rate = median(r.rate for r in etl)
+    e_steady = median(r.steady_rate for r in etl)
+    e_rss = median(r.peak_rss for r in etl)
+    e_pss = median(r.peak_pss for r in etl)
+    for name, runs in results.items():
+        if not runs:
+            continue
+        m_rate, m_steady = median(r.rate for r in runs), median(r.steady_rate for r in runs)
+        m_rss, m_pss = median(r.peak_rss for r in runs), median(r.peak_pss for r in runs)
+        own = name == "event_etl"
+        rows.append([
+            name, len(runs), f"{median(r.wall for r in runs):.1f}", rate(m_rate), rate(m_steady),
+            mib(m_rss), mib(m_pss), f"{median(r.cpu for r in runs):.1f}",
+            "-" if own else ratio(e_rate, m_rate), "-" if own else ratio(e_steady, m_steady),
+            "-" if own else ratio(e_rss, m_rss), "-" if own else ratio(e_pss, m_pss),
+        ])
+    return rows
+
+
+HEADER = ["contender", "runs", "wall s", "events/s whole process", "events/s steady", "peak RSS (tree)",
+          "peak PSS (tree)", "CPU s", "event_etl / this: whole", "… steady", "… RSS", "… PSS"]
+
+
+def verdict(results: dict[str, list[RunResult]]) -> list[str]:
+    """The issue's targets: throughput ratio >= 1.0 over the whole process, peak memory <= 1.5x Spark's."""
+    etl = results.get("event_etl", [])
+    out = []
+    for name in ("spark-json", "spark-parquet"):
+        runs = results.get(name)
+        if not etl or not runs:
+            continue
+        t = median(r.rate for r in etl) / median(r.rate for r in runs)
+        m_rss = median(r.peak_rss for r in etl) / median(r.peak_rss for r in runs)
+        m_pss = (median(r.peak_pss for r in etl) or 0) / (median(r.peak_pss for r in runs) or 1)
+        ok = t >= 1.0 and min(m_rss, m_pss) <= 1.5
+        out.append(f"vs {name}: throughput {t:.2f}× (target ≥ 1.0), peak memory {m_rss:.2f}× RSS / {m_pss:.2f}× PSS "
+                   f"(target ≤ 1.5×): {'MET' if ok else 'NOT MET'}")
+    return out
+
+
+def report(results, info, args, machine, command, load) -> str:
+    """The Markdown section for RESULTS.md."""
+    rounds = "\n".join(f"- round {i + 1}: " + "; ".join(
+        f"{name} {runs[i].rate:,.0f} ev/s, steady "
+        f"{'-' if runs[i].steady_rate is None else f'{runs[i].steady_rate:,.0f}'} ev/s, "
+        f"{mib(runs[i].peak_rss)} RSS, {mib(runs[i].peak_pss)} PSS, CPU {runs[i].cpu:.1f} s"
+        for name, runs in results.items() if len(runs) > i) for i in range(args.rounds))
+    return "\n".join([
+        "## event_etl vs Spark's file sink (bench/compare.py)", "",
+        machine_lines(machine, command, load), "",
+        f"Input: {info['events']:,} page views, {info['bytes'] / 1e6:,.0f} MB of JSON lines "
+        f"({info['bytes_per_event']:.0f} B/event), {info['files']} files, {info['hours']} hours of event time, "
+        f"seed {args.seed}. Master `{args.master}`, {args.files_per_batch} files per micro-batch for both sides. "
+        f"Medians over {args.rounds} round(s), contenders alternating.", "",
+        markdown_table(HEADER, summary_rows(results)), "",
+        *[f"- {v}" for v in verdict(results)], "",
+        "Every round:", "", rounds, "",
+        "How to read it: *whole process* is input events over the wall time of the process, JVM start-up "
+        "included; *steady* is the largest micro-batch (event_etl: its `foreachBatch` time; Spark: "
+        "`durationMs.addBatch`). Memory is the peak of the sum over the process tree (JVM, Python driver, "
+        "Python workers): RSS counts pages shared by forked workers once per process, PSS shares them out. "
+        "Every output's record count was checked against the input (event_etl: `_COMPLETE` manifests; "
+        "Spark: files in `_spark_metadata`). event_etl also validates every event, dedupes by id, writes "
+        "sha256 manifests and routes late data; Spark's sink does none of that.",
+    ])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=3_000_000, help="input events (default 3,000,000)")
+    ap.add_argument("--seed", type=int, default=7, help="input seed: same seed and size, same bytes")
+    ap.add_argument("--files", type=int, default=12, help="input files (default 12)")
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of A B C (median over rounds)")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--files-per-batch", type=int, default=64,
+                    help="files per micro-batch, for both sides (event_etl --max-files-per-batch, Spark "
+                         "maxFilesPerTrigger; default 64, event_etl's default)")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS),
+                    help=f"comma-separated subset of {','.join(CONTENDERS)}")
+    ap.add_argument("--workdir", type=Path, default=None,
+                    help="keep input and outputs here (input reused when the options match); default: a temporary "
+                         "folder, removed at the end")
+    ap.add_argument("--results", type=Path, default=None, help="results file (default bench/RESULTS.md)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    args = ap.parse_args(argv)
+    args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    unknown = set(args.contenders) - set(CONTENDERS)
+    if unknown:
+        ap.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    command = " ".join([".venv/bin/python bench/compare.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="event_etl-compare-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        machine, load = describe(), load_average()
+        print("\n".join(f"{k}: {v}" for k, v in machine.items()), f"\nload average: {load:.2f}", flush=True)
+        if load > 0.5:
+            print(f"note: the machine is busy (load {load:.2f}); figures will be noisy", flush=True)
+        inp, info = prepare_input(work, events=args.events, seed=args.seed, files=args.files)
+        print(f"input: {info['events']:,} events, {info['bytes'] / 1e6:,.0f} MB, {info['bytes_per_event']:.0f} B/event, "
+              f"{info['files']} files in {inp}", flush=True)
+        results: dict[str, list[RunResult]] = {c: [] for c in args.contenders}
+        for rnd in range(args.rounds):
+            for c in args.contenders:
+                r = run_one(c, inp, work, info, args)
+                results[c].append(r)
+                print(f"round {rnd + 1}: {describe_run(r)}", flush=True)
+        (work / "compare-runs.json").write_text(json.dumps({c: [r.as_dict() for r in rs] for c, rs in results.items()},
+                                                           indent=1))
+        print()
+        print(markdown_table(HEADER, summary_rows(results)))
+        for v in verdict(results):
+            print(v)
+        if not args.no_write:
+            path = update_section("compare", report(results, info, args, machine, command, load),
+                                  **({"path": args.results} if args.results else {}))
+            print(f"written to {path}")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""The contenders of the comparison, each run as its own measured process, and the checks of their output.
+
+- ``event_etl``: ``event-etl run TYPE --source dir:IN --drain`` (``--drain`` implies
+  ``--once``: everything available, then every hour holding data is marked), with all
+  its work: validation against the Avro schema, routing, dedupe, Avro files, manifests.
+- ``spark-json`` / ``spark-parquet``: Spark's own streaming file sink
+  (:mod:`bench.spark_sink`), partitioned by event date and hour.
+
+Every run gets a fresh sink and checkpoint.  Its figures:
+
+- **whole process**: input events / wall time of the process, from its start (Python,
+  the JVM, Spark's start-up) to its exit: what a user waits for.
+- **steady state**: input events / time of the largest micro-batch, the rate once
+  start-up costs are paid.  event_etl: its ``batch N: in X ... Ys`` progress line (the
+  time of its ``foreachBatch``: tasks, ledger, markers, state); Spark: ``numInputRows``
+  over ``durationMs.addBatch`` of that batch (the write job, its closest equivalent;
+  ``triggerExecution`` would also count offset planning and the commit log, which
+  event_etl's figure leaves out: the choice favours Spark a little).
+- **memory and CPU** of the whole process tree (:mod:`bench.procstats`).
+- **records checked**: event_etl's output is counted from the ``_COMPLETE`` manifests
+  (sum of ``records``), Spark's from the files its ``_spark_metadata`` log committed (lines
+  of JSON, rows of Parquet footers).  A count different from the input fails the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench.procstats import run_measured
+from bench.spark_sink import PROGRESS_PREFIX
+
+__all__ = ["RunResult", "WrongOutput", "run_event_etl", "run_spark", "count_manifests", "count_spark_output",
+           "event_etl_batches", "CONTENDERS"]
+
+BENCH = Path(__file__).resolve().parent
+CONTENDERS = ("event_etl", "spark-json", "spark-parquet")
+_BATCH_LINE = re.compile(r"\] batch \d+(?: \(replay\))?: in ([\d,]+) .*?\s([\d.]+)s\s+[\d,]+ ev/s")
+_RUN_LINE = re.compile(r"run finished: \d+ batches in ([\d.]+)s")
+
+
+class WrongOutput(SystemExit):
+    """A run whose output does not hold exactly the input's records: its figures must not be used."""
+
+
+@dataclass
+class RunResult:
+    """The figures of one run of one contender."""
+
+    contender: str
+    events: int
+    input_bytes: int
+    wall: float
+    cpu: float
+    peak_rss: int
+    peak_pss: int
+    records_checked: int
+    files: int
+    batches: int
+    steady_events: int | None = None
+    steady_seconds: float | None = None
+    query_seconds: float | None = None
+
+    @property
+    def rate(self) -> float:
+        """Events per second over the whole process."""
+        return self.events / self.wall
+
+    @property
+    def steady_rate(self) -> float | None:
+        if not self.steady_events or not self.steady_seconds:
+            return None
+        return self.steady_events / self.steady_seconds
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "rate": self.rate, "steady_rate": self.steady_rate}
+
+
+def _fresh(*dirs: Path) -> None:
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _failed(name: str, r: dict) -> SystemExit:
+    tail = "\n".join(r["output"].splitlines()[-40:])
+    return SystemExit(f"{name} failed with exit code {r['returncode']}; the end of its output:\n{tail}")
+
+
+def count_manifests(sink: Path, event_type: str) -> tuple[int, int, int]:
+    """``(records, files, hours)`` over the ``_COMPLETE`` manifests of ``event_type`` in ``sink``."""
+    records = files = hours = 0
+    for marker in sink.glob(f"{event_type}/dt=*/hour=*/_COMPLETE"):
+        m = json.loads(marker.read_text())
+        records += int(m["records"])
+        files += len(m["files"])
+        hours += 1
+    return records, files, hours
+
+
+def event_etl_batches(output: str) -> list[tuple[int, float]]:
+    """``(events in, seconds)`` of every micro-batch line event_etl printed."""
+    return [(int(m.group(1).replace(",", "")), float(m.group(2))) for m in _BATCH_LINE.finditer(output)]
+
+
+def _spark_committed_files(sink: Path) -> list[Path]:
+    """The data files Spark's file sink committed, from its ``_spark_metadata`` log (compactions included)."""
+    log = sink / "_spark_metadata"
+    if not log.is_dir():
+        raise WrongOutput(f"WRONG OUTPUT: {sink} has no _spark_metadata log: the Spark query committed nothing")
+    added: set[str] = set()
+    deleted: set[str] = set()
+    for entry in sorted(log.iterdir()):
+        if entry.name.startswith(".") or entry.name.endswith(".crc"):
+            continue
+        for line in entry.read_text().splitlines()[1:]:  # line 1: the log's version ("v1")
+            if line.strip():
+                e = json.loads(line)
+                (added if e.get("action", "add") == "add" else deleted).add(e["path"])
+    return [Path(p[len("file:"):] if p.startswith("file:") else p) for p in sorted(added - deleted)]
+
+
+def count_spark_output(sink: Path, fmt: str) -> tuple[int, int]:
+    """``(rows, files)`` in the files Spark committed: lines of JSON, or rows from Parquet footers."""
+    files = _spark_committed_files(sink)
+    rows = 0
+    for f in files:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            rows += pq.ParquetFile(f).metadata.num_rows
+        else:
+            with open(f, "rb") as fh:
+                rows += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    return rows, len(files)
+
+
+def _check(contender: str, records: int, events: int) -> None:
+    if records != events:
+        raise WrongOutput(f"WRONG OUTPUT from {contender}: {records:,} records in its output, {events:,} expected; "
+                          "a run that loses or adds records has no valid figures")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+
+
+def run_event_etl(inp: Path, work: Path, *, events: int, input_bytes: int, master: str, files_per_batch: int,
+                  event_type: str = "page_view", event_types_dir: Path | None = None,
+                  extra_args: tuple[str, ...] = ()) -> RunResult:
+    """One measured ``event-etl run --drain`` over the folder ``inp``; fails loudly on a wrong record count."""
+    sink, ckpt = work / "etl-sink", work / "etl-ckpt"
+    _fresh(sink, ckpt)
+    cmd = [str(Path(sys.executable).with_name("event-etl")), "run", event_type, "--source", f"dir:{inp}",
+           "--sink", str(sink), "--checkpoint", str(ckpt), "--drain", "--master", master,
+           "--max-files-per-batch", str(files_per_batch), *extra_args]
+    if event_types_dir is not None:
+        cmd += ["--event-types", str(event_types_dir)]
+    r = run_measured(cmd, env=_env())
+    if r["returncode"] != 0:
+        raise _failed("event-etl", r)
+    records, files, _ = count_manifests(sink, event_type)
+    _check("event_etl", records, events)
+    batches = event_etl_batches(r["output"])
+    steady = max(batches) if batches else (None, None)
+    run = _RUN_LINE.search(r["output"])
+    _fresh(sink, ckpt)
+    return RunResult("event_etl", events, input_bytes, r["wall"], r["cpu"], r["peak_rss"], r["peak_pss"], records,
+                     files, len(batches), steady[0], steady[1], float(run.group(1)) if run else None)
+
+
+def run_spark(inp: Path, work: Path, *, fmt: str, events: int, input_bytes: int, master: str, files_per_batch: int,
+              schema: Path, time_field: str = "event_time") -> RunResult:
+    """One measured run of :mod:`bench.spark_sink` (``fmt``: json or parquet); fails loudly on a wrong count."""
+    sink, ckpt = work / f"spark-{fmt}-sink", work / f"spark-{fmt}-ckpt"
+    _fresh(sink, ckpt)
+    cmd = [sys.executable, str(BENCH / "spark_sink.py"), "--source", str(inp), "--sink", str(sink),
+           "--checkpoint", str(ckpt), "--format", fmt, "--schema", str(schema), "--time-field", time_field,
+           "--files-per-trigger", str(files_per_batch), "--master", master]
+    r = run_measured(cmd, env=_env())
+    if r["returncode"] != 0:
+        raise _failed(f"spark_sink --format {fmt}", r)
+    records, files = count_spark_output(sink, fmt)
+    _check(f"spark-{fmt}", records, events)
+    line = next((ln for ln in r["output"].splitlines() if ln.startswith(PROGRESS_PREFIX)), None)
+    if line is None:
+        raise SystemExit(f"spark_sink --format {fmt} printed no {PROGRESS_PREFIX.strip()} line")
+    progress = json.loads(line[len(PROGRESS_PREFIX):])
+    timed = [b for b in progress["batches"] if b.get("add_batch_ms")]
+    big = max(timed, key=lambda b: b["rows"]) if timed else None
+    _fresh(sink, ckpt)
+    return RunResult(f"spark-{fmt}", events, input_bytes, r["wall"], r["cpu"], r["peak_rss"], r["peak_pss"], records,
+                     files, len(progress["batches"]), big["rows"] if big else None,
+                     big["add_batch_ms"] / 1000 if big else None, progress["query_seconds"])

@@ -1,0 +1,131 @@
+"""A live ``event-etl run`` as a child process: its output lines with the wall time they arrived, and a clean stop.
+
+Used by the live benchmarks (latency, memory).  The job prints a line per micro-batch
+(``[type] batch N: in X ... watermark W ... Ys``); :class:`LiveJob` keeps every line with the
+``time.time()`` it was read, so a benchmark can tell when a batch ended, and can wait for a
+line with a deadline instead of sleeping and hoping.  ``stop()`` sends SIGTERM, which makes
+the job stop at the next batch boundary and *drain* (mark every hour holding data).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Pattern
+
+__all__ = ["LiveJob", "event_etl_command", "BATCH_LINE"]
+
+BATCH_LINE = re.compile(r"\] batch (\d+)(?: \(replay\))?: in ([\d,]+) ")
+
+
+def event_etl_command(event_type: str, *, source: str, sink: Path, checkpoint: Path, master: str,
+                      trigger_interval: str, extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``event-etl run`` command line of a live job (no ``--once``)."""
+    return [str(Path(sys.executable).with_name("event-etl")), "run", event_type, "--source", source,
+            "--sink", str(sink), "--checkpoint", str(checkpoint), "--master", master,
+            "--trigger-interval", trigger_interval, *extra]
+
+
+class LiveJob:
+    """A running job; ``lines`` is ``[(wall_time, text)]`` of everything it printed so far."""
+
+    def __init__(self, cmd: list[str], *, log: Path | None = None) -> None:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[tuple[float, str]] = []
+        self._cond = threading.Condition()
+        self._log = open(log, "w") if log else None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            now = time.time()
+            if self._log:
+                self._log.write(f"{now:.3f} {line}")
+                self._log.flush()
+            with self._cond:
+                self.lines.append((now, line.rstrip("\n")))
+                self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_for(self, pattern: Pattern[str] | str, *, timeout: float) -> tuple[float, str]:
+        """The first line matching ``pattern``, waiting up to ``timeout`` s; fails if the job ends or time runs out."""
+        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for t, line in self.lines[seen:]:
+                    if rx.search(line):
+                        return t, line
+                seen = len(self.lines)
+                if not self.running() and not self._reader.is_alive():
+                    raise SystemExit(f"the job ended (exit code {self.proc.returncode}) before printing "
+                                     f"{rx.pattern!r}:\n{self.tail()}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise SystemExit(f"no line matching {rx.pattern!r} within {timeout:.0f} s:\n{self.tail()}")
+                self._cond.wait(min(left, 1.0))
+
+    def events_in(self) -> int:
+        """Events the job has read so far: the sum of ``in X`` over its batch lines."""
+        with self._cond:
+            return sum(int(m.group(2).replace(",", "")) for _, line in self.lines
+                       if (m := BATCH_LINE.search(line)))
+
+    def wait_events(self, n: int, *, timeout: float) -> bool:
+        """Wait until the job has read ``n`` events; ``False`` on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.events_in() < n:
+            if time.monotonic() > deadline or not self.running():
+                return False
+            time.sleep(0.2)
+        return True
+
+    def stop(self, *, timeout: float = 180.0) -> int:
+        """SIGTERM (stop at a batch boundary and drain), then wait; SIGKILL after ``timeout`` s."""
+        if self.running():
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._kill_tree()
+        self._reader.join(timeout=10)
+        if self._log:
+            self._log.close()
+        return self.proc.returncode
+
+    def _kill_tree(self) -> None:
+        """SIGKILL the job and everything it started (its JVM would otherwise outlive it)."""
+        import psutil
+
+        try:
+            procs = [psutil.Process(self.proc.pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            procs = []
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait()
+
+    def tail(self, n: int = 30) -> str:
+        with self._cond:
+            return "\n".join(line for _, line in self.lines[-n:])

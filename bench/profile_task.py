@@ -1,0 +1,186 @@
+"""Where an event_etl task spends its time: ``executor.process_split`` over one input file, without Spark.
+
+    .venv/bin/python bench/profile_task.py --events 200000
+
+What an executor task does per micro-batch, run in this process on one core: read the
+file's lines, decode and validate each payload against the Avro schema, judge it against
+the watermark, Avro-encode it into its hour's file, hash the files (sha256), write them,
+and return the report with the dedupe keys.  Three passes over the same file:
+
+1. unprofiled: the task's own rate on one core (the ceiling for one Spark task slot);
+2. ``cProfile``: own time per function, summed into categories (JSON parsing, validation,
+   Avro encoding, compression and blocks, sha256, file system, dedupe keys, the executor's
+   own loop...), C functions included;
+3. ``pyinstrument`` (if installed): the call tree, written to ``profile-task.txt`` in the work
+   folder, its top printed.
+
+What this leaves out is measured by comparing with :mod:`bench.compare`: the JVM, Spark's
+scheduling, the transfer of splits and reports between the JVM and the Python workers,
+and the driver's per-batch work (intent, ledger, markers, state).  For the whole process
+tree, sample it with ``py-spy record --subprocesses`` (see the README).  The summary goes to
+``bench/RESULTS.md`` (section ``profile``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.compare import prepare_input  # noqa: E402
+from bench.datagen import START_MS  # noqa: E402
+from bench.machine import describe, load_average  # noqa: E402
+from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+
+# (category, test on "file:function") in order: the first that matches takes the function's own time
+CATEGORIES = [
+    ("JSON parsing (orjson.loads)", lambda f: "orjson" in f and "loads" in f),
+    ("Avro encoding (schemaless_writer)", lambda f: "schemaless_writer" in f or "fastavro/_write" in f
+     and "write_block" not in f),
+    ("Avro blocks + snappy (fastavro Writer, cramjam)", lambda f: "write_block" in f or "snappy" in f
+     or "cramjam" in f or "fastavro" in f and "write" in f.lower()),
+    ("validation (payload checks, fastavro validate)", lambda f: "payload.py" in f or "validation" in f),
+    ("sha256 of files", lambda f: "sha256" in f or "hashlib" in f),
+    ("dedupe keys (xxhash)", lambda f: "dedupe.py" in f or "xxhash" in f or "xxh" in f),
+    ("judging (rules)", lambda f: "/rules/" in f),
+    ("reading input lines", lambda f: "_file_lines" in f or "iter_payloads" in f or "'find' of 'bytes'" in f
+     or "'read' of" in f),
+    ("file system (storage, open, rename)", lambda f: "storage.py" in f or "fsspec" in f or "posix" in f
+     or "io.open" in f or "'write' of '_io" in f or "os." in f),
+    ("executor loop (executor.py, own time)", lambda f: "executor.py" in f),
+]
+
+
+def load_type(name: str, event_types_dir: Path | None):
+    from event_etl.eventtypes import load_event_types, resolve_event_types_dir
+
+    return load_event_types(resolve_event_types_dir(str(event_types_dir) if event_types_dir else None))[name]
+
+
+def make_call(inp_file: Path, sink: Path, et):
+    """A function that runs ``process_split`` over the whole file into a fresh sink (judged as timely)."""
+    from event_etl.executor import BatchContext, process_split
+    from event_etl.sources.splits import Split
+    from event_etl.storage import open_storage
+
+    size = inp_file.stat().st_size
+    arrival = int(inp_file.stat().st_mtime * 1000)
+    split = Split.of_files(0, [(str(inp_file), 0, size, arrival)])
+    batch = [0]
+
+    def call():
+        shutil.rmtree(sink, ignore_errors=True)
+        sink.mkdir(parents=True)
+        batch[0] += 1  # a new batch id each pass: file names differ, nothing is skipped as already written
+        ctx = BatchContext(et, str(sink), batch[0], START_MS - 3_600_000, int(time.time() * 1000))
+        return process_split(split, ctx, open_storage(str(sink)))
+
+    return call
+
+
+def categorize(stats: pstats.Stats) -> tuple[Counter, float]:
+    """Own time per category (s), and the total."""
+    out: Counter = Counter()
+    total = 0.0
+    for (file, _line, func), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():
+        key = f"{file}:{func}"
+        total += tottime
+        for name, test in CATEGORIES:
+            if test(key):
+                out[name] += tottime
+                break
+        else:
+            out["other"] += tottime
+    return out, total
+
+
+def top_functions(stats: pstats.Stats, n: int = 12) -> list[tuple[str, float]]:
+    rows = sorted(((f"{Path(f).name}:{fn}", v[2]) for (f, _l, fn), v in stats.stats.items()), key=lambda x: -x[1])
+    return rows[:n]
+
+
+def pyinstrument_tree(call, out: Path) -> str | None:
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        return None
+    prof = Profiler(interval=0.001)
+    prof.start()
+    call()
+    prof.stop()
+    text = prof.output_text(unicode=True, color=False, show_all=False)
+    out.write_text(text)
+    return text
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=200_000, help="events in the file (default 200,000)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--event-bytes", type=int, default=None, help="pad events to this size (default ~225 B)")
+    ap.add_argument("--workdir", type=Path, default=None, help="keep the input and profile-task.txt here")
+    ap.add_argument("--results", type=Path, default=None, help="results file (default bench/RESULTS.md)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    command = " ".join([".venv/bin/python bench/profile_task.py",
+                        *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="event_etl-profile-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        machine, load = describe(), load_average()
+        inp, info = prepare_input(work, events=args.events, seed=args.seed, files=1, event_bytes=args.event_bytes)
+        call = make_call(next(inp.iterdir()), work / "profile-sink", load_type("page_view", None))
+        call()  # warm-up: imports, the decoder, the schema
+        t0 = time.perf_counter()
+        report, _keys = call()
+        plain = time.perf_counter() - t0
+        if report["counts"].get("timely") != args.events:
+            raise SystemExit(f"WRONG OUTPUT: the task judged {report['counts']} instead of {args.events:,} timely")
+        prof = cProfile.Profile()
+        prof.runcall(call)
+        stats = pstats.Stats(prof)
+        cats, total = categorize(stats)
+        tree = pyinstrument_tree(call, work / "profile-task.txt")
+        print(f"process_split over {args.events:,} events ({info['bytes_per_event']:.0f} B): {plain:.2f} s, "
+              f"{args.events / plain:,.0f} events/s on one core (unprofiled)")
+        rows = [[name, f"{secs:.2f}", f"{secs / total * 100:.0f} %"] for name, secs in cats.most_common()]
+        table = markdown_table(["where (cProfile own time)", "s", "share"], rows)
+        print(table)
+        print("top functions by own time:")
+        for name, secs in top_functions(stats):
+            print(f"  {secs:6.2f} s  {name}")
+        if tree:
+            print("pyinstrument (top of the tree; all of it in profile-task.txt):")
+            print("\n".join(tree.splitlines()[:40]))
+        if not args.no_write:
+            body = "\n".join([
+                "## Profile of one executor task (bench/profile_task.py)", "",
+                machine_lines(machine, command, load), "",
+                f"`event_etl.executor.process_split` over one file of {args.events:,} page views "
+                f"({info['bytes_per_event']:.0f} B), in one process, without Spark: **{args.events / plain:,.0f} "
+                f"events/s on one core** unprofiled. Own time by category under cProfile (which slows Python "
+                f"calls, so the Python shares are overstated):", "",
+                table,
+            ])
+            path = update_section("profile", body, **({"path": args.results} if args.results else {}))
+            print(f"written to {path}")
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""When each file of a sink became visible: a thread that lists the sink every ``interval`` seconds.
+
+A data file appears under its final ``.avro`` name only when it is whole (temporary name,
+then rename), and ``_COMPLETE`` is created in one step, so the first listing that shows a
+name is the moment a consumer could have read it, give or take the polling interval
+(0.1 s by default: every figure built on it is late by up to that much, never early).
+Listing a few hour folders ten times a second costs the machine next to nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+__all__ = ["SinkWatcher"]
+
+
+class SinkWatcher:
+    """``seen[relative path] = time.time()`` of the first listing that showed it (``.avro`` and ``_COMPLETE``)."""
+
+    def __init__(self, root: Path, *, interval: float = 0.1) -> None:
+        self.root = root
+        self.interval = interval
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "SinkWatcher":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.scan()  # a last look, so nothing written before the stop is missed
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.scan()
+            self._stop.wait(self.interval)
+
+    def scan(self) -> None:
+        now = time.time()
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = [d for d in dirnames if not d.startswith("_")]  # skips _deadletter
+            for name in filenames:
+                if name.endswith(".avro") or name == "_COMPLETE":
+                    rel = os.path.relpath(os.path.join(dirpath, name), self.root)
+                    self.seen.setdefault(rel, now)

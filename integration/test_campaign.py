@@ -1,0 +1,31 @@
+"""The fault campaign (integration/campaign.py) at a small size: it must report 0 of every failure."""
+
+from __future__ import annotations
+
+import argparse
+
+from integration.campaign import Campaign, failures, print_table
+
+
+def _args(tmp_path, source: str, **kw) -> argparse.Namespace:
+    base = dict(source=source, events=3000, files=30, seed=20261121, kills=10, sigterms=2,
+                workdir=str(tmp_path / "campaign"), json=None)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_campaign_directory_source_to_local_disk(tmp_path):
+    args = _args(tmp_path, "dir")
+    result = Campaign(args).run()
+    print_table(result, args)
+    assert result["SIGKILL"] >= 10 and result["SIGTERM"] >= 1
+    assert result["event-time hours"] >= 6
+    assert not failures(result), result["_details"]
+
+
+def test_campaign_pubsub_to_gcs(tmp_path):
+    args = _args(tmp_path, "pubsub", events=2000, files=20, kills=10, sigterms=1)
+    result = Campaign(args).run()
+    print_table(result, args)
+    assert result["SIGKILL"] >= 10
+    assert not failures(result), result["_details"]
