@@ -73,7 +73,8 @@ def run_one(contender: str, inp: Path, work: Path, info: dict, args, *, event_ty
 
 
 def describe_run(r: RunResult) -> str:
-    steady = "-" if r.steady_rate is None else f"{r.steady_rate:,.0f}/s ({r.steady_events:,} in {r.steady_seconds:.2f}s)"
+    steady = ("-" if r.steady_rate is None
+              else f"{r.steady_rate:,.0f}/s ({r.steady_events:,} in {r.steady_seconds:.2f}s)")
     return (f"{r.contender:<14} {r.wall:6.1f}s wall  {r.rate:>9,.0f} ev/s  steady {steady}  "
             f"CPU {r.cpu:5.1f}s  peak RSS {mib(r.peak_rss)}  PSS {mib(r.peak_pss)}  "
             f"{r.batches} batches, {r.files} files, {r.records_checked:,} records checked")
@@ -107,7 +108,12 @@ HEADER = ["contender", "runs", "wall s", "events/s whole process", "events/s ste
 
 
 def verdict(results: dict[str, list[RunResult]]) -> list[str]:
-    """The issue's targets: throughput ratio >= 1.0 over the whole process, peak memory <= 1.5x Spark's."""
+    """The issue's targets: throughput ratio >= 1.0 over the whole process, peak memory <= 1.5x Spark's.
+
+    Memory is judged on PSS, the tree's real footprint: summed RSS counts the pages that
+    Spark's forked Python workers share once per worker, which event_etl has many of and
+    Spark's JVM-only sink none.  The RSS ratio is printed next to it.
+    """
     etl = results.get("event_etl", [])
     out = []
     for name in ("spark-json", "spark-parquet"):
@@ -117,25 +123,30 @@ def verdict(results: dict[str, list[RunResult]]) -> list[str]:
         t = median(r.rate for r in etl) / median(r.rate for r in runs)
         m_rss = median(r.peak_rss for r in etl) / median(r.peak_rss for r in runs)
         m_pss = (median(r.peak_pss for r in etl) or 0) / (median(r.peak_pss for r in runs) or 1)
-        ok = t >= 1.0 and min(m_rss, m_pss) <= 1.5
-        out.append(f"vs {name}: throughput {t:.2f}× (target ≥ 1.0), peak memory {m_rss:.2f}× RSS / {m_pss:.2f}× PSS "
-                   f"(target ≤ 1.5×): {'MET' if ok else 'NOT MET'}")
+        ok = t >= 1.0 and m_pss <= 1.5
+        out.append(f"vs {name}: throughput {t:.2f}× (target ≥ 1.0), "
+                   f"peak memory {m_pss:.2f}× PSS (target ≤ 1.5×; {m_rss:.2f}× RSS): {'MET' if ok else 'NOT MET'}")
     return out
 
 
 def report(results, info, args, machine, command, load) -> str:
     """The Markdown section for RESULTS.md."""
-    rounds = "\n".join(f"- round {i + 1}: " + "; ".join(
-        f"{name} {runs[i].rate:,.0f} ev/s, steady "
-        f"{'-' if runs[i].steady_rate is None else f'{runs[i].steady_rate:,.0f}'} ev/s, "
-        f"{mib(runs[i].peak_rss)} RSS, {mib(runs[i].peak_pss)} PSS, CPU {runs[i].cpu:.1f} s"
-        for name, runs in results.items() if len(runs) > i) for i in range(args.rounds))
+    per_round = [[f"{i + 1}", name, f"{runs[i].wall:.1f}", f"{runs[i].rate:,.0f}",
+                  "-" if runs[i].steady_rate is None else f"{runs[i].steady_rate:,.0f}", mib(runs[i].peak_rss),
+                  mib(runs[i].peak_pss), f"{runs[i].cpu:.1f}", f"{runs[i].records_checked:,}"]
+                 for i in range(args.rounds) for name, runs in results.items() if len(runs) > i]
+    rounds = markdown_table(["round", "contender", "wall s", "events/s whole", "events/s steady", "peak RSS",
+                             "peak PSS", "CPU s", "records checked"], per_round)
     return "\n".join([
         "## event_etl vs Spark's file sink (bench/compare.py)", "",
         machine_lines(machine, command, load), "",
         f"Input: {info['events']:,} page views, {info['bytes'] / 1e6:,.0f} MB of JSON lines "
         f"({info['bytes_per_event']:.0f} B/event), {info['files']} files, {info['hours']} hours of event time, "
-        f"seed {args.seed}. Master `{args.master}`, {args.files_per_batch} files per micro-batch for both sides. "
+        f"seed {args.seed}. Master `{args.master}`, at most {args.files_per_batch} files per micro-batch for both "
+        "sides (event_etl `--max-files-per-batch`, Spark `maxFilesPerTrigger`; event_etl's first batch reads one "
+        "file, its rule for a job without a watermark). Outputs: event_etl snappy Avro + manifests, Spark JSON "
+        "uncompressed (its default), Spark Parquet snappy (its default). Spark runs with its defaults plus the "
+        "settings event_etl's session also sets (UI off, 1 GiB driver heap, loopback). "
         f"Medians over {args.rounds} round(s), contenders alternating.", "",
         markdown_table(HEADER, summary_rows(results)), "",
         *[f"- {v}" for v in verdict(results)], "",
@@ -186,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
         if load > 0.5:
             print(f"note: the machine is busy (load {load:.2f}); figures will be noisy", flush=True)
         inp, info = prepare_input(work, events=args.events, seed=args.seed, files=args.files)
-        print(f"input: {info['events']:,} events, {info['bytes'] / 1e6:,.0f} MB, {info['bytes_per_event']:.0f} B/event, "
+        print(f"input: {info['events']:,} events, {info['bytes'] / 1e6:,.0f} MB, "
+              f"{info['bytes_per_event']:.0f} B/event, "
               f"{info['files']} files in {inp}", flush=True)
         results: dict[str, list[RunResult]] = {c: [] for c in args.contenders}
         for rnd in range(args.rounds):

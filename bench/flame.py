@@ -6,17 +6,20 @@ A sample is put in the category of the frame **nearest its leaf** that a categor
 recognises: time in ``Py_DECREF`` under fastavro's ``_write.c`` is Avro encoding, time in
 ``libc`` under ``cramjam`` is snappy compression, time in the interpreter under
 ``payload.py`` is the Python side of validation.  So C extensions (orjson, fastavro,
-cramjam, hashlib) count as what they do, not as their Python caller.
+cramjam, hashlib) count as what they do, not as their Python caller.  A stack inside an
+import is start-up, whatever the module imported does.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable
 
-__all__ = ["CATEGORIES", "read_raw", "categorize", "by_process"]
+__all__ = ["CATEGORIES", "WAITING", "IMPORTS", "py_spy", "read_raw", "categorize"]
 
 _Test = Callable[[str], bool]
 
@@ -26,7 +29,12 @@ def _any(*needles: str) -> _Test:
 
 
 # In order of precedence for one frame; the frame nearest the leaf that matches any of them decides.
+# py-spy also samples threads blocked in a read or a wait; those samples are "waiting", not work.
+WAITING = "waiting (socket reads, py4j calls, locks, sleep)"
 CATEGORIES: list[tuple[str, _Test]] = [
+    (WAITING, _any("socket.py", "readinto", "readline", "select", "threading.py", "sleep", "read_int",
+                   "_read_with_length", "awaitTermination", "clientserver.py", "java_gateway.py", "sock_recv",
+                   "recv_into", "poll (")),
     ("garbage collector", _any("gc_collect", "gc_collect_main")),
     ("JSON parsing (orjson)", _any("orjson")),
     ("validation: fastavro validate", _any("_validation", "fastavro/validation")),
@@ -48,6 +56,17 @@ CATEGORIES: list[tuple[str, _Test]] = [
 _LINE = re.compile(r"^(.*) (\d+)$")
 
 
+def py_spy() -> str:
+    """The ``py-spy`` of this virtualenv (or on PATH), or an error saying how to install it."""
+    exe = Path(sys.executable).with_name("py-spy")
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("py-spy")
+    if not found:
+        raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy (it is in the `test` extra)")
+    return found
+
+
 def read_raw(path: Path) -> list[tuple[list[str], int]]:
     """``[(frames root..leaf, samples)]`` of a py-spy raw file."""
     out = []
@@ -58,12 +77,18 @@ def read_raw(path: Path) -> list[tuple[list[str], int]]:
     return out
 
 
+IMPORTS = "Python start-up (imports)"
+
+
 def category_of(frames: list[str]) -> str:
+    """The category of one stack: imports if it is inside one, else the frame nearest the leaf that a category knows."""
+    if any("importlib._bootstrap" in f for f in frames):
+        return IMPORTS
     for frame in reversed(frames):
         for name, test in CATEGORIES:
             if test(frame):
                 return name
-    return "other (interpreter, start-up, unattributed)"
+    return "other (interpreter, unattributed)"
 
 
 def categorize(stacks: Iterable[tuple[list[str], int]]) -> Counter:
@@ -71,13 +96,4 @@ def categorize(stacks: Iterable[tuple[list[str], int]]) -> Counter:
     out: Counter = Counter()
     for frames, n in stacks:
         out[category_of(frames)] += n
-    return out
-
-
-def by_process(stacks: Iterable[tuple[list[str], int]]) -> dict[str, list[tuple[list[str], int]]]:
-    """Stacks grouped by process, for ``py-spy --subprocesses`` files (whose root frame names the process)."""
-    out: dict[str, list[tuple[list[str], int]]] = {}
-    for frames, n in stacks:
-        root = frames[0] if frames and frames[0].startswith("process ") else "process"
-        out.setdefault(root, []).append((frames, n))
     return out

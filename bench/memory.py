@@ -103,9 +103,10 @@ def summarize(samples: list[dict], *, warmup: float, tolerance: float) -> dict:
     end_f = figures(samples, end - span, end)
     growth = {k: (end_f[k] - start_f[k]) / start_f[k] * 100 if start_f[k] else 0.0
               for k in start_f if not k.endswith("processes")}
+    late = {k: (end_f[k] - mid_f[k]) / mid_f[k] * 100 if mid_f[k] else 0.0 for k in growth}
     judged = [k for k in growth if k != "other" and start_f[k]]
     flat = all(growth[k] <= tolerance for k in judged)
-    return {"start": start_f, "middle": mid_f, "end": end_f, "growth": growth, "flat": flat,
+    return {"start": start_f, "middle": mid_f, "end": end_f, "growth": growth, "late_growth": late, "flat": flat,
             "window_s": span, "times": (warmup, mid, end)}
 
 
@@ -156,10 +157,11 @@ def _cell(summary: dict, when: str, part: str) -> str:
 
 def table(summary: dict) -> str:
     rows = [[k, _cell(summary, "start", k), _cell(summary, "middle", k), _cell(summary, "end", k),
-             f"{summary['growth'][k]:+.1f} %"] for k in summary["growth"] if k != "other"]
+             f"{summary['growth'][k]:+.1f} %", f"{summary['late_growth'][k]:+.1f} %"]
+            for k in summary["growth"] if k != "other"]
     t = summary["times"]
     return markdown_table(["part", f"start ({t[0]:.0f} s)", f"middle ({t[1]:.0f} s)", f"end ({t[2]:.0f} s)",
-                           "growth start → end"], rows)
+                           "growth start → end", "middle → end"], rows)
 
 
 def report(summary: dict, facts: dict, args, machine: dict, command: str, load: float) -> str:
@@ -174,7 +176,8 @@ def report(summary: dict, facts: dict, args, machine: dict, command: str, load: 
         "",
         table(summary), "",
         f"Verdict: **{'flat' if summary['flat'] else 'GROWING'}** (no part may grow more than {args.tolerance:g} % "
-        "from start to end).",
+        "from start to end). Growth in the first half only (middle → end near 0) is warm-up, such as the JVM "
+        "heap expanding towards its limit; a leak grows in both halves.",
     ])
 
 

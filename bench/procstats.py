@@ -118,5 +118,6 @@ def run_measured(cmd: list[str], *, env=None, cwd=None, interval: float = 0.1,
     proc.wait()
     reader.join()
     wall = time.monotonic() - t0
-    return {"wall": wall, "cpu": max(sum(cpu.values()), _children_cpu() - before), "peak_rss": peak_rss, "peak_pss": peak_pss,
+    return {"wall": wall, "cpu": max(sum(cpu.values()), _children_cpu() - before),
+            "peak_rss": peak_rss, "peak_pss": peak_pss,
             "returncode": proc.returncode, "output": "".join(out_lines)}

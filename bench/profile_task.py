@@ -8,11 +8,14 @@ the watermark, Avro-encode it into its hour's file, hash the files (sha256), wri
 and return the report with the dedupe keys.  Three passes over the same file:
 
 1. unprofiled: the task's own rate on one core (the ceiling for one Spark task slot);
-2. ``cProfile``: own time per function, summed into categories (JSON parsing, validation,
-   Avro encoding, compression and blocks, sha256, file system, dedupe keys, the executor's
-   own loop...), C functions included;
-3. ``pyinstrument`` (if installed): the call tree, written to ``profile-task.txt`` in the work
-   folder, its top printed.
+2. ``py-spy record --native`` on this process (pip install py-spy): samples summed into
+   categories by :mod:`bench.flame` (JSON parsing, fastavro validation, event_etl's own
+   checks, Avro encoding, snappy, sha256, file system, dedupe keys, the executor's loop...),
+   with C extensions counted as what they do rather than as their Python caller (which is
+   what a Python-level profiler such as cProfile would show: fastavro's Cython functions are
+   invisible to it);
+3. ``pyinstrument`` (if installed): the Python call tree, written to ``profile-task.txt`` in
+   the work folder, its top printed.
 
 What this leaves out is measured by comparing with :mod:`bench.compare`: the JVM, Spark's
 scheduling, the transfer of splits and reports between the JVM and the Python workers,
@@ -24,10 +27,11 @@ tree, sample it with ``py-spy record --subprocesses`` (see the README).  The sum
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
+import os
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,27 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.compare import prepare_input  # noqa: E402
 from bench.datagen import START_MS  # noqa: E402
+from bench.flame import categorize, py_spy, read_raw  # noqa: E402
 from bench.machine import describe, load_average  # noqa: E402
 from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
-
-# (category, test on "file:function") in order: the first that matches takes the function's own time
-CATEGORIES = [
-    ("JSON parsing (orjson.loads)", lambda f: "orjson" in f and "loads" in f),
-    ("Avro encoding (schemaless_writer)", lambda f: "schemaless_writer" in f or "fastavro/_write" in f
-     and "write_block" not in f),
-    ("Avro blocks + snappy (fastavro Writer, cramjam)", lambda f: "write_block" in f or "snappy" in f
-     or "cramjam" in f or "fastavro" in f and "write" in f.lower()),
-    ("validation (payload checks, fastavro validate)", lambda f: "payload.py" in f or "validation" in f),
-    ("sha256 of files", lambda f: "sha256" in f or "hashlib" in f),
-    ("dedupe keys (xxhash)", lambda f: "dedupe.py" in f or "xxhash" in f or "xxh" in f),
-    ("judging (rules)", lambda f: "/rules/" in f),
-    ("reading input lines", lambda f: "_file_lines" in f or "iter_payloads" in f or "'find' of 'bytes'" in f
-     or "'read' of" in f),
-    ("file system (storage, open, rename)", lambda f: "storage.py" in f or "fsspec" in f or "posix" in f
-     or "io.open" in f or "'write' of '_io" in f or "os." in f),
-    ("executor loop (executor.py, own time)", lambda f: "executor.py" in f),
-]
-
 
 def load_type(name: str, event_types_dir: Path | None):
     from event_etl.eventtypes import load_event_types, resolve_event_types_dir
@@ -87,25 +73,20 @@ def make_call(inp_file: Path, sink: Path, et):
     return call
 
 
-def categorize(stats: pstats.Stats) -> tuple[Counter, float]:
-    """Own time per category (s), and the total."""
-    out: Counter = Counter()
-    total = 0.0
-    for (file, _line, func), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():
-        key = f"{file}:{func}"
-        total += tottime
-        for name, test in CATEGORIES:
-            if test(key):
-                out[name] += tottime
-                break
-        else:
-            out["other"] += tottime
-    return out, total
-
-
-def top_functions(stats: pstats.Stats, n: int = 12) -> list[tuple[str, float]]:
-    rows = sorted(((f"{Path(f).name}:{fn}", v[2]) for (f, _l, fn), v in stats.stats.items()), key=lambda x: -x[1])
-    return rows[:n]
+def py_spy_categories(call, out: Path, *, passes: int = 3, rate: int = 250) -> Counter:
+    """Samples per category (:mod:`bench.flame`) of ``passes`` calls, from ``py-spy`` attached to this process."""
+    raw = out / "profile-task-py-spy.txt"
+    spy = subprocess.Popen([py_spy(), "record", "--pid", str(os.getpid()), "--native", "--rate", str(rate),
+                            "--format", "raw", "-o", str(raw)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # let it attach
+    for _ in range(passes):
+        call()
+    spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+    spy.wait(timeout=60)
+    if not raw.exists():
+        raise SystemExit(f"py-spy wrote nothing: {spy.stderr.read().decode(errors='replace')[-500:]}")
+    stacks = [(frames, n) for frames, n in read_raw(raw) if any("process_split" in f for f in frames)]
+    return categorize(stacks)
 
 
 def pyinstrument_tree(call, out: Path) -> str | None:
@@ -113,6 +94,7 @@ def pyinstrument_tree(call, out: Path) -> str | None:
         from pyinstrument import Profiler
     except ImportError:
         return None
+    os.environ.setdefault("PYINSTRUMENT_IGNORE_OVERHEAD_WARNING", "1")  # the shares are what matter here
     prof = Profiler(interval=0.001)
     prof.start()
     call()
@@ -149,19 +131,16 @@ def main(argv: list[str] | None = None) -> None:
         plain = time.perf_counter() - t0
         if report["counts"].get("timely") != args.events:
             raise SystemExit(f"WRONG OUTPUT: the task judged {report['counts']} instead of {args.events:,} timely")
-        prof = cProfile.Profile()
-        prof.runcall(call)
-        stats = pstats.Stats(prof)
-        cats, total = categorize(stats)
+        cats = py_spy_categories(call, work)
+        total = sum(cats.values()) or 1
         tree = pyinstrument_tree(call, work / "profile-task.txt")
         print(f"process_split over {args.events:,} events ({info['bytes_per_event']:.0f} B): {plain:.2f} s, "
               f"{args.events / plain:,.0f} events/s on one core (unprofiled)")
-        rows = [[name, f"{secs:.2f}", f"{secs / total * 100:.0f} %"] for name, secs in cats.most_common()]
-        table = markdown_table(["where (cProfile own time)", "s", "share"], rows)
+        rows = [[name, f"{n / total * 100:.1f} %", f"{n / total * plain:.2f}"] for name, n in cats.most_common()
+                if n / total >= 0.001]
+        table = markdown_table(["where (py-spy, native frames)", "share of samples", "≈ s of the unprofiled run"],
+                               rows)
         print(table)
-        print("top functions by own time:")
-        for name, secs in top_functions(stats):
-            print(f"  {secs:6.2f} s  {name}")
         if tree:
             print("pyinstrument (top of the tree; all of it in profile-task.txt):")
             print("\n".join(tree.splitlines()[:40]))
@@ -171,8 +150,8 @@ def main(argv: list[str] | None = None) -> None:
                 machine_lines(machine, command, load), "",
                 f"`event_etl.executor.process_split` over one file of {args.events:,} page views "
                 f"({info['bytes_per_event']:.0f} B), in one process, without Spark: **{args.events / plain:,.0f} "
-                f"events/s on one core** unprofiled. Own time by category under cProfile (which slows Python "
-                f"calls, so the Python shares are overstated):", "",
+                f"events/s on one core** unprofiled. Its samples under py-spy by kind of work (the seconds "
+                f"apply the shares to the unprofiled time):", "",
                 table,
             ])
             path = update_section("profile", body, **({"path": args.results} if args.results else {}))

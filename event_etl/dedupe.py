@@ -5,7 +5,9 @@ Every record a task writes is reported to the driver as a small row of numbers: 
 id>@<publish time>``: a redelivery has both the same, while an emulator that restarts
 counts message ids from 1 again), its event time, and where it was written (file and record index).  The driver
 keeps the keys of the records written within the *dedupe window* (event times no older
-than the watermark minus the window: default 10 minutes of event time) and, after each
+than the window behind the event clock, the largest event time seen minus the
+out-of-orderness bound: default 10 minutes of event time; a drain or an idle advance of the
+watermark does not age keys out) and, after each
 batch, finds the records whose key was seen before: in an earlier batch, or earlier in
 the same batch (order: shard, file, record).  Those are removed from their files before
 the hour can be marked, and counted as ``duplicate``.  Duplicates are rare, so the
@@ -107,11 +109,11 @@ class DedupeState:
         self.by_batch[batch_id] = rows
         self._rebuild()
 
-    def evict(self, watermark: int | None) -> list[int]:
-        """Forget rows older than ``watermark - window``; returns the batch ids now empty."""
+    def evict(self, clock: int | None) -> list[int]:
+        """Forget rows older than ``clock - window``; returns the batch ids now empty."""
         gone = []
-        if watermark is not None:
-            limit = watermark - self.window_ms
+        if clock is not None:
+            limit = clock - self.window_ms
             for b, rows in list(self.by_batch.items()):
                 keep = rows[rows["time"] >= limit]
                 if len(keep):

@@ -172,7 +172,7 @@ class Controller:
             from event_etl.dedupe import DedupeState
 
             self.dedupe = DedupeState.from_batches(event_type.dedupe_window, checkpoint.load_dedupe_rows(),
-                                                   self.state.watermark)
+                                                   self._event_clock(self.state))
 
     # -- listeners -------------------------------------------------------------------------
     def _emit(self, kind: str, payload: Any) -> None:
@@ -303,7 +303,7 @@ class Controller:
             self.dedupe.add(batch_id, dedupe_rows)
         self._commit_state(new, marked)
         if self.dedupe is not None:
-            for gone in self.dedupe.evict(new.watermark):
+            for gone in self.dedupe.evict(self._event_clock(new)):
                 self.ckpt.drop_dedupe_rows(gone)
         self.ckpt.prune_intents(batch_id - 2)
         self.pending_batch = None
@@ -320,6 +320,14 @@ class Controller:
                            self._attempt_started or intent.started_at)
         self._emit("batch", event)
         return event
+
+    def _event_clock(self, state: WatermarkState) -> int | None:
+        """How far event time has come, for forgetting old keys: the watermark the events alone
+        would give.  A drain or an idle advance moves the watermark without new events; forgetting
+        by it would let the copies of events sent just before a redeploy through."""
+        if state.max_event_time is None:
+            return None
+        return state.max_event_time - self.et.out_of_orderness
 
     # -- markers ---------------------------------------------------------------------------
     def _mark(self, state: WatermarkState, now: int) -> tuple[WatermarkState, list[Manifest]]:

@@ -287,7 +287,7 @@ def _dir_option(fn):
               help="Master web UI port (0: any free).")
 @handles_errors
 def start_cmd(state_dir, workers, cores, memory, port, webui_port) -> None:
-    """Start a master and WORKERS workers on 127.0.0.1; return once all are registered."""
+    """Start a master and --workers workers on 127.0.0.1; return once all are registered."""
     c = LocalCluster(state_dir).start(workers=workers, cores=cores, memory=memory, port=port, webui_port=webui_port)
     click.echo(f"Spark standalone cluster on 127.0.0.1: master {c.master_url}, {workers} workers "
                f"({cores} core{'s' if cores > 1 else ''}, {memory} each)")
@@ -306,7 +306,11 @@ def status_cmd(state_dir) -> None:
     if not c.state or not c.is_running("master"):
         click.echo(f"no cluster running from {c.dir}")
         sys.exit(1)
-    s = c.status()
+    try:
+        s = c.status()
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise EventEtlError(f"the master (pid {c.pid('master')}) runs but its web UI {c.webui_url} does not answer: {err}",
+                            fix=f"see {c.dir}/master.log; bin/spark-cluster stop, then start again") from err
     click.echo(f"master {c.master_url}  {s.get('status')}  web UI {c.webui_url}")
     for w in s.get("workers", []):
         click.echo(f"  worker {w['host']}:{w['port']}  {w['state']}  cores {w['coresused']}/{w['cores']}  "
@@ -325,4 +329,4 @@ def stop_cmd(state_dir) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    main(prog_name="bin/spark-cluster")

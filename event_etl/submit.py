@@ -43,6 +43,8 @@ __all__ = [
     "SubmitOptions",
     "DEFAULT_BUNDLE_DIR",
     "ENV_ALIAS",
+    "ENV_DRIVER_PIDFILE",
+    "ENTRY_SCRIPT",
     "submit_job",
     "check_submit_options",
     "is_this_machine",
@@ -60,8 +62,18 @@ ENV_ALIAS = "environment"
 """Where a ``--python-env`` archive is unpacked in the containers: ``./environment/bin/python``."""
 
 ENTRY_SCRIPT_NAME = "event_etl_driver.py"
+ENV_DRIVER_PIDFILE = "EVENT_ETL_DRIVER_PIDFILE"
+"""Where the driver writes its pid, so that ``event-etl submit`` can pass Ctrl-C and SIGTERM on to it."""
+
+ENTRY_SCRIPT = '''"""Driver entry of `event-etl submit` (generated): event_etl comes from the bundle on --py-files."""
+from event_etl.submit_main import main
+
+main()
+'''
+"""spark-submit runs a Python file, not a module: this is the file (see :func:`write_entry_script`)."""
+
 _FORWARDED = ("STORAGE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")
-_NOT_FORWARDED = {"EVENT_ETL_EVENT_TYPES", "EVENT_ETL_DRIVER_PIDFILE", "EVENT_ETL_VENV", "EVENT_ETL_PYTHON"}
+_NOT_FORWARDED = {"EVENT_ETL_EVENT_TYPES", ENV_DRIVER_PIDFILE, "EVENT_ETL_VENV", "EVENT_ETL_PYTHON"}
 _LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]"}
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
 
@@ -237,8 +249,6 @@ def submit_command(opts: SubmitOptions, *, spark_submit: str, bundle: Path, entr
 
 def write_entry_script(bundle_dir: str | os.PathLike[str]) -> Path:
     """The driver entry script in ``bundle_dir`` (written when missing or different)."""
-    from event_etl.submit_main import ENTRY_SCRIPT
-
     path = Path(bundle_dir).resolve() / ENTRY_SCRIPT_NAME
     if not path.is_file() or path.read_text(encoding="utf-8") != ENTRY_SCRIPT:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -267,7 +277,7 @@ def submit_job(event_type, event_types_dir: str | os.PathLike[str], job: Mapping
         return 0
     pidfile = entry.parent / f"driver-{os.getpid()}.pid"
     env = dict(os.environ)
-    env["EVENT_ETL_DRIVER_PIDFILE"] = str(pidfile)
+    env[ENV_DRIVER_PIDFILE] = str(pidfile)
     if is_this_machine(opts.master):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return run_spark_submit(cmd, env=env, pidfile=pidfile)

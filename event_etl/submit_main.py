@@ -13,173 +13,29 @@ and then:
    cluster (the job's own file lies inside the zip), and the bundle is put on the Python
    path of the source's planner process, which Spark starts on the driver without
    ``--py-files``.
-3. **Preflight** (cluster masters only): one small Spark job asks the executors whether
-   they can import event_etl and its dependencies, and whether they see the local folders
-   they read or write (a local sink, the input folder of a directory source, the
-   checkpoint's Pub/Sub spool).  On a multi-node cluster these must be shared mounts; a
-   driver-only folder fails here with the fix, not later in the middle of a batch.  The
-   check reaches the executors running at start-up, so it is a strong hint, not a proof.
+3. **Preflight** (cluster masters only, :mod:`event_etl.preflight`): the executors must be
+   able to import event_etl's dependencies and see the local folders they use.
 4. :func:`event_etl.runner.run_job`, exactly as ``run`` calls it: same progress lines,
    signals, drain and summary.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import re
-import socket
-import sys
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import click
 
 from event_etl.cli import _load_type, handles_errors, job_options, job_run_options
-from event_etl.errors import EventEtlError, UsageError
+from event_etl.errors import UsageError
+from event_etl.submit import ENV_DRIVER_PIDFILE
 
-__all__ = ["main", "ENV_DRIVER_PIDFILE", "ENTRY_SCRIPT", "SharedFolder", "shared_folders", "executor_report",
-           "preflight"]
-
-ENV_DRIVER_PIDFILE = "EVENT_ETL_DRIVER_PIDFILE"
-"""Where the driver writes its pid, so that ``event-etl submit`` can pass Ctrl-C and SIGTERM on to it."""
-
-ENTRY_SCRIPT = '''"""Driver entry of `event-etl submit` (generated): event_etl comes from the bundle on --py-files."""
-from event_etl.submit_main import main
-
-main()
-'''
-"""spark-submit runs a Python file, not a module: this is the file (see :func:`event_etl.submit.write_entry_script`)."""
-
-EXECUTOR_MODULES = ("event_etl.executor", "event_etl.payload", "event_etl.dedupe", "pyarrow", "pandas", "numpy",
-                    "fastavro", "orjson", "xxhash", "cramjam", "fsspec")
-"""What an executor task imports: event_etl (from the bundle) and the dependencies it needs installed."""
-
-
-@dataclass(frozen=True)
-class SharedFolder:
-    """A local folder the executors use, as the driver sees it.
-
-    ``probe`` names a file the driver writes there for the check; a folder the job must not
-    write into (the input folder) is compared by ``names`` (some of its file names) instead.
-    """
-
-    what: str
-    path: str
-    fix: str
-    probe: str | None = None
-    names: tuple[str, ...] = ()
-
-    def seen_here(self) -> bool:
-        """Whether this process sees the folder as the driver does."""
-        if not os.path.isdir(self.path):
-            return False
-        if self.probe is not None:
-            return os.path.isfile(os.path.join(self.path, self.probe))
-        return all(os.path.exists(os.path.join(self.path, n)) for n in self.names)
-
-
-def shared_folders(event_type, options, *, token: str) -> list[SharedFolder]:
-    """The local folders the executors of this job read or write (a gs:// sink is none of them)."""
-    from event_etl.runner import default_checkpoint, resolve_sink
-    from event_etl.sources import parse_source
-    from event_etl.timeutil import now_millis
-
-    probe = f".event_etl-probe-{token}"
-    out = []
-    sink = resolve_sink(options.sink)
-    if "://" not in sink:
-        out.append(SharedFolder("sink", sink, probe=probe,
-                                fix="mount it at the same path on every node (NFS, Filestore...), or write to "
-                                    "Cloud Storage: --sink gs://bucket/prefix"))
-    spec = parse_source(options.source or event_type.source, now=now_millis(),
-                        default_subscription=event_type.pubsub.get("subscription"))
-    if spec.kind == "dir":
-        path = spec.params["path"]
-        out.append(SharedFolder("input folder", path, names=tuple(sorted(os.listdir(path))[:20]),
-                                fix="the executors read the input files themselves: mount the folder at the same "
-                                    "path on every node"))
-    elif spec.kind == "pubsub":
-        out.append(SharedFolder("checkpoint", os.path.abspath(options.checkpoint or default_checkpoint(event_type.name)),
-                                probe=probe,
-                                fix="the executors read the Pub/Sub spool (etl/source/pubsub/spool/) from the "
-                                    "checkpoint: put --checkpoint on a shared mount (NFS, Filestore...) at the same "
-                                    "path on every node"))
-    return out
-
-
-def executor_report(modules: tuple[str, ...], folders: tuple[SharedFolder, ...], _rows: Any = None) -> Iterator[dict]:
-    """Run on an executor: where it is, which modules it cannot import, which folders it does not see."""
-    import importlib
-
-    missing = {}
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as err:
-            missing[name] = err.name or str(err)
-    yield {"host": socket.gethostname(), "python": sys.executable, "version": sys.version.split()[0],
-           "missing": missing, "unseen": [f.what for f in folders if not f.seen_here()]}
-
-
-def preflight(spark, event_type, options) -> list[dict]:
-    """Ask the executors running now whether they can run this job; raise with the fix if not.  Returns their reports."""
-    folders = shared_folders(event_type, options, token=uuid.uuid4().hex)
-    modules = EXECUTOR_MODULES + (("gcsfs",) if options.sink.startswith("gs://") else ())
-    written = []
-    try:
-        for f in folders:
-            if f.probe is not None:
-                os.makedirs(f.path, exist_ok=True)
-                Path(f.path, f.probe).write_bytes(b"probe")
-                written.append(Path(f.path, f.probe))
-        sc = spark.sparkContext
-        tasks = max(2, sc.defaultParallelism) * 2
-        try:
-            reports = sc.parallelize(range(tasks), tasks).mapPartitions(
-                functools.partial(executor_report, modules, tuple(folders))).collect()
-        except Exception as err:  # a Py4JJavaError carrying the executors' Python traceback
-            raise EventEtlError(
-                f"the executors could not run a task of event_etl: {_python_error(str(err))}",
-                fix="the executors' Python (--python, spark.pyspark.python) must be the driver's Python version with "
-                    "event_etl's dependencies installed; see the README, section Running on a cluster",
-            ) from err
-    finally:
-        for p in written:
-            p.unlink(missing_ok=True)
-    _judge(reports, folders)
-    return reports
-
-
-def _python_error(text: str) -> str:
-    """The line of a Spark error that names the Python problem (ModuleNotFoundError..., version mismatch)."""
-    lines = [ln.strip() for ln in text.splitlines()]
-    for ln in reversed(lines):
-        if re.match(r"^(\[PYTHON_VERSION_MISMATCH\]|\w+(Error|Exception): )", ln):
-            return ln
-    return lines[0] if lines else text
-
-
-def _judge(reports: list[dict], folders: list[SharedFolder]) -> None:
-    missing = {name: err for r in reports for name, err in r["missing"].items()}
-    if missing:
-        where = sorted({f"{r['host']} ({r['python']})" for r in reports if r["missing"]})
-        raise EventEtlError(
-            f"the executors on {', '.join(where)} cannot import {', '.join(sorted(set(missing.values())))}",
-            fix="install event_etl's dependencies into the executors' Python on every node "
-                "(pip install event_etl), or ship a packed environment (venv-pack, conda-pack) with "
-                "`event-etl submit --python-env ARCHIVE --deploy-mode cluster`",
-        )
-    for f in folders:
-        hosts = sorted({r["host"] for r in reports if f.what in r["unseen"]})
-        if hosts:
-            raise UsageError(f"the {f.what} {f.path} is not visible from the executors on {', '.join(hosts)}",
-                             fix=f.fix)
+__all__ = ["main"]
 
 
 def _write_pidfile() -> None:
+    """Tell `event-etl submit` (our grandparent, through spark-submit) where to send Ctrl-C and SIGTERM."""
     path = os.environ.get(ENV_DRIVER_PIDFILE)
     if path:
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -238,18 +94,20 @@ def main(event_type: str, **job: Any) -> None:
     from event_etl.eventtypes import resolve_event_types_dir
     from event_etl.runner import run_job
 
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it starts
+        raise UsageError("this is the driver of `event-etl submit`, and runs under spark-submit only",
+                         fix=f"run `event-etl submit {event_type} --master URL` (or `event-etl run` without a cluster)")
     _write_pidfile()
     archive = package_archive()
     types_dir = (bundled_event_types(archive) if archive is not None else None) or resolve_event_types_dir(None)
     et = _load_type(str(types_dir), event_type)
     submitted = _submitted_conf()
-    if not submitted.contains("spark.master"):
-        raise UsageError("no Spark master: this is the driver of `event-etl submit`, started by spark-submit",
-                         fix=f"run `event-etl submit {event_type} --master URL` (or `event-etl run` without a cluster)")
     options = job_run_options(master=submitted.get("spark.master"), **job)
     spark = _session(et, options, archive, submitted)
     try:
         if not _is_local(options.master):
+            from event_etl.preflight import preflight
+
             reports = preflight(spark, et, options)
             if not options.quiet:
                 executors = sorted({f"{r['host']} (Python {r['version']} {r['python']})" for r in reports})

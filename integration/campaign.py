@@ -292,6 +292,7 @@ class Campaign:
     def one_fault(self, sig: int, point: str | None) -> bool:
         """Start the job, wait for the fault point (or a random moment), send ``sig``.  False if the job finished."""
         self.runs += 1
+        t_start = time.monotonic()
         before = len(self.faults_seen())
         committed = self.committed()
         log = open(self.work / f"run-{self.runs:02d}.log", "w")
@@ -305,7 +306,7 @@ class Campaign:
             time.sleep(self.rng.uniform(0.0, 2.0))
             hit = proc.poll() is None
         else:
-            occurrence = self.rng.randint(1, 3)
+            occurrence = self.rng.randint(1, 2)
             while time.monotonic() < deadline and proc.poll() is None:
                 seen = [p for p, _ in self.faults_seen()[before:] if p == point]
                 if len(seen) >= occurrence:
@@ -313,7 +314,12 @@ class Campaign:
                     break
                 time.sleep(0.02)
         if proc.poll() is None:
-            os.killpg(proc.pid, sig)
+            # SIGKILL: the whole process group, as when a machine or container dies.  SIGTERM: the
+            # event-etl process only, as Kubernetes and `systemctl stop` (KillMode=mixed) deliver it.
+            if sig == signal.SIGKILL:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
             try:
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
@@ -322,6 +328,9 @@ class Campaign:
             if hit:
                 self.kills[(signal.Signals(sig).name, point or "random")] += 1
         log.close()
+        if self.args.verbose:
+            print(f"  run {self.runs:2d}: {signal.Signals(sig).name:<7} at {point or 'random':<13} "
+                  f"{'hit' if hit else 'missed'} after {time.monotonic() - t_start:5.1f}s", flush=True)
         return hit
 
     def finish(self) -> subprocess.CompletedProcess:
@@ -340,7 +349,7 @@ class Campaign:
             except Exception:  # noqa: BLE001 - mid-write; look again
                 continue
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=180)
         log.close()
         return proc.returncode
@@ -528,6 +537,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sigterms", type=int, default=2)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
+    ap.add_argument("--verbose", action="store_true", help="a line per run")
     args = ap.parse_args(argv)
     result = Campaign(args).run()
     print_table(result, args)

@@ -8,8 +8,8 @@ from integration.campaign import Campaign, failures, print_table
 
 
 def _args(tmp_path, source: str, **kw) -> argparse.Namespace:
-    base = dict(source=source, events=3000, files=30, seed=20261121, kills=10, sigterms=2,
-                workdir=str(tmp_path / "campaign"), json=None)
+    base = dict(source=source, events=3000, files=48, seed=20261121, kills=10, sigterms=2,
+                workdir=str(tmp_path / "campaign"), json=None, verbose=True)
     base.update(kw)
     return argparse.Namespace(**base)
 

@@ -12,7 +12,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 
@@ -33,7 +32,8 @@ from event_etl.submit import (
     submit_conf,
     write_entry_script,
 )
-from event_etl.submit_main import SharedFolder, _judge, _python_error, executor_report, main as driver, shared_folders
+from event_etl.preflight import SharedFolder, _judge, _python_error, executor_report, shared_folders
+from event_etl.submit_main import main as driver
 from tests.harness import make_event_type
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -279,9 +279,12 @@ def test_submit_needs_a_master_and_a_known_type():
     assert res.exit_code == 2 and "no event type 'nope'" in res.output
 
 
-def test_the_driver_refuses_to_run_outside_spark_submit():
+def test_the_driver_takes_the_options_of_run_but_the_master_from_spark_submit(monkeypatch):
     res = CliRunner().invoke(driver, ["--help"])
     assert res.exit_code == 0 and "--source" in res.output and "--master" not in res.output
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    res = CliRunner().invoke(driver, ["page_view"])
+    assert res.exit_code == 2 and "runs under spark-submit only" in res.output and "event-etl submit page_view" in res.output
 
 
 # -- the driver's preflight ------------------------------------------------------------------
