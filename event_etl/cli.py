@@ -16,9 +16,11 @@ EXIT_USAGE = 2
 
 
 def _fail(err: EventEtlError) -> None:
-    click.echo(f"error: {err.message}", err=True)
+    from event_etl.errors import redact
+
+    click.echo(f"error: {redact(err.message)}", err=True)
     if err.fix:
-        click.echo(f"  fix: {err.fix}", err=True)
+        click.echo(f"  fix: {redact(err.fix)}", err=True)
     sys.exit(err.exit_code)
 
 

@@ -6,7 +6,25 @@ catch them by class.
 
 from __future__ import annotations
 
+import re
+
+_SECRETS = [
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1***:***@"),  # user:password@ in URLs
+    (re.compile(r"(?i)(bearer\s+)[a-z0-9._~+/=-]+"), r"\1***"),
+    (re.compile(r"(?i)([\"']?(?:access_token|refresh_token|id_token|client_secret|private_key|password|token|"
+                r"api[_-]?key)[\"']?\s*[:=]\s*[\"']?)[^\"'\s,&}]+"), r"\1***"),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), "***private key***"),
+]
+
+
+def redact(text: str) -> str:
+    """``text`` with credentials blanked: passwords in URLs, bearer tokens, token=..., private keys."""
+    for pattern, repl in _SECRETS:
+        text = pattern.sub(repl, text)
+    return text
+
 __all__ = [
+    "redact",
     "EventEtlError",
     "ConfigError",
     "UsageError",

@@ -130,3 +130,25 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_one_does_not_block_its_
     r = subprocess.run([*base, "--checkpoint", str(tmp_path / "ck1"), "--drain"], capture_output=True, text=True,
                        env=_env(), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_every_listening_port_of_a_running_job_is_on_loopback(tmp_path):
+    import psutil
+
+    proc = subprocess.Popen([EXE, "run", "page_view", "--sink", str(tmp_path / "data"), "--checkpoint", str(tmp_path / "ck"),
+                             "--metrics-port", "0", "--master", "local[2]"], env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: (tmp_path / "ck" / "spark" / "commits" / "0").exists(), 120, "the first batch", proc)
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        listening = []
+        for p in tree:
+            try:
+                listening += [c.laddr for c in p.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+            except psutil.Error:
+                continue
+        assert len(listening) >= 2, "the JVM and the metrics endpoint listen"
+        assert all(a.ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1") for a in listening), listening
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)

@@ -38,3 +38,27 @@ def test_a_folder_that_cannot_be_read_is_an_error_not_absent(tmp_path):
     st.write_atomic("t/hour", b"a file where a folder should be")
     with pytest.raises(StorageError, match="cannot list"):
         st.list_files("t/hour")
+
+
+@pytest.mark.parametrize("secret, text", [
+    ("hunter2", "cannot open https://alice:hunter2@example.com/x"),
+    ("ya29.a0AfH6SMB", "401: Authorization: Bearer ya29.a0AfH6SMB failed"),
+    ("ya29.zzz", '{"access_token": "ya29.zzz", "expires_in": 3599}'),
+    ("s3cr3t", "gs://bucket?token=s3cr3t&x=1"),
+    ("MIIEv", "-----BEGIN PRIVATE KEY-----\nMIIEv\n-----END PRIVATE KEY-----"),
+])
+def test_credentials_never_reach_an_error_message(secret, text):
+    from event_etl.errors import redact
+
+    out = redact(text)
+    assert secret not in out and "***" in out
+
+
+def test_a_cli_error_is_redacted(tmp_path):
+    from click.testing import CliRunner
+
+    from event_etl.cli import main
+
+    res = CliRunner().invoke(main, ["run", "page_view", "--source", "kafka://bob:pa55word@broker:9092/t",
+                                    "--sink", str(tmp_path / "s")])
+    assert res.exit_code != 0 and "pa55word" not in res.output and "***" in res.output
