@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +48,7 @@ __all__ = [
     "ENTRY_SCRIPT",
     "submit_job",
     "check_submit_options",
+    "check_python_here",
     "is_this_machine",
     "absolute_job_paths",
     "driver_args",
@@ -224,6 +226,21 @@ def _driver_env_prefix(opts: SubmitOptions) -> str | None:
     return None
 
 
+def check_python_here(opts: SubmitOptions, conf: Mapping[str, str]) -> None:
+    """In client mode Spark starts the executors' Python on this machine too (the source's planner): it must exist here."""
+    python = conf.get("spark.pyspark.python")
+    if opts.deploy_mode != "client" or not python:
+        return
+    found = os.access(python, os.X_OK) if os.sep in python else shutil.which(python) is not None
+    if not found:
+        raise UsageError(
+            f"the executors' Python {python} is not on this machine, and in client mode Spark runs it here too "
+            "(for the source)",
+            fix="install the same Python, with event_etl's dependencies, at that path here too; or submit with "
+                "--deploy-mode cluster (YARN, Kubernetes)",
+        )
+
+
 def spark_submit_path() -> str:
     """``bin/spark-submit`` of the installed pyspark: the Spark this job was written and tested against."""
     import pyspark
@@ -268,6 +285,7 @@ def submit_job(event_type, event_types_dir: str | os.PathLike[str], job: Mapping
     entry = write_entry_script(opts.bundle_dir)
     job = absolute_job_paths(event_type.name, job)
     conf = submit_conf(opts, job.get("conf") or (), env=os.environ, executable=sys.executable)
+    check_python_here(opts, conf)
     cmd = submit_command(opts, spark_submit=opts.spark_submit or spark_submit_path(), bundle=bundle.resolve(),
                          entry=entry, conf=conf, driver=driver_args(event_type.name, job),
                          app_name=f"event_etl:{event_type.name}")

@@ -63,7 +63,8 @@ from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 FAULT_POINTS = ("write_file", "files_written", "before_marker", "after_marker", "state_saved")
-PAUSES = "write_file=0.05,files_written=0.3,before_marker=0.4,after_marker=0.4,state_saved=0.2"
+PAUSES = "write_file=0.02,files_written=0.15,before_marker=0.25,after_marker=0.25,state_saved=0.1"
+AHEAD = 4  # batches of input made available ahead of the job: the input lasts as long as the kills do
 INVALID_KINDS = {  # kind -> expected dead-letter reason
     "malformed_json": "invalid_json", "wrong_shape": "not_an_object", "wrong_type": "schema_mismatch",
     "missing_field": "missing_field", "missing_time": "missing_time", "bad_time": "invalid_time",
@@ -216,6 +217,7 @@ class Campaign:
                     "EVENT_ETL_FAULT_PAUSE": PAUSES}
         self.kills = Counter()
         self.runs = 0
+        self.current: subprocess.Popen | None = None
 
     # -- the source and the sink -----------------------------------------------------------
     def prepare(self) -> None:
@@ -224,12 +226,14 @@ class Campaign:
             start = 1_795_225_200_000  # 2026-11-21T00:00Z: a fixed past, the same every run
             self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
                                       start=start)
-            src = self.work / "in"
+            src, pending = self.work / "in", self.work / "pending"
             src.mkdir()
+            pending.mkdir()
             for k, (arrival, evs) in enumerate(self.events.batches):
-                f = src / f"events-{k:04d}.jsonl"
+                f = pending / f"events-{k:04d}.jsonl"
                 f.write_bytes(b"\n".join(e.payload for e in evs) + b"\n")
                 os.utime(f, (arrival / 1000, arrival / 1000))
+            self.pending = sorted(pending.iterdir())
             self.source = f"dir:{src}"
         else:
             self.start_servers()
@@ -237,7 +241,10 @@ class Campaign:
             # event time spans the past 6.5 hours: publish times ("arrival") are now
             self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
                                       start=now - 7 * HOUR_MS)
-            self.publish_all()
+            from google.cloud import pubsub_v1
+
+            self.publisher = pubsub_v1.PublisherClient()
+            self.pending = list(range(len(self.events.batches)))
             self.source = f"pubsub:{self.subscription}"
         self.checkpoint = str(self.work / "ck")
 
@@ -260,14 +267,27 @@ class Campaign:
         if r.returncode:
             raise SystemExit(f"setup failed: {r.stdout}{r.stderr}")
 
-    def publish_all(self) -> None:
-        from google.cloud import pubsub_v1
+    def release_input(self, everything: bool = False) -> None:
+        """Make the next batches of input available: files moved into the folder, or waves published."""
+        released = len(self.events.batches) - len(self.pending)
+        while self.pending and (everything or released < self.committed() + AHEAD):
+            item = self.pending.pop(0)
+            if self.args.source == "dir":
+                item.rename(self.work / "in" / item.name)  # keeps its mtime: its arrival time
+            else:
+                evs = self.events.batches[item][1]
+                futures = [self.publisher.publish(self.topic, e.payload, **({} if e.payload else {"note": "empty"}))
+                           for e in evs]
+                for f in futures:
+                    f.result(timeout=60)
+            released += 1
 
-        pub = pubsub_v1.PublisherClient()
-        for _, evs in self.events.batches:
-            futures = [pub.publish(self.topic, e.payload, **({} if e.payload else {"note": "empty"})) for e in evs]
-            for f in futures:
-                f.result(timeout=60)
+    def _feed(self, stop: threading.Event) -> None:
+        while not stop.wait(0.3):
+            try:
+                self.release_input()
+            except Exception:  # noqa: BLE001 - e.g. a commit file being written; next round
+                continue
 
     # -- running and killing ---------------------------------------------------------------
     def command(self, *extra: str) -> list[str]:
@@ -296,8 +316,8 @@ class Campaign:
         before = len(self.faults_seen())
         committed = self.committed()
         log = open(self.work / f"run-{self.runs:02d}.log", "w")
-        proc = subprocess.Popen(self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = self.current = subprocess.Popen(self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True)
         deadline = time.monotonic() + 180
         hit = False
         if point is None:
@@ -337,8 +357,8 @@ class Campaign:
         """A last live run until every event is accounted for, then SIGTERM (stop and drain)."""
         self.runs += 1
         log = open(self.work / f"run-{self.runs:02d}-final.log", "w")
-        proc = subprocess.Popen(self.command(), env={**self.env, "EVENT_ETL_FAULT_PAUSE": ""}, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = self.current = subprocess.Popen(self.command(), env={**self.env, "EVENT_ETL_FAULT_PAUSE": ""},
+                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         expected = len(self.events.events)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:
@@ -487,9 +507,16 @@ class Campaign:
         self.prepare()
         watcher = Watcher(Storage(self.sink), "page_view")
         watcher.start()
+        feeding = threading.Event()
+        feeder = threading.Thread(target=self._feed, args=(feeding,), daemon=True)
+        self.release_input()
+        feeder.start()
         try:
             for sig, point in self.plan():
                 self.one_fault(sig, point)
+            feeding.set()
+            feeder.join(timeout=30)
+            self.release_input(everything=True)
             rc = self.finish()
             watcher.stop_event.set()
             watcher.join(timeout=10)
@@ -501,6 +528,9 @@ class Campaign:
             result["seconds"] = round(time.monotonic() - t0, 1)
             return result
         finally:
+            if self.current is not None and self.current.poll() is None:  # never leave a job behind
+                os.killpg(self.current.pid, signal.SIGKILL)
+                self.current.wait()
             for s in self.servers:
                 s.stop()
 

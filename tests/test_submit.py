@@ -24,6 +24,7 @@ from event_etl.runner import RunOptions
 from event_etl.submit import (
     SubmitOptions,
     absolute_job_paths,
+    check_python_here,
     check_submit_options,
     driver_args,
     forwarded_env,
@@ -251,6 +252,17 @@ def test_combinations_that_cannot_work_are_refused(opts, words):
     with pytest.raises(UsageError, match=words) as err:
         check_submit_options(opts)
     assert err.value.fix
+
+
+def test_in_client_mode_the_executors_python_must_exist_here_too():
+    here = SubmitOptions(master="spark://node:7077")
+    check_python_here(here, {"spark.pyspark.python": sys.executable})
+    check_python_here(here, {"spark.pyspark.python": "python3"})
+    check_python_here(here, {})
+    check_python_here(SubmitOptions(master="yarn", deploy_mode="cluster"), {"spark.pyspark.python": "/no/such/python"})
+    with pytest.raises(UsageError, match="/no/such/python is not on this machine") as err:
+        check_python_here(here, {"spark.pyspark.python": "/no/such/python"})
+    assert "--deploy-mode cluster" in err.value.fix
 
 
 def test_the_entry_script_runs_the_driver(tmp_path):
