@@ -173,21 +173,66 @@ def job_run_options(*, conf: tuple[str, ...] = (), **values: Any):
 
 
 @main.command("run")
-@click.argument("event_type")
+@click.argument("event_types", nargs=-1, metavar="EVENT_TYPE...")
+@click.option("--all", "all_types", is_flag=True, help="Run every event type of --event-types (a fleet).")
 @job_options(master=click.option("--master", default=None, help="Spark master. Default: local[*]."))
 @event_types_option
 @handles_errors
-def run_cmd(event_type: str, event_types_dir: str | None, **job: Any) -> None:
+def run_cmd(event_types: tuple[str, ...], all_types: bool, event_types_dir: str | None, **job: Any) -> None:
     """Run the streaming job of EVENT_TYPE.
 
     With no options: local Spark, the built-in generator (event time runs 120x faster than the
     clock, so hours close every 30 s), sink ./data, checkpoint ./checkpoints/EVENT_TYPE.
     Stop with Ctrl-C (stops at the next batch boundary) or SIGTERM (also drains: closes the open hours).
     A restart on the same checkpoint continues where the job stopped.
+
+    Several types (or --all) run as a fleet: one query per type in one Spark application, each
+    with its own source (its `source` setting), checkpoint (--checkpoint ROOT/<type>), watermark,
+    markers and metrics; a failing query is restarted with backoff without stopping the others.
+    `event-etl status` shows every type.
     """
     from event_etl.runner import run_job
 
-    run_job(_load_type(event_types_dir, event_type), job_run_options(**job))
+    if all_types == bool(event_types):
+        raise UsageError("name the event types to run, or --all (not both)",
+                         fix="e.g. event-etl run page_view, event-etl run page_view db_change, or event-etl run --all")
+    if all_types:
+        from event_etl.eventtypes import load_event_types, resolve_event_types_dir
+
+        types = list(load_event_types(resolve_event_types_dir(event_types_dir)).values())
+    else:
+        types = [_load_type(event_types_dir, name) for name in event_types]
+    options = job_run_options(**job)
+    if len(types) == 1 and not all_types:
+        run_job(types[0], options)
+        return
+    from event_etl.fleet import run_fleet
+
+    run_fleet(types, options)
+
+
+@main.command("status")
+@sink_option
+@click.option("--checkpoint", "checkpoint_root", default="./checkpoints", show_default=True,
+              help="Folder holding the checkpoints of the types (<root>/<type>).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@event_types_option
+@handles_errors
+def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: str | None) -> None:
+    """Show every event type's job: running or not, watermark, lag, last marker, restarts, last error."""
+    from event_etl.eventtypes import load_event_types, resolve_event_types_dir
+    from event_etl.jobstatus import job_statuses
+
+    types = load_event_types(resolve_event_types_dir(event_types_dir))
+    rows = job_statuses(list(types), sink=sink, checkpoint_root=checkpoint_root)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'event type':<24} {'state':<11} {'watermark':<25} {'lag':>8}  {'last marker':<21} {'restarts':>8}")
+    for r in rows:
+        click.echo(f"{r['event_type']:<24} {r['state']:<11} {r['watermark'] or '-':<25} {r['lag'] or '-':>8}  "
+                   f"{r['last_marker'] or '-':<21} {r['restarts'] if r['restarts'] is not None else '-':>8}"
+                   + (f"  last error: {r['last_error']}" if r.get("last_error") else ""))
 
 
 @main.command("deadletter")

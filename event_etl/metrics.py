@@ -771,14 +771,17 @@ def marker_pending_ms(state: Any, now: int) -> int | None:
 
 
 def job_metrics(event_type, options, *, clock: Callable[[], int], controller_state: Callable[[], Any] | None = None,
-                backlog: Callable[[], dict | None] | None = None) -> JobMetrics:
+                backlog: Callable[[], dict | None] | None = None, serve: bool = True) -> JobMetrics:
     """Metrics for one job run, configured from ``options`` (``metrics_port``, ``metrics_host``,
-    ``otlp_endpoint``, ``metrics_history``); prints where the Prometheus endpoint listens."""
+    ``otlp_endpoint``, ``metrics_history``); prints where the Prometheus endpoint listens.
+
+    ``serve=False`` keeps the Prometheus registry but serves nothing: a :class:`FleetEndpoint`
+    serves the registries of several jobs on one port."""
     name = getattr(event_type, "name", event_type)
     exports: list[PrometheusEndpoint | OtlpExport] = []
     if getattr(options, "metrics_port", None) is not None:
         exports.append(PrometheusEndpoint(host=getattr(options, "metrics_host", None) or "127.0.0.1",
-                                          port=options.metrics_port))
+                                          port=options.metrics_port if serve else None))
     if getattr(options, "otlp_endpoint", None):
         exports.append(OtlpExport(options.otlp_endpoint))
     history_path = getattr(options, "metrics_history", None)
@@ -791,6 +794,69 @@ def job_metrics(event_type, options, *, clock: Callable[[], int], controller_sta
             history.close()
         raise
     for e in exports:
-        what = "Prometheus metrics" if isinstance(e, PrometheusEndpoint) else "OTLP metrics to"
-        print(f"[{name}] {what} {e.url}", file=sys.stdout, flush=True)
+        if e.url:
+            what = "Prometheus metrics" if isinstance(e, PrometheusEndpoint) else "OTLP metrics to"
+            print(f"[{name}] {what} {e.url}", file=sys.stdout, flush=True)
     return metrics
+
+
+class _MergedCollector:
+    """The metric families of several job registries, merged by name (one HELP/TYPE per family)."""
+
+    def __init__(self) -> None:
+        self.registries: dict[int, Any] = {}
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        families: dict[str, Any] = {}
+        for registry in list(self.registries.values()):
+            for fam in registry.collect():
+                have = families.get(fam.name)
+                if have is None:
+                    families[fam.name] = fam
+                else:
+                    have.samples.extend(fam.samples)
+        yield from families.values()
+
+
+class FleetEndpoint:
+    """One Prometheus endpoint for the jobs of a fleet (each job's series carry its ``event_type``)."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        from prometheus_client import CollectorRegistry
+
+        self.host, self.port = host, port
+        self.merged = _MergedCollector()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.merged)
+        self.url: str | None = None
+        self._server = None
+
+    def add(self, metrics: JobMetrics) -> None:
+        """Serve ``metrics`` (built with ``serve=False``), replacing the metrics of the same type."""
+        for e in metrics.exports:
+            if isinstance(e, PrometheusEndpoint):
+                self.merged.registries[hash(metrics.event_type)] = e.registry
+
+    def serve(self) -> None:
+        from prometheus_client import start_http_server
+
+        try:
+            self._server, _ = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except OSError as err:
+            raise UsageError(f"--metrics-port {self.port}: cannot listen on {self.host}:{self.port}: {err}",
+                             fix="choose another port, or --metrics-port 0 for any free port") from err
+        self.url = f"http://{self.host}:{self._server.server_address[1]}/metrics"
+
+    def text(self) -> str:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry).decode("utf-8")
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

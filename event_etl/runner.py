@@ -82,18 +82,24 @@ def _check_checkpoint_location(path: str) -> None:
         )
 
 
-def run_job(
-    event_type: EventType,
-    options: RunOptions,
-    *,
-    spark=None,
-    clock: Callable[[], int] = now_millis,
-    listeners: list[Callable[[str, Any], None]] | None = None,
-    install_signals: bool = True,
-) -> dict[str, Any]:
-    """Run the job until its input ends (``once``/``drain``), a signal, or ``max_seconds``.  Returns the summary."""
-    if options.drain:
-        options.once = True  # drain: process what is available, then close every open hour
+@dataclass
+class Prepared:
+    """A job checked and locked, before Spark: what run_job and a fleet share."""
+
+    event_type: EventType
+    options: RunOptions
+    spec: SourceSpec
+    sink: str
+    storage: Storage
+    ckpt: Checkpoint
+    trigger_ms: int
+    now: int
+    lease: Any = None
+
+
+def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[], int],
+                checkpoint: str | None = None) -> Prepared:
+    """Check the options, the source and the sink, and that the checkpoint belongs to this job (no Spark yet)."""
     try:
         trigger_ms = parse_duration(options.trigger_interval)
     except ValueError as err:
@@ -109,7 +115,7 @@ def run_job(
     spec: SourceSpec = parse_source(options.source or event_type.source, now=now,
                                     default_subscription=event_type.pubsub.get("subscription"))
     sink = resolve_sink(options.sink)
-    ckpt_path = options.checkpoint or default_checkpoint(event_type.name)
+    ckpt_path = checkpoint or options.checkpoint or default_checkpoint(event_type.name)
     _check_checkpoint_location(ckpt_path)
     ckpt = Checkpoint(ckpt_path[7:] if ckpt_path.startswith("file://") else ckpt_path)
     storage = Storage(sink)
@@ -121,49 +127,45 @@ def run_job(
     old_job = ckpt.job()
     if old_job is not None:  # fail before starting Spark if the checkpoint is someone else's
         ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink})
+    return Prepared(event_type, options, spec, sink, storage, ckpt, trigger_ms, now)
+
+
+def acquire_lease(p: Prepared) -> None:
     from event_etl.lease import Lease, default_ttl_ms
 
-    lease = Lease(storage, event_type.name, ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
-    stop: dict[str, Any] = {"requested": False, "drain": options.drain, "controller": None}
-    restore: list[tuple[int, Any]] = []
-
-    def on_signal(signum, _frame):
-        stop["requested"] = True
-        stop["drain"] = stop["drain"] or signum == signal.SIGTERM
-        if stop["controller"] is not None:
-            stop["controller"].request_stop()
-
-    if install_signals and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            restore.append((sig, signal.signal(sig, on_signal)))
-    try:
-        return _run_locked(event_type, options, spec, sink, storage, ckpt, lease, spark=spark, clock=clock,
-                           listeners=listeners, now=now, trigger_ms=trigger_ms, stop=stop)
-    finally:
-        for sig, old in restore:
-            signal.signal(sig, old)
-        lease.release()
+    p.lease = Lease(p.storage, p.event_type.name, p.ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
 
 
-def _run_locked(event_type, options, spec, sink, storage, ckpt, lease, *, spark, clock, listeners, now, trigger_ms,
-                stop) -> dict[str, Any]:
-    if spark is None:
-        from event_etl.sparkutil import get_session
+@dataclass
+class Job:
+    """One event type's streaming job inside a Spark application: controller, metrics and query."""
 
-        spark = get_session(options.master, options.conf, app_name=f"event_etl:{event_type.name}")
-    else:
-        from event_etl.sources.spark import EtlSource
+    prepared: Prepared
+    controller: Controller
+    metrics: Any
+    source_dir: str
+    writer: Any  # DataStreamWriter, ready to start
 
-        spark.dataSource.register(EtlSource)
+    def start(self):
+        return self.writer.start()
+
+
+def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True) -> Job:
+    """Bind the checkpoint, build the controller, metrics and the (not yet started) query of a prepared job."""
+    from event_etl.metrics import job_metrics
+    from event_etl.sources.spark import EtlSource
+
+    spark.dataSource.register(EtlSource)
+    et, options, ckpt = p.event_type, p.options, p.ckpt
     # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch
     # must get the same tasks, hence the same file names, whatever the cluster is now.
-    job = ckpt.bind({"event_type": event_type.name, "sink": sink, "source": spec.identity(), "created_at": iso(now),
+    job = ckpt.bind({"event_type": et.name, "sink": p.sink, "source": p.spec.identity(), "created_at": iso(p.now),
                      "split_bytes": options.split_bytes, "writer": secrets.token_hex(3),
                      "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism))})
     source_spec = {
-        "kind": spec.kind,
-        "params": spec.params,
-        "log_dir": str(ckpt.source_dir(spec.kind)),
+        "kind": p.spec.kind,
+        "params": p.spec.params,
+        "log_dir": str(ckpt.source_dir(p.spec.kind)),
         "split_bytes": int(job.get("split_bytes", options.split_bytes)),
         "tasks_per_batch": int(job.get("tasks_per_batch", 2)),
         "max_files_per_batch": options.max_files_per_batch,
@@ -173,15 +175,12 @@ def _run_locked(event_type, options, spec, sink, storage, ckpt, lease, *, spark,
         # the ack deadline the source keeps extending (a redelivery after a crash waits this long)
         "ack_deadline": int(os.environ.get("EVENT_ETL_PUBSUB_ACK_DEADLINE", "60")),
     }
-
-    printer = ProgressPrinter(event_type.name, clock, quiet=options.quiet)
+    printer = ProgressPrinter(et.name, clock, quiet=options.quiet)
     controller = Controller(
-        event_type=event_type, storage=storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
-        writer=str(job.get("writer", "")), guard=lease.check,
+        event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
+        writer=str(job.get("writer", "")), guard=p.lease.check if p.lease is not None else None,
     )
-    from event_etl.metrics import job_metrics
-
-    metrics = job_metrics(event_type, options, clock=clock, controller_state=lambda: controller.state)
+    metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
     controller.listeners.extend(metrics.listeners)
     writer = (
         spark.readStream.format("event_etl")
@@ -189,23 +188,71 @@ def _run_locked(event_type, options, spec, sink, storage, ckpt, lease, *, spark,
         .load()
         .writeStream.foreachBatch(controller.handle_batch)
         .option("checkpointLocation", str(ckpt.spark_dir))
-        .queryName(f"event_etl_{event_type.name}")
+        .queryName(f"event_etl_{et.name}")
     )
-    writer = writer.trigger(availableNow=True) if options.once else writer.trigger(processingTime=f"{trigger_ms} milliseconds")
+    writer = (writer.trigger(availableNow=True) if options.once
+              else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
+    return Job(p, controller, metrics, source_spec["log_dir"], writer)
 
-    stop["controller"] = controller
-    if stop["requested"]:  # a signal arrived while Spark was starting
-        controller.request_stop()
-        if stop["drain"]:
-            controller.drain()
-        metrics.shutdown()
-        return _summary(event_type, sink, ckpt, controller, 0.0, options, stop)
+
+def install_stop_signals(stop: dict[str, Any], on_stop: Callable[[], None]) -> list[tuple[int, Any]]:
+    """SIGTERM: stop at a batch boundary and drain; SIGINT: stop at a batch boundary.  Returns what to restore."""
+    restore: list[tuple[int, Any]] = []
+
+    def on_signal(signum, _frame):
+        stop["requested"] = True
+        stop["drain"] = stop["drain"] or signum == signal.SIGTERM
+        on_stop()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            restore.append((sig, signal.signal(sig, on_signal)))
+    return restore
+
+
+def run_job(
+    event_type: EventType,
+    options: RunOptions,
+    *,
+    spark=None,
+    clock: Callable[[], int] = now_millis,
+    listeners: list[Callable[[str, Any], None]] | None = None,
+    install_signals: bool = True,
+) -> dict[str, Any]:
+    """Run the job until its input ends (``once``/``drain``), a signal, or ``max_seconds``.  Returns the summary."""
+    if options.drain:
+        options.once = True  # drain: process what is available, then close every open hour
+    p = prepare_job(event_type, options, clock=clock)
+    acquire_lease(p)
+    stop: dict[str, Any] = {"requested": False, "drain": options.drain, "controller": None}
+
+    def on_stop() -> None:
+        if stop["controller"] is not None:
+            stop["controller"].request_stop()
+
+    restore = install_stop_signals(stop, on_stop) if install_signals else []
     try:
-        return _drive(query_writer=writer, controller=controller, metrics=metrics, options=options, stop=stop,
-                      source_dir=source_spec["log_dir"], summary=lambda secs: _summary(
-                          event_type, sink, ckpt, controller, secs, options, stop))
+        if spark is None:
+            from event_etl.sparkutil import get_session
+
+            spark = get_session(options.master, options.conf, app_name=f"event_etl:{event_type.name}")
+        job = open_job(p, spark, clock=clock, listeners=listeners)
+        controller = stop["controller"] = job.controller
+        summary = lambda secs: _summary(event_type, p.sink, p.ckpt, controller, secs, options, stop)  # noqa: E731
+        try:
+            if stop["requested"]:  # a signal arrived while Spark was starting
+                controller.request_stop()
+                if stop["drain"]:
+                    controller.drain()
+                return summary(0.0)
+            return _drive(query_writer=job.writer, controller=controller, metrics=job.metrics, options=options,
+                          stop=stop, source_dir=job.source_dir, summary=summary)
+        finally:
+            job.metrics.shutdown()
     finally:
-        metrics.shutdown()
+        for sig, old in restore:
+            signal.signal(sig, old)
+        p.lease.release()
 
 
 def _drive(*, query_writer, controller: Controller, metrics, options: RunOptions, stop, source_dir: str, summary):

@@ -41,11 +41,12 @@ def check_java() -> str:
 def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "event_etl"):
     """The process's SparkSession (created on first call), with event_etl's source registered."""
     check_java()
-    # Workers must run this very interpreter, or they fail to connect back.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     master = master or DEFAULT_MASTER
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
+        # Local workers must run this very interpreter, or they fail to connect back.  (On a
+        # cluster this path may not exist on the executors: `event-etl submit` sets their Python.)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
@@ -54,8 +55,10 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = dict(_DEFAULTS)
     log4j = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
-    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
-    settings["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+    if os.path.isfile(log4j):  # not when event_etl is imported from a zip (`submit`)
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        if master.startswith("local"):
+            settings["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
     if master.startswith("local"):
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     settings.update(conf or {})

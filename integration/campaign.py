@@ -64,7 +64,8 @@ from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
 EXE = str(Path(sys.executable).with_name("event-etl"))
 FAULT_POINTS = ("write_file", "files_written", "before_marker", "after_marker", "state_saved")
 PAUSES = "write_file=0.02,files_written=0.15,before_marker=0.25,after_marker=0.25,state_saved=0.1"
-AHEAD = 4  # batches of input made available ahead of the job: the input lasts as long as the kills do
+AHEAD = 4  # batches of input made available ahead of the job
+RESERVE_PER_RUN = 4  # batches kept back for every run still planned: the input lasts as long as the kills do
 INVALID_KINDS = {  # kind -> expected dead-letter reason
     "malformed_json": "invalid_json", "wrong_shape": "not_an_object", "wrong_type": "schema_mismatch",
     "missing_field": "missing_field", "missing_time": "missing_time", "bad_time": "invalid_time",
@@ -95,7 +96,8 @@ def make_events(et, *, events: int, files: int, seed: int, start: int) -> EventS
     """The known event set: ``files`` arrivals over 6.5 hours of event time from ``start``."""
     rng = random.Random(seed)
     schema = et.parsed_schema()
-    span = 6 * HOUR_MS + 30 * MINUTE_MS
+    # at least 6.5 hours, and about five batches per hour, so that kills at markers come often
+    span = max(6 * HOUR_MS + 30 * MINUTE_MS, files * HOUR_MS // 5)
     per = max(20, events // files)
     out = EventSet()
     recent: list[Event] = []
@@ -117,8 +119,9 @@ def make_events(et, *, events: int, files: int, seed: int, start: int) -> EventS
         for i in range(per):
             a_i = slice_start + (arrival - slice_start) * i // per
             u = rng.random()
-            if u < 0.03 and recent:  # a producer retry of a recent event, inside the dedupe window
-                orig = rng.choice(recent[-30:])
+            window = [e for e in recent[-60:] if e.t >= a_i - 8 * MINUTE_MS]
+            if u < 0.03 and window:  # a producer retry of a recent event, inside the 10-minute dedupe window
+                orig = rng.choice(window)
                 evs.append(Event(orig.id, orig.t, "duplicate", orig.payload))
             elif u < 0.06:
                 evs.append(valid("late", arrival - arrival % HOUR_MS - rng.randint(30, 90) * MINUTE_MS))
@@ -218,6 +221,7 @@ class Campaign:
         self.kills = Counter()
         self.runs = 0
         self.current: subprocess.Popen | None = None
+        self.runs_left = args.kills + args.sigterms
 
     # -- the source and the sink -----------------------------------------------------------
     def prepare(self) -> None:
@@ -268,9 +272,13 @@ class Campaign:
             raise SystemExit(f"setup failed: {r.stdout}{r.stderr}")
 
     def release_input(self, everything: bool = False) -> None:
-        """Make the next batches of input available: files moved into the folder, or waves published."""
+        """Make the next batches of input available: files moved into the folder, or waves published.
+
+        A few batches ahead of the job, but never so many that the runs still planned would
+        find no input left to be killed in."""
         released = len(self.events.batches) - len(self.pending)
-        while self.pending and (everything or released < self.committed() + AHEAD):
+        cap = len(self.events.batches) - RESERVE_PER_RUN * self.runs_left
+        while self.pending and (everything or (released < self.committed() + AHEAD and released < cap)):
             item = self.pending.pop(0)
             if self.args.source == "dir":
                 item.rename(self.work / "in" / item.name)  # keeps its mtime: its arrival time
@@ -326,7 +334,7 @@ class Campaign:
             time.sleep(self.rng.uniform(0.0, 2.0))
             hit = proc.poll() is None
         else:
-            occurrence = self.rng.randint(1, 2)
+            occurrence = 1 if "marker" in point else self.rng.randint(1, 2)
             while time.monotonic() < deadline and proc.poll() is None:
                 seen = [p for p, _ in self.faults_seen()[before:] if p == point]
                 if len(seen) >= occurrence:
@@ -512,8 +520,11 @@ class Campaign:
         self.release_input()
         feeder.start()
         try:
-            for sig, point in self.plan():
+            plan = self.plan()
+            for k, (sig, point) in enumerate(plan):
+                self.runs_left = len(plan) - k - 1
                 self.one_fault(sig, point)
+            self.runs_left = 0
             feeding.set()
             feeder.join(timeout=30)
             self.release_input(everything=True)
@@ -561,7 +572,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", choices=("dir", "pubsub"), default="dir")
     ap.add_argument("--events", type=int, default=6000)
-    ap.add_argument("--files", type=int, default=36, help="batches of input (files, or waves of messages)")
+    ap.add_argument("--files", type=int, default=96, help="batches of input (files, or waves of messages)")
     ap.add_argument("--seed", type=int, default=20261121)
     ap.add_argument("--kills", type=int, default=10, help="SIGKILLs (at least one per fault point)")
     ap.add_argument("--sigterms", type=int, default=2)

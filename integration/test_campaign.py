@@ -8,7 +8,7 @@ from integration.campaign import Campaign, failures, print_table
 
 
 def _args(tmp_path, source: str, **kw) -> argparse.Namespace:
-    base = dict(source=source, events=3000, files=48, seed=20261121, kills=10, sigterms=2,
+    base = dict(source=source, events=3000, files=96, seed=20261121, kills=10, sigterms=2,
                 workdir=str(tmp_path / "campaign"), json=None, verbose=True)
     base.update(kw)
     return argparse.Namespace(**base)
@@ -24,7 +24,7 @@ def test_campaign_directory_source_to_local_disk(tmp_path):
 
 
 def test_campaign_pubsub_to_gcs(tmp_path):
-    args = _args(tmp_path, "pubsub", events=2000, files=20, kills=10, sigterms=1)
+    args = _args(tmp_path, "pubsub", events=2000, files=72, kills=10, sigterms=1)
     result = Campaign(args).run()
     print_table(result, args)
     assert result["SIGKILL"] >= 10

@@ -1,0 +1,254 @@
+"""A fleet: several event types as separate streaming queries in one Spark application.
+
+``event-etl run TYPE1 TYPE2 ...`` (or ``--all``) shares one JVM and one set of executors
+between types, instead of one application per type.  Each type keeps everything of its
+own: its source (the type's ``source`` setting), checkpoint (``<root>/<type>``),
+watermark, markers, dead-letter area, lease and metrics (one Prometheus endpoint serves
+all of them, each series labelled with its ``event_type``).
+
+A supervisor loop ticks every type's controller (idle watermarks) and watches the
+queries.  A query that fails is restarted on its checkpoint after a backoff (5 s, doubled
+up to 5 minutes) without disturbing the others; its state (``running``, ``restarting``,
+``stopped``, ``failed``) and last error are written to ``<root>/<type>/etl/status.json``
+and shown by ``event-etl status``.  SIGTERM stops every query at its next batch boundary
+and drains every type; SIGINT stops without draining.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from event_etl.checkpoint import write_json_atomic
+from event_etl.errors import EventEtlError, UsageError
+from event_etl.eventtypes import EventType
+from event_etl.runner import Job, RunOptions, acquire_lease, install_stop_signals, open_job, prepare_job
+from event_etl.timeutil import format_duration, iso, now_millis
+
+__all__ = ["run_fleet", "FleetMember", "backoff_seconds", "STATUS_FILE"]
+
+STATUS_FILE = "status.json"
+FIRST_BACKOFF_S = 5.0
+MAX_BACKOFF_S = 300.0
+
+
+def backoff_seconds(failures: int, first: float | None = None) -> float:
+    """Wait before the ``failures``-th restart of a query: 5 s, 10 s, 20 s ... at most 5 minutes.
+
+    ``first`` (default: ``$EVENT_ETL_FLEET_BACKOFF`` seconds, else 5) is the first wait."""
+    import os
+
+    base = first if first is not None else float(os.environ.get("EVENT_ETL_FLEET_BACKOFF", FIRST_BACKOFF_S))
+    return min(MAX_BACKOFF_S, base * 2 ** max(0, failures - 1))
+
+
+@dataclass
+class FleetMember:
+    """One type of the fleet and what the supervisor knows of it."""
+
+    event_type: EventType
+    prepared: Any
+    job: Job | None = None
+    query: Any = None
+    state: str = "starting"
+    failures: int = 0
+    restart_at: float | None = None
+    last_error: str | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def name(self) -> str:
+        return self.event_type.name
+
+    def status(self, clock: Callable[[], int]) -> dict[str, Any]:
+        st = self.job.controller.state if self.job else None
+        wm = st.watermark if st else None
+        return {
+            "event_type": self.name,
+            "state": self.state,
+            "watermark": iso(wm),
+            "lag_ms": None if wm is None else clock() - wm,
+            "last_marker": iso(st.marked_through) if st and st.marked_through is not None else None,
+            "last_batch": st.last_batch_id if st else None,
+            "restarts": self.failures,
+            "last_error": self.last_error,
+            "updated_at": iso(clock()),
+        }
+
+
+def _member_checkpoint(options: RunOptions, name: str) -> str:
+    from event_etl.runner import default_checkpoint
+
+    return str(Path(options.checkpoint) / name) if options.checkpoint else default_checkpoint(name)
+
+
+def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, clock: Callable[[], int] = now_millis,
+              install_signals: bool = True, status_every_s: float = 30.0, stop_event=None) -> dict[str, Any]:
+    """Run every type of ``event_types`` in one Spark application; returns a summary per type.
+
+    ``stop_event`` (a ``threading.Event``), when set, stops the fleet like SIGINT does."""
+    if options.source:
+        raise UsageError("--source names one source, but a fleet runs several event types",
+                         fix="set each type's `source` in its etl.toml, or run the types one by one")
+    names = [et.name for et in event_types]
+    if len(set(names)) != len(names):
+        raise UsageError(f"an event type is named twice: {names}", fix="name each type once")
+    if options.drain:
+        options.once = True
+    members: list[FleetMember] = []
+    try:
+        for et in event_types:  # check and lock everything before Spark starts
+            p = prepare_job(et, options, clock=clock, checkpoint=_member_checkpoint(options, et.name))
+            members.append(FleetMember(et, p))
+            acquire_lease(p)
+        return _run(members, options, spark=spark, clock=clock, install_signals=install_signals,
+                    status_every_s=status_every_s, stop_event=stop_event)
+    finally:
+        for m in members:
+            if m.prepared.lease is not None:
+                m.prepared.lease.release()
+
+
+def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s, stop_event):
+    from event_etl.metrics import FleetEndpoint
+
+    stop: dict[str, Any] = {"requested": False, "drain": options.drain}
+
+    def on_stop() -> None:
+        for m in members:
+            if m.job is not None:
+                m.job.controller.request_stop()
+
+    restore = install_stop_signals(stop, on_stop) if install_signals else []
+    endpoint = FleetEndpoint(host=options.metrics_host, port=options.metrics_port) \
+        if options.metrics_port is not None else None
+    try:
+        if spark is None:
+            from event_etl.sparkutil import get_session
+
+            spark = get_session(options.master, options.conf, app_name=f"event_etl fleet ({len(members)} types)")
+        for m in members:
+            m.job = open_job(m.prepared, spark, clock=clock, serve_metrics=False)
+            if endpoint:
+                endpoint.add(m.job.metrics)
+        if endpoint:
+            endpoint.serve()
+            print(f"[fleet] Prometheus metrics {endpoint.url}", flush=True)
+        started = time.monotonic()
+        for m in members:
+            _start(m, clock)
+        last_status = time.monotonic()
+        deadline = None if options.max_seconds is None else started + options.max_seconds
+        while not stop["requested"] and not (stop_event is not None and stop_event.is_set()):
+            active = [m for m in members if m.state in ("running", "restarting")]
+            if not active or (deadline is not None and time.monotonic() >= deadline):
+                break
+            time.sleep(options.tick_seconds)
+            for m in members:
+                _supervise(m, options, clock, spark, endpoint)
+            if time.monotonic() - last_status >= status_every_s:
+                last_status = time.monotonic()
+                for m in members:
+                    print(_status_line(m.status(clock)), flush=True)
+        for m in members:  # stop at batch boundaries
+            if m.query is not None and m.query.isActive:
+                m.job.controller.request_stop()
+                m.query.stop()
+            if m.state == "running":
+                m.state = "stopped"
+        if stop["drain"]:
+            for m in members:
+                if m.job is not None and m.state != "failed":
+                    m.job.controller.drain()
+        for m in members:
+            _write_status(m, clock)
+        seconds = time.monotonic() - started
+        return {m.name: _member_summary(m, seconds, clock) for m in members}
+    finally:
+        for m in members:
+            if m.job is not None:
+                m.job.metrics.shutdown()
+        if endpoint:
+            endpoint.close()
+        import signal
+
+        for sig, old in restore:
+            signal.signal(sig, old)
+
+
+def _start(m: FleetMember, clock) -> None:
+    m.query = m.job.start()
+    m.state = "running"
+    m.restart_at = None
+    _write_status(m, clock)
+
+
+def _supervise(m: FleetMember, options: RunOptions, clock, spark, endpoint) -> None:
+    """Tick a running member; restart a failed one after its backoff; notice one that finished."""
+    if m.state == "restarting":
+        if time.monotonic() >= (m.restart_at or 0):
+            try:
+                m.job.metrics.shutdown()
+                m.job = open_job(m.prepared, spark, clock=clock, serve_metrics=False)
+                if endpoint:
+                    endpoint.add(m.job.metrics)
+                _start(m, clock)
+            except Exception as err:  # noqa: BLE001 - counted as another failure, retried later
+                _failed(m, err, clock)
+        return
+    if m.state != "running":
+        return
+    q = m.query
+    if q.isActive:
+        if not options.once:
+            m.job.controller.tick()
+        m.job.metrics.observe_progress(q.lastProgress)
+        return
+    err = m.job.controller.failure or q.exception()
+    if err is None:
+        m.state = "stopped"  # --once: its input ended
+        _write_status(m, clock)
+        return
+    _failed(m, err, clock)
+
+
+def _failed(m: FleetMember, err: BaseException, clock) -> None:
+    from event_etl.driver import unwrap_task_error
+    from event_etl.sources.pubsub import read_error
+
+    err = read_error(m.job.source_dir) or unwrap_task_error(err)  # the cause, not Spark's wrapper
+    msg = err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
+    m.failures += 1
+    m.last_error = msg[:500]
+    wait = backoff_seconds(m.failures)
+    m.restart_at = time.monotonic() + wait
+    m.state = "restarting"
+    print(f"[{m.name}] query failed ({m.failures} so far): {m.last_error}; restarting in {wait:.0f}s",
+          file=sys.stderr, flush=True)
+    _write_status(m, clock)
+
+
+def _write_status(m: FleetMember, clock) -> None:
+    write_json_atomic(m.prepared.ckpt.etl / STATUS_FILE, m.status(clock))
+
+
+def _status_line(st: dict[str, Any]) -> str:
+    lag = format_duration(st["lag_ms"]) if st["lag_ms"] is not None else "-"
+    return (f"[{st['event_type']}] {st['state']}: watermark {st['watermark'] or '-'} lag {lag}  "
+            f"last marker {st['last_marker'] or '-'}  restarts {st['restarts']}")
+
+
+def _member_summary(m: FleetMember, seconds: float, clock) -> dict[str, Any]:
+    c = m.job.controller if m.job else None
+    totals = dict(c.totals) if c else {}
+    return {**m.status(clock), "batches": c.batches if c else 0, "totals": totals, "seconds": seconds,
+            "hours_marked": [iso(h) for h in (c.hours_marked if c else [])]}
+
+
+def read_status(checkpoint_dir: str | Path) -> dict[str, Any] | None:
+    p = Path(checkpoint_dir) / "etl" / STATUS_FILE
+    return json.loads(p.read_text()) if p.exists() else None
