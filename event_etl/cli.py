@@ -266,7 +266,7 @@ def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types
     shown = 0
     for r in records:
         if limit and shown >= limit:
-            click.echo(f"... (more; use --limit 0 for all)")
+            click.echo("... (more; use --limit 0 for all)")
             break
         shown += 1
         if as_json:

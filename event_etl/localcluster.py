@@ -294,7 +294,7 @@ def start_cmd(state_dir, workers, cores, memory, port, webui_port) -> None:
     click.echo(f"  web UI  {c.webui_url}")
     click.echo(f"  logs    {c.dir}/*.log (executors: {c.dir}/work/)")
     click.echo(f"  submit  bin/event-etl-submit page_view --master {c.master_url} ...")
-    click.echo(f"  stop    bin/spark-cluster stop" + ("" if state_dir == DEFAULT_DIR else f" --dir {state_dir}"))
+    click.echo("  stop    bin/spark-cluster stop" + ("" if state_dir == DEFAULT_DIR else f" --dir {state_dir}"))
 
 
 @main.command("status")

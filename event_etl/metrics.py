@@ -374,16 +374,25 @@ class PrometheusEndpoint:
         self.registry.register(_PreBucketedCollector(histograms))
         if self.port is not None:
             try:
-                self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
-            except OSError as err:
+                self.serve()
+            except UsageError:
                 reader.shutdown()
-                raise UsageError(
-                    f"--metrics-port {self.port}: cannot listen on {self.host}:{self.port}: {err.strerror or err}",
-                    fix="choose another port (each job needs its own), or --metrics-port 0 for any free port",
-                ) from err
-            host = self.host if ":" not in self.host else f"[{self.host}]"
-            self.url = f"http://{host}:{self._server.server_address[1]}/metrics"
+                raise
         return reader
+
+    def serve(self) -> None:
+        """Serve the registry over HTTP on host:port (port 0: any free port; :attr:`url` tells which)."""
+        from prometheus_client import start_http_server
+
+        try:
+            self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+        except OSError as err:
+            raise UsageError(
+                f"--metrics-port {self.port}: cannot listen on {self.host}:{self.port}: {err.strerror or err}",
+                fix="choose another port (each job needs its own), or --metrics-port 0 for any free port",
+            ) from err
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        self.url = f"http://{host}:{self._server.server_address[1]}/metrics"
 
     def text(self) -> str:
         """What a scrape returns now (Prometheus text format)."""
@@ -821,42 +830,16 @@ class _MergedCollector:
         yield from families.values()
 
 
-class FleetEndpoint:
+class FleetEndpoint(PrometheusEndpoint):
     """One Prometheus endpoint for the jobs of a fleet (each job's series carry its ``event_type``)."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
-        from prometheus_client import CollectorRegistry
-
-        self.host, self.port = host, port
+        super().__init__(host=host, port=port)
         self.merged = _MergedCollector()
-        self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.merged)
-        self.url: str | None = None
-        self._server = None
 
     def add(self, metrics: JobMetrics) -> None:
         """Serve ``metrics`` (built with ``serve=False``), replacing the metrics of the same type."""
         for e in metrics.exports:
             if isinstance(e, PrometheusEndpoint):
                 self.merged.registries[hash(metrics.event_type)] = e.registry
-
-    def serve(self) -> None:
-        from prometheus_client import start_http_server
-
-        try:
-            self._server, _ = start_http_server(self.port, addr=self.host, registry=self.registry)
-        except OSError as err:
-            raise UsageError(f"--metrics-port {self.port}: cannot listen on {self.host}:{self.port}: {err}",
-                             fix="choose another port, or --metrics-port 0 for any free port") from err
-        self.url = f"http://{self.host}:{self._server.server_address[1]}/metrics"
-
-    def text(self) -> str:
-        from prometheus_client import generate_latest
-
-        return generate_latest(self.registry).decode("utf-8")
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None

@@ -21,10 +21,9 @@ import io
 from datetime import datetime
 from typing import Any
 
-import orjson
+from fastavro import parse_schema, schemaless_reader
 from orjson import JSONDecodeError as _JSONDecodeError
 from orjson import loads as _loads
-from fastavro import parse_schema, schemaless_reader
 
 from event_etl.avrocheck import compile_checker
 from event_etl.avroio import SOE_MAGIC

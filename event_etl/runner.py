@@ -15,7 +15,6 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from event_etl.checkpoint import Checkpoint

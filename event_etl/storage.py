@@ -55,6 +55,18 @@ def _fs_options(url: str) -> dict[str, Any]:
     return {}
 
 
+def _durable_temp(target: str, data: bytes) -> str:
+    """Write ``data`` to a hidden temporary file next to ``target`` (never ending in .avro), synced."""
+    d = os.path.dirname(target)
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return tmp
+
+
 _NOT_TRANSIENT = (FileNotFoundError, FileExistsError, PermissionError, NotADirectoryError, IsADirectoryError)
 
 
@@ -140,14 +152,7 @@ class Storage:
         target = self.path(rel)
         try:
             if self.local:
-                d = os.path.dirname(target)
-                os.makedirs(d, exist_ok=True)
-                tmp = os.path.join(d, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
-                with open(tmp, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, target)
+                os.replace(_durable_temp(target, data), target)
             else:
                 self._retry(f"writing {self.display(rel)}", lambda: self.fs.pipe_file(target, data))
         except OSError as err:
@@ -158,13 +163,7 @@ class Storage:
         target = self.path(rel)
         try:
             if self.local:
-                d = os.path.dirname(target)
-                os.makedirs(d, exist_ok=True)
-                tmp = os.path.join(d, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
-                with open(tmp, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                tmp = _durable_temp(target, data)
                 try:
                     os.link(tmp, target)
                 except FileExistsError:

@@ -92,12 +92,19 @@ class EventSet:
         return [e for _, evs in self.batches for e in evs]
 
 
-def make_events(et, *, events: int, files: int, seed: int, start: int) -> EventSet:
-    """The known event set: ``files`` arrivals over 6.5 hours of event time from ``start``."""
+def span_of(files: int) -> int:
+    """Event time the set spans: at least 6.5 hours, and about five batches per hour (kills at markers come often)."""
+    return max(6 * HOUR_MS + 30 * MINUTE_MS, files * HOUR_MS // 5)
+
+
+def make_events(et, *, events: int, files: int, seed: int, start: int, future_from: int | None = None) -> EventSet:
+    """The known event set: ``files`` arrivals over :func:`span_of` event time from ``start``.
+
+    ``future_from``: the instant "future" events are ahead of (the publish time, for Pub/Sub,
+    where every message arrives when it is published); default: each batch's arrival."""
     rng = random.Random(seed)
     schema = et.parsed_schema()
-    # at least 6.5 hours, and about five batches per hour, so that kills at markers come often
-    span = max(6 * HOUR_MS + 30 * MINUTE_MS, files * HOUR_MS // 5)
+    span = span_of(files)
     per = max(20, events // files)
     out = EventSet()
     recent: list[Event] = []
@@ -128,7 +135,7 @@ def make_events(et, *, events: int, files: int, seed: int, start: int) -> EventS
             elif u < 0.07:
                 evs.append(valid("too_late", arrival - rng.randint(26, 28) * HOUR_MS, "too_late"))
             elif u < 0.08:
-                evs.append(valid("future", arrival + rng.randint(60, 180) * MINUTE_MS, "future"))
+                evs.append(valid("future", max(arrival, future_from or 0) + rng.randint(60, 180) * MINUTE_MS, "future"))
             elif u < 0.10 or (k == 0 and i < len(invalid_cycle)):
                 kind = invalid_cycle[(k * per + i) % len(invalid_cycle)]
                 evs.append(Event(None, None, kind, invalid_payload(kind, rec, schema, et, a_i, rng), INVALID_KINDS[kind]))
@@ -242,9 +249,9 @@ class Campaign:
         else:
             self.start_servers()
             now = now_millis()
-            # event time spans the past 6.5 hours: publish times ("arrival") are now
+            # event time ends a little before now: every message "arrives" when published, now
             self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
-                                      start=now - 7 * HOUR_MS)
+                                      start=now - span_of(self.args.files) - 10 * MINUTE_MS, future_from=now + HOUR_MS)
             from google.cloud import pubsub_v1
 
             self.publisher = pubsub_v1.PublisherClient()

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ import pytest
 from event_etl.checkpoint import Checkpoint
 from event_etl.errors import CheckpointMismatchError
 from event_etl.generator import Generator, GeneratorParams
-from event_etl.rules.buckets import MARKER_NAME
 from event_etl.runner import RunOptions, run_job
 from event_etl.timeutil import HOUR_MS
 from tests.harness import (

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from event_etl.runner import RunOptions, run_job
-from tests.harness import FakeClock, hour, make_event_type, t
+from tests.harness import FakeClock, make_event_type, t
 from tests.test_transcripts import CASES, _check, _payload
 
 SPARK_CASES = [(f, c) for f, c in CASES if not any("idle" in s or "replay" in s for s in c["steps"])]

@@ -425,3 +425,24 @@ def test_history_file_that_cannot_be_written_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError) as err:
         MetricsHistory(str(tmp_path / "file" / "metrics.jsonl"))
     assert "--metrics-history" in err.value.message
+
+
+def test_a_fleet_endpoint_serves_every_type_once_per_family():
+    from types import SimpleNamespace
+
+    from event_etl.metrics import FleetEndpoint, job_metrics
+
+    opts = SimpleNamespace(metrics_port=0, metrics_host="127.0.0.1", otlp_endpoint=None, metrics_history=None)
+    jobs = [job_metrics(name, opts, clock=lambda: 1_795_266_000_000, serve=False) for name in ("clicks", "views")]
+    endpoint = FleetEndpoint(port=0)
+    try:
+        for j in jobs:
+            endpoint.add(j)
+        text = endpoint.text()
+        assert 'event_type="clicks"' in text and 'event_type="views"' in text
+        types = [line for line in text.splitlines() if line.startswith("# TYPE event_etl_events_total")]
+        assert len(types) == 1, "one family, both types' series in it"
+    finally:
+        endpoint.close()
+        for j in jobs:
+            j.shutdown()
