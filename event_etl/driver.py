@@ -243,6 +243,7 @@ class Controller:
         shards = {int(s) for s in np.unique(rows[dup]["shard"])}
         again = run_tasks(self.batch_context(intent, frozen), shards)
         def paths(reports) -> set[str]:
+            reports = list(reports)
             out = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep in reports for f in rep["files"]}
             return out | {rep["deadletter"]["path"] for rep in reports if rep.get("deadletter")}
 

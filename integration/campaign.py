@@ -464,6 +464,10 @@ class Campaign:
         got_dl = Counter((d.reason, d.payload) for d in dls)
         dl_missing = sum((expected_dl - got_dl).values())
         dl_extra = sum((got_dl - expected_dl).values())
+        kinds = {e.id: e.kind for e in events if e.id}
+        dl_detail = {"missing": [(r, p[:80].decode("utf-8", "replace")) for r, p in (expected_dl - got_dl)][:10],
+                     "extra": [(r, p[:80].decode("utf-8", "replace")) for r, p in (got_dl - expected_dl)][:10],
+                     "not valid but in buckets": [(i, kinds.get(i)) for i in not_valid_in_buckets][:10]}
         # markers
         hours = sorted(content)
         all_hours = list(range(hours[0], hours[-1] + HOUR_MS, HOUR_MS)) if hours else []
@@ -505,7 +509,8 @@ class Campaign:
             "manifests not matching their folder": len(bad_manifests),
             "hours changed after their marker (premature markers)": len(changed),
             "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "misplaced": misplaced[:10],
-                         "unmarked": unmarked[:10], "bad_manifests": bad_manifests[:10], "changed": changed[:10]},
+                         "unmarked": unmarked[:10], "bad_manifests": bad_manifests[:10], "changed": changed[:10],
+                         "dead letters": dl_detail},
         }
 
     # -- the campaign ----------------------------------------------------------------------

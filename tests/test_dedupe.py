@@ -39,3 +39,39 @@ def test_rows_of_and_hash_are_stable():
     blob = rows((K["a"], 1, 2, 3, 4)).tobytes()
     assert rows_of([blob, b"", blob]).shape == (2,)
     assert key_hash("i", "a") == key_hash("i", "a") != key_hash("m", "a")
+
+
+def test_a_redelivered_message_is_dropped_from_the_buckets_and_from_the_dead_letter_area(tmp_path):
+    """Pub/Sub redelivers a message (same id, same publish time) after a crash before its ack."""
+    import json
+
+    import fastavro
+
+    from event_etl.sources.pubsub import SPOOL_SCHEMA
+    from event_etl.sources.splits import Split
+    from tests.harness import FakeClock, LocalPipeline, make_event_type, read_deadletter, read_sink, t
+
+    p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types"), FakeClock(t("13:30")))
+
+    def msg(mid, data, at):
+        return {"message_id": mid, "publish_time": t(at), "attributes": {}, "data": data, "ordering_key": "",
+                "delivery_attempt": 0}
+
+    def spool(name, msgs):
+        path = tmp_path / name
+        with open(path, "wb") as fh:
+            fastavro.writer(fh, SPOOL_SCHEMA, msgs)
+        return Split(0, "spool", str(path), 0, len(msgs), 0)
+
+    bad = msg("153", b"{broken", "13:20")
+    ok = msg("154", json.dumps({"id": "a", "ts": t("13:10")}).encode(), "13:20")
+    p.controller.run_batch(0, p.task_runner([spool("s1.avro", [bad, ok])]))
+    again = p.controller.run_batch(1, p.task_runner([spool("s2.avro", [bad, msg("155", json.dumps(
+        {"id": "b", "ts": t("13:11")}).encode(), "13:21"), ok])]))
+    assert again.result.counts["duplicate"] == 2
+    assert [r["source"] for r in read_deadletter(p.sink, "click")] == ["msg:153"]
+    ids = sorted(i for hc in read_sink(p.sink, "click").values() for i in hc.timely)
+    assert ids == ["a", "b"]
+    # a message id the emulator reuses after a restart, with another publish time, is a new message
+    p.controller.run_batch(2, p.task_runner([spool("s3.avro", [msg("153", b"{other", "13:25")])]))
+    assert sorted(r["payload"] for r in read_deadletter(p.sink, "click")) == [b"{broken", b"{other"]
