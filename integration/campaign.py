@@ -133,7 +133,8 @@ def make_events(et, *, events: int, files: int, seed: int, start: int, future_fr
             elif u < 0.06:
                 evs.append(valid("late", arrival - arrival % HOUR_MS - rng.randint(30, 90) * MINUTE_MS))
             elif u < 0.07:
-                evs.append(valid("too_late", arrival - rng.randint(26, 28) * HOUR_MS, "too_late"))
+                # a day and a half behind its batch: too late however far behind the job runs
+                evs.append(valid("too_late", arrival - rng.randint(32, 36) * HOUR_MS, "too_late"))
             elif u < 0.08:
                 evs.append(valid("future", max(arrival, future_from or 0) + rng.randint(60, 180) * MINUTE_MS, "future"))
             elif u < 0.10 or (k == 0 and i < len(invalid_cycle)):
@@ -229,6 +230,7 @@ class Campaign:
         self.runs = 0
         self.current: subprocess.Popen | None = None
         self.runs_left = args.kills + args.sigterms
+        self.event_types_dir: str | None = None
 
     # -- the source and the sink -----------------------------------------------------------
     def prepare(self) -> None:
@@ -247,6 +249,14 @@ class Campaign:
             self.pending = sorted(pending.iterdir())
             self.source = f"dir:{src}"
         else:
+            # Pub/Sub delivers out of order and the campaign publishes several batches ahead: the
+            # dedupe window must span that reordering (two hours of event time here, not the default 10 min)
+            types = self.work / "types"
+            shutil.copytree(ROOT / "event_types" / "page_view", types / "page_view")
+            toml = types / "page_view" / "etl.toml"
+            toml.write_text('dedupe_window = "2h"\n' + toml.read_text())  # a top-level key: before any table
+            self.et = load_event_type(types / "page_view")
+            self.event_types_dir = str(types)
             self.start_servers()
             now = now_millis()
             # event time ends a little before now: every message "arrives" when published, now
@@ -306,7 +316,8 @@ class Campaign:
 
     # -- running and killing ---------------------------------------------------------------
     def command(self, *extra: str) -> list[str]:
-        return [EXE, "run", "page_view", "--source", self.source, "--sink", self.sink, "--checkpoint", self.checkpoint,
+        types = ["--event-types", self.event_types_dir] if self.event_types_dir else []
+        return [EXE, "run", "page_view", *types, "--source", self.source, "--sink", self.sink, "--checkpoint", self.checkpoint,
                 "--max-files-per-batch", "1", "--max-events-per-batch", "400", "--trigger-interval", "500ms",
                 "--master", "local[2]", "--quiet", *extra]
 
