@@ -39,6 +39,15 @@ def key_hash(kind: str, value: object) -> int:
     return xxhash.xxh3_64_intdigest(f"{kind}:{value}".encode("utf-8", "surrogatepass"))
 
 
+def id_key_hashes(values: list) -> np.ndarray:
+    """:func:`key_hash` ``("i", v)`` of each value (``uint64``), for many ids at once."""
+    h = xxhash.xxh3_64_intdigest
+    if all(type(v) is str for v in values):
+        return np.fromiter((h(("i:" + v).encode("utf-8", "surrogatepass")) for v in values), dtype=np.uint64,
+                           count=len(values))
+    return np.fromiter((key_hash("i", v) for v in values), dtype=np.uint64, count=len(values))
+
+
 def rows_of(blobs: Iterable[bytes]) -> np.ndarray:
     """The key rows reported by a batch's tasks, as one array."""
     parts = [np.frombuffer(b, dtype=KEY_DTYPE) for b in blobs if b]

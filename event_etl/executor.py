@@ -36,7 +36,8 @@ from event_etl.deadletter import DEADLETTER_SCHEMA
 from event_etl.errors import IntegrityError, SourceError
 from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import MARKER_NAME, data_file_name, deadletter_file_path, hour_dir
-from event_etl.rules.judge import Outcome, make_judge
+from event_etl.fastpath import plan_for
+from event_etl.rules.judge import OUTCOME_CODES, Outcome, judge_array, make_judge
 from event_etl.rules.reasons import Reason
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage, open_storage
@@ -48,7 +49,7 @@ DELAY_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
 _BLOCK_BYTES = 64 * 1024
 DEADLETTER_FILE_KEY = 99_990_000  # "file" of dedupe rows that point into a shard's dead-letter file
-_READ_BYTES = 4 * 1024 * 1024
+_READ_BYTES = 1024 * 1024  # the fast path's chunk size (event_etl.fastpath.CHUNK_BYTES)
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,11 @@ def _decoder(et: EventType):
     return d
 
 
-def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[bytes, int, str, int]]:
-    """Lines of bytes ``start``..``end`` of a file, read in blocks (the range holds whole lines)."""
-    name = os.path.basename(uri) + "@"
+def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:
+    """Bytes ``start``..``end`` of a file as ``(data, offset)`` chunks of whole lines (the range holds whole lines).
+
+    Every chunk but the last ends with a newline; the last one may not (a file's last line).
+    """
     try:
         fh = open(uri, "rb")
     except OSError as err:
@@ -99,20 +102,34 @@ def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[
                 )
             remaining -= len(chunk)
             data = rest + chunk if rest else chunk
-            pos, n = 0, len(data)
-            while True:
-                j = data.find(b"\n", pos)
-                if j < 0:
-                    break
-                line = data[pos:j]
-                if line[-1:] == b"\r":
-                    line = line[:-1]
-                yield line, arrival, name, offset + pos, None
-                pos = j + 1
-            offset += pos
-            rest = data[pos:] if pos < n else b""
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield (data[:cut] if cut < len(data) else data), offset
+                offset += cut
+            rest = data[cut:] if cut < len(data) else b""
         if rest:
-            yield (rest[:-1] if rest[-1:] == b"\r" else rest), arrival, name, offset, None
+            yield rest, offset
+
+
+def _chunk_lines(data: bytes, offset: int, arrival: int, name: str) -> Iterator[tuple[bytes, int, str, int, None]]:
+    """The lines of a chunk (without their ``\\n`` or ``\\r\\n``), as :func:`iter_payloads` yields them."""
+    pos, n = 0, len(data)
+    while pos < n:
+        j = data.find(b"\n", pos)
+        if j < 0:
+            j = n
+        line = data[pos:j]
+        if line[-1:] == b"\r":
+            line = line[:-1]
+        yield line, arrival, name, offset + pos, None
+        pos = j + 1
+
+
+def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[bytes, int, str, int, None]]:
+    """Lines of bytes ``start``..``end`` of a file, read in chunks (the range holds whole lines)."""
+    name = os.path.basename(uri) + "@"
+    for data, offset in _file_chunks(uri, start, end):
+        yield from _chunk_lines(data, offset, arrival, name)
 
 
 def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str, int, Any]]:
@@ -231,12 +248,70 @@ class _Group:
     def _advance(self) -> None:
         self.pos += 1
         if self.pos >= self.ctx.event_type.max_events_per_file:
+            self._roll()
+
+    def _roll(self) -> None:
+        f = self.current
+        if f.records:
+            self.done.append((f.name, f.close(), f.records, self.file_key))
+        self.seq += 1
+        self.pos = 0
+        self.current = self._new()
+
+    def add_encoded(self, rows, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Append records already Avro-encoded (a binary array, in order), as :meth:`add` would one by one.
+
+        The files, their blocks and their roll-over points come out exactly as from :meth:`add`.
+        Returns ``(written, file_keys, positions)`` per record (``written`` is False for a
+        known duplicate that was skipped).
+        """
+        from event_etl.fastpath import rows_buffer
+
+        offs, data = rows_buffer(rows)
+        n = len(times)
+        written = np.ones(n, dtype=bool)
+        fks = np.empty(n, dtype=np.int64)
+        poss = np.empty(n, dtype=np.int64)
+        per_file = self.ctx.event_type.max_events_per_file
+        i = 0
+        while i < n:
             f = self.current
-            if f.records:
-                self.done.append((f.name, f.close(), f.records, self.file_key))
-            self.seq += 1
-            self.pos = 0
-            self.current = self._new()
+            take = min(per_file - self.pos, n - i)
+            fks[i:i + take] = self.file_key
+            poss[i:i + take] = np.arange(self.pos, self.pos + take)
+            if self.skip:
+                for j in range(i, i + take):
+                    if self.pos in self.skip:
+                        written[j] = False
+                    else:
+                        self._write_run(f, offs, data, j, j + 1)
+                    self._advance()
+            else:
+                self._write_run(f, offs, data, i, i + take)
+                self.pos += take
+                if self.pos >= per_file:
+                    self._roll()
+            i += take
+        if written.any():
+            top = int(times[written].max())
+            if self.max_t is None or top > self.max_t:
+                self.max_t = top
+        return written, fks, poss
+
+    @staticmethod
+    def _write_run(f: _OpenFile, offs: np.ndarray, data: memoryview, a: int, b: int) -> None:
+        """Records ``a``..``b`` into ``f``, a block closed after the record that brings it to ``_BLOCK_BYTES``."""
+        j = a
+        while j < b:
+            target = offs[j] + (_BLOCK_BYTES - f.block.tell())
+            k = j + int(np.searchsorted(offs[j + 1:b + 1], target, side="left"))
+            stop = min(k, b - 1) + 1
+            f.block.write(data[offs[j]:offs[stop]])
+            f.in_block += stop - j
+            f.records += stop - j
+            if k < b:
+                f.flush_block()
+            j = stop
 
     def finish(self) -> list[tuple[str, bytes, int, int]]:
         if self.current.records:
@@ -255,9 +330,13 @@ def _first_batch_reference(split: Split, ctx: BatchContext, decode) -> int | Non
     return None if best is None else best - et.out_of_orderness
 
 
-def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[dict[str, Any], bytes]:
-    """Process one split; returns its report (JSON-able) and its dedupe key rows (``KEY_DTYPE`` bytes)."""
-    from event_etl.dedupe import KEY_DTYPE, key_hash
+def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bool = True) -> tuple[dict[str, Any], bytes]:
+    """Process one split; returns its report (JSON-able) and its dedupe key rows (``KEY_DTYPE`` bytes).
+
+    ``fast``: let chunks of valid JSON lines take the columnar path (:mod:`event_etl.fastpath`);
+    the output is the same either way (``False`` is for tests that compare both).
+    """
+    from event_etl.dedupe import KEY_DTYPE, id_key_hashes, key_hash
 
     et = ctx.event_type
     decoder = _decoder(et)
@@ -271,17 +350,20 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
     id_field = et.id_field if dedupe else None
     shard = split.shard
     keys: list[tuple[int, int, int, int, int]] = []
+    key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
     groups: dict[tuple[int, bool], _Group] = {}
     rejects: list[tuple[str, str, bytes, str, int, int | None]] = []  # reason, detail, payload, pos, arrival, et
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
-    delay_sum = 0
+    delay_sum = [0]
     timely_o, late_o = Outcome.TIMELY, Outcome.LATE
-    for payload, arrival, where, off, msg in iter_payloads(split, et):
+
+    def one(payload: bytes, arrival: int, where: str, off: Any, msg: Any) -> None:
+        """The record path: one payload."""
         ok, rec, t = decode(payload) if msg is None else decode_message(payload, msg[1], arrival)
         if not ok:
             rejects.append((rec.value, t, payload, where + str(off), arrival, None))
-            continue
+            return
         outcome, hour = judge(t, arrival)
         if outcome is timely_o or outcome is late_o:
             late = outcome is late_o
@@ -294,7 +376,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
                     counts["duplicate"] += 1
                 else:
                     rejects.append((Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival, t))
-                continue
+                return
             if dedupe:
                 fk, pos = g.last
                 if id_field is not None:
@@ -306,11 +388,74 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
             d = arrival - t
             delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
             if d > 0:  # early events (within max_future_skew) count in the lowest bucket and add nothing
-                delay_sum += d
+                delay_sum[0] += d
         else:
             reason = Reason.FUTURE if outcome is Outcome.FUTURE else Reason.TOO_LATE
             rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t))
         counts[outcome.value] += 1
+
+    def chunk(fc, data: bytes, base: int, arrival: int, where: str) -> None:
+        """The fast path: a chunk of valid JSON lines (:mod:`event_etl.fastpath`), the same outcome as :func:`one` on each."""
+        import pyarrow as pa
+
+        codes, hours = judge_array(fc.times, arrival, ctx.wm_start, allowed_lateness=et.allowed_lateness,
+                                   max_future_skew=et.max_future_skew, too_late_reference=reference)
+        accepted = np.flatnonzero(codes <= 1)
+        written = np.zeros(fc.n, dtype=bool)
+        fks = np.zeros(fc.n, dtype=np.int64)
+        poss = np.zeros(fc.n, dtype=np.int64)
+        if len(accepted):
+            gkey = hours[accepted] * 2 + codes[accepted]  # hour (a multiple of 2) and late
+            uniq, first = np.unique(gkey, return_index=True)
+            for key in uniq[np.argsort(first, kind="stable")].tolist():  # groups open in order of first record
+                hour, late = key // 2, bool(key & 1)
+                g = groups.get((hour, late))
+                if g is None:
+                    g = groups[(hour, late)] = _Group(len(groups), hour, late, ctx, shard, decoder.schema)
+                idx = accepted[gkey == key]
+                w, fk, pos = g.add_encoded(fc.rows.take(pa.array(idx)), fc.times[idx])
+                written[idx], fks[idx], poss[idx] = w, fk, pos
+        counts["duplicate"] += int(len(accepted) - written.sum())
+        for code in range(4):
+            k = int(np.count_nonzero(written & (codes == code))) if code <= 1 else int(np.count_nonzero(codes == code))
+            if k:
+                counts[OUTCOME_CODES[code].value] += k
+        wi = np.flatnonzero(written)
+        if len(wi):
+            d = arrival - fc.times[wi]
+            per_bucket = np.bincount(np.searchsorted(_DELAY_BOUNDS_MS, d, side="left"), minlength=len(delays))
+            for b, c in enumerate(per_bucket.tolist()):
+                delays[b] += c
+            delay_sum[0] += int(d[d > 0].sum())
+            if dedupe and id_field is not None and fc.ids is not None:
+                ids = fc.ids
+                wi = np.array([i for i in wi.tolist() if ids[i] is not None], dtype=np.int64)
+                part = np.empty(len(wi), dtype=KEY_DTYPE)
+                part["key"] = id_key_hashes([ids[i] for i in wi.tolist()])
+                part["time"], part["shard"] = fc.times[wi], shard
+                part["file"], part["rec"] = fks[wi], poss[wi]
+                key_parts.append(part)
+        for i in np.flatnonzero(codes >= 2).tolist():
+            reason = Reason.FUTURE if codes[i] == 3 else Reason.TOO_LATE
+            t = int(fc.times[i])
+            payload = data[fc.starts[i]:fc.ends[i]]
+            rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
+                            where + str(base + int(fc.starts[i])), arrival, t))
+
+    plan = plan_for(decoder) if fast else None
+    if plan is not None and split.kind == "files":
+        for uri, start, end, arrival in split.ranges():
+            where = os.path.basename(uri) + "@"
+            for data, base in _file_chunks(uri, start, end):
+                fc = plan.decode(data)
+                if fc is not None:
+                    chunk(fc, data, base, arrival, where)
+                else:
+                    for item in _chunk_lines(data, base, arrival, where):
+                        one(*item)
+    else:
+        for item in iter_payloads(split, et):
+            one(*item)
     files: list[dict[str, Any]] = []
     max_t = min_hour = None
     for (hour, late), g in sorted(groups.items()):
@@ -348,9 +493,12 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage) -> tuple[di
         "max_event_time": max_t,
         "min_hour": min_hour,
         "delay_buckets": delays,
-        "delay_sum_ms": delay_sum,
+        "delay_sum_ms": delay_sum[0],
     }
-    return report, np.array(keys, dtype=KEY_DTYPE).tobytes()
+    rows = np.array(keys, dtype=KEY_DTYPE)
+    if key_parts:
+        rows = np.concatenate([rows, *key_parts])
+    return report, rows.tobytes()
 
 
 def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: EventType) -> str:

@@ -25,7 +25,7 @@ from typing import Callable
 
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["Outcome", "Verdict", "judge", "make_judge"]
+__all__ = ["Outcome", "Verdict", "judge", "make_judge", "judge_array", "OUTCOME_CODES"]
 
 
 class Outcome(str, enum.Enum):
@@ -111,3 +111,41 @@ def judge(
         too_late_reference=too_late_reference,
     )(event_time, arrival)
     return Verdict(outcome, hour)
+
+
+OUTCOME_CODES: tuple[Outcome, ...] = (Outcome.TIMELY, Outcome.LATE, Outcome.TOO_LATE, Outcome.FUTURE)
+"""The outcome of each code :func:`judge_array` returns (its index in this tuple)."""
+
+
+def judge_array(
+    times: "np.ndarray",
+    arrival: int,
+    wm_start: int | None,
+    *,
+    allowed_lateness: int,
+    max_future_skew: int,
+    too_late_reference: int | None = None,
+) -> "tuple[np.ndarray, np.ndarray]":
+    """:func:`make_judge`'s rule over an array of event times that arrived together.
+
+    Returns ``(codes, hours)``: ``codes[i]`` indexes :data:`OUTCOME_CODES`; ``hours[i]`` is
+    the hour to write into (meaningful for timely and late events only).  Pure function.
+    """
+    import numpy as np
+
+    t = np.asarray(times, dtype=np.int64)
+    hour = t - t % HOUR_MS
+    codes = np.zeros(len(t), dtype=np.int8)
+    if wm_start is None:
+        if too_late_reference is not None:
+            codes[too_late_reference - hour - HOUR_MS > allowed_lateness] = 2
+        out_hour = hour
+    else:
+        open_hour = wm_start - wm_start % HOUR_MS
+        timely = hour > wm_start - HOUR_MS
+        too_late = hour < wm_start - allowed_lateness - HOUR_MS
+        codes[~timely] = 1
+        codes[~timely & too_late] = 2
+        out_hour = np.where(timely, hour, open_hour)
+    codes[t > arrival + max_future_skew] = 3
+    return codes, out_hour
