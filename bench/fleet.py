@@ -10,9 +10,13 @@ application (``--all`` so that ``N = 1`` is a fleet of one too, not a plain job)
 has its own producer (:class:`bench.livefeed.Feed`): one JSON-lines file every
 ``--file-interval`` seconds, ``--total-rate / N`` events/s, so the fleet as a whole gets
 ``--total-rate`` events/s whatever ``N``.  The types' files arrive staggered over the
-interval.  Event time runs ``--speedup`` times faster than the clock (an hour of event time
-every 15 s by default), the same for every type, so all types close their hours at about
-the same moment: the fleet's worst case.
+interval.  Event time runs ``--speedup`` times faster than the clock, the same for every
+type, so all types close their hours at about the same moment: the fleet's worst case.  By
+default an hour of event time takes 3 trigger intervals + 1 file interval of wall time (16 s
+with a 5-s trigger: speedup 225), so the file that closes an hour arrives one file interval
+later in the trigger's cycle each hour and the hours sample every phase of it, the worst
+(just after a trigger fired) included; with a whole number of trigger intervals every hour
+would see the same phase (see :func:`default_speedup`).
 
 Per type, for every hour it closed on its own after ``--warmup``: the **marker delay**, from
 the moment the watermark passed the hour's end (the arrival of the first input file holding
@@ -119,6 +123,23 @@ def fleet_command(types_dir: Path, *, sink: Path, checkpoint: Path, master: str,
 # ------------------------------------------------------------------------------------------ measuring
 
 
+PARTS = ("JVM", "Python driver", "source runners", "other Python")
+
+
+def classify(proc: dict, root_pid: int) -> str:
+    """Which part of the fleet a sampled process is: the driver JVM, the ``event-etl`` process itself, the
+    long-lived process per query that runs its Python data source's reader (``python_streaming_source_runner``),
+    or another Python process under the JVM (pyspark daemons, planners, task workers)."""
+    if proc["pid"] == root_pid:
+        return "Python driver"
+    cmd = proc.get("cmdline", "")
+    if cmd.split(" ", 1)[0].endswith("java"):
+        return "JVM"
+    if "python_streaming_source_runner" in cmd:
+        return "source runners"
+    return "other Python"
+
+
 class TreeSampler:
     """Samples the job's process tree every ``interval`` s: peak RSS/PSS, CPU seconds over time, every process seen."""
 
@@ -129,6 +150,7 @@ class TreeSampler:
         self.cpu: dict[int, float] = {}
         self.timeline: list[tuple[float, float]] = []  # (time.time(), CPU seconds of the tree so far)
         self.peak_rss = self.peak_pss = 0
+        self.peak_parts: dict[str, dict[str, int]] = {}  # by part: PSS, RSS and processes, at the peak PSS
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -148,12 +170,20 @@ class TreeSampler:
                     self.procs.setdefault(p.pid, p)
             except psutil.Error:
                 pass
-            s = sample_tree(self.root)
+            s = sample_tree(self.root, with_cmdline=True)
             if s is None:
                 break
             self.samples += 1
             self.peak_rss = max(self.peak_rss, s.rss)
-            self.peak_pss = max(self.peak_pss, s.pss)
+            if s.pss >= self.peak_pss:
+                self.peak_pss = s.pss
+                parts = {k: {"pss": 0, "rss": 0, "procs": 0} for k in PARTS}
+                for p in s.procs:
+                    part = parts[classify(p, self.root.pid)]
+                    part["pss"] += p["pss"]
+                    part["rss"] += p["rss"]
+                    part["procs"] += 1
+                self.peak_parts = parts
             for p in s.procs:
                 self.cpu[p["pid"]] = max(self.cpu.get(p["pid"], 0.0), p["cpu"])
             self.timeline.append((time.time(), sum(self.cpu.values())))
@@ -168,17 +198,31 @@ class TreeSampler:
             best = cpu
         return best
 
-    def kill_leftovers(self) -> list[int]:
-        """SIGKILL every process of the job's tree still alive (pid-reuse safe: psutil checks the start time)."""
-        killed = []
-        for pid, p in self.procs.items():
+    def kill_leftovers(self, grace: float = 0.0) -> list[dict]:
+        """Processes of the job's tree still alive ``grace`` s after it ended, SIGKILLed; zombies only listed.
+
+        Only processes this sampler saw in the job's tree are touched, by their pid; psutil checks
+        each one's start time first, so a reused pid is never signalled."""
+        alive = []
+        for p in self.procs.values():
             try:
                 if p.is_running():
-                    p.kill()
-                    killed.append(pid)
+                    alive.append(p)
             except psutil.Error:
                 pass
-        return killed
+        if alive and grace > 0:
+            _gone, alive = psutil.wait_procs(alive, timeout=grace)
+        out = []
+        for p in alive:
+            try:
+                status, cmd = p.status(), " ".join(p.cmdline())[:160] or p.name()
+                if status != psutil.STATUS_ZOMBIE:
+                    p.kill()
+                out.append({"pid": p.pid, "status": status, "cmdline": cmd,
+                            "killed": status != psutil.STATUS_ZOMBIE})
+            except psutil.Error:
+                pass
+        return out
 
 
 def _parse_ms(iso_text: str) -> int:
@@ -272,8 +316,8 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
             job.wait_for(re.compile(rf"\[{re.escape(name)}\] batch \d+"), timeout=args.start_timeout)
         ready = time.time()
         start = ready + 0.5
-        print(f"[N={n}] fleet ready after {ready - t_launch:.0f} s; feeding {n} × {per_file / args.file_interval:,.0f} "
-              f"events/s for {args.seconds:.0f} s", flush=True)
+        print(f"[N={n}] fleet ready after {ready - t_launch:.0f} s; feeding {n} × "
+              f"{per_file / args.file_interval:,.0f} events/s for {args.seconds:.0f} s", flush=True)
         schedule = sorted((start + (k - 1) * args.file_interval + i * args.file_interval / n, k, name)
                           for i, name in enumerate(names) for k in range(1, files))
         for due, k, name in schedule:
@@ -300,7 +344,7 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
     finally:
         sampler.stop()
         watcher.stop()
-    leftovers = sampler.kill_leftovers()
+    leftovers = sampler.kill_leftovers(grace=args.exit_grace)
     if code != 0:
         raise BenchError(f"[N={n}] event-etl exited with {code} after SIGTERM (log: {work / 'job.log'}):\n{job.tail()}")
     rusage_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -321,7 +365,8 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
         delays = [r["delay"] for r in rows if r["delay"] is not None]
         per_type[name] = {"fed": fed, "records": records, "manifests": hours, "files": out_files, **lines,
                           "markers": rows, "hours": len(delays),
-                          "p50": percentile(delays, 50), "p99": percentile(delays, 99), "max": max(delays, default=None)}
+                          "p50": percentile(delays, 50), "p99": percentile(delays, 99),
+                          "max": max(delays, default=None)}
     if wrong:
         raise BenchError(f"[N={n}] WRONG OUTPUT (log: {work / 'job.log'}):\n  " + "\n  ".join(wrong))
     restarts = [line for _, line in job.lines if _FAILED.search(line)]
@@ -347,7 +392,7 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
             (name for name, t in per_type.items() if t["p99"] is not None),
             key=lambda k: per_type[k]["p99"], default=None),
         "every_type_closed": every_type_closed, "bound": bound, "within": within,
-        "peak_pss": sampler.peak_pss, "peak_rss": sampler.peak_rss,
+        "peak_pss": sampler.peak_pss, "peak_rss": sampler.peak_rss, "peak_parts": sampler.peak_parts,
         "cpu_s": max(sum(sampler.cpu.values()), reaped_cpu), "feed_cpu_s": feed_cpu,
         "feed_busy": feed_cpu / feed_span / (os.cpu_count() or 1),
         "batch_seconds_max": max(t["batch_seconds_max"] for t in per_type.values()),
@@ -361,10 +406,14 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
           f"max {_s(result['max'])}  (worst type p99 {_s(worst)}; bound {bound:.0f} s: "
           f"{'yes' if within else 'NO'}); peak PSS {mib(sampler.peak_pss)}, RSS {mib(sampler.peak_rss)}; "
           f"CPU {result['cpu_s']:.0f} s, {result['feed_busy'] * 100:.0f} % of the cores while fed", flush=True)
+    print(f"[N={n}] at the peak: " + ", ".join(f"{k} {mib(v['pss'])} PSS ({v['procs']} process"
+                                             f"{'es' if v['procs'] != 1 else ''})"
+                                             for k, v in sampler.peak_parts.items()), flush=True)
     if restarts:
         print(f"[N={n}] {len(restarts)} query failure(s):\n  " + "\n  ".join(restarts), flush=True)
-    if leftovers:
-        print(f"[N={n}] killed {len(leftovers)} process(es) of the job still alive after it exited: {leftovers}")
+    for p in leftovers:
+        print(f"[N={n}] {'killed' if p['killed'] else 'left as is'}: pid {p['pid']} ({p['status']}) still in the "
+              f"job's tree {args.exit_grace:g} s after event-etl exited: {p['cmdline']}", flush=True)
     if feed_lag > 0.5:
         print(f"[N={n}] the producer fell {feed_lag:.1f} s behind its schedule (busy machine): arrivals are still "
               f"exact, the rate was lower for a while", flush=True)
@@ -413,6 +462,16 @@ def table(results: list[dict]) -> str:
     return markdown_table(header, rows)
 
 
+def parts_table(results: list[dict]) -> str:
+    rows = []
+    for r in results:
+        parts = r["peak_parts"]
+        rows.append([r["types"], *(f"{mib(parts[k]['pss'])} ({parts[k]['procs']})" if k in parts else "-"
+                                   for k in PARTS), mib(r["peak_pss"])])
+    return markdown_table(["types", "driver JVM", "Python driver", "source runners (1 per type)",
+                           "other Python workers", "whole tree"], rows)
+
+
 def verdict_line(results: list[dict], args) -> str:
     ok = [r["types"] for r in results if r["within"]]
     rate = f"{args.total_rate:,} events/s in all"
@@ -431,11 +490,14 @@ def report(results: list[dict], args, machine: dict, command: str, load: float) 
         f"one Spark application on `{args.master}`, trigger interval {args.trigger_interval}. Each type reads its own "
         f"folder: one JSON-lines file every {args.file_interval:g} s holding `--total-rate / N` events, types "
         f"staggered over the interval, {args.seconds:.0f} s of feed, event time {args.speedup:g}× the clock "
-        f"(every type closes an hour every {3600 / args.speedup:.0f} s, all at about the same moment); "
+        f"(every type closes an hour every {3600 / args.speedup:.3g} s, all at about the same moment, at a "
+        f"phase of the trigger's cycle that moves from hour to hour); "
         f"the first {args.warmup:g} s left out. Bound: marker delay ≤ 1 trigger interval + 2 s = "
         f"{r0['bound']:.0f} s for every type (its p99; with a few hours, its worst hour), the fleet keeping up.", "",
         table(results), "",
         verdict_line(results, args), "",
+        "Memory at the peak, by part (PSS, processes):", "",
+        parts_table(results), "",
         "*Marker delay*: from the watermark passing an hour's end (the arrival of the first input file holding an "
         "event at or beyond hour end + out-of-orderness, 2 min) to the first 0.1-s listing of the sink showing the "
         "hour's `_COMPLETE`; hours closed only by the final drain are not counted. *hours closed*: such hours over "
@@ -469,10 +531,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=180, help="how long to feed each fleet (default 180)")
     ap.add_argument("--file-interval", type=float, default=1.0, help="seconds between a type's input files (default 1)")
     ap.add_argument("--trigger-interval", default="5s", help="the fleet's trigger interval (default 5s)")
-    ap.add_argument("--speedup", type=float, default=240,
-                    help="event time per wall time (default 240: an hour every 15 s, so hours close in the run)")
+    ap.add_argument("--speedup", type=float, default=None,
+                    help="event time per wall time (default: an hour every 3 trigger intervals + 1 file interval, "
+                         "225 with 5s and 1 s, so hours close in the run at every phase of the trigger)")
     ap.add_argument("--warmup", type=float, default=20, help="seconds of feed left out of the figures (default 20)")
     ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    ap.add_argument("--exit-grace", type=float, default=10,
+                    help="seconds the job's processes get to end after event-etl exits before being killed "
+                         "(default 10)")
     ap.add_argument("--max-files-per-batch", type=int, default=None,
                     help="passed to event-etl run (default: event_etl's own)")
     ap.add_argument("--seed", type=int, default=7)
@@ -492,9 +558,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.seconds <= args.warmup:
         ap.error(f"--seconds ({args.seconds:g}) must be longer than --warmup ({args.warmup:g})")
-    if args.file_interval <= 0 or args.speedup <= 0 or args.sample_interval <= 0:
+    if args.file_interval <= 0 or (args.speedup is not None and args.speedup <= 0) or args.sample_interval <= 0:
         ap.error("--file-interval, --speedup and --sample-interval must be positive")
     return args
+
+
+def default_speedup(trigger_s: float, file_interval: float) -> float:
+    """Event time per wall time such that an hour takes 3 trigger intervals + 1 file interval of wall time.
+
+    Triggers fire at fixed wall-clock instants (multiples of the interval), and the input file
+    that moves the watermark past an hour's end arrives once an hour of event time.  Were an
+    hour a whole number of trigger intervals (240: 15 s with a 5-s trigger), that file would
+    arrive at the same point of the trigger's cycle every hour, and every hour's marker delay
+    would be the same, set by the chance of when the feed started.  One file interval more
+    moves the arrival along the cycle hour after hour, so the hours sample every phase,
+    the worst (just after a trigger fired) included."""
+    return 3600 / (3 * trigger_s + file_interval)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -508,6 +587,8 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as err:
         raise SystemExit(f"--trigger-interval: {err}")
     out_of_orderness = load_event_type(TEMPLATE).out_of_orderness
+    if args.speedup is None:
+        args.speedup = default_speedup(trigger_s, args.file_interval)
     created = args.workdir is None
     args.work = (args.workdir or Path(tempfile.mkdtemp(prefix="event_etl-fleet-"))).resolve()
     args.work.mkdir(parents=True, exist_ok=True)

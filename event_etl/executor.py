@@ -319,14 +319,34 @@ class _Group:
         return self.done
 
 
-def _first_batch_reference(split: Split, ctx: BatchContext, decode) -> int | None:
+def _first_batch_reference(split: Split, ctx: BatchContext, decode, plan=None) -> int | None:
     """For a job's first batch: this split's would-be watermark, to measure "too late" against."""
     et = ctx.event_type
     best = None
-    for payload, arrival, _, _, msg in iter_payloads(split, et):
-        ok, _, t = decode(payload) if msg is None else _decoder(et).decode_message(payload, msg[1], arrival)
-        if ok and t <= arrival + et.max_future_skew and (best is None or t > best):
+
+    def consider(t: int, arrival: int) -> None:
+        nonlocal best
+        if t <= arrival + et.max_future_skew and (best is None or t > best):
             best = t
+
+    if plan is not None and split.kind == "files":
+        for uri, start, end, arrival in split.ranges():
+            for data, base in _file_chunks(uri, start, end):
+                fc = plan.decode(data)
+                if fc is not None:
+                    ok = fc.times[fc.times <= arrival + et.max_future_skew]
+                    if len(ok):
+                        consider(int(ok.max()), arrival)
+                    continue
+                for payload, _, _, _, _ in _chunk_lines(data, base, arrival, ""):
+                    good, _, t = decode(payload)
+                    if good:
+                        consider(t, arrival)
+    else:
+        for payload, arrival, _, _, msg in iter_payloads(split, et):
+            good, _, t = decode(payload) if msg is None else _decoder(et).decode_message(payload, msg[1], arrival)
+            if good:
+                consider(t, arrival)
     return None if best is None else best - et.out_of_orderness
 
 
@@ -341,7 +361,8 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     et = ctx.event_type
     decoder = _decoder(et)
     decode, decode_message = decoder.decode, decoder.decode_message
-    reference = _first_batch_reference(split, ctx, decode) if ctx.wm_start is None else None
+    plan = plan_for(decoder) if fast else None
+    reference = _first_batch_reference(split, ctx, decode, plan) if ctx.wm_start is None else None
     judge = make_judge(
         ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
         too_late_reference=reference,
@@ -442,7 +463,6 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
             rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
                             where + str(base + int(fc.starts[i])), arrival, t))
 
-    plan = plan_for(decoder) if fast else None
     if plan is not None and split.kind == "files":
         for uri, start, end, arrival in split.ranges():
             where = os.path.basename(uri) + "@"

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from event_etl.timeutil import HOUR_MS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Outcome", "Verdict", "judge", "make_judge", "judge_array", "OUTCOME_CODES"]
 
