@@ -64,6 +64,10 @@ def find_duplicates(rows: np.ndarray, seen: np.ndarray) -> np.ndarray:
     n = len(rows)
     if n == 0:
         return np.zeros(0, dtype=bool)
+    # The common case, a batch without duplicates, is settled by one sort and lookups into ``seen``.
+    keys = sorted_keys(rows)
+    if not (keys[1:] == keys[:-1]).any() and not _any_in(keys, seen):
+        return np.zeros(n, dtype=bool)
     order = np.lexsort((rows["rec"], rows["file"], rows["shard"]))
     ordered = rows[order]
     dup = np.isin(ordered["key"], seen) if len(seen) else np.zeros(n, dtype=bool)
@@ -79,6 +83,44 @@ def find_duplicates(rows: np.ndarray, seen: np.ndarray) -> np.ndarray:
     out = np.zeros(n, dtype=bool)
     out[order] = marked
     return out
+
+
+_LAST_SORTED: list = [None, None]
+
+
+def sorted_keys(rows: np.ndarray) -> np.ndarray:
+    """``np.sort(rows["key"])``, remembered for the last array asked (the driver asks twice a batch)."""
+    if _LAST_SORTED[0] is not rows:
+        _LAST_SORTED[:] = [rows, np.sort(rows["key"])]
+    return _LAST_SORTED[1]
+
+
+def _any_in(keys: np.ndarray, seen: np.ndarray) -> bool:
+    """Whether any of ``keys`` is in ``seen`` (both sorted)."""
+    if not len(seen) or not len(keys):
+        return False
+    at = np.searchsorted(seen, keys)
+    np.minimum(at, len(seen) - 1, out=at)
+    return bool((seen[at] == keys).any())
+
+
+def _merge_sorted(parts: list[np.ndarray]) -> np.ndarray:
+    """The distinct values of several sorted arrays, sorted."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return np.zeros(0, dtype=np.uint64)
+    if len(parts) == 1:
+        merged = parts[0]
+    else:
+        merged = np.concatenate(parts)
+        merged.sort(kind="stable")  # timsort: merging sorted runs is linear
+    if len(merged) > 1:
+        keep = np.empty(len(merged), dtype=bool)
+        keep[0] = True
+        np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+        if not keep.all():
+            merged = merged[keep]
+    return merged
 
 
 def _record_ids(rows: np.ndarray) -> np.ndarray:
@@ -103,6 +145,7 @@ class DedupeState:
         st = cls.empty(window_ms)
         for batch_id, rows in batches:
             st.by_batch[batch_id] = rows
+        st._rebuild()
         st.evict(watermark)
         return st
 
@@ -111,31 +154,52 @@ class DedupeState:
         later = [b for b in self.by_batch if b >= batch_id]
         if not later:
             return self.keys
-        parts = [r["key"] for b, r in self.by_batch.items() if b < batch_id]
-        return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+        return _merge_sorted([self._sorted_keys(b) for b in self.by_batch if b < batch_id])
+
+    def _sorted_keys(self, batch_id: int) -> np.ndarray:
+        cache = self.__dict__.setdefault("_sorted", {})
+        rows = self.by_batch[batch_id]
+        hit = cache.get(batch_id)
+        if hit is None or hit[0] is not rows:
+            hit = cache[batch_id] = (rows, sorted_keys(rows))
+        return hit[1]
 
     def add(self, batch_id: int, rows: np.ndarray) -> None:
+        replaced = batch_id in self.by_batch
         self.by_batch[batch_id] = rows
-        self._rebuild()
+        if replaced:
+            self._rebuild()
+        else:
+            self.keys = _merge_sorted([self.keys, self._sorted_keys(batch_id)])
 
     def evict(self, clock: int | None) -> list[int]:
         """Forget rows older than ``clock - window``; returns the batch ids now empty."""
         gone = []
         if clock is not None:
             limit = clock - self.window_ms
+            changed = False
             for b, rows in list(self.by_batch.items()):
-                keep = rows[rows["time"] >= limit]
+                old = rows["time"] < limit
+                if not old.any():
+                    continue
+                changed = True
+                keep = rows[~old]
                 if len(keep):
                     self.by_batch[b] = keep
                 else:
                     del self.by_batch[b]
                     gone.append(b)
+            if not changed:
+                return gone
         self._rebuild()
         return gone
 
     def _rebuild(self) -> None:
-        parts = [r["key"] for r in self.by_batch.values()]
-        self.keys = np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+        cache = self.__dict__.setdefault("_sorted", {})
+        for b in list(cache):
+            if b not in self.by_batch:
+                del cache[b]
+        self.keys = _merge_sorted([self._sorted_keys(b) for b in self.by_batch])
 
     @property
     def size(self) -> int:

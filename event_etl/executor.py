@@ -319,8 +319,24 @@ class _Group:
         return self.done
 
 
-def _first_batch_reference(split: Split, ctx: BatchContext, decode, plan=None) -> int | None:
-    """For a job's first batch: this split's would-be watermark, to measure "too late" against."""
+def _decoded_chunks(split: Split, plan) -> Iterator[tuple[Any, bytes, int, int, str]]:
+    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split."""
+    for uri, start, end, arrival in split.ranges():
+        where = os.path.basename(uri) + "@"
+        for data, base in _file_chunks(uri, start, end):
+            yield plan.decode(data), data, base, arrival, where
+
+
+def _popping(items: list) -> Iterator[Any]:
+    while items:
+        yield items.pop()
+
+
+def _first_batch_reference(split: Split, ctx: BatchContext, decode, chunks: list | None = None) -> int | None:
+    """For a job's first batch: this split's would-be watermark, to measure "too late" against.
+
+    ``chunks``: the split already decoded (:func:`_decoded_chunks`), so it is not read twice.
+    """
     et = ctx.event_type
     best = None
 
@@ -329,19 +345,17 @@ def _first_batch_reference(split: Split, ctx: BatchContext, decode, plan=None) -
         if t <= arrival + et.max_future_skew and (best is None or t > best):
             best = t
 
-    if plan is not None and split.kind == "files":
-        for uri, start, end, arrival in split.ranges():
-            for data, base in _file_chunks(uri, start, end):
-                fc = plan.decode(data)
-                if fc is not None:
-                    ok = fc.times[fc.times <= arrival + et.max_future_skew]
-                    if len(ok):
-                        consider(int(ok.max()), arrival)
-                    continue
-                for payload, _, _, _, _ in _chunk_lines(data, base, arrival, ""):
-                    good, _, t = decode(payload)
-                    if good:
-                        consider(t, arrival)
+    if chunks is not None:
+        for fc, data, base, arrival, _ in chunks:
+            if fc is not None:
+                ok = fc.times[fc.times <= arrival + et.max_future_skew]
+                if len(ok):
+                    consider(int(ok.max()), arrival)
+                continue
+            for payload, _, _, _, _ in _chunk_lines(data, base, arrival, ""):
+                good, _, t = decode(payload)
+                if good:
+                    consider(t, arrival)
     else:
         for payload, arrival, _, _, msg in iter_payloads(split, et):
             good, _, t = decode(payload) if msg is None else _decoder(et).decode_message(payload, msg[1], arrival)
@@ -361,8 +375,14 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     et = ctx.event_type
     decoder = _decoder(et)
     decode, decode_message = decoder.decode, decoder.decode_message
-    plan = plan_for(decoder) if fast else None
-    reference = _first_batch_reference(split, ctx, decode, plan) if ctx.wm_start is None else None
+    plan = plan_for(decoder) if fast and split.kind == "files" else None
+    chunks: Any = None
+    reference = None
+    if ctx.wm_start is None:
+        # A job's first batch judges "too late" against the split's would-be watermark, so it
+        # needs every event time before it can write: decoded chunks are held, not read twice.
+        chunks = list(_decoded_chunks(split, plan)) if plan is not None else None
+        reference = _first_batch_reference(split, ctx, decode, chunks)
     judge = make_judge(
         ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
         too_late_reference=reference,
@@ -463,16 +483,16 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
             rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
                             where + str(base + int(fc.starts[i])), arrival, t))
 
-    if plan is not None and split.kind == "files":
-        for uri, start, end, arrival in split.ranges():
-            where = os.path.basename(uri) + "@"
-            for data, base in _file_chunks(uri, start, end):
-                fc = plan.decode(data)
-                if fc is not None:
-                    chunk(fc, data, base, arrival, where)
-                else:
-                    for item in _chunk_lines(data, base, arrival, where):
-                        one(*item)
+    if plan is not None:
+        if chunks is not None:
+            chunks.reverse()  # popped as they are written: memory is given back as the task goes
+        for fc, data, base, arrival, where in (_popping(chunks) if chunks is not None else _decoded_chunks(split, plan)):
+            if fc is not None:
+                chunk(fc, data, base, arrival, where)
+            else:
+                for item in _chunk_lines(data, base, arrival, where):
+                    one(*item)
+        chunks = None
     else:
         for item in iter_payloads(split, et):
             one(*item)

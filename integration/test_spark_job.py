@@ -70,7 +70,7 @@ def test_every_event_once_and_the_same_result_as_without_spark(spark, tmp_path, 
     batches = write_inputs(et, tmp_path / "in", files=8, per_file=400)
     summary = run_job(et, opts(tmp_path, once=True, max_files_per_batch=2), spark=spark, clock=FakeClock(t("14:00")),
                       install_signals=False)
-    groups = [[0], [1, 2], [3, 4], [5, 6], [7]]  # a job's first batch takes one file
+    groups = [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert summary["batches"] == len(groups)
     sink = tmp_path / "sink"
     got = placement(sink, et.name)

@@ -26,10 +26,8 @@ def test_files_in_name_order_new_ones_picked_up_and_hidden_ignored(tmp_path):
     (tmp_path / "in" / "_tmp").write_bytes(b"x\n")
     p = planner(tmp_path)
     start = p.initial_offset()
-    first = p.latest_offset(start, None)  # a job's first batch: one file
-    end = p.latest_offset(first, None)
-    assert [r[0].rsplit("/", 1)[1] for s in p.splits(start, first) for r in s.ranges()] == ["a.jsonl"]
-    assert [r[0].rsplit("/", 1)[1] for s in p.splits(first, end) for r in s.ranges()] == ["b.jsonl"]
+    end = p.latest_offset(start, None)
+    assert [r[0].rsplit("/", 1)[1] for s in p.splits(start, end) for r in s.ranges()] == ["a.jsonl", "b.jsonl"]
     (tmp_path / "in" / "0-earlier-name.jsonl").write_bytes(b"3\n")
     end2 = p.latest_offset(end, None)
     assert [r[0].rsplit("/", 1)[1] for s in p.splits(end, end2) for r in s.ranges()] == ["0-earlier-name.jsonl"]
@@ -49,7 +47,7 @@ def test_max_files_per_batch(tmp_path):
             break
         seen.append(sum(len(s.ranges()) for s in p.splits(o, n)))
         o = n
-    assert seen == [1, 2, 2], "the first batch of a job (no watermark yet) takes one file"
+    assert seen == [2, 2, 1]
 
 
 def test_the_log_survives_a_restart_and_replays_identically(tmp_path):

@@ -173,10 +173,6 @@ class DirectoryPlanner:
             self.discover()
         avail = len(self.entries) if self.target is None else self.target
         n = int(start["files"])
-        if n == 0:
-            # A job's first batch has no watermark yet and reads its input twice (see
-            # executor.process_split): keep it to one file.
-            max_files = 1
         end = avail if max_files is None else min(avail, n + max_files)
         return {"files": max(n, end)}
 
