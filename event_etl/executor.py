@@ -319,12 +319,34 @@ class _Group:
         return self.done
 
 
-def _decoded_chunks(split: Split, plan) -> Iterator[tuple[Any, bytes, int, int, str]]:
-    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split."""
+def _decoded_chunks(split: Split, plan, *, keep_bytes: bool = True) -> Iterator[tuple[Any, Any, int, int, str]]:
+    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split.
+
+    ``keep_bytes=False``: a fast chunk's ``data`` is a :class:`_Reread` instead of its bytes
+    (for chunks held in memory; only a rejected record needs them).
+    """
     for uri, start, end, arrival in split.ranges():
         where = os.path.basename(uri) + "@"
         for data, base in _file_chunks(uri, start, end):
-            yield plan.decode(data), data, base, arrival, where
+            fc = plan.decode(data)
+            if fc is not None and not keep_bytes:
+                data = _Reread(uri, base, len(data))
+            yield fc, data, base, arrival, where
+
+
+class _Reread:
+    """The bytes of a chunk, read again from its file when sliced."""
+
+    def __init__(self, uri: str, base: int, size: int) -> None:
+        self.uri, self.base, self.size = uri, base, size
+        self._data: bytes | None = None
+
+    def __getitem__(self, key: slice) -> bytes:
+        if self._data is None:
+            with open(self.uri, "rb") as fh:
+                fh.seek(self.base)
+                self._data = fh.read(self.size)
+        return self._data[key]
 
 
 def _popping(items: list) -> Iterator[Any]:
@@ -370,7 +392,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     ``fast``: let chunks of valid JSON lines take the columnar path (:mod:`event_etl.fastpath`);
     the output is the same either way (``False`` is for tests that compare both).
     """
-    from event_etl.dedupe import KEY_DTYPE, id_key_hashes, key_hash
+    from event_etl.dedupe import KEY_DTYPE, key_hash
 
     et = ctx.event_type
     decoder = _decoder(et)
@@ -381,7 +403,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     if ctx.wm_start is None:
         # A job's first batch judges "too late" against the split's would-be watermark, so it
         # needs every event time before it can write: decoded chunks are held, not read twice.
-        chunks = list(_decoded_chunks(split, plan)) if plan is not None else None
+        chunks = list(_decoded_chunks(split, plan, keep_bytes=False)) if plan is not None else None
         reference = _first_batch_reference(split, ctx, decode, chunks)
     judge = make_judge(
         ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
@@ -468,11 +490,10 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
             for b, c in enumerate(per_bucket.tolist()):
                 delays[b] += c
             delay_sum[0] += int(d[d > 0].sum())
-            if dedupe and id_field is not None and fc.ids is not None:
-                ids = fc.ids
-                wi = np.array([i for i in wi.tolist() if ids[i] is not None], dtype=np.int64)
+            if dedupe and id_field is not None and fc.id_keys is not None:
+                wi = wi[fc.has_id[wi]]
                 part = np.empty(len(wi), dtype=KEY_DTYPE)
-                part["key"] = id_key_hashes([ids[i] for i in wi.tolist()])
+                part["key"] = fc.id_keys[wi]
                 part["time"], part["shard"] = fc.times[wi], shard
                 part["file"], part["rec"] = fks[wi], poss[wi]
                 key_parts.append(part)

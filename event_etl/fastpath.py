@@ -59,7 +59,8 @@ class FastChunk:
     n: int
     times: np.ndarray  # int64 event times (ms)
     rows: Any  # pyarrow BinaryArray: each record's Avro binary encoding
-    ids: list | None  # the id field's values (None: no dedupe by id)
+    id_keys: np.ndarray | None  # dedupe key (uint64) of each record's id (None: no dedupe by id)
+    has_id: np.ndarray | None  # whether the record has an id (a nullable id field may be null)
     starts: np.ndarray  # byte offset of each line in the chunk
     ends: np.ndarray  # byte offset of each line's end (its newline) in the chunk
 
@@ -202,10 +203,15 @@ class FastPlan:
         if pieces is None:
             return None
         rows = pc.binary_join_element_wise(*pieces, b"") if len(pieces) > 1 else pieces[0]
-        ids = None
+        id_keys = has_id = None
         if self.id_field is not None and self.id_field in cols:
-            ids = cols[self.id_field].to_pylist()
-        return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, ids, starts, ends)
+            from event_etl.dedupe import id_key_hashes
+
+            ids = cols[self.id_field]
+            has_id = _valid_mask(ids, n)
+            id_keys = np.zeros(n, dtype=np.uint64)
+            id_keys[has_id] = id_key_hashes(ids.drop_null().to_pylist())
+        return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends)
 
     # -- encoding ----------------------------------------------------------------------------
     def _encode(self, cols: dict[str, Any], n: int, pa, pc) -> list | None:
