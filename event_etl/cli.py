@@ -206,9 +206,11 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, event_types_dir: str 
     if len(types) == 1 and not all_types:
         run_job(types[0], options)
         return
-    from event_etl.fleet import run_fleet
+    from event_etl.fleet import run_fleet, summary_lines
 
-    run_fleet(types, options)
+    summary = run_fleet(types, options)
+    for line in summary_lines(summary or {}):
+        click.echo(line)
 
 
 @main.command("status")

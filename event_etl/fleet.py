@@ -29,7 +29,7 @@ from event_etl.eventtypes import EventType
 from event_etl.runner import Job, RunOptions, acquire_lease, install_stop_signals, open_job, prepare_job
 from event_etl.timeutil import format_duration, iso, now_millis
 
-__all__ = ["run_fleet", "FleetMember", "backoff_seconds", "STATUS_FILE"]
+__all__ = ["run_fleet", "summary_lines", "FleetMember", "backoff_seconds", "STATUS_FILE"]
 
 STATUS_FILE = "status.json"
 FIRST_BACKOFF_S = 5.0
@@ -247,6 +247,19 @@ def _member_summary(m: FleetMember, seconds: float, clock) -> dict[str, Any]:
     totals = dict(c.totals) if c else {}
     return {**m.status(clock), "batches": c.batches if c else 0, "totals": totals, "seconds": seconds,
             "hours_marked": [iso(h) for h in (c.hours_marked if c else [])]}
+
+
+def summary_lines(summary: dict[str, dict[str, Any]]) -> list[str]:
+    """The end-of-run lines of a fleet: one per event type."""
+    lines = []
+    for name, s in sorted(summary.items()):
+        totals = s.get("totals") or {}
+        marked = s.get("hours_marked") or []
+        span = f" ({marked[0]} .. {marked[-1]})" if marked else ""
+        events = sum(v for k, v in totals.items() if k in ("timely", "late", "too_late", "future", "invalid", "duplicate"))
+        lines.append(f"[{name}] run finished ({s.get('state', '?')}): {s.get('batches', 0)} batches, {events:,} events in, "
+                     f"{len(marked)} hours marked{span}, restarts {s.get('restarts', 0)}")
+    return lines
 
 
 def read_status(checkpoint_dir: str | Path) -> dict[str, Any] | None:

@@ -88,3 +88,18 @@ def test_deadletter_shows_reasons(runner, tmp_path):
                                "--json", "--reason", "invalid_json"])
     rows = [json.loads(line) for line in res.output.splitlines()]
     assert len(rows) == 1 and rows[0]["reason"] == "invalid_json" and rows[0]["payload_base64"] == "e29vcHM="
+
+
+def test_a_fleet_ends_with_a_line_per_type():
+    from event_etl.fleet import summary_lines
+
+    lines = summary_lines({
+        "b": {"state": "stopped", "batches": 3, "restarts": 1, "hours_marked": ["2026-11-20T13:00:00Z", "2026-11-20T14:00:00Z"],
+              "totals": {"timely": 10, "late": 2, "invalid": 1, "duplicate": 1, "files": 4}},
+        "a": {"state": "stopped", "batches": 0, "restarts": 0, "hours_marked": [], "totals": {}},
+    })
+    assert lines == [
+        "[a] run finished (stopped): 0 batches, 0 events in, 0 hours marked, restarts 0",
+        "[b] run finished (stopped): 3 batches, 14 events in, 2 hours marked (2026-11-20T13:00:00Z .. "
+        "2026-11-20T14:00:00Z), restarts 1",
+    ]
