@@ -243,15 +243,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seconds", type=float, default=300, help="how long to feed (default 300)")
     ap.add_argument("--file-interval", type=float, default=1.0, help="seconds between input files (default 1)")
     ap.add_argument("--trigger-interval", default="5s", help="the job's trigger interval (default 5s)")
-    ap.add_argument("--speedup", type=float, default=240,
-                    help="event time per wall time (default 240: an hour every 15 s, so hours close in the run)")
+    ap.add_argument("--speedup", type=float, default=None,
+                    help="event time per wall time (default: an hour every 3 trigger intervals + 1 file interval, "
+                         "225 with the defaults, so hours close in the run and each closes at another phase of "
+                         "the trigger's cycle, the worst included; see bench.fleet.default_speedup)")
     ap.add_argument("--warmup", type=float, default=20, help="seconds of feed left out of the figures (default 20)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--workdir", type=Path, default=None, help="keep input, sink and job.log here")
     ap.add_argument("--results", type=Path, default=None, help="results file (default bench/RESULTS.md)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.speedup is None:
+        from bench.fleet import default_speedup
+
+        args.speedup = default_speedup(_trigger_seconds(args.trigger_interval), args.file_interval)
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
