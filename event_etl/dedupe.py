@@ -22,7 +22,7 @@ n²/2⁶⁵ (1e-5 for ten million keys in the window).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable
 
 import numpy as np
@@ -135,6 +135,8 @@ class DedupeState:
     window_ms: int
     keys: np.ndarray  # sorted uint64
     by_batch: dict[int, np.ndarray]  # batch id -> KEY_DTYPE rows of records kept
+    _sorted: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False, compare=False)
+    """batch id -> (its rows, their keys sorted): each batch's keys are sorted once."""
 
     @classmethod
     def empty(cls, window_ms: int) -> "DedupeState":
@@ -157,11 +159,10 @@ class DedupeState:
         return _merge_sorted([self._sorted_keys(b) for b in self.by_batch if b < batch_id])
 
     def _sorted_keys(self, batch_id: int) -> np.ndarray:
-        cache = self.__dict__.setdefault("_sorted", {})
         rows = self.by_batch[batch_id]
-        hit = cache.get(batch_id)
+        hit = self._sorted.get(batch_id)
         if hit is None or hit[0] is not rows:
-            hit = cache[batch_id] = (rows, sorted_keys(rows))
+            hit = self._sorted[batch_id] = (rows, sorted_keys(rows))
         return hit[1]
 
     def add(self, batch_id: int, rows: np.ndarray) -> None:
@@ -195,10 +196,9 @@ class DedupeState:
         return gone
 
     def _rebuild(self) -> None:
-        cache = self.__dict__.setdefault("_sorted", {})
-        for b in list(cache):
+        for b in list(self._sorted):
             if b not in self.by_batch:
-                del cache[b]
+                del self._sorted[b]
         self.keys = _merge_sorted([self._sorted_keys(b) for b in self.by_batch])
 
     @property

@@ -201,15 +201,12 @@ class Controller:
         def run_tasks(ctx: BatchContext, shards: set[int] | None) -> list[tuple[dict, bytes]]:
             part = df if shards is None else df.filter(df["shard"].isin(sorted(shards)))
             try:
-                out = part.mapInArrow(make_task(ctx), REPORT_SCHEMA)
-                if hasattr(out, "toArrow"):  # Arrow all the way: the key rows are megabytes a batch
-                    table = out.toArrow()
-                    return [(json.loads(rep), keys or b"") for rep, keys in
-                            zip(table.column("report").to_pylist(), table.column("keys").to_pylist())]
-                rows = out.collect()
+                # Arrow all the way (not collect(): the key rows are megabytes a batch)
+                table = part.mapInArrow(make_task(ctx), REPORT_SCHEMA).toArrow()
             except Exception as err:  # noqa: BLE001 - re-raised, as event_etl's own error when it is one
                 raise unwrap_task_error(err) from err
-            return [(json.loads(r["report"]), bytes(r["keys"] or b"")) for r in rows]
+            return [(json.loads(rep), keys or b"") for rep, keys in
+                    zip(table.column("report").to_pylist(), table.column("keys").to_pylist())]
 
         self.run_batch(batch_id, run_tasks)
 

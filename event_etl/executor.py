@@ -421,6 +421,13 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     delay_sum = [0]
     timely_o, late_o = Outcome.TIMELY, Outcome.LATE
 
+    def group_for(hour: int, late: bool) -> _Group:
+        """The group of (hour, late), opened at its first record (its index orders the file keys)."""
+        g = groups.get((hour, late))
+        if g is None:
+            g = groups[(hour, late)] = _Group(len(groups), hour, late, ctx, shard, decoder.schema)
+        return g
+
     def one(payload: bytes, arrival: int, where: str, off: Any, msg: Any) -> None:
         """The record path: one payload."""
         ok, rec, t = decode(payload) if msg is None else decode_message(payload, msg[1], arrival)
@@ -430,9 +437,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
         outcome, hour = judge(t, arrival)
         if outcome is timely_o or outcome is late_o:
             late = outcome is late_o
-            g = groups.get((hour, late))
-            if g is None:
-                g = groups[(hour, late)] = _Group(len(groups), hour, late, ctx, shard, decoder.schema)
+            g = group_for(hour, late)
             problem = g.add(rec, t)
             if problem is not None:
                 if problem == -1:
@@ -472,9 +477,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
             uniq, first = np.unique(gkey, return_index=True)
             for key in uniq[np.argsort(first, kind="stable")].tolist():  # groups open in order of first record
                 hour, late = key // 2, bool(key & 1)
-                g = groups.get((hour, late))
-                if g is None:
-                    g = groups[(hour, late)] = _Group(len(groups), hour, late, ctx, shard, decoder.schema)
+                g = group_for(hour, late)
                 idx = accepted[gkey == key]
                 w, fk, pos = g.add_encoded(fc.rows.take(pa.array(idx)), fc.times[idx])
                 written[idx], fks[idx], poss[idx] = w, fk, pos
