@@ -40,7 +40,7 @@ from bench.contenders import CONTENDERS, RunResult, run_event_etl, run_spark  # 
 from bench.datagen import generate  # noqa: E402
 from bench.figures import median, mib, rate, ratio  # noqa: E402
 from bench.machine import ROOT, describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 
 SCHEMAS = {"page_view": ROOT / "event_types" / "page_view" / "schema.avsc",
            "small_view": ROOT / "bench" / "event_types" / "small_view" / "schema.avsc"}
@@ -212,9 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         for v in verdict(results):
             print(v)
         if not args.no_write:
-            path = update_section("compare", report(results, info, args, machine, command, load),
-                                  **({"path": args.results} if args.results else {}))
-            print(f"written to {path}")
+            publish("compare", report(results, info, args, machine, command, load), args.results)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

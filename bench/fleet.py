@@ -65,7 +65,7 @@ from bench.livefeed import Feed  # noqa: E402
 from bench.livejob import BATCH_LINE, LiveJob  # noqa: E402
 from bench.machine import ROOT, describe, load_average  # noqa: E402
 from bench.procstats import sample_tree  # noqa: E402
-from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 from bench.sinkwatch import SinkWatcher  # noqa: E402
 
 HOUR_MS = 3_600_000
@@ -610,9 +610,7 @@ def main(argv: list[str] | None = None) -> None:
         print(verdict_line(results, args))
         print(f"({time.monotonic() - t0:.0f} s in all)")
         if not args.no_write:
-            path = update_section("fleet", report(results, args, machine, command, load),
-                                  **({"path": args.results} if args.results else {}))
-            print(f"written to {path}")
+            publish("fleet", report(results, args, machine, command, load), args.results)
         ok = True
     except BenchError as err:
         print(f"error: {err.code}", file=sys.stderr)

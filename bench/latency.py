@@ -50,7 +50,7 @@ from bench.figures import weighted_percentile  # noqa: E402
 from bench.livefeed import Feed, file_index_of  # noqa: E402
 from bench.livejob import BATCH_LINE, LiveJob, event_etl_command  # noqa: E402
 from bench.machine import describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 from bench.sinkwatch import SinkWatcher  # noqa: E402
 
 EVENT_TYPE = "page_view"
@@ -282,9 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         if not raw["caught_up"]:
             print("the job did NOT keep up with the feed")
         if not args.no_write:
-            path = update_section("latency", report(raw, s, args, machine, command, load),
-                                  **({"path": args.results} if args.results else {}))
-            print(f"written to {path}")
+            publish("latency", report(raw, s, args, machine, command, load), args.results)
     finally:
         if args.workdir is None:
             shutil.rmtree(args.work, ignore_errors=True)

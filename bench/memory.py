@@ -47,7 +47,7 @@ from bench.contenders import count_manifests  # noqa: E402
 from bench.livejob import BATCH_LINE, LiveJob, event_etl_command  # noqa: E402
 from bench.machine import describe, load_average  # noqa: E402
 from bench.procstats import sample_tree  # noqa: E402
-from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 
 PARTS = ("driver JVM", "Python driver", "Python workers", "other")
 
@@ -225,9 +225,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"note: only {facts['hours']} hours were marked (< {args.event_hours:g}): raise --speedup")
         print(f"verdict: {'flat' if summary['flat'] else 'GROWING'} (tolerance {args.tolerance:g} %)")
         if not args.no_write:
-            path = update_section("memory", report(summary, facts, args, machine, command, load),
-                                  **({"path": args.results} if args.results else {}))
-            print(f"written to {path}")
+            publish("memory", report(summary, facts, args, machine, command, load), args.results)
     finally:
         if args.workdir is None:
             shutil.rmtree(args.work, ignore_errors=True)

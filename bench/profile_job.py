@@ -43,7 +43,7 @@ from bench.flame import WAITING, categorize, py_spy, read_raw  # noqa: E402
 from bench.livejob import LiveJob  # noqa: E402
 from bench.machine import describe, load_average  # noqa: E402
 from bench.procstats import sample_tree  # noqa: E402
-from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 
 ROLES = [  # (role, test on the command line), first match wins
     ("driver JVM (Spark)", lambda c: c.split(" ", 1)[0].endswith("java")),
@@ -193,8 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.no_write:
             body = "\n".join(["## Profile of the whole job (bench/profile_job.py)", "",
                               machine_lines(machine, command, load), "", head, "", t1, "", t2])
-            path = update_section("profile-job", body, **({"path": args.results} if args.results else {}))
-            print(f"written to {path}")
+            publish("profile-job", body, args.results)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -44,7 +44,7 @@ from bench.compare import prepare_input  # noqa: E402
 from bench.datagen import START_MS  # noqa: E402
 from bench.flame import categorize, py_spy, read_raw  # noqa: E402
 from bench.machine import describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 
 def load_type(name: str, event_types_dir: Path | None):
     from event_etl.eventtypes import load_event_types, resolve_event_types_dir
@@ -154,8 +154,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"apply the shares to the unprofiled time):", "",
                 table,
             ])
-            path = update_section("profile", body, **({"path": args.results} if args.results else {}))
-            print(f"written to {path}")
+            publish("profile", body, args.results)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

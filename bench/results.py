@@ -37,6 +37,13 @@ def update_section(name: str, body: str, path: Path = RESULTS) -> Path:
     return path
 
 
+def publish(name: str, body: str, results: Path | None) -> Path:
+    """Write section ``name`` to ``results`` (default ``bench/RESULTS.md``) and say where."""
+    path = update_section(name, body, results or RESULTS)
+    print(f"written to {path}")
+    return path
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A Markdown table: the first column (names) left-aligned, the figures right-aligned."""
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]

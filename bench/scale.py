@@ -33,7 +33,7 @@ from bench.compare import prepare_input, run_one  # noqa: E402
 from bench.contenders import RunResult  # noqa: E402
 from bench.figures import median, mib  # noqa: E402
 from bench.machine import ROOT, describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, update_section  # noqa: E402
+from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 
 BENCH_TYPES = ROOT / "bench" / "event_types"
 _APPROX_BYTES = {"page_view": 226, "small_view": 100}
@@ -171,8 +171,7 @@ def main(argv: list[str] | None = None) -> None:
                 "type (page_view's required fields alone take ~175 B). Every output's record count was checked.", "",
                 table, "", *[f"- {n}" for n in notes(done)],
             ])
-            path = update_section("scale", body, **({"path": args.results} if args.results else {}))
-            print(f"written to {path}")
+            publish("scale", body, args.results)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
