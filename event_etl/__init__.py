@@ -9,6 +9,6 @@ The rules live in :mod:`event_etl.rules` (pure functions); Spark, storage and so
 are a thin shell around them.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["__version__"]

@@ -4,16 +4,33 @@
 
     <checkpoint>/
       spark/                       Spark Structured Streaming (offsets, commits, state)
+      etl/format.json              the format of etl/ (see "Formats" below)
       etl/job.json                 which event type, sink and source this checkpoint serves
       etl/state.json               WatermarkState after the last finished batch
-      etl/batches/<id>.json        a batch's intent: the watermark it is judged against
+      etl/batches/<id>.json        a batch's intent: the watermark and settings it is judged with
       etl/ledger/<hour>/<id>.json  files batch <id> wrote into <hour> (sizes, sha256)
       etl/source/...               the source's own durable logs (file list, message spool)
 
 The intent of a batch is written before any of its files, and never changed: a batch
-that Spark replays after a crash is judged against the same watermark as the first
-time, and so writes the same files.  The ledger is what a ``_COMPLETE`` manifest is
-built from; it is dropped once the hour is marked.
+that Spark replays after a crash is judged against the same watermark, with the same
+settings and schema, as the first time, and so writes the same files.  Settings changed
+in ``etl.toml`` meanwhile apply from the next new batch on.  The ledger is what a
+``_COMPLETE`` manifest is built from; it is dropped once the hour is marked.  Markers
+written by a job killed before it saved its state (in a batch, an idle advance or a
+drain) are adopted when it starts again: each records the watermark that completed it.
+
+Formats
+-------
+``etl/format.json`` says which format the rest of ``etl/`` is in.  A release reads every
+format since the first, migrating what it must when it opens a checkpoint, and refuses a
+checkpoint of a newer format with the versions and the fix:
+
+1. event_etl 0.1.0 (git ``165ca81`` and before): no ``format.json``.
+2. Batch intents freeze the settings and schema a batch is judged with, and the first
+   batch's too-late reference; ``state.json`` gains ``max_counted_time`` and
+   ``last_hour``; the directory source logs when it listed each file (``arrival``).
+   Migration from 1: nothing is rewritten (every new field has the meaning format 1 gave
+   it when absent); ``format.json`` is added.  Release 0.1.0 can still open the result.
 
 The checkpoint is a local (or mounted) folder: Spark's checkpoint needs a
 Hadoop-compatible file system, and this one is written only by the driver.
@@ -29,21 +46,32 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from event_etl.errors import CheckpointMismatchError
+from event_etl.errors import CheckpointFormatError, CheckpointMismatchError
 from event_etl.rules.manifest import FileEntry
 from event_etl.rules.watermark import WatermarkState
 
-__all__ = ["Checkpoint", "BatchIntent", "write_json_atomic"]
+__all__ = ["Checkpoint", "BatchIntent", "write_json_atomic", "CHECKPOINT_FORMAT", "FROZEN_SETTINGS"]
+
+CHECKPOINT_FORMAT = 2
+"""The format of ``etl/`` this release writes (see the module docstring)."""
+
+FROZEN_SETTINGS = (
+    "schema", "time_field", "time_format", "time_logical_divisor", "id_field", "out_of_orderness",
+    "allowed_lateness", "max_future_skew", "dedupe_window", "max_events_per_file", "max_payload_bytes", "codec",
+    "time_attribute", "publish_time_fallback",
+)
+"""What of an event type decides which files a batch writes: frozen in the batch's intent."""
 
 
-def write_json_atomic(path: Path, doc: Any) -> None:
-    """Replace ``path`` with ``doc`` as JSON, durably (temporary file, fsync, rename)."""
+def write_json_atomic(path: Path, doc: Any, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``doc`` as JSON (temporary file, fsync unless ``durable=False``, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            fh.flush()
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
@@ -54,24 +82,34 @@ def _read_json(path: Path) -> Any:
 
 @dataclass(frozen=True)
 class BatchIntent:
-    """What a micro-batch is judged against, fixed before it writes anything."""
+    """What a micro-batch is judged against, fixed before it writes anything.
+
+    - ``wm_start``: the watermark when it began;
+    - ``started_at``: when it began (names its dead-letter files);
+    - ``settings``: the event type's :data:`FROZEN_SETTINGS` it is judged and written with
+      (``None`` in an intent of format 1: the settings of the day);
+    - ``reference``: for a job's first batch (no watermark yet), the watermark its own events
+      would give, against which "too late" is measured (one for the whole batch).
+    """
 
     batch_id: int
     wm_start: int | None
     started_at: int
+    settings: dict[str, Any] | None = None
+    reference: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "BatchIntent":
-        return cls(int(d["batch_id"]), d["wm_start"], int(d["started_at"]))
+        return cls(int(d["batch_id"]), d["wm_start"], int(d["started_at"]), d.get("settings"), d.get("reference"))
 
 
 class Checkpoint:
     """event_etl's part of a job checkpoint (see the module docstring for the layout)."""
 
-    JOB_KEYS = ("event_type", "sink")
+    JOB_KEYS = ("event_type", "sink", "source")
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
@@ -86,6 +124,35 @@ class Checkpoint:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
+    # -- format ----------------------------------------------------------------------------
+    def open_format(self, *, release: str = "") -> int:
+        """Check the format of ``etl/`` and migrate an older one.  Returns the format found.
+
+        A new checkpoint gets the current format.  One of an earlier format is migrated (see
+        the module docstring); one of a newer format is refused, untouched.
+        """
+        path = self.etl / "format.json"
+        if path.exists():
+            found = int(_read_json(path).get("format", 0))
+        elif (self.etl / "job.json").exists() or (self.etl / "state.json").exists():
+            found = 1  # event_etl 0.1.0 wrote no format file
+        else:
+            found = 0  # new
+        if found > CHECKPOINT_FORMAT or found < 0:
+            doc = _read_json(path) if path.exists() else {}
+            by = doc.get("written_by") or "a newer event_etl"
+            raise CheckpointFormatError(
+                f"checkpoint {self.root} is in format {found}, written by {by}; this release "
+                f"({release or 'event_etl'}) reads formats 1 to {CHECKPOINT_FORMAT}",
+                fix=f"run the release that wrote it ({by}) or a newer one; the checkpoint was left unchanged",
+            )
+        if found < CHECKPOINT_FORMAT:
+            doc: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "written_by": release}
+            if found:
+                doc["migrated_from"] = found
+            write_json_atomic(path, doc)
+        return found
+
     # -- job binding -----------------------------------------------------------------------
     def bind(self, job: dict[str, Any]) -> dict[str, Any]:
         """Record which job uses this checkpoint, or check that it is the same job as before."""
@@ -93,10 +160,12 @@ class Checkpoint:
         if path.exists():
             old = _read_json(path)
             for key in self.JOB_KEYS:
-                if old.get(key) != job.get(key):
+                if key in old and key in job and old[key] != job[key]:
                     raise CheckpointMismatchError(
                         f"checkpoint {self.root} belongs to {key}={old.get(key)!r}, not {job.get(key)!r}",
-                        fix=f"run with the same --{key.replace('_', '-')} as before, or give this job its own --checkpoint DIR",
+                        fix=f"run with the same --{key.replace('_', '-')} as before, or give this job its own "
+                            "--checkpoint DIR (a new checkpoint starts with no watermark and reads its source "
+                            "from the beginning)",
                     )
             return old
         write_json_atomic(path, job)

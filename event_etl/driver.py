@@ -4,9 +4,12 @@
 the job's main loop between batches (``tick``, ``drain``).  A lock makes the two take
 turns.  Per batch, in this order, each step durable before the next:
 
-1. the batch's *intent* (the watermark it is judged against) is written, or read back
-   if Spark is replaying the batch after a crash;
-2. executor tasks write the batch's files (:mod:`event_etl.executor`);
+1. the batch's *intent* (the watermark it is judged against, the settings and schema it
+   is judged and written with, and for a job's first batch the too-late reference of the
+   whole batch) is written, or read back if Spark is replaying the batch after a crash;
+2. executor tasks write the batch's files (:mod:`event_etl.executor`); duplicates found
+   afterwards are recorded, their splits rewritten without them, and files left with no
+   record removed (a replay removes what a killed attempt left);
 3. the files are recorded in the ledger of their hour;
 4. the watermark advances; every hour it completes gets its ``_COMPLETE`` marker, built
    from the ledger and checked against the folder's listing;
@@ -15,7 +18,13 @@ turns.  Per batch, in this order, each step durable before the next:
 A crash anywhere makes Spark replay the batch, which finds its intent, rewrites nothing
 that exists, and re-creates nothing that is marked.  Idle ticks and drains never run
 while a batch's intent is pending (written but its batch not finished): the pending
-batch must first be replayed against the watermark it was judged with.
+batch must first be replayed against the watermark it was judged with.  Markers are
+written in hour order and each records the watermark that completed it, so markers a
+killed job wrote before saving its state (in a batch, an idle tick or a drain) are
+*adopted* when the controller starts: its watermark moves to theirs.
+
+Every write checks first that the job still holds its lease (``guard``): a job that lost
+it writes nothing more.
 """
 
 from __future__ import annotations
@@ -30,15 +39,22 @@ from typing import Any, Callable
 import numpy as np
 
 from event_etl import faults
-from event_etl.checkpoint import BatchIntent, Checkpoint
+from event_etl.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
 from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
 from event_etl.executor import REPORT_SCHEMA, BatchContext, make_task
-from event_etl.rules.buckets import MARKER_NAME, hour_dir
+from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir, parse_data_file_name
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import FileEntry, Manifest, build_manifest, compare_listing
-from event_etl.rules.watermark import WatermarkState, drain_watermark, idle_watermark
+from event_etl.rules.watermark import (
+    SourceActivity,
+    WatermarkState,
+    drain_watermark,
+    idle_watermark,
+    quiet_since,
+)
 from event_etl.storage import Storage
+from event_etl.timeutil import HOUR_MS
 
 __all__ = ["Controller", "BatchResult", "summarize", "StopRequested"]
 
@@ -58,7 +74,7 @@ def unwrap_task_error(err: BaseException) -> BaseException:
 
 
 class StopRequested(Exception):
-    """Raised inside ``foreachBatch`` to stop a query at a batch boundary without committing the batch."""
+    """Kept for code that catches it: a stop is no longer carried out by raising inside ``foreachBatch``."""
 
 
 @dataclass
@@ -72,7 +88,9 @@ class BatchResult:
     bytes_written: int = 0
     deadletter_files: int = 0
     max_event_time: int | None = None
+    max_counted_time: int | None = None
     min_hour: int | None = None
+    max_hour: int | None = None
     delay_buckets: list[int] = field(default_factory=list)
     delay_sum_ms: int = 0
 
@@ -103,9 +121,16 @@ def summarize(reports: list[dict[str, Any]]) -> BatchResult:
         t = rep.get("max_event_time")
         if t is not None and (r.max_event_time is None or t > r.max_event_time):
             r.max_event_time = t
+        # an executor of format 1 did not report counted times: its events count as before
+        c = rep.get("max_counted_time", t)
+        if c is not None and (r.max_counted_time is None or c > r.max_counted_time):
+            r.max_counted_time = c
         h = rep.get("min_hour")
         if h is not None and (r.min_hour is None or h < r.min_hour):
             r.min_hour = h
+        h = rep.get("max_hour")
+        if h is not None and (r.max_hour is None or h > r.max_hour):
+            r.max_hour = h
         b = rep.get("delay_buckets") or []
         if len(r.delay_buckets) < len(b):
             r.delay_buckets.extend([0] * (len(b) - len(r.delay_buckets)))
@@ -144,11 +169,17 @@ class Controller:
         listeners: list[Callable[[str, Any], None]] | None = None,
         writer: str = "",
         guard: Callable[[], None] | None = None,
+        fence: dict[str, Any] | None = None,
+        source_activity: Callable[[], SourceActivity | None] | None = None,
+        activity_stale_ms: int = 60_000,
     ) -> None:
         self.et = event_type
         self.writer = writer
         self._attempt_started: int | None = None
         self.guard = guard  # raises if this job may no longer write (it lost its lease)
+        self.fence = fence  # what executor tasks check before they write (see event_etl.lease)
+        self.source_activity = source_activity  # what the source last said of its backlog and health
+        self.activity_stale_ms = activity_stale_ms
         self.storage = storage
         self.ckpt = checkpoint
         self.clock = clock
@@ -158,6 +189,7 @@ class Controller:
         latest = checkpoint.latest_intent_id()
         self.pending_batch: int | None = latest if latest is not None and latest > self.state.last_batch_id else None
         started = clock()
+        self.last_input = started  # the idle timer runs from the last batch holding any record, or the start
         self.quiet_since = started
         self.wm_when_quiet = self.state.watermark
         self.stopping = False
@@ -166,8 +198,11 @@ class Controller:
         self.totals: Counter = Counter()
         self.batches = 0
         self.hours_marked: list[int] = []
+        self.adopted: list[Manifest] = []
         self.last_batch_at: int | None = None
         self.dedupe = None
+        if self.pending_batch is None:
+            self.adopted = self._adopt_markers()
         if event_type.dedupe_window > 0:
             from event_etl.dedupe import DedupeState
 
@@ -178,6 +213,10 @@ class Controller:
     def _emit(self, kind: str, payload: Any) -> None:
         for fn in self.listeners:
             fn(kind, payload)
+
+    def _guard(self) -> None:
+        if self.guard is not None:
+            self.guard()
 
     # -- micro-batches ---------------------------------------------------------------------
     def handle_batch(self, df, batch_id: int) -> None:
@@ -213,26 +252,29 @@ class Controller:
                   ) -> BatchEvent:
         """One micro-batch: intent, tasks (``run_tasks(ctx, shards)`` runs the executor on all or some splits),
         duplicates, ledger, markers, state.  Public so that tests can drive it without Spark."""
-        if self.guard is not None:
-            self.guard()
+        self._guard()
         self._attempt_started = self.clock()
-        intent, replayed = self.begin_batch(batch_id)
+        intent, replayed = self.begin_batch(batch_id, run_tasks)
         drop = self.ckpt.load_drops(batch_id) if replayed else {}
         outputs = run_tasks(self.batch_context(intent, drop), None)
         rows = None
         if self.dedupe is not None:
-            outputs, rows = self._drop_duplicates(intent, drop, outputs, run_tasks)
+            outputs, rows, drop = self._drop_duplicates(intent, drop, outputs, run_tasks)
+        if drop:
+            self._remove_emptied(intent, drop, [rep for rep, _ in outputs])
         result = summarize([rep for rep, _ in outputs])
         return self.finish_batch(intent, result, replayed=replayed, dedupe_rows=rows)
 
     def _drop_duplicates(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs, run_tasks):
-        """Find records whose key was written before (in the window) and rewrite their splits without them."""
+        """Find records whose key was written before (in the window) and rewrite their splits without them.
+
+        Returns the final outputs, their key rows and the batch's drop list."""
         from event_etl.dedupe import find_duplicates, rows_of
 
         rows = rows_of([keys for _, keys in outputs])
         dup = find_duplicates(rows, self.dedupe.seen_before(intent.batch_id))
         if not dup.any():
-            return outputs, rows
+            return outputs, rows, drop
         names = {(rep["shard"], f["file_key"]): f["name"] for rep, _ in outputs for f in rep["files"]}
         names.update({(rep["shard"], rep["deadletter"]["file_key"]): rep["deadletter"]["path"].rsplit("/", 1)[1]
                       for rep, _ in outputs if rep.get("deadletter")})
@@ -243,25 +285,47 @@ class Controller:
         self.ckpt.save_drops(intent.batch_id, frozen)  # a replay skips the same records
         shards = {int(s) for s in np.unique(rows[dup]["shard"])}
         again = run_tasks(self.batch_context(intent, frozen), shards)
-        def paths(reports) -> set[str]:
-            reports = list(reports)
-            out = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep in reports for f in rep["files"]}
-            return out | {rep["deadletter"]["path"] for rep in reports if rep.get("deadletter")}
-
-        before = paths(rep for rep, _ in outputs if rep["shard"] in shards)
-        after = paths(rep for rep, _ in again)
-        for rel in sorted(before - after):  # every record of that file was a duplicate
-            self.storage.delete(rel)
+        faults.point("duplicates_rewritten", str(intent.batch_id))
         outputs = [o for o in outputs if o[0]["shard"] not in shards] + again
         rows = rows_of([keys for _, keys in outputs])
         left = find_duplicates(rows, self.dedupe.seen_before(intent.batch_id))
         if left.any():
             raise IntegrityError(f"batch {intent.batch_id}: {int(left.sum())} duplicates remain after rewriting",
                                  fix="report this as a bug, with the checkpoint's etl/ folder")
-        return outputs, rows
+        return outputs, rows, frozen
 
-    def begin_batch(self, batch_id: int) -> tuple[BatchIntent, bool]:
-        """Step 1: the batch's intent, new or (for a replay) as first written.  Returns ``(intent, replayed)``."""
+    def _remove_emptied(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], reports: list[dict]) -> None:
+        """Delete the batch's files that its duplicates emptied: named in the drop list, but no longer written.
+
+        A first attempt removes them after rewriting; a replay removes what a killed attempt left."""
+        made = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep in reports for f in rep["files"]}
+        made |= {rep["deadletter"]["path"] for rep in reports if rep.get("deadletter")}
+        for name in sorted(drop):
+            rel = self._output_path(intent, name)
+            if rel is not None and rel not in made and self.storage.exists(rel):
+                self._guard()
+                self.storage.delete(rel)
+
+    def _output_path(self, intent: BatchIntent, name: str) -> str | None:
+        """Where a file of this batch named ``name`` (a data or dead-letter file) lies, relative to the sink."""
+        if name.startswith("dl-"):
+            m = _DL_NAME_RE.match(name)
+            if m is None:
+                return None
+            rel = deadletter_file_path(self.et.name, intent.started_at, intent.batch_id, int(m.group(1)),
+                                       writer=self.writer)
+            return rel if rel.endswith("/" + name) else None
+        try:
+            return f"{hour_dir(self.et.name, parse_data_file_name(name).hour_start)}/{name}"
+        except ValueError:
+            return None
+
+    def begin_batch(self, batch_id: int, run_tasks=None) -> tuple[BatchIntent, bool]:
+        """Step 1: the batch's intent, new or (for a replay) as first written.  Returns ``(intent, replayed)``.
+
+        A job's first batch (no watermark yet) measures "too late" against the watermark its own
+        events would give: ``run_tasks`` is asked for it first, over the whole batch, so that the
+        verdicts do not depend on how the input was split."""
         intent = self.ckpt.load_intent(batch_id)
         if intent is not None:
             self.pending_batch = batch_id
@@ -271,15 +335,31 @@ class Controller:
                 f"Spark replays batch {batch_id}, which finished before and whose intent is gone",
                 fix="the checkpoint's etl/ and spark/ parts do not belong together; restore both or start anew",
             )
-        intent = BatchIntent(batch_id, self.state.watermark, self.clock())
+        settings = {k: getattr(self.et, k) for k in FROZEN_SETTINGS}
+        intent = BatchIntent(batch_id, self.state.watermark, self.clock(), settings)
+        if intent.wm_start is None and run_tasks is not None:
+            intent = replace(intent, reference=self._first_batch_reference(intent, run_tasks))
         self.ckpt.save_intent(intent)
         self.pending_batch = batch_id
         return intent, False
 
-    def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None) -> BatchContext:
+    def _first_batch_reference(self, intent: BatchIntent, run_tasks) -> int | None:
+        reports = [rep for rep, _ in run_tasks(self.batch_context(intent, mode="reference"), None)]
+        best = [rep["reference"] for rep in reports if rep.get("reference") is not None]
+        return max(best) - self.event_type_of(intent).out_of_orderness if best else None
+
+    def event_type_of(self, intent: BatchIntent) -> EventType:
+        """The event type as the batch was first judged: its frozen settings and schema over today's."""
+        if not intent.settings:
+            return self.et
+        return replace(self.et, **{k: v for k, v in intent.settings.items() if k in FROZEN_SETTINGS})
+
+    def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None, *,
+                      mode: str = "write") -> BatchContext:
         """What the executor tasks of the batch are handed."""
-        return BatchContext(self.et, self.storage.url, intent.batch_id, intent.wm_start, intent.started_at,
-                            dict(drop or {}), self.writer)
+        return BatchContext(self.event_type_of(intent), self.storage.url, intent.batch_id, intent.wm_start,
+                            intent.started_at, dict(drop or {}), self.writer, reference=intent.reference, mode=mode,
+                            fence=self.fence)
 
     def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False,
                      dedupe_rows: np.ndarray | None = None) -> BatchEvent:
@@ -294,8 +374,10 @@ class Controller:
             batch_id=batch_id,
             wm_start=intent.wm_start,
             batch_max_event_time=result.max_event_time,
+            batch_max_counted=result.max_counted_time,
             batch_min_hour=result.min_hour,
-            out_of_orderness=self.et.out_of_orderness,
+            batch_max_hour=result.max_hour,
+            out_of_orderness=self.event_type_of(intent).out_of_orderness,
         )
         now = self.clock()
         new, marked = self._mark(new, now)
@@ -309,9 +391,8 @@ class Controller:
                 self.ckpt.drop_dedupe_rows(gone)
         self.ckpt.prune_intents(batch_id - 2)
         self.pending_batch = None
-        if result.counts.get("timely"):
-            self.quiet_since = now
-            self.wm_when_quiet = new.watermark
+        if result.events_in:  # any record shows the source is alive: late, invalid and duplicate ones too
+            self.last_input = now
         self.batches += 1
         self.totals.update(result.counts)
         self.totals["deadlettered"] += result.deadlettered
@@ -325,16 +406,19 @@ class Controller:
 
     def _event_clock(self, state: WatermarkState) -> int | None:
         """How far event time has come, for forgetting old keys: the watermark the events alone
-        would give.  A drain or an idle advance moves the watermark without new events; forgetting
-        by it would let the copies of events sent just before a redeploy through."""
-        if state.max_event_time is None:
+        would give (each counted at most up to its arrival).  A drain or an idle advance moves the
+        watermark without new events; forgetting by it would let the copies of events sent just
+        before a redeploy through."""
+        if state.event_clock is None:
             return None
-        return state.max_event_time - self.et.out_of_orderness
+        return state.event_clock - self.et.out_of_orderness
 
     # -- markers ---------------------------------------------------------------------------
     def _mark(self, state: WatermarkState, now: int) -> tuple[WatermarkState, list[Manifest]]:
+        """Mark the hours ``state`` completes (at most a step's worth, oldest first)."""
         marked = []
         for hour in hours_to_mark(state.first_hour, state.marked_through, state.watermark):
+            self._guard()
             faults.point("before_marker", str(hour))
             marked.append(self._write_marker(hour, state.watermark, now, state.last_batch_id))
             faults.point("after_marker", str(hour))
@@ -349,6 +433,39 @@ class Controller:
             self.ckpt.drop_ledger(m.hour)
             self.hours_marked.append(m.hour)
             self._emit("marker", m)
+
+    def _adopt_markers(self) -> list[Manifest]:
+        """Markers this job wrote after its last saved state (it was killed in between): take them as written.
+
+        Markers are written oldest first, so they are the hours right after ``marked_through``
+        that hold one.  Each must list exactly the files of this job's ledger; the watermark
+        moves to the one that completed them."""
+        st = self.state
+        if st.first_hour is None:
+            return []
+        hour = st.first_hour if st.marked_through is None else max(st.first_hour, st.marked_through + HOUR_MS)
+        adopted: list[Manifest] = []
+        while True:
+            rel = f"{hour_dir(self.et.name, hour)}/{MARKER_NAME}"
+            try:
+                data = self.storage.read(rel)
+            except FileNotFoundError:
+                break
+            m = Manifest.from_bytes(data)
+            entries = self.ckpt.read_ledger(hour)
+            if set(m.files) != set(entries):
+                raise IntegrityError(
+                    f"{self.storage.display(rel)} lists other files than this job wrote "
+                    f"({compare_listing(entries, {f.name: f.bytes for f in m.files}).describe()})",
+                    fix="another job wrote this hour: make sure only one job writes each event type to each sink",
+                )
+            adopted.append(m)
+            hour += HOUR_MS
+        if adopted:
+            new = replace(st.with_watermark(max(m.watermark for m in adopted)), marked_through=adopted[-1].hour)
+            self._commit_state(new, adopted)
+            self._emit("adopted", adopted)
+        return adopted
 
     def _write_marker(self, hour: int, watermark: int, now: int, last_batch: int) -> Manifest:
         rel_dir = hour_dir(self.et.name, hour)
@@ -397,13 +514,27 @@ class Controller:
             return other
         return manifest
 
+    def unmarked_complete_hours(self) -> bool:
+        """Whether hours the watermark has passed still wait for their marker (a jump of event time)."""
+        st = self.state
+        return bool(hours_to_mark(st.first_hour, st.marked_through, st.watermark, limit=1))
+
     # -- between batches -------------------------------------------------------------------
     def tick(self) -> list[Manifest]:
-        """Advance the watermark of a quiet source and mark the hours it completes."""
+        """Advance the watermark of a quiet source and mark the hours it completes.
+
+        The source is quiet (:func:`event_etl.rules.watermark.quiet_since`) when no batch held any
+        record, and it reports no backlog and no outage, for the type's idle timeout."""
         with self.lock:
             if self.busy or self.pending_batch is not None:
                 return []
             now = self.clock()
+            activity = self.source_activity() if self.source_activity is not None else None
+            since = max(self.quiet_since,
+                        quiet_since(self.last_input, activity, now=now, stale_after=self.activity_stale_ms))
+            if since != self.quiet_since:  # not quiet after all: the idle timer starts again from here
+                self.quiet_since = since
+                self.wm_when_quiet = self.state.watermark
             wm = idle_watermark(
                 self.state.watermark,
                 quiet_since=self.quiet_since,
@@ -411,11 +542,14 @@ class Controller:
                 now=now,
                 idle_timeout=self.et.idle_timeout,
             )
-            if wm is None or wm == self.state.watermark:
+            if (wm is None or wm == self.state.watermark) and not self.unmarked_complete_hours():
                 return []
+            self._guard()
+            before = self.state.watermark
             new, marked = self._mark(self.state.with_watermark(wm), now)
             self._commit_state(new, marked)
-            self._emit("idle", new)
+            if new.watermark != before or marked:
+                self._emit("idle", new)
             return marked
 
     def drain(self) -> list[Manifest]:
@@ -426,15 +560,26 @@ class Controller:
                     f"cannot drain: batch {self.pending_batch} was started but not finished",
                     fix="run the job again (without --drain) so Spark replays it, then drain",
                 )
-            wm = drain_watermark(self.state.watermark, self.state.max_event_time)
+            self._guard()
+            st = self.state
+            wm = drain_watermark(st.watermark, st.max_event_time, st.last_hour)
             if wm is None:
                 return []
-            new, marked = self._mark(self.state.with_watermark(wm), self.clock())
-            self._commit_state(new, marked)
+            new = st.with_watermark(wm)
+            marked: list[Manifest] = []
+            while True:  # a step at a time (a jump of event time can complete thousands of hours)
+                new, step = self._mark(new, self.clock())
+                self._commit_state(new, step)
+                marked.extend(step)
+                if not step:
+                    break
             self._emit("drain", new)
             return marked
 
     def request_stop(self) -> None:
-        """Let the running batch finish; any later batch is refused (and replayed by the next run)."""
+        """Let the running batch finish; the runner then stops the query at the batch boundary."""
         with self.lock:
             self.stopping = True
+
+
+_DL_NAME_RE = re.compile(r"^dl-(?:w[0-9a-f]{6}-)?b\d{10}-s(\d{4})\.avro$")

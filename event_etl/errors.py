@@ -29,6 +29,7 @@ __all__ = [
     "ConfigError",
     "UsageError",
     "CheckpointMismatchError",
+    "CheckpointFormatError",
     "StorageError",
     "IntegrityError",
     "SourceError",
@@ -67,6 +68,12 @@ class ConfigError(EventEtlError):
 
 class CheckpointMismatchError(EventEtlError):
     """A checkpoint belongs to another event type, sink or source than the one asked for."""
+
+    exit_code = 2
+
+
+class CheckpointFormatError(EventEtlError):
+    """A checkpoint (or a manifest) is in a format this release does not know: written by a newer one."""
 
     exit_code = 2
 

@@ -34,6 +34,7 @@ from event_etl import faults
 from event_etl.avroio import encode_container, sync_marker_for
 from event_etl.deadletter import DEADLETTER_SCHEMA
 from event_etl.errors import IntegrityError, SourceError
+from event_etl.lease import Fence
 from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import MARKER_NAME, data_file_name, deadletter_file_path, hour_dir
 from event_etl.fastpath import plan_for
@@ -54,7 +55,16 @@ _READ_BYTES = 1024 * 1024  # the fast path's chunk size (event_etl.fastpath.CHUN
 
 @dataclass(frozen=True)
 class BatchContext:
-    """What every task of one micro-batch needs to know (shipped to executors with the task)."""
+    """What every task of one micro-batch needs to know (shipped to executors with the task).
+
+    - ``drop``: records not to write again (file name -> positions): duplicates found by an
+      earlier attempt;
+    - ``reference``: for a job's first batch, the watermark the whole batch's events give, to
+      measure "too late" against (fixed in the batch's intent);
+    - ``mode``: ``write``, or ``reference`` to only report the split's largest acceptable
+      counted event time (the first batch's reference is the largest over its splits);
+    - ``fence``: the lease the job must still hold when a task writes (see :mod:`event_etl.lease`).
+    """
 
     event_type: EventType
     sink: str
@@ -63,7 +73,9 @@ class BatchContext:
     started_at: int
     drop: dict[str, tuple[int, ...]] = field(default_factory=dict)
     writer: str = ""
-    """Records not to write again (file name -> positions): duplicates found by an earlier attempt."""
+    reference: int | None = None
+    mode: str = "write"
+    fence: dict[str, Any] | None = None
 
 
 _DECODERS: dict[tuple[str, str], Any] = {}
@@ -319,71 +331,49 @@ class _Group:
         return self.done
 
 
-def _decoded_chunks(split: Split, plan, *, keep_bytes: bool = True) -> Iterator[tuple[Any, Any, int, int, str]]:
-    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split.
-
-    ``keep_bytes=False``: a fast chunk's ``data`` is a :class:`_Reread` instead of its bytes
-    (for chunks held in memory; only a rejected record needs them).
-    """
+def _decoded_chunks(split: Split, plan) -> Iterator[tuple[Any, Any, int, int, str]]:
+    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split."""
     for uri, start, end, arrival in split.ranges():
         where = os.path.basename(uri) + "@"
         for data, base in _file_chunks(uri, start, end):
-            fc = plan.decode(data)
-            if fc is not None and not keep_bytes:
-                data = _Reread(uri, base, len(data))
-            yield fc, data, base, arrival, where
+            yield plan.decode(data), data, base, arrival, where
 
 
-class _Reread:
-    """The bytes of a chunk, read again from its file when sliced."""
+def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | None:
+    """The largest counted time (event time, at most its arrival) of the split's acceptable events.
 
-    def __init__(self, uri: str, base: int, size: int) -> None:
-        self.uri, self.base, self.size = uri, base, size
-        self._data: bytes | None = None
-
-    def __getitem__(self, key: slice) -> bytes:
-        if self._data is None:
-            with open(self.uri, "rb") as fh:
-                fh.seek(self.base)
-                self._data = fh.read(self.size)
-        return self._data[key]
-
-
-def _popping(items: list) -> Iterator[Any]:
-    while items:
-        yield items.pop()
-
-
-def _first_batch_reference(split: Split, ctx: BatchContext, decode, chunks: list | None = None) -> int | None:
-    """For a job's first batch: this split's would-be watermark, to measure "too late" against.
-
-    ``chunks``: the split already decoded (:func:`_decoded_chunks`), so it is not read twice.
+    A job's first batch has no watermark: it measures "too late" against the one its own
+    events give, the largest of these over its splits minus the out-of-orderness bound.
     """
-    et = ctx.event_type
+    decoder = _decoder(et)
+    skew = et.max_future_skew
     best = None
+    plan = plan_for(decoder) if fast and split.kind == "files" else None
 
     def consider(t: int, arrival: int) -> None:
         nonlocal best
-        if t <= arrival + et.max_future_skew and (best is None or t > best):
-            best = t
+        if t <= arrival + skew:
+            c = t if t <= arrival else arrival
+            if best is None or c > best:
+                best = c
 
-    if chunks is not None:
-        for fc, data, base, arrival, _ in chunks:
+    if plan is not None:
+        for fc, data, base, arrival, _ in _decoded_chunks(split, plan):
             if fc is not None:
-                ok = fc.times[fc.times <= arrival + et.max_future_skew]
+                ok = fc.times[fc.times <= arrival + skew]
                 if len(ok):
                     consider(int(ok.max()), arrival)
                 continue
             for payload, _, _, _, _ in _chunk_lines(data, base, arrival, ""):
-                good, _, t = decode(payload)
+                good, _, t = decoder.decode(payload)
                 if good:
                     consider(t, arrival)
-    else:
-        for payload, arrival, _, _, msg in iter_payloads(split, et):
-            good, _, t = decode(payload) if msg is None else _decoder(et).decode_message(payload, msg[1], arrival)
-            if good:
-                consider(t, arrival)
-    return None if best is None else best - et.out_of_orderness
+        return best
+    for payload, arrival, _, _, msg in iter_payloads(split, et):
+        good, _, t = decoder.decode(payload) if msg is None else decoder.decode_message(payload, msg[1], arrival)
+        if good:
+            consider(t, arrival)
+    return best
 
 
 def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bool = True) -> tuple[dict[str, Any], bytes]:
@@ -395,16 +385,12 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     from event_etl.dedupe import KEY_DTYPE, key_hash
 
     et = ctx.event_type
+    if ctx.mode == "reference":
+        return {"shard": split.shard, "reference": split_reference(split, et, fast=fast)}, b""
     decoder = _decoder(et)
     decode, decode_message = decoder.decode, decoder.decode_message
     plan = plan_for(decoder) if fast and split.kind == "files" else None
-    chunks: Any = None
-    reference = None
-    if ctx.wm_start is None:
-        # A job's first batch judges "too late" against the split's would-be watermark, so it
-        # needs every event time before it can write: decoded chunks are held, not read twice.
-        chunks = list(_decoded_chunks(split, plan, keep_bytes=False)) if plan is not None else None
-        reference = _first_batch_reference(split, ctx, decode, chunks)
+    reference = ctx.reference if ctx.wm_start is None else None
     judge = make_judge(
         ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
         too_late_reference=reference,
@@ -419,6 +405,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
     delay_sum = [0]
+    counted = [None]  # the largest counted time (event time, at most its arrival) of the records written
     timely_o, late_o = Outcome.TIMELY, Outcome.LATE
 
     def group_for(hour: int, late: bool) -> _Group:
@@ -453,6 +440,9 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
                         keys.append((key_hash("i", v), t, shard, fk, pos))
                 if msg is not None:  # remembered by publish time too: a redelivered late event is old in event time
                     keys.append((key_hash("m", f"{msg[0]}@{arrival}"), max(t, arrival), shard, fk, pos))
+            c = t if t <= arrival else arrival
+            if counted[0] is None or c > counted[0]:
+                counted[0] = c
             d = arrival - t
             delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
             if d > 0:  # early events (within max_future_skew) count in the lowest bucket and add nothing
@@ -488,6 +478,9 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
                 counts[OUTCOME_CODES[code].value] += k
         wi = np.flatnonzero(written)
         if len(wi):
+            c = min(int(fc.times[wi].max()), arrival)
+            if counted[0] is None or c > counted[0]:
+                counted[0] = c
             d = arrival - fc.times[wi]
             per_bucket = np.bincount(np.searchsorted(_DELAY_BOUNDS_MS, d, side="left"), minlength=len(delays))
             for b, c in enumerate(per_bucket.tolist()):
@@ -508,33 +501,32 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
                             where + str(base + int(fc.starts[i])), arrival, t))
 
     if plan is not None:
-        if chunks is not None:
-            chunks.reverse()  # popped as they are written: memory is given back as the task goes
-        for fc, data, base, arrival, where in (_popping(chunks) if chunks is not None else _decoded_chunks(split, plan)):
+        for fc, data, base, arrival, where in _decoded_chunks(split, plan):
             if fc is not None:
                 chunk(fc, data, base, arrival, where)
             else:
                 for item in _chunk_lines(data, base, arrival, where):
                     one(*item)
-        chunks = None
     else:
         for item in iter_payloads(split, et):
             one(*item)
     files: list[dict[str, Any]] = []
-    max_t = min_hour = None
+    max_t = min_hour = max_hour = None
+    fence = Fence.of(ctx.fence, storage)
     for (hour, late), g in sorted(groups.items()):
         written = g.finish()
         if g.max_t is not None:
             max_t = g.max_t if max_t is None else max(max_t, g.max_t)
             # every hour that receives a file counts, the open hour of late records too: markers
-            # start at the earliest hour that received data
+            # start at the earliest hour that received data, and a drain closes up to the latest
             min_hour = hour if min_hour is None else min(min_hour, hour)
+            max_hour = hour if max_hour is None else max(max_hour, hour)
         rel_dir = hour_dir(et.name, hour)
         for name, data, n, fk in written:
             files.append({
                 "hour": hour, "name": name, "records": n, "bytes": len(data), "file_key": fk,
                 "sha256": hashlib.sha256(data).hexdigest(), "late": late,
-                "written": _store_once(storage, f"{rel_dir}/{name}", data, hour),
+                "written": _store_once(storage, f"{rel_dir}/{name}", data, hour, fence),
             })
     dl_rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, shard, writer=ctx.writer)
     dl_skip = frozenset(ctx.drop.get(os.path.basename(dl_rel), ()))
@@ -545,7 +537,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
             if r[3].startswith("msg:") and i not in dl_skip:
                 keys.append((key_hash("m", f"{r[3][4:]}@{r[4]}"), max(r[4], r[5] or r[4]), shard, DEADLETTER_FILE_KEY, i))
     rejects = [r for i, r in enumerate(rejects) if i not in dl_skip]
-    dl = _write_deadletters(rejects, dl_rel, ctx, storage)
+    dl = _write_deadletters(rejects, dl_rel, ctx, storage, fence)
     reasons = Counter(r[0] for r in rejects)
     counts["invalid"] = sum(n for r, n in reasons.items() if r not in (Reason.FUTURE.value, Reason.TOO_LATE.value))
     report = {
@@ -555,7 +547,9 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
         "files": files,
         "deadletter": dl,
         "max_event_time": max_t,
+        "max_counted_time": counted[0],
         "min_hour": min_hour,
+        "max_hour": max_hour,
         "delay_buckets": delays,
         "delay_sum_ms": delay_sum[0],
     }
@@ -576,17 +570,22 @@ def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: 
             f"(allowed_lateness {format_duration(et.allowed_lateness)})")
 
 
-def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None) -> bool:
-    """Write ``rel`` unless an earlier attempt of the same batch already did.  True if written now."""
+def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence: "Fence | None" = None) -> bool:
+    """Write ``rel`` unless an earlier attempt of the same batch already did.  True if written now.
+
+    An existing file counts as written only if it holds exactly these bytes (its sha256); a
+    replay that makes other bytes under the same name means its input changed.
+    """
     folder, name = rel.rsplit("/", 1)
     if storage.exists(rel):
-        size = storage.list_files(folder).get(name)
-        if size == len(data):
+        old = storage.read(rel)
+        if hashlib.sha256(old).digest() == hashlib.sha256(data).digest():
             return False
         if hour is not None and storage.exists(f"{folder}/{MARKER_NAME}"):
             raise IntegrityError(
-                f"{storage.display(rel)} exists with {size} bytes, but a replay of its batch made {len(data)}, "
-                "and its hour is already marked complete",
+                f"{storage.display(rel)} exists ({len(old)} bytes, sha256 {hashlib.sha256(old).hexdigest()[:12]}…), "
+                f"but a replay of its batch made other bytes ({len(data)} bytes, sha256 "
+                f"{hashlib.sha256(data).hexdigest()[:12]}…), and its hour is already marked complete",
                 fix="the input of a finished batch changed; restore it, or move this hour aside and re-run",
             )
     elif hour is not None and storage.exists(f"{folder}/{MARKER_NAME}"):
@@ -595,12 +594,14 @@ def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None) -> bo
             f"{storage.display(folder)} is already complete, but this job was about to add {name} to it",
             fix="two jobs write this event type to this sink; stop one (each job holds a lease, see the README)",
         )
+    if fence is not None:
+        fence.check()
     faults.point("write_file", rel)
     storage.write_atomic(rel, data)
     return True
 
 
-def _write_deadletters(rejects, rel, ctx, storage) -> dict[str, Any] | None:
+def _write_deadletters(rejects, rel, ctx, storage, fence=None) -> dict[str, Any] | None:
     if not rejects:
         return None
     et = ctx.event_type
@@ -610,7 +611,7 @@ def _write_deadletters(rejects, rel, ctx, storage) -> dict[str, Any] | None:
         for reason, detail, payload, pos, arrival, t in rejects
     ]
     data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
-    written = _store_once(storage, rel, data, None)
+    written = _store_once(storage, rel, data, None, fence)
     return {"path": rel, "records": len(recs), "bytes": len(data), "written": written,
             "file_key": DEADLETTER_FILE_KEY}
 

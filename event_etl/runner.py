@@ -123,9 +123,12 @@ def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[
         from event_etl.sources.pubsub import check_subscription
 
         check_subscription(spec.params["subscription"])
+    from event_etl import __version__
+
+    ckpt.open_format(release=f"event_etl {__version__}")  # refuses a newer format; migrates an older one
     old_job = ckpt.job()
     if old_job is not None:  # fail before starting Spark if the checkpoint is someone else's
-        ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink})
+        ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink, "source": spec.identity()})
     return Prepared(event_type, options, spec, sink, storage, ckpt, trigger_ms, now)
 
 
@@ -175,9 +178,16 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
         "ack_deadline": int(os.environ.get("EVENT_ETL_PUBSUB_ACK_DEADLINE", "60")),
     }
     printer = ProgressPrinter(et.name, clock, quiet=options.quiet)
+    from event_etl.sources.activity import read_activity
+
+    log_dir = source_spec["log_dir"]
     controller = Controller(
         event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
-        writer=str(job.get("writer", "")), guard=p.lease.check if p.lease is not None else None,
+        writer=str(job.get("writer", "")), guard=p.lease.guard if p.lease is not None else None,
+        fence=p.lease.fence() if p.lease is not None else None,
+        source_activity=lambda: read_activity(log_dir),
+        # the source reports at every trigger; a report older than this cannot tell what waits
+        activity_stale_ms=max(3 * p.trigger_ms, 30_000),
     )
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
     controller.listeners.extend(metrics.listeners)

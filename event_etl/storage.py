@@ -7,6 +7,13 @@ Two guarantees the rest of event_etl builds on:
   on local disk, a single upload on object stores.
 - :meth:`Storage.create_only` never overwrites: a hard link on local disk, an upload
   with ``ifGenerationMatch=0`` on GCS.  A second writer gets ``False``, not an overwrite.
+  :meth:`Storage.write_if` replaces a file only if it is still the version that was read
+  (compare-and-swap: a generation match on GCS, a lock file on local disk); the lease is
+  built on it.
+
+Only sinks whose writes are proven create-only and atomic are accepted: local folders and
+``gs://``.  Other fsspec schemes (``s3://``, ``hdfs://``, ...) are refused with that reason:
+their "create unless it exists" is a check followed by a write, which two writers can both pass.
 
 All paths given to a :class:`Storage` are relative to its root and checked: absolute
 paths, ``..`` and empty components are refused, so nothing is ever written outside the
@@ -81,6 +88,24 @@ def _is_transient(err: BaseException) -> bool:
         "ClientError", "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError")
 
 
+SUPPORTED_SCHEMES = ("gs",)
+"""Remote schemes a sink may use (besides local paths and ``file://``)."""
+
+
+def check_sink_url(url: str) -> None:
+    """Refuse a sink on a file system whose writes event_etl cannot make create-only."""
+    if "://" not in url or url.startswith("file://"):
+        return
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in SUPPORTED_SCHEMES:
+        raise StorageError(
+            f"sink {url!r}: {scheme}:// is not supported: event_etl needs writes that cannot overwrite "
+            "(markers are created once, the lease is compare-and-swap), and on this file system they would be a "
+            "check followed by a write, which two writers can both pass",
+            fix="write to a local folder (or a mounted shared volume) or to gs://bucket/prefix",
+        )
+
+
 class Storage:
     """A sink root and the few operations event_etl needs on it.
 
@@ -93,6 +118,7 @@ class Storage:
         import fsspec
         from fsspec.implementations.local import LocalFileSystem
 
+        check_sink_url(url)
         self.url = url.rstrip("/") if url not in ("/",) else url
         opts = {**_fs_options(url), **options}
         try:
@@ -178,6 +204,59 @@ class Storage:
             return True
         except OSError as err:
             raise StorageError(f"cannot create {self.display(rel)}: {err}", fix="check the sink's permissions") from err
+
+    def read_versioned(self, rel: str) -> tuple[bytes, str] | None:
+        """The content of ``rel`` and its version (for :meth:`write_if`), or ``None`` if it does not exist."""
+        target = self.path(rel)
+        try:
+            if self.local:
+                with open(target, "rb") as fh:
+                    data = fh.read()
+                import hashlib
+
+                return data, hashlib.sha256(data).hexdigest()
+            info = self._retry(f"reading {self.display(rel)}", lambda: self.fs.info(target))
+            generation = str(info.get("generation") or "")
+            data = self._retry(f"reading {self.display(rel)}", lambda: self.fs.cat_file(target, generation=generation)
+                               if generation else self.fs.cat_file(target))
+            return data, generation
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise StorageError(f"cannot read {self.display(rel)}: {err}", fix="check credentials and network") from err
+
+    def write_if(self, rel: str, data: bytes, version: str | None) -> bool:
+        """Replace ``rel`` with ``data`` only if it is still at ``version`` (``None``: only if it does not exist).
+
+        ``False`` when another writer changed (or created) it since it was read: nothing is written.
+        """
+        if version is None:
+            return self.create_only(rel, data)
+        target = self.path(rel)
+        if self.local:
+            import fcntl
+            import hashlib
+
+            lock = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.lock")
+            with open(lock, "a+b") as lk:
+                fcntl.flock(lk.fileno(), fcntl.LOCK_EX)
+                try:
+                    with open(target, "rb") as fh:
+                        if hashlib.sha256(fh.read()).hexdigest() != version:
+                            return False
+                except FileNotFoundError:
+                    return False
+                self.write_atomic(rel, data)
+                return True
+        try:
+            self._retry(f"replacing {self.display(rel)}", lambda: _gcs_upload_if_generation(self.fs, target, data, version))
+        except FileExistsError:  # 412: the generation changed
+            return False
+        except FileNotFoundError:
+            return False
+        except OSError as err:
+            raise StorageError(f"cannot write {self.display(rel)}: {err}", fix="check the sink's permissions") from err
+        return True
 
     def check_writable(self) -> None:
         """Fail fast, with the fix, if the sink cannot be written (missing bucket, no permission, no network)."""
@@ -267,6 +346,24 @@ class Storage:
             return []
         except OSError as err:
             raise StorageError(f"cannot list {self.display(rel_dir)}: {err}", fix="check credentials and network") from err
+
+
+def _gcs_upload_if_generation(fs, path: str, data: bytes, generation: str) -> None:
+    """Upload ``data`` to ``path`` on GCS only if the object is at ``generation`` (JSON API, ``ifGenerationMatch``).
+
+    gcsfs offers create-only uploads (generation 0) but not a match on another generation.  A
+    mismatch is answered 412, which gcsfs raises as ``FileExistsError``."""
+    import json as _json
+    from urllib.parse import quote
+
+    bucket, key, _ = fs.split_path(path)
+    meta = _json.dumps({"name": key})
+    body = (f"--==0==\nContent-Type: application/json; charset=UTF-8\n\n{meta}\n--==0==\n"
+            "Content-Type: application/octet-stream\n\n").encode() + data + b"\n--==0==--"
+    fs.call("POST", f"{fs._location}/upload/storage/v1/b/{quote(bucket)}/o", uploadType="multipart",
+            headers={"Content-Type": 'multipart/related; boundary="==0=="'}, data=body, json_out=True,
+            ifGenerationMatch=str(generation))
+    fs.invalidate_cache(path)
 
 
 _CACHE: dict[str, Storage] = {}

@@ -63,7 +63,7 @@ def test_the_log_survives_a_restart_and_replays_identically(tmp_path):
     clock.now = t("14:00")
     p2 = planner(tmp_path, clock)
     assert p2.splits(s, e) == first, "a replayed batch reads the same files with the same arrival time"
-    assert first[0].ranges()[0][3] == t("12:59"), "payloads of a file arrive when it was written"
+    assert first[0].ranges()[0][3] == t("13:00"), "payloads of a file arrive when the job first listed it"
 
 
 def test_available_now_stops_at_what_was_there(tmp_path):
@@ -129,3 +129,28 @@ def test_plan_tasks_cover_every_line_once_in_order(tmp_path, tasks, max_bytes):
     else:
         assert all(sum(e - s for _, s, e, _ in r) <= max_bytes + 40 for r in plan)
     assert plan_tasks(files, tasks=tasks, max_bytes=max_bytes, min_bytes=1) == plan, "a pure function"
+
+
+@pytest.mark.parametrize("mtime", ["12:20", "13:30", "2026-11-24T00:00"])
+def test_arrival_is_when_the_job_listed_the_file_not_what_its_mtime_says(tmp_path, mtime):
+    """A producer controls mtimes (``cp -p`` keeps an old one, a host with a fast clock writes one in
+    the future): events must not be judged by them."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"1\n")
+    os.utime(tmp_path / "in" / "a.jsonl", (t(mtime) / 1000, t(mtime) / 1000))
+    p = planner(tmp_path, FakeClock(t("13:00")))
+    s = p.initial_offset()
+    assert p.splits(s, p.latest_offset(s, None))[0].ranges()[0][3] == t("13:00")
+
+
+def test_a_file_logged_by_release_0_1_keeps_the_arrival_it_was_judged_with(tmp_path):
+    """Entries of a format-1 log carry no ``arrival``: a batch replayed across the upgrade keeps its mtime."""
+    import json
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"1\n")
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "000000000000.json").write_text(json.dumps(
+        [{"name": "a.jsonl", "size": 2, "found": t("12:59"), "listed": t("13:00")}]))
+    p = planner(tmp_path, FakeClock(t("14:00")))
+    assert p.splits({"files": 0}, {"files": 1})[0].ranges()[0][3] == t("12:59")

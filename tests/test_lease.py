@@ -39,9 +39,14 @@ def test_an_expired_lease_is_taken_over(tmp_path):
     dead._stop.set()  # its holder "dies": no more renewals (its process would hold no lock either)
     dead._unlock()
     clock.now = t("13:00:30")
-    with pytest.raises(LeaseHeldError):
+    with pytest.raises(LeaseHeldError, match="valid for 30s more"):
         lease(tmp_path, "ck2", clock).acquire()
-    clock.now = t("13:01:01")
+    clock.now = t("13:01:10")  # expired, but not for the margin (ttl / 4) yet: the old holder may still write
+    with pytest.raises(LeaseHeldError, match="ran out 10s ago and may be taken over in 5s"):
+        lease(tmp_path, "ck2", clock).acquire()
+    with pytest.raises(LeaseHeldError, match="could not be renewed in time"):
+        dead.guard()  # while nobody may take it yet, the old holder has already stopped writing
+    clock.now = t("13:01:16")
     new = lease(tmp_path, "ck2", clock).acquire()
     with pytest.raises(LeaseHeldError, match="now held by"):
         dead.check()  # the old holder, if it comes back, stops
@@ -84,3 +89,64 @@ def test_lease_file_says_who_holds_it(tmp_path):
     assert {"host", "pid", "checkpoint", "started_at", "expires_at"} <= set(doc)
     ls.release()
     assert not (tmp_path / "sink" / "click" / "_LEASE").exists()
+
+
+def test_the_same_checkpoint_path_on_another_host_is_another_job(tmp_path, monkeypatch):
+    """A shared mount: a second host with the same --checkpoint does not take over a live lease."""
+    clock = FakeClock(t("13:00"))
+    first = lease(tmp_path, "ck1", clock).acquire()
+    first._unlock()  # the other host does not see this host's flock
+    other = lease(tmp_path, "ck1", clock)
+    other.host = "another-host"
+    with pytest.raises(LeaseHeldError, match="already being written"):
+        other.acquire()
+    first._stop.set()
+
+
+def test_a_takeover_between_read_and_write_loses_the_race(tmp_path):
+    """Renewals and takeovers are compare-and-swap: a lease changed after it was read is not overwritten."""
+    storage = Storage(str(tmp_path / "sink"))
+    storage.write_atomic("click/_LEASE", b'{"holder": "a"}')
+    data, version = storage.read_versioned("click/_LEASE")
+    storage.write_atomic("click/_LEASE", b'{"holder": "b"}')  # someone else, meanwhile
+    assert storage.write_if("click/_LEASE", b'{"holder": "c"}', version) is False
+    assert json.loads(storage.read("click/_LEASE"))["holder"] == "b"
+    _, now_version = storage.read_versioned("click/_LEASE")
+    assert storage.write_if("click/_LEASE", b'{"holder": "c"}', now_version) is True
+
+
+def test_a_job_that_lost_its_lease_writes_nothing(tmp_path):
+    """Fencing: once another job holds the lease, the driver's guard and every executor's fence refuse."""
+    from event_etl.lease import Fence
+
+    clock = FakeClock(t("13:00"))
+    old = lease(tmp_path, "ck1", clock).acquire()
+    old._stop.set()
+    old._unlock()
+    fence = Fence(old.fence(), old.storage, clock)
+    fence.check()  # holds it now
+    clock.now = t("13:01:16")
+    new = lease(tmp_path, "ck2", clock).acquire()
+    with pytest.raises(LeaseHeldError):
+        old.guard()
+    with pytest.raises(LeaseHeldError, match="no longer holds"):
+        fence.check()
+    with pytest.raises(LeaseHeldError, match="now held by"):
+        old.renew()
+    new.release()
+
+
+def test_a_fence_trusts_the_lease_until_its_expiry_minus_the_margin(tmp_path):
+    from event_etl.lease import Fence
+
+    clock = FakeClock(t("13:00"))
+    ls = lease(tmp_path, "ck1", clock).acquire()
+    ls._stop.set()  # no renewals
+    fence = Fence(ls.fence(), ls.storage, clock)
+    fence.check()
+    clock.now = t("13:00:44")
+    fence.check()
+    clock.now = t("13:00:45")  # expires 13:01:00, margin 15 s
+    with pytest.raises(LeaseHeldError, match="runs out"):
+        fence.check()
+    ls.release()

@@ -19,7 +19,9 @@ from event_etl.rules import (
     make_judge,
     watermark_after_batch,
 )
+from event_etl.rules.completeness import MAX_HOURS_PER_STEP
 from event_etl.rules.manifest import FileEntry, Manifest
+from event_etl.rules.watermark import SourceActivity, counted_time, quiet_since
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, parse_duration
 from tests.harness import t
 
@@ -79,7 +81,7 @@ def test_watermark_never_goes_back(maxima, ooo):
     last = None
     for i, m in enumerate(maxima):
         state = state.after_batch(batch_id=i, wm_start=state.watermark, batch_max_event_time=m,
-                                  batch_min_hour=None, out_of_orderness=ooo)
+                                  batch_max_counted=m, batch_min_hour=None, batch_max_hour=None, out_of_orderness=ooo)
         if last is not None:
             assert state.watermark >= last
         last = state.watermark
@@ -126,9 +128,65 @@ def test_hours_to_mark(first, marked, wm, expected):
     assert hours_to_mark(conv(first), conv(marked), conv(wm)) == [t(h) for h in expected]
 
 
-def test_hours_to_mark_refuses_absurd_ranges():
-    with pytest.raises(ValueError, match="wrong event-time clock"):
-        hours_to_mark(t("1970-01-01T00:00"), None, t("13:00"))
+def test_a_jump_of_years_is_marked_a_step_at_a_time_oldest_first():
+    """An archive of last year's events, then live data: thousands of hours complete at once.
+    Each step marks at most a week of them, the rest follow, nothing raises."""
+    first, wm = t("2025-11-21T13:00"), t("13:30")
+    marked, steps = None, 0
+    while True:
+        hours = hours_to_mark(first, marked, wm)
+        if not hours:
+            break
+        assert len(hours) <= MAX_HOURS_PER_STEP
+        assert hours[0] == (first if marked is None else marked + HOUR_MS), "in order, none skipped"
+        marked = hours[-1]
+        steps += 1
+    assert marked == t("12:00")
+    assert steps == -(-((t("13:00") - first) // HOUR_MS) // MAX_HOURS_PER_STEP)
+    assert hours_to_mark(t("12:00"), None, t("16:30"), limit=2) == [t("12:00"), t("13:00")]
+
+
+def test_an_event_counts_toward_the_watermark_at_most_up_to_its_arrival():
+    """A producer clock 8 minutes fast: its event at 13:52 says 14:00; it must not complete hour 13."""
+    assert counted_time(t("14:00"), t("13:52")) == t("13:52")
+    assert counted_time(t("13:40"), t("13:52")) == t("13:40")
+    state = WatermarkState().after_batch(batch_id=0, wm_start=None, batch_max_event_time=t("14:00"),
+                                         batch_max_counted=counted_time(t("14:00"), t("13:52")),
+                                         batch_min_hour=t("13:00"), batch_max_hour=t("14:00"),
+                                         out_of_orderness=2 * MINUTE_MS)
+    assert state.watermark == t("13:50")
+    assert not is_complete(t("13:00"), state.watermark)
+    assert state.max_event_time == t("14:00"), "the event itself still lies in hour 14"
+    assert drain_watermark(state.watermark, state.max_event_time, state.last_hour) == t("15:00")
+
+
+def test_a_state_of_format_1_reads_with_the_meaning_it_had():
+    old = {"watermark": t("13:58"), "max_event_time": t("14:00"), "first_hour": t("12:00"),
+           "marked_through": t("12:00"), "last_batch_id": 7}
+    st_ = WatermarkState.from_json(old)
+    assert st_.max_counted_time == t("14:00") and st_.last_hour == t("14:00")
+    assert WatermarkState.from_json(st_.to_json()) == st_
+
+
+def test_drain_closes_an_open_hour_that_holds_only_late_records():
+    """The watermark idled to 15:30; late records went to hour 15: a drain must mark hour 15 too."""
+    assert drain_watermark(t("15:30"), t("13:50"), last_hour=t("15:00")) == t("16:00")
+    assert drain_watermark(t("15:30"), t("13:50"), last_hour=t("13:00")) == t("15:30")
+
+
+@pytest.mark.parametrize(
+    "activity, expected",
+    [
+        (None, "14:00"),
+        (SourceActivity(updated_at=t("14:09")), "14:00"),
+        (SourceActivity(updated_at=t("14:09"), delivered_at=t("14:03")), "14:03"),
+        (SourceActivity(updated_at=t("14:09"), backlog=3), "14:10"),
+        (SourceActivity(updated_at=t("14:09"), retrying=True), "14:10"),
+        (SourceActivity(updated_at=t("14:05")), "14:10"),  # no report for 5 minutes: cannot tell
+    ],
+)
+def test_quiet_means_nothing_waiting_nothing_failing_nothing_delivered(activity, expected):
+    assert quiet_since(t("14:00"), activity, now=t("14:10"), stale_after=60_000) == t(expected)
 
 
 def test_manifest_contents_and_round_trip():

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from event_etl import __version__
 from event_etl.bundle import build_bundle, bundle_members, bundled_event_types
 from event_etl.cli import main
 from event_etl.errors import EventEtlError, UsageError
@@ -54,7 +55,7 @@ def types(tmp_path):
 
 def test_the_bundle_holds_the_package_and_the_types(tmp_path, types):
     path, built = build_bundle(types, tmp_path / "b")
-    assert built and path.name.startswith("event_etl-0.1.0-") and path.suffix == ".zip"
+    assert built and path.name.startswith(f"event_etl-{__version__}-") and path.suffix == ".zip"
     names = zipfile.ZipFile(path).namelist()
     assert names == sorted(names)
     assert {"event_etl/__init__.py", "event_etl/submit_main.py", "event_etl/rules/buckets.py",

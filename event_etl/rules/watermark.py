@@ -5,15 +5,20 @@ the maximum event time seen minus the type's out-of-orderness bound.  Three thin
 move it, and it never goes back:
 
 1. **Events** (:func:`watermark_after_batch`): after a micro-batch, to the batch's
-   maximum accepted event time minus the bound.  Future-skewed events are rejected
-   before they can count, so a producer with a wrong clock cannot push it ahead.
+   maximum *counted* event time minus the bound.  An event counts at most up to its
+   arrival (:func:`counted_time`): a producer whose clock runs ahead (within
+   ``max_future_skew``; further ahead it is rejected as ``future``) is written to the hour
+   of its own event time, but cannot move the watermark past the real clock, so it
+   cannot complete an hour that correct events are still arriving for.
 2. **Idleness** (:func:`idle_watermark`): once the source has been quiet for the idle
    timeout, it advances by the wall-clock time that passes after that, starting from
    where it stood when the source went quiet.  A quiet live source still closes its
-   hours; a finished backfill advances at the pace of the clock, it does not jump to
-   today.
+   today.  A source is *not* quiet while it reports a backlog, is retrying (an outage
+   is not silence), or has delivered anything (timely, late, invalid or duplicate)
+   within the idle timeout: :func:`quiet_since`.
 3. **Drain** (:func:`drain_watermark`): the end of input is the end of time, so it goes
-   to the end of the hour of the latest event seen.
+   to the end of the latest hour holding data: the hour of the latest event seen, or a
+   later open hour that received late records.
 
 :class:`WatermarkState` is what the driver persists after every batch.
 """
@@ -25,7 +30,8 @@ from typing import Any
 
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["WatermarkState", "drain_watermark", "idle_watermark", "watermark_after_batch"]
+__all__ = ["WatermarkState", "SourceActivity", "counted_time", "drain_watermark", "idle_watermark", "quiet_since",
+           "watermark_after_batch"]
 
 
 def _max(a: int | None, b: int | None) -> int | None:
@@ -36,10 +42,16 @@ def _max(a: int | None, b: int | None) -> int | None:
     return a if a >= b else b
 
 
+def counted_time(event_time: int, arrival: int) -> int:
+    """How far an event moves event time: its event time, but never beyond its arrival (the real clock)."""
+    return event_time if event_time <= arrival else arrival
+
+
 def watermark_after_batch(
     wm_start: int | None, batch_max_event_time: int | None, *, out_of_orderness: int
 ) -> int | None:
-    """Watermark after a batch whose accepted events reached ``batch_max_event_time``."""
+    """Watermark after a batch whose accepted events reached ``batch_max_event_time`` (counted times,
+    see :func:`counted_time`)."""
     if batch_max_event_time is None:
         return wm_start
     return _max(wm_start, batch_max_event_time - out_of_orderness)
@@ -67,12 +79,59 @@ def idle_watermark(
     return _max(watermark, watermark_when_quiet + elapsed)
 
 
-def drain_watermark(watermark: int | None, max_event_time: int | None) -> int | None:
-    """Watermark at the end of input: the end of the hour of the latest event seen."""
-    if max_event_time is None:
+def drain_watermark(watermark: int | None, max_event_time: int | None, last_hour: int | None = None) -> int | None:
+    """Watermark at the end of input: the end of the latest hour holding data.
+
+    That is the hour of the latest event seen, or ``last_hour`` (the latest hour that
+    received a file: the open hour that late records were written into may lie after it).
+    """
+    latest = _max(None if max_event_time is None else max_event_time - max_event_time % HOUR_MS, last_hour)
+    if latest is None:
         return watermark
-    hour = max_event_time - max_event_time % HOUR_MS
-    return _max(watermark, hour + HOUR_MS)
+    return _max(watermark, latest + HOUR_MS)
+
+
+@dataclass(frozen=True)
+class SourceActivity:
+    """What a source last reported about itself (all times ms on the wall clock).
+
+    - ``updated_at``: when it reported (it reports whenever Spark asks it for offsets);
+    - ``backlog``: input it knows of and has not offered yet (files, events, messages);
+    - ``retrying``: it cannot reach its input right now and keeps trying (an outage);
+    - ``delivered_at``: when it last offered new input.
+    """
+
+    updated_at: int
+    backlog: int = 0
+    retrying: bool = False
+    delivered_at: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "SourceActivity":
+        return cls(int(data["updated_at"]), int(data.get("backlog") or 0), bool(data.get("retrying")),
+                   None if data.get("delivered_at") is None else int(data["delivered_at"]))
+
+
+def quiet_since(last_input: int, activity: SourceActivity | None, *, now: int, stale_after: int) -> int:
+    """Since when the source has been quiet, at ``now``: the idle timer starts there.
+
+    ``last_input`` is when a batch last held any record (timely, late, invalid, duplicate:
+    all of it shows the source is alive), or when the job started.  A source that reports a
+    backlog or an outage is not quiet at all (``now``); one whose report is older than
+    ``stale_after`` cannot tell, and counts as not quiet either: only a source that says so
+    is quiet.  Pure function.
+    """
+    since = last_input
+    if activity is None:
+        return since
+    if activity.retrying or activity.backlog > 0 or now - activity.updated_at > stale_after:
+        return now
+    if activity.delivered_at is not None and activity.delivered_at > since:
+        since = activity.delivered_at
+    return since
 
 
 @dataclass(frozen=True)
@@ -81,8 +140,12 @@ class WatermarkState:
 
     - ``watermark``: ms, or ``None`` before the first event.
     - ``max_event_time``: the largest accepted event time seen.
+    - ``max_counted_time``: the largest accepted event time seen, each counted at most up to
+      its arrival (:func:`counted_time`): the event clock that the watermark and the dedupe
+      window follow.
     - ``first_hour``: the earliest hour that received data (timely records, or late records
       written into the open hour); markers start there.
+    - ``last_hour``: the latest hour that received data; a drain closes every hour up to it.
     - ``marked_through``: start of the last hour that has its marker (every hour from
       ``first_hour`` to it has one), or ``None``.
     - ``last_batch_id``: the last micro-batch fully processed (-1: none).
@@ -93,6 +156,8 @@ class WatermarkState:
     first_hour: int | None = None
     marked_through: int | None = None
     last_batch_id: int = -1
+    max_counted_time: int | None = None
+    last_hour: int | None = None
 
     def after_batch(
         self,
@@ -100,12 +165,17 @@ class WatermarkState:
         batch_id: int,
         wm_start: int | None,
         batch_max_event_time: int | None,
+        batch_max_counted: int | None,
         batch_min_hour: int | None,
+        batch_max_hour: int | None,
         out_of_orderness: int,
     ) -> "WatermarkState":
-        """State after batch ``batch_id`` (judged against ``wm_start``) was written."""
+        """State after batch ``batch_id`` (judged against ``wm_start``) was written.
+
+        ``batch_max_counted`` is the batch's largest counted time (:func:`counted_time`); the
+        watermark follows it, not the raw ``batch_max_event_time``."""
         wm = watermark_after_batch(
-            _max(wm_start, self.watermark), batch_max_event_time, out_of_orderness=out_of_orderness
+            _max(wm_start, self.watermark), batch_max_counted, out_of_orderness=out_of_orderness
         )
         first = self.first_hour
         if batch_min_hour is not None and (first is None or batch_min_hour < first):
@@ -114,9 +184,16 @@ class WatermarkState:
             self,
             watermark=wm,
             max_event_time=_max(self.max_event_time, batch_max_event_time),
+            max_counted_time=_max(self.max_counted_time, batch_max_counted),
             first_hour=first,
+            last_hour=_max(self.last_hour, batch_max_hour),
             last_batch_id=max(self.last_batch_id, batch_id),
         )
+
+    @property
+    def event_clock(self) -> int | None:
+        """The largest counted event time: how far event time has come (for forgetting old keys)."""
+        return self.max_counted_time
 
     def with_watermark(self, watermark: int | None) -> "WatermarkState":
         """The same state with the watermark moved forward (never back)."""
@@ -127,5 +204,14 @@ class WatermarkState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "WatermarkState":
+        """Read a saved state, of this format or an earlier one.
+
+        A state saved before ``max_counted_time`` and ``last_hour`` existed (checkpoint format 1)
+        counted every accepted event up to its event time, and drained to the hour of the latest
+        event: those are the values it gets."""
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if "max_counted_time" not in data:
+            known["max_counted_time"] = data.get("max_event_time")
+        if "last_hour" not in data and data.get("max_event_time") is not None:
+            known["last_hour"] = data["max_event_time"] - data["max_event_time"] % HOUR_MS
         return cls(**known)

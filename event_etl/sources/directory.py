@@ -2,8 +2,12 @@
 
 Every time Spark asks for the latest offset, the folder is listed and the files not
 seen before are appended, sorted by name, to a durable log in the checkpoint, with
-their size and their arrival time: the file's modification time (when its producer
-wrote it; a copy that keeps times keeps it).  An offset is
+their size and their arrival time: when the job first listed them.  (Not the file's
+modification time: its producer controls that, ``cp -p`` keeps an old one and a host
+with a wrong clock writes a wrong one, and an arrival in the future would let events
+from the future count.)  Entries logged by release 0.1.0 kept the modification time as
+their arrival; they keep it, so that a batch replayed across an upgrade is judged as it
+was the first time.  An offset is
 a position in that log, so a replayed batch reads exactly the same bytes even if the
 folder changed meanwhile, and a file whose name sorts before files already read is
 still read, after them.
@@ -152,8 +156,9 @@ class DirectoryPlanner:
             if not os.path.isfile(full):
                 continue
             st = os.stat(full)
-            # A file's payloads arrived when it was last written (its mtime).
-            new.append({"name": name, "size": st.st_size, "found": int(st.st_mtime * 1000), "listed": now})
+            # A file's payloads arrived when this job first saw it (``found`` keeps its mtime, for people).
+            new.append({"name": name, "size": st.st_size, "found": int(st.st_mtime * 1000), "listed": now,
+                        "arrival": now})
         if new:
             write_json_atomic(self.log_dir / f"{len(self.entries):012d}.json", new)
             self.entries.extend(new)
@@ -193,7 +198,7 @@ class DirectoryPlanner:
                     f"input file {full} is gone or shorter than when it was found",
                     fix="input files must stay in place, unchanged, until their batch is committed",
                 )
-            files.append((full, int(e["size"]), int(e["found"])))
+            files.append((full, int(e["size"]), int(e.get("arrival", e["found"]))))
         tasks = plan_tasks(files, tasks=self.tasks_per_batch, max_bytes=self.split_bytes)
         return [Split.of_files(i, ranges) for i, ranges in enumerate(tasks)]
 

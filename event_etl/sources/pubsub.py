@@ -204,10 +204,18 @@ class PubSubPlanner:
                         fix="check the network (or the emulator); the job can be restarted on the same "
                             "checkpoint and loses nothing Pub/Sub still holds"))
                 log.warning("Pub/Sub %s failed (%s); retrying in %.1fs", what, type(err).__name__, delay)
+                self._report_outage()
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
             except ex.GoogleAPICallError as err:
                 self._fail(permanent_error(self.subscription, err))
+
+    def _report_outage(self) -> None:
+        """An outage is not silence: the controller must not let the watermark follow the clock meanwhile."""
+        from event_etl.rules.watermark import SourceActivity
+        from event_etl.sources.activity import report_activity
+
+        report_activity(self.dir, SourceActivity(self.clock(), 0, True, None))
 
     def _fail(self, err: SourceError) -> None:
         """Leave the error where the driver finds it (Spark would only show a Python traceback), then raise."""

@@ -64,6 +64,7 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
         self.planner = make_planner(spec)
+        self._delivered_at: int | None = None
 
     def initialOffset(self) -> dict:
         return self.planner.initial_offset()
@@ -82,7 +83,22 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = None
         else:
             cap = None
-        return self.planner.latest_offset(start, cap)
+        end = self.planner.latest_offset(start, cap)
+        self._report(start, end)
+        return end
+
+    def _report(self, start: dict, end: dict) -> None:
+        """Tell the controller whether input waits (see :mod:`event_etl.sources.activity`)."""
+        from event_etl.rules.watermark import SourceActivity
+        from event_etl.sources.activity import report_activity
+        from event_etl.timeutil import now_millis
+
+        now = now_millis()
+        if end != start:
+            self._delivered_at = now
+        backlog = self.planner.backlog(end) if hasattr(self.planner, "backlog") else {}
+        waiting = int(next(iter(backlog.values()), 0)) if backlog else 0
+        report_activity(self.spec["log_dir"], SourceActivity(now, waiting, False, self._delivered_at))
 
     def reportLatestOffset(self) -> dict | None:
         """The newest offset available (for the backlog metric), or None where the source cannot tell."""

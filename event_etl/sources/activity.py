@@ -1,0 +1,38 @@
+"""What a source tells the job about itself: its backlog, an outage, its last delivery.
+
+The source runs in a process of its own (Spark's Python data source machinery), the
+job's controller in the driver.  The source leaves :class:`~event_etl.rules.watermark.SourceActivity`
+in ``activity.json`` of its folder in the checkpoint whenever Spark asks it for offsets,
+and when it starts retrying an unreachable input; the controller reads it before it lets
+the watermark follow the clock (:func:`event_etl.rules.watermark.quiet_since`): a source
+with a backlog, in an outage, or silent about itself is not quiet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from event_etl.rules.watermark import SourceActivity
+
+__all__ = ["ACTIVITY_FILE", "report_activity", "read_activity"]
+
+ACTIVITY_FILE = "activity.json"
+
+
+def report_activity(log_dir: str | os.PathLike[str], activity: SourceActivity) -> None:
+    """Leave the source's report for the controller (replaced whole; losing one to a crash is harmless)."""
+    from event_etl.checkpoint import write_json_atomic
+
+    write_json_atomic(Path(log_dir) / ACTIVITY_FILE, activity.to_json(), durable=False)
+
+
+def read_activity(log_dir: str | os.PathLike[str]) -> SourceActivity | None:
+    """The source's last report, or ``None`` if it has made none."""
+    try:
+        return SourceActivity.from_json(json.loads((Path(log_dir) / ACTIVITY_FILE).read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        return None  # half-written by a source killed mid-write: as if absent
