@@ -29,7 +29,7 @@ from event_etl.avrocheck import compile_checker
 from event_etl.avroio import SOE_MAGIC
 from event_etl.eventtypes import EventType
 from event_etl.rules.reasons import Reason
-from event_etl.timeutil import to_millis
+from event_etl.timeutil import parse_rfc3339_millis, seconds_to_millis, to_millis
 
 __all__ = ["Decoder", "MIN_EVENT_MS", "MAX_EVENT_MS"]
 
@@ -91,16 +91,13 @@ class Decoder:
 
     def _seconds(self, v: Any) -> int:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return self._check_range(int(round(v * 1000)))
+            return self._check_range(seconds_to_millis(v))
         raise ValueError(f"expected epoch seconds (a number), got {type(v).__name__} {v!r:.40}")
 
     def _iso(self, v: Any) -> int:
         if not isinstance(v, str):
             raise ValueError(f"expected an ISO-8601 string, got {type(v).__name__} {v!r:.40}")
-        dt = datetime.fromisoformat(v)
-        if dt.tzinfo is None:
-            raise ValueError(f"{v!r:.40} has no UTC offset: write it with Z or +00:00")
-        return to_millis(dt)
+        return parse_rfc3339_millis(v)
 
     def record_time(self, value: Any) -> int:
         """The event time (ms) of a value of the type's time field, as decoded from a payload or an Avro file."""
@@ -159,7 +156,7 @@ class Decoder:
         if fmt == "iso8601" and not div:
             return self._iso(raw)
         if fmt == "epoch_seconds" and not div:
-            return self._check_range(int(round(float(raw) * 1000)))
+            return self._check_range(seconds_to_millis(raw))
         return self._check_range(int(raw) // (div or 1))
 
     def _decode_unusual(self, payload: bytes, override: int | None, fallback: int | None) -> tuple[bool, Any, Any]:

@@ -29,6 +29,8 @@ __all__ = [
     "hour_floor",
     "hour_end",
     "now_millis",
+    "seconds_to_millis",
+    "parse_rfc3339_millis",
 ]
 
 SECOND_MS = 1000
@@ -130,6 +132,56 @@ def parse_hour(text: str) -> int:
         dt = datetime(y, mo, d, h, tzinfo=timezone.utc)
     except ValueError as err:
         raise ValueError(f"{text!r} is not a valid hour: {err}") from err
+    return to_millis(dt)
+
+
+def seconds_to_millis(value: int | float | str) -> int:
+    """Epoch seconds (a number, or its text) to milliseconds, *floored*: 13:59:59.9996 stays in hour 13.
+
+    Rounding would move an event into the next millisecond, and so, at an hour's last
+    millisecond, into the next hour.  Floats are taken by their shortest decimal form
+    (``1700000000.123`` is 1700000000123 ms, not ...122 as binary floating point would give).
+    """
+    from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value * 1000
+    try:
+        d = Decimal(repr(value) if isinstance(value, float) else str(value).strip())
+    except InvalidOperation as err:
+        raise ValueError(f"{value!r:.40} is not a number of seconds") from err
+    if not d.is_finite():
+        raise ValueError(f"{value!r:.40} is not a finite number of seconds")
+    return int((d * 1000).to_integral_value(rounding=ROUND_FLOOR))
+
+
+_RFC3339_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:?\d{2})?$")
+
+
+def parse_rfc3339_millis(text: str) -> int:
+    """An RFC 3339 / ISO-8601 time with a UTC offset to milliseconds (floored).
+
+    Accepts what RFC 3339 allows and ``datetime.fromisoformat`` refuses: a lower-case ``t`` or
+    ``z``, and a leap second (``23:59:60``), which is read as the last millisecond of its minute
+    (POSIX time has no leap seconds; this keeps the event in its own minute and hour).  Other
+    ISO-8601 forms that ``datetime.fromisoformat`` reads are accepted too.  A time without an
+    offset is refused: its time zone is unknown.
+    """
+    m = _RFC3339_RE.match(text.strip())
+    if m:
+        day, hh, mm, ss, frac, off = m.groups()
+        leap = ss == "60"
+        if leap:
+            ss, frac = "59", ".999"
+        if off is None:
+            raise ValueError(f"{text!r:.40} has no UTC offset: write it with Z or +00:00")
+        off = "+00:00" if off in ("Z", "z") else off
+        frac = (frac or "")[:7]  # datetime takes at most microseconds; further digits are floored away
+        dt = datetime.fromisoformat(f"{day}T{hh}:{mm}:{ss}{frac[:7]}{off}")
+        return to_millis(dt)
+    dt = datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        raise ValueError(f"{text!r:.40} has no UTC offset: write it with Z or +00:00")
     return to_millis(dt)
 
 

@@ -106,6 +106,33 @@ def test_time_formats(tmp_path):
     assert Decoder(micros).decode(b'{"id": "a", "at": 1795266600000123}')[2] == 1795266600000
 
 
+@pytest.mark.parametrize("text, want", [
+    ("2026-11-21T13:05:00z", "13:05"),                    # RFC 3339 allows a lower-case z
+    ("2026-11-21t13:05:00Z", "13:05"),                    # and a lower-case t
+    ("2026-11-21T13:59:60Z", "13:59:59.999"),             # a leap second stays in its minute and hour
+    ("2026-11-21T14:59:60.5+01:00", "13:59:59.999"),
+    ("2026-11-21T13:59:59.9999999Z", "13:59:59.999"),     # digits past microseconds are floored, not rounded
+])
+def test_rfc3339_times_that_fromisoformat_refuses(tmp_path, text, want):
+    iso = make_event_type(tmp_path / "b", schema={"type": "record", "name": "S", "fields": [
+        {"name": "id", "type": "string"}, {"name": "at", "type": "string"}]}, time_field="at", time_format="iso8601")
+    ok, _, ms = Decoder(iso).decode(json.dumps({"id": "a", "at": text}).encode())
+    assert ok and ms == t(want)
+
+
+@pytest.mark.parametrize("value, want", [
+    ("1795269599.9996", "13:59:59.999"),  # rounding would put it into hour 14
+    ("1795269599.9999", "13:59:59.999"),
+    ("1700000000.123", "2023-11-14T22:13:20.123"),  # not ...122 from binary floating point
+    ("1795266600", "13:10"),
+])
+def test_epoch_seconds_floor_to_the_millisecond(tmp_path, value, want):
+    sec = make_event_type(tmp_path / "a", schema={"type": "record", "name": "S", "fields": [
+        {"name": "id", "type": "string"}, {"name": "at", "type": "double"}]}, time_field="at", time_format="epoch_seconds")
+    ok, _, ms = Decoder(sec).decode(b'{"id": "a", "at": %s}' % value.encode())
+    assert ok and ms == t(want)
+
+
 def test_event_time_from_a_message_attribute_or_the_publish_time(tmp_path):
     et = make_event_type(tmp_path / "attr", time_attribute="event_time", publish_time_fallback=True)
     d = Decoder(et)
