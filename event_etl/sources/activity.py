@@ -2,7 +2,8 @@
 
 The source runs in a process of its own (Spark's Python data source machinery), the
 job's controller in the driver.  The source leaves :class:`~event_etl.rules.watermark.SourceActivity`
-in ``activity.json`` of its folder in the checkpoint whenever Spark asks it for offsets,
+in ``etl/source/<kind>.activity.json`` of the checkpoint (beside its own folder, whose
+files release 0.1.0 reads) whenever Spark asks it for offsets,
 and when it starts retrying an unreachable input; the controller reads it before it lets
 the watermark follow the clock (:func:`event_etl.rules.watermark.quiet_since`): a source
 with a backlog, in an outage, or silent about itself is not quiet.
@@ -16,22 +17,26 @@ from pathlib import Path
 
 from event_etl.rules.watermark import SourceActivity
 
-__all__ = ["ACTIVITY_FILE", "report_activity", "read_activity"]
+__all__ = ["activity_path", "report_activity", "read_activity"]
 
-ACTIVITY_FILE = "activity.json"
+
+def activity_path(log_dir: str | os.PathLike[str]) -> Path:
+    """Where the source whose folder is ``log_dir`` reports: ``<log_dir>.activity.json``."""
+    d = Path(log_dir)
+    return d.with_name(f"{d.name}.activity.json")
 
 
 def report_activity(log_dir: str | os.PathLike[str], activity: SourceActivity) -> None:
     """Leave the source's report for the controller (replaced whole; losing one to a crash is harmless)."""
     from event_etl.checkpoint import write_json_atomic
 
-    write_json_atomic(Path(log_dir) / ACTIVITY_FILE, activity.to_json(), durable=False)
+    write_json_atomic(activity_path(log_dir), activity.to_json(), durable=False)
 
 
 def read_activity(log_dir: str | os.PathLike[str]) -> SourceActivity | None:
     """The source's last report, or ``None`` if it has made none."""
     try:
-        return SourceActivity.from_json(json.loads((Path(log_dir) / ACTIVITY_FILE).read_text()))
+        return SourceActivity.from_json(json.loads(activity_path(log_dir).read_text()))
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError):
