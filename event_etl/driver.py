@@ -414,13 +414,16 @@ class Controller:
         return state.event_clock - self.et.out_of_orderness
 
     # -- markers ---------------------------------------------------------------------------
-    def _mark(self, state: WatermarkState, now: int) -> tuple[WatermarkState, list[Manifest]]:
-        """Mark the hours ``state`` completes (at most a step's worth, oldest first)."""
+    def _mark(self, state: WatermarkState, now: int, closed_by: str = "watermark") -> tuple[WatermarkState, list[Manifest]]:
+        """Mark the hours ``state`` completes (at most a step's worth, oldest first).
+
+        ``closed_by`` (recorded in each manifest) says what moved the watermark past the hour:
+        ``watermark`` (events), ``idle`` (a quiet source, by the clock) or ``drain`` (end of input)."""
         marked = []
         for hour in hours_to_mark(state.first_hour, state.marked_through, state.watermark):
             self._guard()
             faults.point("before_marker", str(hour))
-            marked.append(self._write_marker(hour, state.watermark, now, state.last_batch_id))
+            marked.append(self._write_marker(hour, state.watermark, now, state.last_batch_id, closed_by))
             faults.point("after_marker", str(hour))
             state = replace(state, marked_through=hour)
         return state, marked
@@ -467,7 +470,7 @@ class Controller:
             self._emit("adopted", adopted)
         return adopted
 
-    def _write_marker(self, hour: int, watermark: int, now: int, last_batch: int) -> Manifest:
+    def _write_marker(self, hour: int, watermark: int, now: int, last_batch: int, closed_by: str) -> Manifest:
         rel_dir = hour_dir(self.et.name, hour)
         entries = self.ckpt.read_ledger(hour)
         listing = self.storage.list_files(rel_dir)
@@ -502,7 +505,7 @@ class Controller:
             completed_at=now,
             schema_fingerprint=f"crc64avro:{self.et.fingerprint}",
             # the last micro-batch whose data the hour can hold: later batches found it complete
-            extra={"last_batch": last_batch},
+            extra={"last_batch": last_batch, "closed_by": closed_by},
         )
         if not self.storage.create_only(marker_rel, manifest.to_bytes()):
             other = Manifest.from_bytes(self.storage.read(marker_rel))
@@ -545,8 +548,9 @@ class Controller:
             if (wm is None or wm == self.state.watermark) and not self.unmarked_complete_hours():
                 return []
             self._guard()
+            faults.point("idle_advance", str(wm))
             before = self.state.watermark
-            new, marked = self._mark(self.state.with_watermark(wm), now)
+            new, marked = self._mark(self.state.with_watermark(wm), now, "idle" if wm != before else "watermark")
             self._commit_state(new, marked)
             if new.watermark != before or marked:
                 self._emit("idle", new)
@@ -561,6 +565,7 @@ class Controller:
                     fix="run the job again (without --drain) so Spark replays it, then drain",
                 )
             self._guard()
+            faults.point("drain", str(self.state.last_batch_id))
             st = self.state
             wm = drain_watermark(st.watermark, st.max_event_time, st.last_hour)
             if wm is None:
@@ -568,7 +573,7 @@ class Controller:
             new = st.with_watermark(wm)
             marked: list[Manifest] = []
             while True:  # a step at a time (a jump of event time can complete thousands of hours)
-                new, step = self._mark(new, self.clock())
+                new, step = self._mark(new, self.clock(), "drain")
                 self._commit_state(new, step)
                 marked.extend(step)
                 if not step:

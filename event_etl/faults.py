@@ -6,9 +6,12 @@ point reached appends ``<name> <pid> <monotonic time> <detail>`` to that file, a
 so that a campaign (integration/campaign.py) can kill it exactly *during file writes*,
 *between the last file of an hour and its marker*, and so on.
 
-Points: ``write_file`` (an executor about to store a data file), ``files_written`` (all
-files of a batch are written, the ledger is not), ``before_marker``, ``after_marker``
-(a marker is written, the state is not), ``state_saved``.
+Points: ``write_file`` (an executor about to store a data file), ``duplicates_rewritten``
+(a batch's duplicates are recorded and their splits rewritten, the files they emptied not
+yet removed), ``files_written`` (all files of a batch are written, the ledger is not),
+``before_marker``, ``after_marker`` (a marker is written, the state is not),
+``state_saved``, ``idle_advance`` (an idle tick is about to move the watermark and mark
+hours) and ``drain`` (a drain begins: its markers follow).
 """
 
 from __future__ import annotations
