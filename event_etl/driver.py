@@ -188,7 +188,7 @@ class Controller:
         self.state = checkpoint.load_state()
         latest = checkpoint.latest_intent_id()
         self.pending_batch: int | None = latest if latest is not None and latest > self.state.last_batch_id else None
-        started = clock()
+        started = self.started_at = clock()
         self.last_input = started  # the idle timer runs from the last batch holding any record, or the start
         self.quiet_since = started
         self.wm_when_quiet = self.state.watermark
@@ -532,9 +532,14 @@ class Controller:
             if self.busy or self.pending_batch is not None:
                 return []
             now = self.clock()
-            activity = self.source_activity() if self.source_activity is not None else None
-            since = max(self.quiet_since,
-                        quiet_since(self.last_input, activity, now=now, stale_after=self.activity_stale_ms))
+            if self.source_activity is None:  # no source reports (tests driving batches by hand): batches only
+                since = max(self.quiet_since, self.last_input)
+            else:
+                activity = self.source_activity()
+                if activity is not None and activity.updated_at < self.started_at:
+                    activity = None  # a report of the run before this one says nothing about now
+                since = max(self.quiet_since,
+                            quiet_since(self.last_input, activity, now=now, stale_after=self.activity_stale_ms))
             if since != self.quiet_since:  # not quiet after all: the idle timer starts again from here
                 self.quiet_since = since
                 self.wm_when_quiet = self.state.watermark

@@ -335,3 +335,23 @@ def test_markers_of_other_writers_are_not_adopted(tmp_path):
     (folder / MARKER_NAME).write_text(json.dumps(other))
     with pytest.raises(IntegrityError, match="other files than this job wrote"):
         p.restart()
+
+
+def test_a_restart_holds_the_watermark_until_the_source_reports_again(tmp_path):
+    """After a downtime longer than the idle timeout, the last report of the run before says "no backlog";
+    the input that piled up meanwhile is unknown until the restarted source reports."""
+    p = pipeline(tmp_path)
+    p.clock.now = t("13:10")
+    p.batch([click("a", "13:10")])
+    old_report = SourceActivity(updated_at=t("13:10"))
+    p.clock.now = t("13:40")  # restarted after 30 minutes down
+    p.restart()
+    report = {"now": old_report}
+    p.controller.source_activity = lambda: report["now"]
+    p.controller.activity_stale_ms = 3_600_000
+    p.clock.now = t("13:50")
+    p.controller.tick()
+    assert p.controller.state.watermark == t("13:08"), "the report is older than this run: it cannot tell"
+    report["now"] = SourceActivity(updated_at=t("13:50"), backlog=40)
+    p.controller.tick()
+    assert p.controller.state.watermark == t("13:08")

@@ -120,14 +120,13 @@ def quiet_since(last_input: int, activity: SourceActivity | None, *, now: int, s
 
     ``last_input`` is when a batch last held any record (timely, late, invalid, duplicate:
     all of it shows the source is alive), or when the job started.  A source that reports a
-    backlog or an outage is not quiet at all (``now``); one whose report is older than
-    ``stale_after`` cannot tell, and counts as not quiet either: only a source that says so
-    is quiet.  Pure function.
+    backlog or an outage is not quiet at all (``now``); one that has not reported (``None``,
+    e.g. while the job starts after a downtime) or whose report is older than ``stale_after``
+    cannot tell, and counts as not quiet either: only a source that says so is quiet.  Pure
+    function.
     """
     since = last_input
-    if activity is None:
-        return since
-    if activity.retrying or activity.backlog > 0 or now - activity.updated_at > stale_after:
+    if activity is None or activity.retrying or activity.backlog > 0 or now - activity.updated_at > stale_after:
         return now
     if activity.delivered_at is not None and activity.delivered_at > since:
         since = activity.delivered_at
