@@ -27,10 +27,15 @@ def _fail(err: EventEtlError) -> None:
 def handles_errors(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from event_etl.stopping import Interrupted
+
         try:
             return fn(*args, **kwargs)
         except EventEtlError as err:
             _fail(err)
+        except Interrupted as stop:  # asked to stop at once (a second signal): one line, exit 128+N
+            click.echo(stop.message, err=True)
+            sys.exit(stop.exit_code)
 
     return wrapper
 
@@ -183,8 +188,10 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, event_types_dir: str 
 
     With no options: local Spark, the built-in generator (event time runs 120x faster than the
     clock, so hours close every 30 s), sink ./data, checkpoint ./checkpoints/EVENT_TYPE.
-    Stop with Ctrl-C (stops at the next batch boundary) or SIGTERM (also drains: closes the open hours).
-    A restart on the same checkpoint continues where the job stopped.
+    Stop with Ctrl-C (stops at the next batch boundary, exit 0) or SIGTERM/SIGHUP (also drains: closes
+    every hour holding data, exit 0), sent to the process or to its whole group; a second Ctrl-C or
+    SIGTERM stops at once (exit 130 or 143). A restart on the same checkpoint continues where the job
+    stopped.
 
     Several types (or --all) run as a fleet: one query per type in one Spark application, each
     with its own source (its `source` setting), checkpoint (--checkpoint ROOT/<type>), watermark,
@@ -211,6 +218,11 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, event_types_dir: str 
     summary = run_fleet(types, options)
     for line in summary_lines(summary or {}):
         click.echo(line)
+    undrained = sorted(name for name, s in (summary or {}).items() if s.get("state") == "drain failed")
+    if undrained:
+        raise EventEtlError(f"{', '.join(undrained)} could not be drained (the other types were)",
+                            fix="run the fleet again so Spark replays what was left unfinished, then stop it with "
+                                "SIGTERM; `event-etl status` shows each type's last error")
 
 
 @main.command("status")

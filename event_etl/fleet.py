@@ -9,14 +9,20 @@ all of them, each series labelled with its ``event_type``).
 A supervisor loop ticks every type's controller (idle watermarks) and watches the
 queries.  A query that fails is restarted on its checkpoint after a backoff (5 s, doubled
 up to 5 minutes) without disturbing the others; its state (``running``, ``restarting``,
-``stopped``, ``failed``) and last error are written to ``<root>/<type>/etl/status.json``
-and shown by ``event-etl status``.  SIGTERM stops every query at its next batch boundary
-and drains every type; SIGINT stops without draining.
+``stopped``, ``failed``, ``drain failed``) and last error are written to
+``<root>/<type>/etl/status.json`` and shown by ``event-etl status``.
+
+Signals follow :mod:`event_etl.stopping`, as for one type: SIGINT stops every query at its
+next batch boundary; SIGTERM and SIGHUP also drain every type -- each type on its own, so
+one that cannot drain (a batch a crash left unfinished, a sink that fails) is reported in
+its status and summary and does not keep the others from draining; a second SIGINT or
+SIGTERM stops at once.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,7 +32,17 @@ from typing import Any, Callable
 from event_etl.checkpoint import write_json_atomic
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import EventType
-from event_etl.runner import Job, RunOptions, acquire_lease, install_stop_signals, open_job, prepare_job
+from event_etl.runner import (
+    Job,
+    RunOptions,
+    _cut_short_line,
+    _stop_at_boundary,
+    _stop_at_once,
+    acquire_lease,
+    open_job,
+    prepare_job,
+)
+from event_etl.stopping import POLL_S, Escalated, StopSignals, exit_now, run_watched, say, signal_name
 from event_etl.timeutil import format_duration, iso, now_millis
 
 __all__ = ["run_fleet", "summary_lines", "FleetMember", "backoff_seconds", "STATUS_FILE"]
@@ -58,6 +74,7 @@ class FleetMember:
     failures: int = 0
     restart_at: float | None = None
     last_error: str | None = None
+    drain_error: str | None = None
     started: float = field(default_factory=time.monotonic)
 
     @property
@@ -67,15 +84,17 @@ class FleetMember:
     def status(self, clock: Callable[[], int]) -> dict[str, Any]:
         st = self.job.controller.state if self.job else None
         wm = st.watermark if st else None
+        printer = self.job.printer if self.job else None
+        now = printer.now() if printer is not None else clock()  # the generator's own clock for generate:
         return {
             "event_type": self.name,
             "state": self.state,
             "watermark": iso(wm),
-            "lag_ms": None if wm is None else clock() - wm,
+            "lag_ms": None if wm is None or now is None else now - wm,
             "last_marker": iso(st.marked_through) if st and st.marked_through is not None else None,
             "last_batch": st.last_batch_id if st else None,
             "restarts": self.failures,
-            "last_error": self.last_error,
+            "last_error": self.drain_error or self.last_error,
             "updated_at": iso(clock()),
         }
 
@@ -87,10 +106,12 @@ def _member_checkpoint(options: RunOptions, name: str) -> str:
 
 
 def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, clock: Callable[[], int] = now_millis,
-              install_signals: bool = True, status_every_s: float = 30.0, stop_event=None) -> dict[str, Any]:
+              install_signals: bool = True, status_every_s: float = 30.0, stop_event=None,
+              stops: StopSignals | None = None) -> dict[str, Any]:
     """Run every type of ``event_types`` in one Spark application; returns a summary per type.
 
-    ``stop_event`` (a ``threading.Event``), when set, stops the fleet like SIGINT does."""
+    ``stop_event`` (a ``threading.Event``), when set, stops the fleet like SIGINT does.  A
+    session the fleet starts itself (``spark=None``) is stopped, its JVM gone, before it returns."""
     if options.source:
         raise UsageError("--source names one source, but a fleet runs several event types",
                          fix="set each type's `source` in its etl.toml, or run the types one by one")
@@ -106,31 +127,35 @@ def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, 
             members.append(FleetMember(et, p))
             acquire_lease(p)
         return _run(members, options, spark=spark, clock=clock, install_signals=install_signals,
-                    status_every_s=status_every_s, stop_event=stop_event)
+                    status_every_s=status_every_s, stop_event=stop_event,
+                    stops=stops if stops is not None else StopSignals())
     finally:
         for m in members:
             if m.prepared.lease is not None:
                 m.prepared.lease.release()
 
 
-def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s, stop_event):
+def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s, stop_event,
+         stops: StopSignals):
     from event_etl.metrics import FleetEndpoint
 
-    stop: dict[str, Any] = {"requested": False, "drain": options.drain}
-
-    def on_stop() -> None:
-        for m in members:
-            if m.job is not None:
-                m.job.controller.request_stop()
-
-    restore = install_stop_signals(stop, on_stop) if install_signals else []
+    if install_signals:
+        stops.install()
+    own_spark = spark is None
     endpoint = FleetEndpoint(host=options.metrics_host, port=options.metrics_port) \
         if options.metrics_port is not None else None
     try:
-        if spark is None:
+        if own_spark:
             from event_etl.sparkutil import get_session
 
-            spark = get_session(options.master, options.conf, app_name=f"event_etl fleet ({len(members)} types)")
+            try:
+                spark = run_watched(lambda: get_session(options.master, options.conf,
+                                                        app_name=f"event_etl fleet ({len(members)} types)"),
+                                    stops, name="event_etl-spark-start")
+            except Escalated as esc:
+                exit_now(128 + esc.signum, "[fleet] stopped at once while Spark was starting; nothing was processed")
+            if install_signals:
+                stops.install()  # once more, now that the SparkContext exists
         for m in members:
             m.job = open_job(m.prepared, spark, clock=clock, serve_metrics=False)
             if endpoint:
@@ -139,45 +164,80 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
             endpoint.serve()
             print(f"[fleet] Prometheus metrics {endpoint.url}", flush=True)
         started = time.monotonic()
-        for m in members:
-            _start(m, clock)
+        if not stops.requested:
+            for m in members:
+                _start(m, clock)
         last_status = time.monotonic()
+        next_tick = time.monotonic() + options.tick_seconds
         deadline = None if options.max_seconds is None else started + options.max_seconds
-        while not stop["requested"] and not (stop_event is not None and stop_event.is_set()):
+        while not stops.requested:
+            if stop_event is not None and stop_event.is_set():
+                stops.request(signal.SIGINT)
+                break
             active = [m for m in members if m.state in ("running", "restarting")]
             if not active or (deadline is not None and time.monotonic() >= deadline):
                 break
-            time.sleep(options.tick_seconds)
+            stops.sleep(POLL_S)
+            if time.monotonic() < next_tick:
+                continue
+            next_tick = time.monotonic() + options.tick_seconds
             for m in members:
-                _supervise(m, options, clock, spark, endpoint)
+                _supervise(m, options, clock, spark, endpoint, stops)
             if time.monotonic() - last_status >= status_every_s:
                 last_status = time.monotonic()
                 for m in members:
-                    print(_status_line(m.status(clock)), flush=True)
-        for m in members:  # stop at batch boundaries
-            if m.query is not None and m.query.isActive:
-                m.job.controller.request_stop()
-                m.query.stop()
-            if m.state == "running":
+                    say(_status_line(m.status(clock)))
+        drain = stops.drain if stops.first is not None else options.drain
+        running = [(m.job, m.query) for m in members if m.query is not None and m.query.isActive]
+        try:
+            _stop_at_boundary(running, stops, drain=drain)
+        except Escalated as esc:
+            _stop_at_once(running, stops, esc.signum)  # raises Interrupted
+        for m in members:
+            if m.state in ("running", "restarting"):
                 m.state = "stopped"
-        if stop["drain"]:
+        if drain:
             for m in members:
-                if m.job is not None and m.state != "failed":
-                    m.job.controller.drain()
+                try:
+                    run_watched(lambda: _drain(m, clock), stops, name="event_etl-drain")
+                except Escalated as esc:
+                    exit_now(128 + esc.signum, _cut_short_line(m.name, esc.signum))
         for m in members:
             _write_status(m, clock)
         seconds = time.monotonic() - started
-        return {m.name: _member_summary(m, seconds, clock) for m in members}
-    finally:
+        summary = {m.name: _member_summary(m, seconds, clock) for m in members}
         for m in members:
-            if m.job is not None:
-                m.job.metrics.shutdown()
-        if endpoint:
-            endpoint.close()
-        import signal
+            summary[m.name]["stopped_by"] = signal_name(stops.first) if stops.first is not None else None
+            summary[m.name]["drained"] = drain and m.drain_error is None
+        return summary
+    finally:
+        try:
+            for m in members:
+                if m.job is not None:
+                    m.job.metrics.shutdown()
+            if endpoint:
+                endpoint.close()
+            if own_spark and spark is not None:
+                from event_etl.sparkutil import stop_session
 
-        for sig, old in restore:
-            signal.signal(sig, old)
+                stop_session(spark)
+        finally:
+            if install_signals:
+                stops.restore()
+
+
+def _drain(m: FleetMember, clock) -> None:
+    """Drain one member; a member that cannot is reported (status, summary, stderr), the others go on."""
+    if m.job is None:
+        return
+    try:
+        m.job.controller.drain()
+    except Exception as err:  # noqa: BLE001 - recorded: the other types still drain
+        msg = err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
+        m.drain_error = f"not drained: {msg}"[:500]
+        m.state = "drain failed"
+        fix = f"  fix: {err.fix}" if isinstance(err, EventEtlError) and err.fix else ""
+        say(f"[{m.name}] {m.drain_error}" + (f"\n{fix}" if fix else ""), err=True)
 
 
 def _start(m: FleetMember, clock) -> None:
@@ -187,7 +247,7 @@ def _start(m: FleetMember, clock) -> None:
     _write_status(m, clock)
 
 
-def _supervise(m: FleetMember, options: RunOptions, clock, spark, endpoint) -> None:
+def _supervise(m: FleetMember, options: RunOptions, clock, spark, endpoint, stops: StopSignals | None = None) -> None:
     """Tick a running member; restart a failed one after its backoff; notice one that finished."""
     if m.state == "restarting":
         if time.monotonic() >= (m.restart_at or 0):
@@ -204,8 +264,8 @@ def _supervise(m: FleetMember, options: RunOptions, clock, spark, endpoint) -> N
         return
     q = m.query
     if q.isActive:
-        if not options.once:
-            m.job.controller.tick()
+        if not options.once and not (m.job.gate is not None and m.job.gate.busy):
+            run_watched(m.job.controller.tick, stops, name="event_etl-tick")  # the lock waits out a batch
         m.job.metrics.observe_progress(q.lastProgress)
         return
     err = m.job.controller.failure or q.exception()
@@ -257,8 +317,13 @@ def summary_lines(summary: dict[str, dict[str, Any]]) -> list[str]:
         marked = s.get("hours_marked") or []
         span = f" ({marked[0]} .. {marked[-1]})" if marked else ""
         events = sum(v for k, v in totals.items() if k in ("timely", "late", "too_late", "future", "invalid", "duplicate"))
-        lines.append(f"[{name}] run finished ({s.get('state', '?')}): {s.get('batches', 0)} batches, {events:,} events in, "
-                     f"{len(marked)} hours marked{span}, restarts {s.get('restarts', 0)}")
+        line = (f"[{name}] run finished ({s.get('state', '?')}): {s.get('batches', 0)} batches, {events:,} events in, "
+                f"{len(marked)} hours marked{span}, restarts {s.get('restarts', 0)}")
+        if s.get("stopped_by"):
+            line += f"; stopped by {s['stopped_by']}" + (", drained" if s.get("drained") else
+                                                         f", {s['last_error']}" if s.get("state") == "drain failed"
+                                                         else ", not drained")
+        lines.append(line)
     return lines
 
 

@@ -1,15 +1,24 @@
-"""Progress lines for people watching a job, and the summary of a run."""
+"""Progress lines for people watching a job, and the summary of a run.
+
+Lag and marker delay are measured against "now".  For most sources that is the wall
+clock.  The built-in generator runs a clock of its own (event time goes ``speedup`` times
+faster than the wall clock, from a ``start`` in the past): measured against the wall clock
+its lag would be hours, then negative.  For a ``generate:`` source "now" is the generator's
+clock -- the arrival time of the newest event it has made available -- and the lines say so.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from event_etl.driver import BatchEvent
 from event_etl.rules.manifest import Manifest
-from event_etl.timeutil import format_duration, iso
+from event_etl.timeutil import HOUR_MS, format_duration, iso
 
-__all__ = ["ProgressPrinter", "format_summary"]
+__all__ = ["ProgressPrinter", "GeneratorClock", "format_summary"]
 
 
 def _n(x: int) -> str:
@@ -24,37 +33,105 @@ def _size(b: int) -> str:
     return f"{b} B"
 
 
-class ProgressPrinter:
-    """A listener for :class:`event_etl.driver.Controller` that prints a line per batch and per marker."""
+class GeneratorClock:
+    """The ``generate:`` source's clock: ``start + (wall - t0) * speedup``, or the last event's arrival with ``count``.
 
-    def __init__(self, event_type: str, clock: Callable[[], int], out: TextIO | None = None, quiet: bool = False) -> None:
+    ``t0`` (the job's first start) and the generator's parameters are frozen in the source's
+    offsets when the checkpoint is created; they are read from Spark's offset log
+    (``<checkpoint>/spark/offsets/<batch>``, whose last line is the source's offset) once a
+    batch has been planned.  Before that the clock is unknown (``None``).
+    """
+
+    def __init__(self, spark_dir: str | Path, wall: Callable[[], int]) -> None:
+        self.offsets = Path(spark_dir) / "offsets"
+        self.wall = wall
+        self._frozen: tuple[int, dict[str, Any]] | None = None
+
+    def _load(self) -> tuple[int, dict[str, Any]] | None:
+        if self._frozen is None:
+            try:
+                batches = sorted((int(f.name) for f in self.offsets.iterdir() if f.name.isdigit()), reverse=True)
+                for b in batches[:1]:
+                    for line in (self.offsets / str(b)).read_text(encoding="utf-8").splitlines():
+                        doc = json.loads(line) if line.startswith("{") else None
+                        if isinstance(doc, dict) and "t0" in doc and isinstance(doc.get("p"), dict):
+                            self._frozen = (int(doc["t0"]), doc["p"])
+            except (OSError, ValueError):
+                return None
+        return self._frozen
+
+    def __call__(self) -> int | None:
+        frozen = self._load()
+        if frozen is None:
+            return None
+        t0, p = frozen
+        rate, speedup, start = float(p["rate"]), float(p["speedup"]), int(p["start"])
+        if p.get("count"):
+            return start + int(int(p["count"]) * 1000.0 * speedup / rate)
+        return start + int((self.wall() - t0) * speedup)
+
+
+class ProgressPrinter:
+    """A listener for :class:`event_etl.driver.Controller` that prints a line per batch and per marker.
+
+    ``event_clock`` (e.g. a :class:`GeneratorClock`) replaces the wall clock ``clock`` as
+    "now" for lag and marker delay; the lines then add ``(generator clock)``."""
+
+    def __init__(self, event_type: str, clock: Callable[[], int], out: TextIO | None = None, quiet: bool = False,
+                 event_clock: Callable[[], int | None] | None = None, clock_name: str = "generator clock") -> None:
         self.et = event_type
         self.clock = clock
-        self.out = out or sys.stdout
+        self.out = out
         self.quiet = quiet
+        self.event_clock = event_clock
+        self.clock_name = clock_name
+
+    def now(self) -> int | None:
+        """"Now" for lag and delays: the source's own clock if it has one, else the wall clock."""
+        return self.event_clock() if self.event_clock is not None else self.clock()
+
+    def _against(self) -> str:
+        return f" ({self.clock_name})" if self.event_clock is not None else ""
 
     def __call__(self, kind: str, payload: Any) -> None:
         if self.quiet:
             return
         if kind == "batch":
-            self.out.write(self.batch_line(payload) + "\n")
+            line = self.batch_line(payload)
         elif kind == "marker":
-            m: Manifest = payload
-            self.out.write(
-                f"[{self.et}] COMPLETE {iso(m.hour)}  records {_n(m.records)} (late {_n(m.late_records)})  "
-                f"files {len(m.files)}  marker delay {format_duration(m.marker_delay_ms)}\n"
-            )
+            line = self.marker_line(payload)
         elif kind in ("idle", "drain"):
-            wm = payload.watermark
-            self.out.write(f"[{self.et}] {kind}: watermark {iso(wm)}\n")
-        self.out.flush()
+            line = f"[{self.et}] {kind}: watermark {iso(payload.watermark)}"
+        else:
+            return
+        out = self.out or sys.stdout
+        try:
+            out.write(line + "\n")
+            out.flush()
+        except (OSError, ValueError):  # the terminal is gone (SIGHUP): the job goes on, and drains
+            pass
+
+    def marker_line(self, m: Manifest) -> str:
+        if self.event_clock is None:
+            delay = format_duration(m.marker_delay_ms)
+        else:
+            now = self.now()
+            delay = "-" if now is None else format_duration(now - (m.hour + HOUR_MS)) + self._against()
+        return (f"[{self.et}] COMPLETE {iso(m.hour)}  records {_n(m.records)} (late {_n(m.late_records)})  "
+                f"files {len(m.files)}  marker delay {delay}")
+
+    def lag_text(self, watermark: int | None) -> str:
+        now = self.now()
+        if watermark is None or now is None:
+            return "-"
+        return format_duration(now - watermark) + self._against()
 
     def batch_line(self, ev: BatchEvent) -> str:
         r = ev.result
         c = r.counts
         wm = ev.state.watermark
         secs = max(ev.finished_at - (ev.attempt_started_at or ev.started_at), 1) / 1000.0
-        lag = format_duration(self.clock() - wm) if wm is not None else "-"
+        lag = self.lag_text(wm)
         return (
             f"[{self.et}] batch {ev.batch_id}{' (replay)' if ev.replayed else ''}: in {_n(r.events_in)}  "
             f"timely {_n(c.get('timely', 0))}  late {_n(c.get('late', 0))}  dead-letter {_n(r.deadlettered)}  "
@@ -81,4 +158,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  hours marked   {len(summary['hours_marked'])}"
         + (f" ({summary['hours_marked'][0]} .. {summary['hours_marked'][-1]})" if summary["hours_marked"] else ""),
     ]
+    if summary.get("stopped_by"):
+        lines.append(f"  stopped by     {summary['stopped_by']}" + ("; drained: every hour holding data is complete"
+                                                                   if summary.get("drained") else ""))
     return "\n".join(lines)

@@ -1,9 +1,10 @@
 """Running one event type's streaming job: Spark query, main loop, signals, drain, summary.
 
-``event-etl run`` is a thin wrapper over :func:`run_job`.  The main loop waits for the
+``event-etl run`` is a thin wrapper over :func:`run_job`.  The main loop watches the
 query in short steps and, between batches, lets the controller advance the watermark of
-a quiet source.  SIGTERM stops at the next batch boundary and drains (every hour up to
-the last one holding data is marked); SIGINT stops at the boundary without draining.
+a quiet source.  Signals follow :mod:`event_etl.stopping`: SIGINT stops at the next batch
+boundary; SIGTERM and SIGHUP stop there and drain (every hour up to the last one holding
+data is marked); a second SIGINT or SIGTERM stops at once (exit 130 or 143).
 """
 
 from __future__ import annotations
@@ -18,11 +19,23 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from event_etl.checkpoint import Checkpoint
-from event_etl.driver import Controller, StopRequested
+from event_etl.driver import Controller
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import EventType
-from event_etl.progress import ProgressPrinter, format_summary
+from event_etl.progress import GeneratorClock, ProgressPrinter, format_summary
 from event_etl.sources import SourceSpec, parse_source
+from event_etl.stopping import (
+    POLL_S,
+    BatchGate,
+    Escalated,
+    Interrupted,
+    StopSignals,
+    exit_now,
+    run_watched,
+    say,
+    signal_name,
+    wait_for,
+)
 from event_etl.storage import Storage
 from event_etl.timeutil import iso, now_millis, parse_duration
 
@@ -147,6 +160,8 @@ class Job:
     metrics: Any
     source_dir: str
     writer: Any  # DataStreamWriter, ready to start
+    gate: BatchGate | None = None  # the foreachBatch function, as the stop needs it (event_etl.stopping)
+    printer: ProgressPrinter | None = None
 
     def start(self):
         return self.writer.start()
@@ -177,7 +192,8 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
         # the ack deadline the source keeps extending (a redelivery after a crash waits this long)
         "ack_deadline": int(os.environ.get("EVENT_ETL_PUBSUB_ACK_DEADLINE", "60")),
     }
-    printer = ProgressPrinter(et.name, clock, quiet=options.quiet)
+    printer = ProgressPrinter(et.name, clock, quiet=options.quiet,
+                              event_clock=GeneratorClock(ckpt.spark_dir, clock) if p.spec.kind == "generate" else None)
     from event_etl.sources.activity import read_activity
 
     log_dir = source_spec["log_dir"]
@@ -191,32 +207,29 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
     )
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
     controller.listeners.extend(metrics.listeners)
+    gate = BatchGate(controller.handle_batch)
     writer = (
         spark.readStream.format("event_etl")
         .option("spec", json.dumps(source_spec))
         .load()
-        .writeStream.foreachBatch(controller.handle_batch)
+        .writeStream.foreachBatch(gate)
         .option("checkpointLocation", str(ckpt.spark_dir))
         .queryName(f"event_etl_{et.name}")
     )
     writer = (writer.trigger(availableNow=True) if options.once
               else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
-    return Job(p, controller, metrics, source_spec["log_dir"], writer)
+    return Job(p, controller, metrics, source_spec["log_dir"], writer, gate, printer)
 
 
-def install_stop_signals(stop: dict[str, Any], on_stop: Callable[[], None]) -> list[tuple[int, Any]]:
-    """SIGTERM: stop at a batch boundary and drain; SIGINT: stop at a batch boundary.  Returns what to restore."""
-    restore: list[tuple[int, Any]] = []
+PENDING_REPLAY_TIMEOUT_S = 300.0
+"""How long a stop that drains waits for Spark to replay a batch a crash left unfinished."""
+STOP_AT_ONCE_TIMEOUT_S = 15.0
+"""How long a stop at once waits for Spark to cancel the batch in flight before the process just exits."""
 
-    def on_signal(signum, _frame):
-        stop["requested"] = True
-        stop["drain"] = stop["drain"] or signum == signal.SIGTERM
-        on_stop()
 
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            restore.append((sig, signal.signal(sig, on_signal)))
-    return restore
+def install_stop_signals(stops: StopSignals | None = None) -> StopSignals:
+    """The job's record of stop signals (:mod:`event_etl.stopping`), its handlers installed (main thread only)."""
+    return (stops if stops is not None else StopSignals()).install()
 
 
 def run_job(
@@ -227,84 +240,219 @@ def run_job(
     clock: Callable[[], int] = now_millis,
     listeners: list[Callable[[str, Any], None]] | None = None,
     install_signals: bool = True,
+    stops: StopSignals | None = None,
 ) -> dict[str, Any]:
-    """Run the job until its input ends (``once``/``drain``), a signal, or ``max_seconds``.  Returns the summary."""
+    """Run the job until its input ends (``once``/``drain``), a signal, or ``max_seconds``.  Returns the summary.
+
+    ``stops`` is the record of stop signals the job obeys (default: its own, whose handlers
+    are installed when ``install_signals``).  A second signal makes it raise
+    :class:`~event_etl.stopping.Interrupted` (or, while a drain runs, end the process at once).
+    A session the job starts itself (``spark=None``) is stopped, its JVM gone, before it returns.
+    """
     if options.drain:
         options.once = True  # drain: process what is available, then close every open hour
     p = prepare_job(event_type, options, clock=clock)
     acquire_lease(p)
-    stop: dict[str, Any] = {"requested": False, "drain": options.drain, "controller": None}
-
-    def on_stop() -> None:
-        if stop["controller"] is not None:
-            stop["controller"].request_stop()
-
-    restore = install_stop_signals(stop, on_stop) if install_signals else []
+    stops = stops if stops is not None else StopSignals()
+    if install_signals:
+        stops.install()
+    name = event_type.name
+    own_spark = spark is None
     try:
-        if spark is None:
+        if own_spark:
             from event_etl.sparkutil import get_session
 
-            spark = get_session(options.master, options.conf, app_name=f"event_etl:{event_type.name}")
+            try:
+                spark = run_watched(lambda: get_session(options.master, options.conf, app_name=f"event_etl:{name}"),
+                                    stops, name="event_etl-spark-start")
+            except Escalated as esc:
+                exit_now(128 + esc.signum, f"[{name}] stopped at once while Spark was starting; nothing was processed")
+            if install_signals:
+                stops.install()  # once more, now that the SparkContext exists
         job = open_job(p, spark, clock=clock, listeners=listeners)
-        controller = stop["controller"] = job.controller
-        summary = lambda secs: _summary(event_type, p.sink, p.ckpt, controller, secs, options, stop)  # noqa: E731
         try:
-            if stop["requested"]:  # a signal arrived while Spark was starting
-                controller.request_stop()
-                if stop["drain"]:
-                    controller.drain()
-                return summary(0.0)
-            return _drive(query_writer=job.writer, controller=controller, metrics=job.metrics, options=options,
-                          stop=stop, source_dir=job.source_dir, summary=summary)
+            return _drive(job, options=options, stops=stops)
         finally:
             job.metrics.shutdown()
     finally:
-        for sig, old in restore:
-            signal.signal(sig, old)
-        p.lease.release()
+        try:
+            if own_spark and spark is not None:
+                from event_etl.sparkutil import stop_session
+
+                stop_session(spark)  # signals still only recorded meanwhile
+        finally:
+            if install_signals:
+                stops.restore()
+            p.lease.release()
 
 
-def _drive(*, query_writer, controller: Controller, metrics, options: RunOptions, stop, source_dir: str, summary):
-    """Start the query, wait for it between idle ticks, stop it at a batch boundary, drain if asked."""
+def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, Any]:
+    """Start the query, watch it (idle ticks, metrics, signals), stop it at a batch boundary, drain if asked."""
+    controller = job.controller
     started = time.monotonic()
-    query = query_writer.start()
+    deadline = None if options.max_seconds is None else started + options.max_seconds
+    query = None
+    stopped_by = signal_name(stops.first) if stops.first is not None else None
+    # A signal while Spark was starting: no query needed -- unless a drain must first see Spark
+    # replay a batch that a crash left unfinished.
+    if not stops.requested or (stops.drain and controller.pending_batch is not None):
+        query = job.start()
     try:
-        deadline = None if options.max_seconds is None else started + options.max_seconds
-        from pyspark.errors import StreamingQueryException
-
-        while query.isActive:
-            try:
-                query.awaitTermination(options.tick_seconds)
-            except StreamingQueryException:
-                break  # the cause is reported below, from the controller, the source, or Spark
-            if stop["requested"]:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                stop["requested"] = True
-                controller.request_stop()
-                break
-            if not options.once:
-                controller.tick()
-            metrics.observe_progress(query.lastProgress)
-        if stop["requested"]:
-            _stop_at_boundary(query, controller)
-        else:
-            _raise_query_failure(query, controller, source_dir)
+        try:
+            if query is not None:
+                stopped_by = _watch(query, job, options, stops, deadline)
+                if stopped_by is None:
+                    _raise_query_failure(query, controller, job.source_dir)
+                else:
+                    _stop_at_boundary([(job, query)], stops, drain=stops.drain)
+        except Escalated as esc:
+            _stop_at_once([(job, query)], stops, esc.signum)
     finally:
-        if query.isActive:
+        if query is not None and query.isActive:
             query.stop()
-    if stop["drain"]:
-        controller.drain()
-    return summary(time.monotonic() - started)
+    drain = stops.drain if stops.requested else options.drain
+    if drain:
+        try:
+            run_watched(controller.drain, stops, name="event_etl-drain")
+        except Escalated as esc:
+            exit_now(128 + esc.signum, _cut_short_line(job.prepared.event_type.name, esc.signum))
+    summary = _summary(job, time.monotonic() - started, options, stopped_by, drained=drain)
+    if stopped_by == "SIGINT" and not drain and not options.quiet:
+        say(_stopped_line(job, stopped_by))
+    return summary
 
 
-def _summary(event_type, sink, ckpt, controller, seconds, options, stop) -> dict[str, Any]:
+def _watch(query, job: Job, options: RunOptions, stops: StopSignals, deadline: float | None) -> str | None:
+    """Watch the running query until a signal (returns what stopped it), the time limit, or its own end (None)."""
+    next_tick = time.monotonic() + options.tick_seconds
+    while True:
+        if stops.first is not None:
+            return signal_name(stops.first)
+        if deadline is not None and time.monotonic() >= deadline:
+            return "time limit"
+        if not query.isActive:
+            return None
+        if time.monotonic() >= next_tick:
+            next_tick = time.monotonic() + options.tick_seconds
+            if not options.once and not (job.gate is not None and job.gate.busy):
+                run_watched(job.controller.tick, stops, name="event_etl-tick")  # the lock waits out a batch
+            job.metrics.observe_progress(query.lastProgress)
+        stops.sleep(POLL_S)
+
+
+def _stop_at_boundary(running: list[tuple[Job, Any]], stops: StopSignals | None, *, drain: bool) -> None:
+    """Stop queries between two batches: the batch in flight finishes, a batch not begun is left for the next run.
+
+    For each query: (when it will drain) wait until Spark has replayed a batch a crash left
+    unfinished; wait until no batch is in flight and close its gate; then stop it through
+    the API, which Spark logs as a requested stop.  Raises :class:`Escalated` on a second signal."""
+    running = [(job, q) for job, q in running if q is not None]
+    if drain:
+        for job, q in running:
+            c = job.controller
+            if c.pending_batch is not None:
+                wait_for(lambda: c.pending_batch is None or not q.isActive, stops, timeout=PENDING_REPLAY_TIMEOUT_S)
+    closers = [_boundary(job, q) for job, q in running if job.gate is not None]
+    wait_for(lambda: all([close() for close in closers]), stops)  # every gate at once (a list: no short cut)
+    for job, q in running:
+        job.controller.request_stop()  # no batch runs: does not wait
+    for job, q in running:
+        run_watched(q.stop, stops, name="event_etl-stop")
+
+
+def _boundary(job: Job, query) -> Callable[[], bool]:
+    """A check that closes the job's gate at the query's next batch boundary (True once closed).
+
+    The batch in flight finishes.  When none is in flight but Spark is already planning one
+    (its trigger is active), that one batch is let in and processed too (a drain includes
+    it); then the gate closes.  Otherwise it closes while Spark waits for its next trigger,
+    and ``query.stop()`` interrupts that wait.  Should Spark begin a batch in the instant
+    between, that batch is left for the next run (:class:`~event_etl.stopping.BatchGate`)."""
+    gate = job.gate
+    done_before = len(gate.finished) + len(gate.abandoned)
+    current = gate.busy
+    patience = time.monotonic() + max(2.0, 2 * job.prepared.trigger_ms / 1000.0)
+
+    def close() -> bool:
+        if gate.closed:
+            return True
+        if gate.busy:
+            return False
+        one_ran = current or len(gate.finished) + len(gate.abandoned) > done_before
+        if not one_ran and time.monotonic() < patience:
+            try:
+                planning = bool(query.status.get("isTriggerActive"))
+            except Exception:  # noqa: BLE001 - the query ended meanwhile: nothing more will come
+                planning = False
+            if planning:
+                return False
+        return gate.close_when_idle(0)
+
+    return close
+
+
+def _stop_at_once(running: list[tuple[Job, Any]], stops: StopSignals, signum: int) -> None:
+    """A second signal: stop the queries now, cancelling the batch in flight (Spark replays it on restart).
+
+    Raises :class:`Interrupted`; ends the process at once if Spark does not stop in time or
+    yet another signal comes."""
+    running = [(job, q) for job, q in running if q is not None]
+    cut = [(job.prepared.event_type.name, job.gate.running) for job, _ in running
+           if job.gate is not None and job.gate.running is not None]
+    for job, _ in running:
+        if job.gate is not None:
+            job.gate.close_now()
+    line = _at_once_line([job for job, _ in running], signum, cut)
+    seen = len(stops.received)
+
+    def stop_all() -> None:
+        for _, q in running:
+            q.stop()
+
+    th = threading.Thread(target=stop_all, name="event_etl-stop-now", daemon=True)
+    th.start()
+    deadline = time.monotonic() + STOP_AT_ONCE_TIMEOUT_S
+    while th.is_alive() and len(stops.received) == seen and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    if th.is_alive():
+        exit_now(128 + signum, line + f" ({signal_name(signum)}: Spark did not stop in time; the process ended)")
+    raise Interrupted(signum, line)
+
+
+def _at_once_line(jobs: list[Job], signum: int, cut: list[tuple[str, int]]) -> str:
+    what = "Ctrl-C twice" if signum == signal.SIGINT else "SIGTERM twice"
+    names = ", ".join(j.prepared.event_type.name for j in jobs) or "job"
+    if cut:
+        batches = ", ".join(f"{n} batch {b}" for n, b in cut)
+        return (f"[{names}] stopped at once ({what}), not drained: {batches} was cut short and is replayed when you "
+                f"run the same command")
+    return f"[{names}] stopped at once ({what}), not drained; run the same command to continue"
+
+
+def _cut_short_line(name: str, signum: int) -> str:
+    what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    return (f"[{name}] drain cut short ({what} again): the hours marked so far stay complete, the others are not; "
+            f"run the same command to continue")
+
+
+def _stopped_line(job: Job, stopped_by: str) -> str:
+    name, c = job.prepared.event_type.name, job.controller
+    last = c.state.last_batch_id
+    where = f"after batch {last}" if last is not None and last >= 0 else "before its first batch"
+    held = job.gate.abandoned if job.gate is not None else []
+    later = f" (batch {held[0]} was planned, not begun: it runs first)" if held else ""
+    how = "Ctrl-C" if stopped_by == "SIGINT" else stopped_by
+    return f"[{name}] stopped {where} ({how}), not drained{later}; run the same command to continue"
+
+
+def _summary(job: Job, seconds: float, options: RunOptions, stopped_by: str | None, *, drained: bool) -> dict[str, Any]:
+    controller, p = job.controller, job.prepared
     totals = dict(controller.totals)
     events_in = sum(totals.get(k, 0) for k in ("timely", "late", "too_late", "future", "invalid", "duplicate"))
     summary = {
-        "event_type": event_type.name,
-        "sink": sink,
-        "checkpoint": str(ckpt.root),
+        "event_type": p.event_type.name,
+        "sink": p.sink,
+        "checkpoint": str(p.ckpt.root),
         "batches": controller.batches,
         "seconds": seconds,
         "events_in": events_in,
@@ -312,18 +460,14 @@ def _summary(event_type, sink, ckpt, controller, seconds, options, stop) -> dict
         "totals": totals,
         "watermark": iso(controller.state.watermark),
         "hours_marked": [iso(h) for h in controller.hours_marked],
-        "stopped_by": "signal" if stop["requested"] else "end of input" if options.once else "query end",
+        "stopped_by": stopped_by or ("end of input" if options.once else "query end"),
+        "drained": drained,
+        "last_batch": controller.state.last_batch_id,
     }
-    if not options.quiet:
-        print(format_summary(summary), flush=True)
+    signal_stop_only = stopped_by is not None and stopped_by != "time limit" and not drained
+    if not options.quiet and not signal_stop_only:
+        say(format_summary(summary))
     return summary
-
-
-def _stop_at_boundary(query, controller: Controller) -> None:
-    controller.request_stop()  # takes the lock: the running batch, if any, finishes first
-    query.stop()
-    if controller.failure is not None and not isinstance(controller.failure, StopRequested):
-        raise controller.failure
 
 
 def _raise_query_failure(query, controller: Controller, source_dir: str) -> None:
@@ -332,8 +476,6 @@ def _raise_query_failure(query, controller: Controller, source_dir: str) -> None
     exc = query.exception()
     if exc is not None:
         msg = str(exc)
-        if "StopRequested" in msg:
-            return
         from event_etl.sources.pubsub import read_error
 
         source_error = read_error(source_dir)  # the source runs in another process: it leaves its error here

@@ -1,15 +1,29 @@
-"""Starting Spark for event_etl: the Python of the workers, quiet logs, loopback only."""
+"""Starting Spark for event_etl: the Python of the workers, quiet logs, loopback only, a JVM of its own.
+
+The JVM is started in a session of its own (``start_new_session``), so a signal meant for
+the job -- Ctrl-C to the terminal's process group, ``kill -- -PGID``, systemd's SIGTERM to
+every process of the unit -- reaches the Python driver only, which stops the job as
+:mod:`event_etl.stopping` says, while the JVM keeps running until the driver has finished
+with it.  The JVM still ends with the driver however the driver ends: it reads the pipe
+PySpark gives it as stdin and exits on end of file (a SIGKILL or an OOM kill of the driver
+closes the pipe).  The Python workers and the source's Python process are the JVM's
+children, in its session.
+
+The SparkContext is created outside the main thread, so PySpark installs no SIGINT handler
+of its own (it would raise KeyboardInterrupt in the middle of a py4j call).
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
 import sys
-from typing import Mapping
+import threading
+from typing import Any, Callable, Mapping
 
 from event_etl.errors import EventEtlError
 
-__all__ = ["check_java", "get_session", "DEFAULT_MASTER"]
+__all__ = ["check_java", "get_session", "stop_session", "DEFAULT_MASTER"]
 
 DEFAULT_MASTER = "local[*]"
 
@@ -68,7 +82,79 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     settings.update(conf or {})
     for k, v in settings.items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    _launch_own_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
+    spark = _off_the_main_thread(builder.getOrCreate)
     spark.sparkContext.setLogLevel(os.environ.get("EVENT_ETL_SPARK_LOG_LEVEL", "ERROR"))
     spark.dataSource.register(EtlSource)
     return spark
+
+
+def _launch_own_jvm(settings: Mapping[str, str]) -> None:
+    """Start the JVM (spark-submit's ``pyspark-shell``, as PySpark would) in a session of its own.
+
+    The settings go on its command line, as PySpark passes a session's conf at launch, so
+    the driver's memory and JVM options take effect.  Nothing to do when a JVM is already
+    there: this process's (a session stopped and created again) or the one that started
+    this process (``event-etl submit``: spark-submit sets PYSPARK_GATEWAY_PORT).
+    """
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+            return
+        conf = SparkConf()  # no JVM yet: a plain dict, given to spark-submit as --conf
+        for k, v in settings.items():
+            conf.set(k, v)
+        gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+
+def _off_the_main_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in a helper thread: PySpark installs its SIGINT handler only when a context starts on the main thread."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = err
+
+    th = threading.Thread(target=target, name="event_etl-spark-start", daemon=True)
+    th.start()
+    th.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def stop_session(spark, *, timeout: float = 30.0) -> None:
+    """Stop the session; when this process started the JVM, let it exit (stdin closed) and wait for it.
+
+    Stopping in this order leaves nothing for the JVM to complain about after the driver is
+    gone (no py4j connection refused, no half-stopped context in its shutdown hook)."""
+    import subprocess
+
+    from pyspark.core.context import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    if proc is None:  # a JVM we did not start (event-etl submit): it outlives us by design
+        return
+    try:
+        gateway.shutdown()  # py4j's sockets and callback server, before the JVM goes
+    except Exception:  # noqa: BLE001 - the JVM ends below either way
+        pass
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()  # end of file: Spark's PythonGatewayServer exits
+        proc.wait(timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait(timeout=timeout)
+    with SparkContext._lock:
+        SparkContext._gateway = None
+        SparkContext._jvm = None

@@ -1,0 +1,338 @@
+"""How every long-running command of event_etl stops: one protocol, whatever sends the signal.
+
+A terminal's Ctrl-C (SIGINT to the foreground process group), ``systemctl stop`` (SIGTERM to
+every process of the unit), ``timeout`` and ``kill -- -PGID`` (the whole group), Kubernetes and
+``docker stop`` (SIGTERM to the main process only) and a closing terminal (SIGHUP) all end up
+here, and mean the same thing whichever processes they reach:
+
+=========  ===========================================  ======================================
+signal     first time                                   again, while stopping
+=========  ===========================================  ======================================
+SIGINT     finish the batch in flight, stop; no drain   stop at once (exit 130)
+SIGTERM    finish the batch in flight, stop, drain      stop at once, drain cut short (143)
+SIGHUP     as SIGTERM                                   ignored (a closing terminal sends it
+                                                        more than once)
+=========  ===========================================  ======================================
+
+Signal handlers only *record* the signal (:class:`StopSignals`): they never call into the
+JVM (py4j) and never raise, so no Python call is ever torn apart in the middle.  The
+command's main loop looks at the record between its steps and acts.  Steps that may take
+long (waiting for a batch, a drain) run so that the main loop keeps looking
+(:func:`wait_for`, :func:`run_watched`), so a second signal is honoured at once.
+
+For Spark jobs, :class:`BatchGate` wraps the ``foreachBatch`` function: a stop waits until no
+batch is in flight, closes the gate and only then stops the query through the API (Spark
+logs a requested stop without an error).  A batch that Spark begins after the gate closed
+never starts its work: it waits inside the JVM until the stop interrupts it, which Spark
+recognises as a requested stop, and it is planned again by the next run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable, TypeVar
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "EXIT_OTHER_WRITER",
+    "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
+    "STOP_SIGNALS",
+    "StopSignals",
+    "Interrupted",
+    "Escalated",
+    "BatchGate",
+    "BatchInterrupted",
+    "signal_name",
+    "exit_code_for",
+    "wait_for",
+    "run_watched",
+    "say",
+    "exit_now",
+]
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_OTHER_WRITER = 3
+EXIT_INTERRUPTED = 128 + int(signal.SIGINT)  # 130: SIGINT twice
+EXIT_TERMINATED = 128 + int(signal.SIGTERM)  # 143: SIGTERM twice
+
+STOP_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+POLL_S = 0.1
+"""How often a waiting main loop looks at the signals."""
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def exit_code_for(signum: int) -> int:
+    """128 + the signal's number, as a shell reports a command ended by it."""
+    return 128 + int(signum)
+
+
+class Interrupted(Exception):
+    """The command stopped at once, as a repeated signal asked: exit with ``exit_code``, print ``message``."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        self.signum = signum
+        self.exit_code = exit_code_for(signum)
+        self.message = message
+        super().__init__(message)
+
+
+class StopSignals:
+    """The signals a command has received, recorded by handlers that do nothing else.
+
+    ``install()`` (main thread only; elsewhere it does nothing) sets the handlers and may be
+    called again, e.g. after PySpark replaced one; ``restore()`` puts the previous ones back.
+    ``request(signum)`` records a stop asked for by other means (a test's event, a deadline).
+    """
+
+    def __init__(self, signals: Iterable[int] = STOP_SIGNALS) -> None:
+        self.signals = tuple(signals)
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    # -- handlers ------------------------------------------------------------------------------
+    def _record(self, signum: int, _frame: Any) -> None:
+        self.received.append(signum)  # nothing else: no py4j, no raise, no lock
+
+    def install(self) -> "StopSignals":
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in self.signals:
+            old = signal.signal(sig, self._record)
+            if sig not in self._previous and old != self._record:
+                self._previous[sig] = old
+        return self
+
+    def installed(self) -> bool:
+        """Whether every handler is still this object's (PySpark replaces SIGINT's when a SparkContext starts)."""
+        return all(signal.getsignal(sig) == self._record for sig in self.signals)
+
+    def restore(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, old in self._previous.items():
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def __enter__(self) -> "StopSignals":
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.restore()
+
+    def request(self, signum: int = signal.SIGINT) -> None:
+        self.received.append(signum)
+
+    # -- what was asked ------------------------------------------------------------------------
+    @property
+    def requested(self) -> bool:
+        return bool(self.received)
+
+    @property
+    def first(self) -> int | None:
+        return self.received[0] if self.received else None
+
+    @property
+    def drain(self) -> bool:
+        """SIGTERM and SIGHUP stop *and drain*; SIGINT only stops."""
+        return self.first in (signal.SIGTERM, signal.SIGHUP)
+
+    @property
+    def escalation(self) -> int | None:
+        """The first SIGINT or SIGTERM after the first signal: stop at once.  (SIGHUP never escalates.)"""
+        for signum in self.received[1:]:
+            if signum in (signal.SIGINT, signal.SIGTERM):
+                return signum
+        return None
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, returning early (True) when a new signal arrives."""
+        seen = len(self.received)
+        deadline = time.monotonic() + seconds
+        while True:
+            if len(self.received) != seen:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(POLL_S, left))
+
+
+def wait_for(condition: Callable[[], bool], stops: StopSignals | None, *, timeout: float | None = None,
+             poll: float = POLL_S) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` passes (False).
+
+    Raises :class:`Escalated` when a repeated signal asks to stop at once."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        if condition():
+            return True
+        if stops is not None and stops.escalation is not None:
+            raise Escalated(stops.escalation)
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+
+
+class Escalated(Exception):
+    """Raised by :func:`wait_for` and :func:`run_watched` in the main loop: a repeated signal."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal_name(signum))
+
+
+def run_watched(fn: Callable[[], T], stops: StopSignals | None, *, name: str = "event_etl-step") -> T:
+    """Run ``fn`` in a helper thread while the main loop keeps watching the signals.
+
+    Returns ``fn``'s result or raises its exception; raises :class:`Escalated` (leaving
+    ``fn`` running in its daemon thread) when a repeated signal asks to stop at once."""
+    if stops is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller
+            box["error"] = err
+
+    th = threading.Thread(target=target, name=name, daemon=True)
+    th.start()
+    wait_for(lambda: not th.is_alive(), stops)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")  # type: ignore[return-value]
+
+
+def say(line: str, *, err: bool = False) -> None:
+    """Print a line; a terminal that is gone (SIGHUP) must not turn a clean stop into a traceback."""
+    stream = sys.stderr if err else sys.stdout
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def exit_now(code: int, line: str) -> None:
+    """Print ``line`` on stderr and end the process at once (no cleanup: what was durable stays)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    say(line, err=True)
+    os._exit(code)
+
+
+SPARK_STOP_TEXT = "py4j.protocol.Py4JJavaError: An error occurred while calling {what}: java.lang.InterruptedException"
+"""How an error of a ``foreachBatch`` function must read for Spark to take it for a requested stop.
+
+When a stopped query's batch function fails, Spark (``StreamExecution.isInterruptionException``)
+logs nothing if the Python error's text matches its ``PROXY_ERROR`` pattern: a py4j call
+that met an ``InterruptedException``.  That pattern, ``...calling((.|\\r\\n|\\r|\\n)*)(...)``,
+recurses once per character after the match's start, so a real traceback (the Java stack
+trace of the interrupted call, chained Python errors) overflows the query thread's stack and
+the JVM prints a ``StackOverflowError`` of a thousand lines.  So the error is re-raised
+alone (``from None``) with this short text, which is what happened: a py4j call interrupted
+by ``query.stop()``."""
+
+
+class BatchInterrupted(Exception):
+    """A batch cut short, or not begun, because its query was stopped (see :data:`SPARK_STOP_TEXT`)."""
+
+
+class BatchGate:
+    """The ``foreachBatch`` function of a query, wrapped so that a stop never cuts a batch in two.
+
+    ``close_when_idle`` closes the gate once no batch is in flight; the query can then be
+    stopped through the API without cancelling any batch's work.  A batch Spark begins after
+    that never calls the wrapped function: it waits inside the JVM (in the query's own
+    thread, where Python's calls run in PySpark's pinned-thread mode) until ``query.stop()``
+    interrupts it.  Spark takes that interruption for the requested stop it is (no error is
+    logged) and does not commit the batch: the next run plans it again.  A stop at once
+    (``close_now``) cancels the batch in flight; its failure is reported to Spark the same way.
+    """
+
+    ABANDON_TIMEOUT_S = 300.0
+
+    def __init__(self, fn: Callable[[Any, int], None]) -> None:
+        self.fn = fn
+        self._cond = threading.Condition()
+        self.running: int | None = None
+        self.closed = False
+        self.abandoned: list[int] = []
+        self.finished: list[int] = []
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        with self._cond:
+            closed = self.closed
+            if not closed:
+                self.running = batch_id
+        if closed:
+            self.abandoned.append(batch_id)
+            self._wait_for_the_stop(df, batch_id)
+            return
+        try:
+            self.fn(df, batch_id)
+            self.finished.append(batch_id)
+        except Exception:
+            if self.closed:  # stopped at once: the batch's Spark jobs were cancelled; it replays on restart
+                raise BatchInterrupted(f"batch {batch_id} was cut short by a stop ("
+                                       + SPARK_STOP_TEXT.format(what=f"batch {batch_id}") + ")") from None
+            raise
+        finally:
+            with self._cond:
+                self.running = None
+                self._cond.notify_all()
+
+    def close_when_idle(self, timeout: float) -> bool:
+        """Close the gate as soon as no batch is in flight; False if one still runs after ``timeout`` s."""
+        with self._cond:
+            if self.running is not None and timeout > 0:
+                self._cond.wait(timeout)
+            if self.running is None:
+                self.closed = True
+                return True
+            return False
+
+    def close_now(self) -> None:
+        """Close the gate whatever runs (a stop at once: the batch in flight is cancelled and replays)."""
+        with self._cond:
+            self.closed = True
+
+    @property
+    def busy(self) -> bool:
+        return self.running is not None
+
+    def _wait_for_the_stop(self, df: Any, batch_id: int) -> None:
+        """Block the query's thread, interruptibly, until ``query.stop()`` interrupts it; then raise."""
+        from py4j.protocol import Py4JJavaError
+
+        jvm = df.sparkSession._jvm
+        deadline = time.monotonic() + self.ABANDON_TIMEOUT_S
+        try:
+            while time.monotonic() < deadline:
+                jvm.java.lang.Thread.sleep(1000)  # InterruptedException when the query is stopped
+        except Py4JJavaError:
+            raise BatchInterrupted(f"batch {batch_id} was not begun: its query was stopped ("
+                                   + SPARK_STOP_TEXT.format(what="java.lang.Thread.sleep") + ")") from None
+        raise BatchInterrupted(f"batch {batch_id} was held back for a stop that did not come; it is replayed "
+                               "on restart")
