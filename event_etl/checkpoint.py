@@ -28,7 +28,11 @@ checkpoint of a newer format with the versions and the fix:
 1. event_etl 0.1.0 (git ``165ca81`` and before): no ``format.json``.
 2. Batch intents freeze the settings and schema a batch is judged with, and the first
    batch's too-late reference; ``state.json`` gains ``max_counted_time`` and
-   ``last_hour``; the directory source logs when it listed each file (``arrival``).
+   ``last_hour``; the directory source logs when it listed each file (``arrival``);
+   duplicate keys are kept per batch in ``etl/dedupe/<id>.k2`` with their kind (id or
+   message key) and ``<id>.acked`` once a batch's Pub/Sub messages were acknowledged
+   (format 1's ``<id>.keys`` are still read); the Pub/Sub source spools to
+   ``etl/source/pubsub/segments/`` (format 1's Avro spool files are still read).
    Migration from 1: nothing is rewritten (every new field has the meaning format 1 gave
    it when absent); ``format.json`` is added.  Release 0.1.0 can still open the result.
 
@@ -223,30 +227,49 @@ class Checkpoint:
         return {k: tuple(v) for k, v in _read_json(p).items()} if p.exists() else {}
 
     def save_dedupe_rows(self, batch_id: int, rows) -> None:
-        """The keys a batch wrote (numpy ``KEY_DTYPE`` rows), durably."""
+        """The keys a batch wrote (``STORED_DTYPE`` rows of :mod:`event_etl.dedupe`), durably."""
+        from event_etl.dedupe import stored
+
         d = self.etl / "dedupe"
         d.mkdir(parents=True, exist_ok=True)
-        path = d / f"{batch_id:010d}.keys"
+        path = d / f"{batch_id:010d}.k2"
         tmp = d / f".{path.name}.tmp"
         with open(tmp, "wb") as fh:
-            fh.write(rows.tobytes())
+            fh.write(stored(rows).tobytes())
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
 
+    def mark_dedupe_acked(self, batch_id: int) -> None:
+        """The batch's Pub/Sub messages were acknowledged: their keys follow the arrival clock."""
+        (self.etl / "dedupe" / f"{batch_id:010d}.acked").touch()
+
     def load_dedupe_rows(self):
-        from event_etl.dedupe import KEY_DTYPE
+        """``[(batch id, STORED_DTYPE rows, acknowledged)]`` of every batch whose keys are kept.
+
+        Batches of format 1 (``.keys``) had no kinds: their keys are all forgotten by the event
+        clock, as format 1 did; their messages are taken as acknowledged."""
+        from event_etl.dedupe import ID_KEY, LEGACY_KEY_DTYPE, STORED_DTYPE
         import numpy as np
 
         d = self.etl / "dedupe"
         out = []
         if d.is_dir():
             for p in sorted(d.glob("*.keys")):
-                out.append((int(p.stem), np.frombuffer(p.read_bytes(), dtype=KEY_DTYPE).copy()))
+                old = np.frombuffer(p.read_bytes(), dtype=LEGACY_KEY_DTYPE)
+                rows = np.empty(len(old), dtype=STORED_DTYPE)
+                rows["key"], rows["time"], rows["kind"] = old["key"], old["time"], ID_KEY
+                out.append((int(p.stem), rows, True))
+            for p in sorted(d.glob("*.k2")):
+                rows = np.frombuffer(p.read_bytes(), dtype=STORED_DTYPE).copy()
+                has_messages = bool((rows["kind"] != ID_KEY).any())
+                acked = not has_messages or (d / f"{p.stem}.acked").exists()
+                out.append((int(p.stem), rows, acked))
         return out
 
     def drop_dedupe_rows(self, batch_id: int) -> None:
-        (self.etl / "dedupe" / f"{batch_id:010d}.keys").unlink(missing_ok=True)
+        for ext in ("keys", "k2", "acked"):
+            (self.etl / "dedupe" / f"{batch_id:010d}.{ext}").unlink(missing_ok=True)
 
     # -- ledger ----------------------------------------------------------------------------
     def _ledger_dir(self, hour: int) -> Path:

@@ -93,6 +93,8 @@ class BatchResult:
     max_hour: int | None = None
     delay_buckets: list[int] = field(default_factory=list)
     delay_sum_ms: int = 0
+    inputs: set[str] = field(default_factory=set)
+    """What the batch read that its source must be told about once it is saved (Pub/Sub spool segments)."""
 
     @property
     def events_in(self) -> int:
@@ -137,6 +139,7 @@ def summarize(reports: list[dict[str, Any]]) -> BatchResult:
         for i, n in enumerate(b):
             r.delay_buckets[i] += n
         r.delay_sum_ms += int(rep.get("delay_sum_ms") or 0)
+        r.inputs.update(rep.get("inputs") or ())
     r.counts = Counter({k: v for k, v in r.counts.items() if v})
     return r
 
@@ -172,6 +175,7 @@ class Controller:
         fence: dict[str, Any] | None = None,
         source_activity: Callable[[], SourceActivity | None] | None = None,
         activity_stale_ms: int = 60_000,
+        source_done: Callable[[set[str]], bool] | None = None,
     ) -> None:
         self.et = event_type
         self.writer = writer
@@ -180,6 +184,9 @@ class Controller:
         self.fence = fence  # what executor tasks check before they write (see event_etl.lease)
         self.source_activity = source_activity  # what the source last said of its backlog and health
         self.activity_stale_ms = activity_stale_ms
+        # told, after a batch's state is saved, what the batch read (Pub/Sub acknowledges it); True if all of
+        # it was acknowledged in time (else redeliveries are expected: see event_etl.dedupe)
+        self.source_done = source_done
         self.storage = storage
         self.ckpt = checkpoint
         self.clock = clock
@@ -272,9 +279,11 @@ class Controller:
         from event_etl.dedupe import find_duplicates, rows_of
 
         rows = rows_of([keys for _, keys in outputs])
-        dup = find_duplicates(rows, self.dedupe.seen_before(intent.batch_id))
+        known = self.dedupe.known_before(intent.batch_id)
+        dup = find_duplicates(rows, known)
         if not dup.any():
             return outputs, rows, drop
+        self.dedupe.seen_again(rows["key"][dup])  # redeliveries of unacknowledged batches: each comes once
         names = {(rep["shard"], f["file_key"]): f["name"] for rep, _ in outputs for f in rep["files"]}
         names.update({(rep["shard"], rep["deadletter"]["file_key"]): rep["deadletter"]["path"].rsplit("/", 1)[1]
                       for rep, _ in outputs if rep.get("deadletter")})
@@ -288,7 +297,7 @@ class Controller:
         faults.point("duplicates_rewritten", str(intent.batch_id))
         outputs = [o for o in outputs if o[0]["shard"] not in shards] + again
         rows = rows_of([keys for _, keys in outputs])
-        left = find_duplicates(rows, self.dedupe.seen_before(intent.batch_id))
+        left = find_duplicates(rows, known)
         if left.any():
             raise IntegrityError(f"batch {intent.batch_id}: {int(left.sum())} duplicates remain after rewriting",
                                  fix="report this as a bug, with the checkpoint's etl/ folder")
@@ -384,8 +393,15 @@ class Controller:
         if self.dedupe is not None and dedupe_rows is not None:
             # before the state: a batch whose state is saved must have its keys remembered
             self.ckpt.save_dedupe_rows(batch_id, dedupe_rows)
-            self.dedupe.add(batch_id, dedupe_rows)
+            self.dedupe.add(batch_id, dedupe_rows, acked=False)
         self._commit_state(new, marked)
+        if result.inputs and self.source_done is not None:
+            acked = self.source_done(result.inputs)  # Pub/Sub: acknowledged now, not at the next batch
+            if self.dedupe is not None and acked:
+                self.ckpt.mark_dedupe_acked(batch_id)
+                self.dedupe.mark_acked(batch_id, True)
+        elif self.dedupe is not None:
+            self.dedupe.mark_acked(batch_id, True)
         if self.dedupe is not None:
             for gone in self.dedupe.evict(self._event_clock(new)):
                 self.ckpt.drop_dedupe_rows(gone)

@@ -382,7 +382,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     ``fast``: let chunks of valid JSON lines take the columnar path (:mod:`event_etl.fastpath`);
     the output is the same either way (``False`` is for tests that compare both).
     """
-    from event_etl.dedupe import KEY_DTYPE, key_hash
+    from event_etl.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY, key_hash
 
     et = ctx.event_type
     if ctx.mode == "reference":
@@ -398,7 +398,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     dedupe = et.dedupe_window > 0
     id_field = et.id_field if dedupe else None
     shard = split.shard
-    keys: list[tuple[int, int, int, int, int]] = []
+    keys: list[tuple[int, int, int, int, int, int]] = []
     key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
     groups: dict[tuple[int, bool], _Group] = {}
     rejects: list[tuple[str, str, bytes, str, int, int | None]] = []  # reason, detail, payload, pos, arrival, et
@@ -437,9 +437,9 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
                 if id_field is not None:
                     v = rec.get(id_field)
                     if v is not None:
-                        keys.append((key_hash("i", v), t, shard, fk, pos))
-                if msg is not None:  # remembered by publish time too: a redelivered late event is old in event time
-                    keys.append((key_hash("m", f"{msg[0]}@{arrival}"), max(t, arrival), shard, fk, pos))
+                        keys.append((key_hash("i", v), t, shard, fk, pos, ID_KEY))
+                if msg is not None:  # stamped with its publish time: forgotten by the arrival clock
+                    keys.append((key_hash("m", f"{msg[0]}@{arrival}"), arrival, shard, fk, pos, MESSAGE_KEY))
             c = t if t <= arrival else arrival
             if counted[0] is None or c > counted[0]:
                 counted[0] = c
@@ -491,7 +491,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
                 part = np.empty(len(wi), dtype=KEY_DTYPE)
                 part["key"] = fc.id_keys[wi]
                 part["time"], part["shard"] = fc.times[wi], shard
-                part["file"], part["rec"] = fks[wi], poss[wi]
+                part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], ID_KEY
                 key_parts.append(part)
         for i in np.flatnonzero(codes >= 2).tolist():
             reason = Reason.FUTURE if codes[i] == 3 else Reason.TOO_LATE
@@ -535,7 +535,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     if dedupe:
         for i, r in enumerate(rejects):
             if r[3].startswith("msg:") and i not in dl_skip:
-                keys.append((key_hash("m", f"{r[3][4:]}@{r[4]}"), max(r[4], r[5] or r[4]), shard, DEADLETTER_FILE_KEY, i))
+                keys.append((key_hash("m", f"{r[3][4:]}@{r[4]}"), r[4], shard, DEADLETTER_FILE_KEY, i, MESSAGE_KEY))
     rejects = [r for i, r in enumerate(rejects) if i not in dl_skip]
     dl = _write_deadletters(rejects, dl_rel, ctx, storage, fence)
     reasons = Counter(r[0] for r in rejects)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from event_etl.dedupe import KEY_DTYPE, DedupeState, find_duplicates, key_hash, rows_of
+from event_etl.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY, DedupeState, find_duplicates, key_hash, rows_of
 
 
-def rows(*items):
-    return np.array(list(items), dtype=KEY_DTYPE)
+def rows(*items, kind=ID_KEY):
+    return np.array([(*it, kind) if len(it) == 5 else it for it in items], dtype=KEY_DTYPE)
 
 
 K = {name: key_hash("i", name) for name in "abcd"}
@@ -31,8 +31,42 @@ def test_state_forgets_what_is_older_than_the_window_and_a_replay_does_not_see_i
     st.add(2, rows((K["b"], 115, 0, 0, 0)))
     assert set(st.seen_before(2).tolist()) == {K["a"]}
     assert set(st.seen_before(3).tolist()) == {K["a"], K["b"]}
-    assert st.evict(111) == [1]
+    assert st.known_before(2)(np.array([K["a"], K["b"]], np.uint64)).tolist() == [True, False]
+    assert st.evict(112) == [1]
     assert set(st.keys.tolist()) == {K["b"]}
+
+
+def test_message_keys_are_forgotten_by_the_publish_time_clock_in_a_backfill():
+    """Events of weeks ago published now: the event clock would never forget their message keys."""
+    week = 7 * 24 * 3600 * 1000
+    st = DedupeState.empty(600_000)
+    for b in range(10):
+        published = 1_000_000_000 + b * 120_000  # 2 minutes of publish time per batch
+        st.add(b, rows((key_hash("m", f"{b}@{published}"), published, 0, 0, 0), kind=MESSAGE_KEY), acked=True)
+        st.evict(event_clock=1_000_000_000 - 3 * week)
+    assert len(st.keys) < 7, "older than 10 minutes of publish time: forgotten"
+
+
+def test_keys_of_an_unacknowledged_batch_wait_for_their_redelivery_even_out_of_order():
+    """The job died between saving a batch and acknowledging it; after a downtime, the backlog comes
+    back with newer messages first: the redelivered copies must still be found."""
+    st = DedupeState.empty(600_000)
+    late = [(key_hash("m", f"m{i}@1000"), 1000, 0, 0, i) for i in range(3)]
+    st.add(0, rows(*late, kind=MESSAGE_KEY), acked=False)
+    hour = 3_600_000
+    st.add(1, rows((key_hash("m", "new@5000000"), 5 * hour, 0, 0, 0), kind=MESSAGE_KEY), acked=True)
+    st.evict(event_clock=5 * hour)
+    st.add(2, rows((key_hash("m", "newer@6000000"), 6 * hour, 0, 0, 0), kind=MESSAGE_KEY), acked=True)
+    assert st.evict(event_clock=6 * hour) == [1]
+    known = st.known_before(3)
+    again = np.array([k for k, *_ in late], np.uint64)
+    assert known(again).all(), "hours of publish time later, the unacknowledged keys are still known"
+    st.seen_again(again[:2])
+    st.evict(event_clock=6 * hour)
+    assert known(again).all() and st.known_before(3)(again).tolist() == [False, False, True]
+    st.seen_again(again[2:])
+    st.add(3, rows((key_hash("m", "x@7000000"), 7 * hour, 0, 0, 0), kind=MESSAGE_KEY), acked=True)
+    assert 0 in st.evict(event_clock=7 * hour), "every key seen again: the batch's stored keys may go"
 
 
 def test_rows_of_and_hash_are_stable():
@@ -103,7 +137,7 @@ def test_find_duplicates_agrees_with_the_rule_spelled_out():
         uniq = {}
         for key, shard, file, rec in items:
             uniq[(key, shard, file, rec)] = None  # one row per (key, record)
-        rows = np.array([(k, 0, s, f, r) for (k, s, f, r) in uniq], dtype=KEY_DTYPE)
+        rows = np.array([(k, 0, s, f, r, 0) for (k, s, f, r) in uniq], dtype=KEY_DTYPE)
         seen = np.unique(np.array(seen_list, dtype=np.uint64))
         assert find_duplicates(rows, seen).tolist() == _reference_find_duplicates(rows, seen).tolist()
 
@@ -111,16 +145,23 @@ def test_find_duplicates_agrees_with_the_rule_spelled_out():
 
 
 def test_incremental_state_equals_a_state_rebuilt_from_its_batches():
+    from event_etl.dedupe import stored
+
     rng = np.random.default_rng(3)
     st_ = DedupeState.empty(1000)
-    for b in range(6):
-        rows = np.zeros(50, dtype=KEY_DTYPE)
-        rows["key"] = rng.integers(0, 200, 50, dtype=np.uint64)
-        rows["time"] = b * 400 + rng.integers(0, 400, 50)
-        st_.add(b, rows)
-        st_.evict(b * 400)
-        again = DedupeState.from_batches(1000, list(st_.by_batch.items()), b * 400)
-        assert st_.keys.tolist() == again.keys.tolist() == sorted(set(np.concatenate(
-            [r["key"] for r in st_.by_batch.values()]).tolist()))
-        assert st_.seen_before(b).tolist() == sorted(set(np.concatenate(
-            [r["key"] for k, r in st_.by_batch.items() if k < b] or [np.zeros(0, np.uint64)]).tolist()))
+    kept: dict[int, np.ndarray] = {}
+    for b in range(12):
+        r = np.zeros(50, dtype=KEY_DTYPE)
+        r["key"] = rng.integers(0, 200, 50, dtype=np.uint64)
+        r["time"] = b * 400 + rng.integers(0, 400, 50)
+        r["kind"] = rng.integers(0, 2, 50)
+        st_.add(b, r, acked=bool(b % 3))
+        kept[b] = stored(r)
+        for gone in st_.evict(b * 400):
+            del kept[gone]
+        again = DedupeState.from_batches(1000, [(k, v, bool(k % 3)) for k, v in kept.items()], b * 400)
+        probe = np.arange(200, dtype=np.uint64)
+        assert st_.known_before(b + 1)(probe).tolist() == again.known_before(b + 1)(probe).tolist()
+        # nothing within the window is forgotten
+        recent = np.concatenate([v["key"][(v["kind"] == ID_KEY) & (v["time"] >= b * 400 - 1000)] for v in kept.values()])
+        assert st_.known_before(b + 1)(recent).all()
