@@ -107,9 +107,31 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
 
     HOUR is UTC, e.g. 2026-11-21T13 or 2026-11-21T13:00Z. A storage failure that outlasts the storage
     layer's retries ends the wait with exit code 4: it is never taken for "not complete yet".
+    Ctrl-C, SIGTERM or SIGHUP end the wait at once with one line and exit code 128 + the signal's number.
     """
+    from event_etl.stopping import Interrupted, StopSignals
+
     et = _load_type(event_types_dir, event_type)
-    m = wait_for_hour(sink, et, hour, timeout=timeout, poll_interval=poll_interval, on_status=_ChangesPrinter())
+    stops = StopSignals()
+
+    class _Stopped(Exception):
+        pass
+
+    def nap(seconds: float) -> None:  # the main loop acts on a signal: handlers only record it
+        if not stops.requested:
+            stops.sleep(seconds)
+        if stops.requested:
+            raise _Stopped
+
+    with stops:
+        try:
+            m = wait_for_hour(sink, et, hour, timeout=timeout, poll_interval=poll_interval,
+                              on_status=_ChangesPrinter(), sleep=nap)
+        except _Stopped:
+            from event_etl.stopping import signal_name
+
+            raise Interrupted(stops.first, f"interrupted ({signal_name(stops.first)}): {et.name} {hour_text(hour)} "
+                                           "was not complete yet") from None
     click.echo(f"{et.name} {hour_text(hour)} complete: records {m.records:,} (late {m.late_records:,})  files "
                f"{len(m.files)}  completed at {_when(to_datetime(m.completed_at))}  marker delay "
                f"{format_duration(m.marker_delay_ms)}")

@@ -5,6 +5,11 @@ source (same shares of out-of-order, late, too-late, future, invalid and duplica
 events), paced at ``rate`` messages per second in real time (event time follows the
 wall clock: speedup 1).  It can write how many valid events it published per event
 hour, for ``event-etl audit``.
+
+Stopping (:mod:`event_etl.stopping`): a first SIGINT, SIGTERM or SIGHUP stops publishing new
+messages, waits until those already handed to the client are acknowledged, and returns
+counts of exactly what was published (so the count file still matches the topic); a
+second SIGINT or SIGTERM gives up on the acknowledgements at once.
 """
 
 from __future__ import annotations
@@ -73,8 +78,12 @@ def publish_generated(
     seed: int | None = None,
     clock: Callable[[], int] = now_millis,
     progress: Callable[[int, int], None] | None = None,
+    stops: Any = None,
 ) -> dict[str, Any]:
-    """Publish ``rate * duration`` generated events, paced in real time.  Returns counts (total, by intent, by hour)."""
+    """Publish ``rate * duration`` generated events, paced in real time.  Returns counts (total, by intent, by hour).
+
+    ``stops`` (a :class:`~event_etl.stopping.StopSignals`): a first signal ends the publishing
+    early (``stopped_by`` in the result), a second raises :class:`~event_etl.stopping.Interrupted`."""
     from google.cloud.pubsub_v1.types import BatchSettings
 
     from event_etl.sources.pubsub import publisher_client
@@ -96,6 +105,8 @@ def publish_generated(
     seen_ids: set[str] = set()
     t0 = time.monotonic()
     for i in range(total):
+        if stops is not None and stops.requested:
+            break
         due = t0 + i / rate
         lag = due - time.monotonic()
         if lag > 0:
@@ -113,15 +124,29 @@ def publish_generated(
             progress(i + 1, total)
     failures = 0
     for f in futures:
+        deadline = time.monotonic() + 60
+        while stops is not None and not f.done() and time.monotonic() < deadline:
+            if stops.escalation is not None:
+                from event_etl.stopping import Interrupted, signal_name
+
+                raise Interrupted(stops.escalation, f"interrupted ({signal_name(stops.escalation)} again): stopped "
+                                  f"waiting for Pub/Sub to acknowledge {len(futures):,} messages; some may be lost")
+            time.sleep(0.05)
         try:
-            f.result(timeout=60)
+            f.result(timeout=max(0.0, deadline - time.monotonic()))
         except Exception:  # noqa: BLE001 - counted and reported
             failures += 1
+    sent = len(futures)
     if failures:
-        raise SourceError(f"{failures} of {total} messages could not be published to {topic}",
+        raise SourceError(f"{failures} of {sent} messages could not be published to {topic}",
                           fix="check the topic exists (`event-etl setup`) and the network")
-    return {"event_type": et.name, "topic": topic, "published": total, "seconds": time.monotonic() - t0,
-            "intents": dict(intents), "counts": dict(sorted(by_hour.items()))}
+    stopped_by = None
+    if stops is not None and stops.first is not None:
+        from event_etl.stopping import signal_name
+
+        stopped_by = signal_name(stops.first)
+    return {"event_type": et.name, "topic": topic, "published": sent, "seconds": time.monotonic() - t0,
+            "intents": dict(intents), "counts": dict(sorted(by_hour.items())), "stopped_by": stopped_by}
 
 
 def write_count_file(path: str, result: dict[str, Any]) -> None:

@@ -49,13 +49,20 @@ def publish_cmd(event_type, rate, duration, topic, params, count_file, event_typ
 
     Events follow the type's schema, with the generator's shares of out-of-order, late,
     too-late, future, invalid and duplicate events; event time is the wall clock.
+
+    Ctrl-C, SIGTERM or SIGHUP stop publishing: the messages already sent are acknowledged, the
+    count file counts exactly them, exit code 0 ("stopped_by" in the result). A second Ctrl-C or
+    SIGTERM gives up at once (exit code 130 or 143, no count file).
     """
     from event_etl.publisher import publish_generated, pubsub_names, write_count_file
+    from event_etl.stopping import StopSignals
 
     et = _load_type(event_types_dir, event_type)
     topic, _ = pubsub_names(et, topic, et.pubsub.get("subscription") or "-")
-    res = publish_generated(et, topic, rate=rate, duration=duration, params=params,
-                            progress=lambda n, total: click.echo(f"published {n:,}/{total:,}", err=True))
-    if count_file:
-        write_count_file(count_file, res)
-    click.echo(json.dumps({k: res[k] for k in ("topic", "published", "seconds", "intents")}, default=str))
+    with StopSignals() as stops:
+        res = publish_generated(et, topic, rate=rate, duration=duration, params=params, stops=stops,
+                                progress=lambda n, total: click.echo(f"published {n:,}/{total:,}", err=True))
+        if count_file:
+            write_count_file(count_file, res)
+    shown = ("topic", "published", "seconds", "intents") + (("stopped_by",) if res.get("stopped_by") else ())
+    click.echo(json.dumps({k: res[k] for k in shown}, default=str))

@@ -1,13 +1,15 @@
 """Starting Spark for event_etl: the Python of the workers, quiet logs, loopback only, a JVM of its own.
 
 The JVM is started in a session of its own (``start_new_session``), so a signal meant for
-the job -- Ctrl-C to the terminal's process group, ``kill -- -PGID``, systemd's SIGTERM to
-every process of the unit -- reaches the Python driver only, which stops the job as
-:mod:`event_etl.stopping` says, while the JVM keeps running until the driver has finished
-with it.  The JVM still ends with the driver however the driver ends: it reads the pipe
-PySpark gives it as stdin and exits on end of file (a SIGKILL or an OOM kill of the driver
-closes the pipe).  The Python workers and the source's Python process are the JVM's
-children, in its session.
+the job's process group -- Ctrl-C in a terminal, ``kill -- -PGID``, ``timeout``, a closing
+terminal -- reaches the Python driver only, which stops the job as :mod:`event_etl.stopping`
+says, while the JVM keeps running until the driver has finished with it.  It also starts
+with SIGINT, SIGTERM and SIGHUP ignored (HotSpot then installs no shutdown handler for
+them), so a SIGTERM sent to every process of a systemd unit (``KillMode=control-group``)
+does not end it either.  The JVM still ends with the driver however the driver ends: it
+reads the pipe PySpark gives it as stdin and exits on end of file (a SIGKILL or an OOM kill
+of the driver closes the pipe).  The Python workers and the source's Python process are
+the JVM's children, in its session.
 
 The SparkContext is created outside the main thread, so PySpark installs no SIGINT handler
 of its own (it would raise KeyboardInterrupt in the middle of a py4j call).
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import threading
 from typing import Any, Callable, Mapping
@@ -107,9 +110,30 @@ def _launch_own_jvm(settings: Mapping[str, str]) -> None:
         conf = SparkConf()  # no JVM yet: a plain dict, given to spark-submit as --conf
         for k, v in settings.items():
             conf.set(k, v)
-        gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+        gateway = launch_gateway(conf, popen_kwargs=_JvmPopenKwargs(start_new_session=True,
+                                                                    preexec_fn=_ignore_stop_signals))
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+
+
+def _ignore_stop_signals() -> None:  # pragma: no cover - runs in the child between fork and exec
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+class _JvmPopenKwargs(dict):
+    """Popen arguments for PySpark's ``launch_gateway``, which replaces ``preexec_fn`` with its own
+    (it ignores SIGINT in the JVM): whatever it sets, the child also ignores SIGTERM and SIGHUP."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "preexec_fn" and value is not None and value is not _ignore_stop_signals:
+            theirs = value
+
+            def value() -> None:  # pragma: no cover - runs in the child between fork and exec
+                theirs()
+                _ignore_stop_signals()
+
+        super().__setitem__(key, value)
 
 
 def _off_the_main_thread(fn: Callable[[], Any]) -> Any:

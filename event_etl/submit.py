@@ -21,9 +21,13 @@ What is shipped where:
   ``spark.executorEnv.*``, as ``run`` passes it to its local executors.
 
 In client mode (the default, and the only one Spark standalone offers Python) the driver
-runs here, as a child of spark-submit, in a process group of its own: Ctrl-C and SIGTERM
-are passed on to the driver, so it stops at a batch boundary (and drains on SIGTERM) as
-``run`` does; a second signal kills the job.  The job's exit code is the command's.
+runs here, as a child of spark-submit's JVM, in a session of its own: a signal meant for
+``event-etl submit`` (to its process or its whole group: Ctrl-C, ``kill -- -PGID``,
+Kubernetes, systemd) is passed on to the driver, one for one, and the driver stops as
+``run`` does (:mod:`event_etl.stopping`): SIGINT at a batch boundary, SIGTERM and SIGHUP also
+drain, a second SIGINT or SIGTERM at once.  A signal that comes before the driver has
+started is held until it has.  Yet another SIGINT or SIGTERM after that kills spark-submit
+and the driver.  The job's exit code is the command's.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -298,7 +303,7 @@ def submit_job(event_type, event_types_dir: str | os.PathLike[str], job: Mapping
     env[ENV_DRIVER_PIDFILE] = str(pidfile)
     if is_this_machine(opts.master):
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    return run_spark_submit(cmd, env=env, pidfile=pidfile)
+    return run_spark_submit(cmd, env=env, pidfile=pidfile, driver_here=opts.deploy_mode == "client")
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -318,38 +323,56 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
-def run_spark_submit(cmd: list[str], *, env: Mapping[str, str], pidfile: Path) -> int:
-    """Run spark-submit in a process group of its own; pass SIGINT/SIGTERM on to the driver (a second one kills all)."""
+DRIVER_START_TIMEOUT_S = 300.0
+"""How long a signal is held for a driver that has not started (written its pid) yet."""
+
+
+def run_spark_submit(cmd: list[str], *, env: Mapping[str, str], pidfile: Path, driver_here: bool = True) -> int:
+    """Run spark-submit in a session of its own and pass each stop signal on to the driver.  Returns its exit code.
+
+    Handlers only record the signals (:class:`~event_etl.stopping.StopSignals`); this loop
+    forwards them, one for one, to the driver whose pid is in ``pidfile`` -- held until the
+    driver has written it, when ``driver_here`` (client mode).  Without a driver here (cluster
+    mode) a signal goes to spark-submit's process group.  A second SIGINT or SIGTERM before
+    the driver started, or a third once it runs, kills spark-submit's session with SIGKILL."""
+    from event_etl.stopping import POLL_S, StopSignals
+
     try:
         proc = subprocess.Popen(cmd, env=dict(env), start_new_session=True,
                                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
     except OSError as err:
         raise EventEtlError(f"cannot start {cmd[0]}: {err}",
                             fix="pass --spark-submit PATH, or reinstall pyspark") from err
-    received: list[int] = []
-
-    def forward(signum, _frame):
-        received.append(signum)
-        driver = _read_pid(pidfile)
-        try:
-            if len(received) > 1:
-                os.killpg(proc.pid, signal.SIGKILL)
-            elif driver is not None:
-                os.kill(driver, signum)  # the driver stops at a batch boundary (and drains on SIGTERM)
-            else:
-                os.killpg(proc.pid, signum)  # not started yet, or running on the cluster: stop spark-submit
-        except ProcessLookupError:
-            pass
-
-    restore = {}
+    stops = StopSignals()
+    stops.install()
+    forwarded = 0
+    held_since: float | None = None
     try:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            restore[sig] = signal.signal(sig, forward)
-    except ValueError:  # not the main thread: no forwarding
-        pass
-    try:
-        return proc.wait()
+        while True:
+            try:
+                return proc.wait(timeout=POLL_S)
+            except subprocess.TimeoutExpired:
+                pass
+            urgent = [s for s in stops.received if s in (signal.SIGINT, signal.SIGTERM)]
+            driver = _read_pid(pidfile)
+            try:
+                if len(urgent) >= (3 if driver is not None else 2):
+                    os.killpg(proc.pid, signal.SIGKILL)  # asked once too often: nothing graceful is left to do
+                    continue
+                if forwarded < len(stops.received):  # one per step: two pending signals of a kind would merge
+                    signum = stops.received[forwarded]
+                    if driver is not None:
+                        os.kill(driver, signum)  # the driver stops as `run` does
+                        forwarded += 1
+                    elif not driver_here:
+                        os.killpg(proc.pid, signum)  # the driver runs on the cluster: stop spark-submit
+                        forwarded += 1
+                    else:  # held until the driver has started
+                        held_since = held_since or time.monotonic()
+                        if time.monotonic() - held_since > DRIVER_START_TIMEOUT_S:
+                            os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                forwarded = len(stops.received)  # gone meanwhile: its exit code tells
     finally:
-        for sig, old in restore.items():
-            signal.signal(sig, old)
+        stops.restore()
         pidfile.unlink(missing_ok=True)

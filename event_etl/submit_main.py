@@ -16,7 +16,9 @@ and then:
 3. **Preflight** (cluster masters only, :mod:`event_etl.preflight`): the executors must be
    able to import event_etl's dependencies and see the local folders they use.
 4. :func:`event_etl.runner.run_job`, exactly as ``run`` calls it: same progress lines,
-   signals, drain and summary.
+   signals, drain and summary.  The signals (forwarded by ``event-etl submit``) are
+   recorded from the very start (:mod:`event_etl.stopping`), before the pid file tells
+   ``event-etl submit`` where to send them; the session is stopped before the driver exits.
 """
 
 from __future__ import annotations
@@ -94,25 +96,36 @@ def main(event_type: str, **job: Any) -> None:
     from event_etl.eventtypes import resolve_event_types_dir
     from event_etl.runner import run_job
 
+    from event_etl.sparkutil import stop_session
+    from event_etl.stopping import Interrupted, StopSignals
+
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it starts
         raise UsageError("this is the driver of `event-etl submit`, and runs under spark-submit only",
                          fix=f"run `event-etl submit {event_type} --master URL` (or `event-etl run` without a cluster)")
-    _write_pidfile()
-    archive = package_archive()
-    types_dir = (bundled_event_types(archive) if archive is not None else None) or resolve_event_types_dir(None)
-    et = _load_type(str(types_dir), event_type)
-    submitted = _submitted_conf()
-    options = job_run_options(master=submitted.get("spark.master"), **job)
-    spark = _session(et, options, archive, submitted)
+    stops = StopSignals().install()  # before the pid file: a forwarded signal is recorded, never lost
     try:
-        if not _is_local(options.master):
-            from event_etl.preflight import preflight
+        _write_pidfile()
+        archive = package_archive()
+        types_dir = (bundled_event_types(archive) if archive is not None else None) or resolve_event_types_dir(None)
+        et = _load_type(str(types_dir), event_type)
+        submitted = _submitted_conf()
+        options = job_run_options(master=submitted.get("spark.master"), **job)
+        spark = _session(et, options, archive, submitted)
+        try:
+            stops.install()  # once more, now that the SparkContext exists
+            if stops.escalation is not None:
+                raise Interrupted(stops.escalation, f"[{et.name}] stopped at once while Spark was starting")
+            if not _is_local(options.master) and not stops.requested:
+                from event_etl.preflight import preflight
 
-            reports = preflight(spark, et, options)
-            if not options.quiet:
-                executors = sorted({f"{r['host']} (Python {r['version']} {r['python']})" for r in reports})
-                print(f"[{et.name}] on {options.master}: event_etl from {archive.name if archive else 'installed files'}; "
-                      f"executors checked on {', '.join(executors)}", flush=True)
-        run_job(et, options, spark=spark)
+                reports = preflight(spark, et, options)
+                if not options.quiet:
+                    executors = sorted({f"{r['host']} (Python {r['version']} {r['python']})" for r in reports})
+                    print(f"[{et.name}] on {options.master}: event_etl from "
+                          f"{archive.name if archive else 'installed files'}; executors checked on "
+                          f"{', '.join(executors)}", flush=True)
+            run_job(et, options, spark=spark, stops=stops, install_signals=False)
+        finally:
+            stop_session(spark)
     finally:
-        spark.stop()
+        stops.restore()
