@@ -84,7 +84,7 @@ _DECODERS: dict[tuple[str, str], Any] = {}
 def _decoder(et: EventType):
     from event_etl.payload import Decoder
 
-    key = (et.name, repr(sorted(et.settings_summary().items())) + et.fingerprint)
+    key = (et.name, et.decoder_key)  # everything the decoder is built from (frozen settings, schema versions)
     d = _DECODERS.get(key)
     if d is None:
         d = _DECODERS[key] = Decoder(et)
@@ -159,7 +159,13 @@ def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str
         gen = Generator(et, GeneratorParams.from_json(json.loads(split.meta)))
         for g in gen.range(split.start, split.end):
             yield g.payload, g.arrival, "gen:", g.index, None
-    elif split.kind == "spool":
+    elif split.kind == "seg":
+        from event_etl.sources.spool import read_messages
+
+        for path, start, end, _ in split.ranges():
+            for _, mid, published, attributes, data in read_messages(path, start, end):
+                yield data, published, "msg:", mid, (mid, attributes)
+    elif split.kind == "spool":  # release 0.1.0's spool files
         from event_etl.sources.pubsub import read_spool
 
         for i, m in read_spool(split.uri, split.start, split.end):
@@ -526,6 +532,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
             files.append({
                 "hour": hour, "name": name, "records": n, "bytes": len(data), "file_key": fk,
                 "sha256": hashlib.sha256(data).hexdigest(), "late": late,
+                "schema_fingerprint": f"crc64avro:{et.fingerprint}",  # the schema the file is written in
                 "written": _store_once(storage, f"{rel_dir}/{name}", data, hour, fence),
             })
     dl_rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, shard, writer=ctx.writer)
@@ -553,6 +560,8 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
         "delay_buckets": delays,
         "delay_sum_ms": delay_sum[0],
     }
+    if split.kind == "seg":  # the segments it read: acknowledged once the batch is saved
+        report["inputs"] = sorted({os.path.basename(r[0]) for r in split.ranges()})
     rows = np.array(keys, dtype=KEY_DTYPE)
     if key_parts:
         rows = np.concatenate([rows, *key_parts])

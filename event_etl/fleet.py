@@ -214,7 +214,7 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
         try:
             for m in members:
                 if m.job is not None:
-                    m.job.metrics.shutdown()
+                    m.job.close()
             if endpoint:
                 endpoint.close()
             if own_spark and spark is not None:
@@ -252,7 +252,7 @@ def _supervise(m: FleetMember, options: RunOptions, clock, spark, endpoint, stop
     if m.state == "restarting":
         if time.monotonic() >= (m.restart_at or 0):
             try:
-                m.job.metrics.shutdown()
+                m.job.close()
                 m.job = open_job(m.prepared, spark, clock=clock, serve_metrics=False)
                 if endpoint:
                     endpoint.add(m.job.metrics)

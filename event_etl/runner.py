@@ -112,6 +112,7 @@ class Prepared:
 def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[], int],
                 checkpoint: str | None = None) -> Prepared:
     """Check the options, the source and the sink, and that the checkpoint belongs to this job (no Spark yet)."""
+    event_type.check_versions()  # the current schema reads every registered version (event_etl.eventtypes)
     try:
         trigger_ms = parse_duration(options.trigger_interval)
     except ValueError as err:
@@ -162,9 +163,20 @@ class Job:
     writer: Any  # DataStreamWriter, ready to start
     gate: BatchGate | None = None  # the foreachBatch function, as the stop needs it (event_etl.stopping)
     printer: ProgressPrinter | None = None
+    fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
 
     def start(self):
+        if self.fetcher is not None:
+            self.fetcher.start()
         return self.writer.start()
+
+    def close(self) -> None:
+        """After the query: stop pulling (what was pulled and not saved comes again), stop the metrics."""
+        try:
+            if self.fetcher is not None:
+                self.fetcher.stop()
+        finally:
+            self.metrics.shutdown()
 
 
 def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True) -> Job:
@@ -187,10 +199,6 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
         "tasks_per_batch": int(job.get("tasks_per_batch", 2)),
         "max_files_per_batch": options.max_files_per_batch,
         "max_events_per_batch": options.max_events_per_batch,
-        # how long Pub/Sub may be unreachable before the job gives up (with a clear message)
-        "outage_timeout": float(os.environ.get("EVENT_ETL_PUBSUB_OUTAGE_SECONDS", "120")),
-        # the ack deadline the source keeps extending (a redelivery after a crash waits this long)
-        "ack_deadline": int(os.environ.get("EVENT_ETL_PUBSUB_ACK_DEADLINE", "60")),
     }
     printer = ProgressPrinter(et.name, clock, quiet=options.quiet,
                               event_clock=GeneratorClock(ckpt.spark_dir, clock) if p.spec.kind == "generate" else None)
@@ -205,6 +213,14 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
         # the source reports at every trigger; a report older than this cannot tell what waits
         activity_stale_ms=max(3 * p.trigger_ms, 30_000),
     )
+    fetcher = None
+    if p.spec.kind == "pubsub":
+        from event_etl.sources.pubsub_fetch import Fetcher
+
+        # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
+        fetcher = Fetcher(p.spec.params["subscription"], log_dir, once=options.once)
+        controller.source_activity = fetcher.activity
+        controller.source_done = fetcher.ack
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
     controller.listeners.extend(metrics.listeners)
     gate = BatchGate(controller.handle_batch)
@@ -218,7 +234,7 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
     )
     writer = (writer.trigger(availableNow=True) if options.once
               else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
-    return Job(p, controller, metrics, source_spec["log_dir"], writer, gate, printer)
+    return Job(p, controller, metrics, source_spec["log_dir"], writer, gate, printer, fetcher)
 
 
 PENDING_REPLAY_TIMEOUT_S = 300.0
@@ -273,7 +289,7 @@ def run_job(
         try:
             return _drive(job, options=options, stops=stops)
         finally:
-            job.metrics.shutdown()
+            job.close()
     finally:
         try:
             if own_spark and spark is not None:

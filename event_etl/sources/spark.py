@@ -49,7 +49,6 @@ def make_planner(spec: dict[str, Any]):
         return PubSubPlanner(
             spec["params"]["subscription"], spec["log_dir"], max_messages=int(spec["max_events_per_batch"]),
             clock=now_millis, tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
-            outage_timeout=float(spec.get("outage_timeout", 120)), ack_deadline=int(spec.get("ack_deadline", 60)),
         )
     raise ValueError(f"unknown source kind {kind!r}")
 

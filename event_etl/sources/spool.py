@@ -1,0 +1,118 @@
+"""Spool segments: Pub/Sub messages made durable before Spark is told about them.
+
+A segment is a file of whole ``PullResponse`` messages exactly as Pub/Sub returned them
+(serialized protocol buffers, each behind a 4-byte length), written under a temporary
+name, synced and renamed: it appears whole or not at all.  Keeping the responses as they
+came costs the puller no work per message, and carries everything an executor needs
+(message id, publish time, attributes, data) and what the driver needs to acknowledge
+them (the ack ids).
+
+Names say who wrote them and how many messages they hold::
+
+    <run>-<stream>-<seq>-n<count>.seg      e.g. 3fa9c1d2-02-00000017-n1000.seg
+
+``run`` is the puller's run (a new one each time the job starts): acknowledgement ids of
+an earlier run have expired, so its messages will be delivered again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["MAGIC", "SegmentName", "write_segment", "read_messages", "ack_ids", "segment_count"]
+
+MAGIC = b"EESEG1\n"
+_NAME_RE = re.compile(r"^([0-9a-f]{8})-(\d{2,})-(\d{8,})-n(\d+)\.seg$")
+_LEN = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class SegmentName:
+    run: str
+    stream: int
+    seq: int
+    count: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.run}-{self.stream:02d}-{self.seq:08d}-n{self.count}.seg"
+
+    @classmethod
+    def parse(cls, name: str) -> "SegmentName | None":
+        m = _NAME_RE.match(name)
+        return None if m is None else cls(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)))
+
+
+def segment_count(name: str) -> int:
+    """Messages in the segment named ``name`` (0 if it is no segment name)."""
+    n = SegmentName.parse(os.path.basename(name))
+    return n.count if n else 0
+
+
+def write_segment(directory: str | os.PathLike[str], name: SegmentName, responses: list[bytes]) -> Path:
+    """Write serialized ``PullResponse`` messages as one segment, durably; returns its path."""
+    d = Path(directory)
+    path = d / name.name
+    tmp = d / f".{name.name}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(MAGIC)
+        for r in responses:
+            fh.write(_LEN.pack(len(r)))
+            fh.write(r)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def _responses(path: str | os.PathLike[str]):
+    from google.pubsub_v1.types import PullResponse
+
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if not data.startswith(MAGIC):
+        raise ValueError(f"{path} is not a spool segment")
+    pos = len(MAGIC)
+    while pos < len(data):
+        (n,) = _LEN.unpack_from(data, pos)
+        pos += _LEN.size
+        yield PullResponse.pb().FromString(data[pos:pos + n])
+        pos += n
+
+
+def read_messages(path: str | os.PathLike[str], start: int = 0, end: int | None = None
+                  ) -> Iterator[tuple[int, str, int, dict[str, str], bytes]]:
+    """``(index, message id, publish time ms, attributes, data)`` of messages ``start``..``end - 1``."""
+    i = 0
+    for resp in _responses(path):
+        msgs = resp.received_messages
+        n = len(msgs)
+        if end is not None and i >= end:
+            return
+        if i + n <= start:
+            i += n
+            continue
+        for rm in msgs:
+            if start <= i and (end is None or i < end):
+                m = rm.message
+                pt = m.publish_time
+                yield i, m.message_id, pt.seconds * 1000 + pt.nanos // 1_000_000, dict(m.attributes), m.data
+            i += 1
+
+
+def ack_ids(path: str | os.PathLike[str]) -> list[str]:
+    """The acknowledgement ids of a segment's messages."""
+    return [rm.ack_id for resp in _responses(path) for rm in resp.received_messages]
+
+
+def describe(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What a segment holds, for people: its name's parts and its size."""
+    p = Path(path)
+    n = SegmentName.parse(p.name)
+    return {"name": p.name, "bytes": p.stat().st_size, **({"run": n.run, "stream": n.stream, "seq": n.seq,
+                                                           "messages": n.count} if n else {})}

@@ -1,0 +1,279 @@
+"""The Pub/Sub source off the trigger's path: background pulling into spool segments, flow control,
+bulk acknowledgement, and what the real service does that the emulator does not.
+
+The subscriber client here is a fake that behaves as the real service does where the
+emulator differs: a pull on an empty subscription runs out with ``DeadlineExceeded``
+instead of returning an empty list.  The emulator itself is used in integration/.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+
+import pytest
+from google.api_core import exceptions as ex
+from google.protobuf import timestamp_pb2
+from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
+
+from event_etl.sources.pubsub import ERROR_FILE, PubSubPlanner
+from event_etl.sources.pubsub_fetch import DRAINED, Fetcher, FetchSettings
+from event_etl.sources.spool import ack_ids, read_messages, segment_count
+from tests.harness import FakeClock, LocalPipeline, click, make_event_type, read_sink, t
+
+
+class RealServiceLike:
+    """A subscription as the real Pub/Sub service serves it, in memory.
+
+    - ``pull`` returns up to ``max_messages`` outstanding messages; on an empty subscription it
+      waits and raises ``DeadlineExceeded`` (the emulator returns an empty list at once);
+    - a message pulled and not acknowledged within its deadline is delivered again;
+    - ``outage``: every call raises ``ServiceUnavailable`` (or, with ``blackhole``, runs out).
+    """
+
+    def __init__(self, wait: float = 0.05) -> None:
+        self.lock = threading.Lock()
+        self.queue: list[tuple[str, bytes, int]] = []
+        self.leased: dict[str, tuple[str, bytes, int, float]] = {}
+        self.acked: set[str] = set()
+        self.calls: Counter = Counter()
+        self.ack_sizes: list[int] = []
+        self.deadline_s = 60.0
+        self.wait = wait
+        self.outage = False
+        self.blackhole = False
+        self.n = 0
+
+    def publish(self, data: bytes, published: int) -> str:
+        with self.lock:
+            self.n += 1
+            mid = str(self.n)
+            self.queue.append((mid, data, published))
+            return mid
+
+    def _check(self):
+        if self.blackhole:
+            raise ex.DeadlineExceeded("no answer")
+        if self.outage:
+            raise ex.ServiceUnavailable("unavailable")
+
+    def pull(self, subscription, max_messages, timeout=None):
+        self.calls["pull"] += 1
+        self._check()
+        now = time.monotonic()
+        with self.lock:
+            for ack, (mid, data, pub, until) in list(self.leased.items()):
+                if until < now:  # deadline passed: delivered again
+                    del self.leased[ack]
+                    self.queue.insert(0, (mid, data, pub))
+            take, self.queue = self.queue[:max_messages], self.queue[max_messages:]
+            out = []
+            for mid, data, pub in take:
+                ack = f"ack-{mid}-{self.calls['pull']}"
+                self.leased[ack] = (mid, data, pub, now + self.deadline_s)
+                ts = timestamp_pb2.Timestamp(seconds=pub // 1000, nanos=(pub % 1000) * 1_000_000)
+                out.append(ReceivedMessage(ack_id=ack, message=PubsubMessage(data=data, message_id=mid, publish_time=ts)))
+        if not out:
+            time.sleep(self.wait)
+            raise ex.DeadlineExceeded("Deadline Exceeded")
+        return PullResponse(received_messages=out)
+
+    def acknowledge(self, subscription, ack_ids, timeout=None):
+        self.calls["acknowledge"] += 1
+        self._check()
+        self.ack_sizes.append(len(ack_ids))
+        with self.lock:
+            for a in ack_ids:
+                if a in self.leased:
+                    self.acked.add(self.leased.pop(a)[0])
+
+    def modify_ack_deadline(self, subscription, ack_ids, ack_deadline_seconds, timeout=None):
+        self.calls["modify_ack_deadline"] += 1
+        self._check()
+        with self.lock:
+            for a in ack_ids:
+                if a in self.leased:
+                    mid, data, pub, _ = self.leased[a]
+                    self.leased[a] = (mid, data, pub, time.monotonic() + ack_deadline_seconds)
+
+    def get_subscription(self, subscription, timeout=None):
+        self.calls["get_subscription"] += 1
+        self._check()
+        return {"name": subscription}
+
+
+SUB = "projects/test-project/subscriptions/clicks"
+
+
+def wait_until(cond, timeout=10.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def fetcher(tmp_path, service, **settings):
+    base = dict(streams=2, segment_messages=500, segment_age=0.1, ack_deadline=60, outage_timeout=5.0,
+                pull_timeout=0.2, once_quiet=0.5)
+    base.update(settings)
+    once = base.pop("once", False)
+    return Fetcher(SUB, tmp_path / "spool", settings=FetchSettings(**base), once=once, client_factory=lambda: service)
+
+
+def segments(tmp_path):
+    return sorted((tmp_path / "spool" / "segments").glob("*.seg"))
+
+
+def test_messages_are_pulled_in_the_background_into_durable_segments(tmp_path):
+    svc = RealServiceLike()
+    for i in range(1234):
+        svc.publish(b'{"n": %d}' % i, t("13:00") + i)
+    f = fetcher(tmp_path, svc).start()
+    try:
+        wait_until(lambda: sum(segment_count(p.name) for p in segments(tmp_path)) == 1234, what="every message spooled")
+        got = [(mid, data) for p in segments(tmp_path) for _, mid, _, _, data in read_messages(p)]
+        assert sorted(int(m) for m, _ in got) == list(range(1, 1235))
+        assert f.activity().backlog == 1234 and not f.activity().retrying
+        # the quiet subscription answers every pull with DeadlineExceeded, as the real service does:
+        # empty, not an outage
+        wait_until(lambda: svc.calls["pull"] > 10, what="pulls on the empty subscription")
+        assert f.error is None and not f.activity().retrying
+        assert f.ack({p.name for p in segments(tmp_path)}) is True
+        assert len(svc.acked) == 1234 and f.activity().backlog == 0
+    finally:
+        f.stop()
+
+
+def test_acknowledgements_and_deadline_extensions_go_in_bulk(tmp_path):
+    svc = RealServiceLike()
+    for i in range(6000):
+        svc.publish(b"x", t("13:00"))
+    f = fetcher(tmp_path, svc, streams=1, segment_messages=6000, segment_age=5.0).start()
+    try:
+        wait_until(lambda: len(segments(tmp_path)) == 1, what="one segment of 6000")
+        assert f.ack({segments(tmp_path)[0].name})
+        assert svc.ack_sizes == [2500, 2500, 1000], "at most 2,500 ids a request"
+        stats = f.stats()
+        assert stats["requests_per_1000"] < 5
+    finally:
+        f.stop()
+
+
+def test_flow_control_bounds_what_is_held(tmp_path):
+    svc = RealServiceLike()
+    for i in range(10_000):
+        svc.publish(b"x" * 100, t("13:00"))
+    f = fetcher(tmp_path, svc, max_held_messages=2_000, segment_messages=500).start()
+    try:
+        wait_until(lambda: sum(segment_count(p.name) for p in segments(tmp_path)) >= 2_000, what="the first 2,000")
+        time.sleep(0.5)
+        held = sum(segment_count(p.name) for p in segments(tmp_path))
+        assert held <= 2_000 + 2 * 1_000, "a stream stops pulling once the bound is reached (one pull over at most)"
+        assert len(svc.queue) > 5_000, "the rest stays in the subscription"
+        waiting = len(svc.queue)
+        f.ack({p.name for p in segments(tmp_path)})
+        for p in segments(tmp_path):
+            p.unlink()  # what the planner does once Spark committed the batch
+        wait_until(lambda: len(svc.queue) <= waiting - 1_000, what="pulling again after the acknowledgement")
+    finally:
+        f.stop()
+
+
+def test_an_outage_is_not_quiet_and_ends_with_a_clear_error(tmp_path):
+    svc = RealServiceLike()
+    svc.outage = True
+    f = fetcher(tmp_path, svc, outage_timeout=1.0).start()
+    try:
+        wait_until(lambda: f.activity().retrying, what="the outage reported")
+        wait_until(lambda: f.error is not None, timeout=15, what="giving up after the outage budget")
+        doc = json.loads((tmp_path / "spool" / ERROR_FILE).read_text())
+        assert "unreachable" in doc["message"] and SUB in doc["message"] and "restarted" in doc["fix"]
+    finally:
+        f.stop()
+
+
+def test_a_pull_that_runs_out_while_the_service_is_unreachable_is_an_outage(tmp_path):
+    svc = RealServiceLike()
+    svc.blackhole = True  # every call runs out: the subscription may not be empty at all
+    f = fetcher(tmp_path, svc, outage_timeout=30.0).start()
+    try:
+        wait_until(lambda: f.activity().retrying, what="an outage, not a quiet subscription")
+    finally:
+        f.stop()
+
+
+def test_once_stops_when_the_subscription_stayed_empty(tmp_path):
+    svc = RealServiceLike()
+    for i in range(700):
+        svc.publish(b"x", t("13:00"))
+    f = fetcher(tmp_path, svc, once=True).start()
+    try:
+        wait_until(lambda: (tmp_path / "spool" / "segments" / DRAINED).exists(), what="DRAINED")
+        assert sum(segment_count(p.name) for p in segments(tmp_path)) == 700
+        pulls = svc.calls["pull"]
+        time.sleep(0.3)
+        assert svc.calls["pull"] == pulls, "no pulls after the subscription was found empty"
+    finally:
+        f.stop()
+
+
+def test_the_planner_offers_what_was_spooled_and_a_replay_gets_the_same_splits(tmp_path):
+    svc = RealServiceLike()
+    for i in range(1500):
+        svc.publish(b"x", t("13:00"))
+    f = fetcher(tmp_path, svc, once=True).start()
+    try:
+        p = PubSubPlanner(SUB, str(tmp_path / "spool"), max_messages=1000, clock=FakeClock(t("13:00")))
+        p.prepare_available_now()
+        start = p.initial_offset()
+        end = p.latest_offset(start, None)
+        assert end["seg"] > start["seg"]
+        splits = p.splits(start, end)
+        again = PubSubPlanner(SUB, str(tmp_path / "spool"), max_messages=1000, clock=FakeClock(t("13:00")))
+        assert again.splits(start, end) == splits
+        total = 0
+        offset = start
+        while True:
+            nxt = p.latest_offset(offset, None)
+            if nxt == offset:
+                break
+            total += sum(s.end for s in p.splits(offset, nxt))
+            p.commit(nxt)
+            offset = nxt
+        assert total == 1500, "--once ends after every message, once the subscription stayed empty"
+        assert not segments(tmp_path), "committed segments are deleted"
+    finally:
+        f.stop()
+
+
+def test_through_the_job_redeliveries_are_dropped_and_saved_batches_acknowledged(tmp_path):
+    """The real executor and controller over spooled segments: a message delivered twice is written once,
+    and a batch's messages are acknowledged as soon as it is saved."""
+    from event_etl.sources.splits import Split
+
+    svc = RealServiceLike()
+    et = make_event_type(tmp_path / "types")
+    p = LocalPipeline(tmp_path, et, FakeClock(t("13:30")))
+    f = fetcher(tmp_path, svc, streams=1, segment_age=0.05)
+    p.controller.source_done = f.ack
+    f.start()
+    try:
+        svc.publish(click("a", "13:10"), t("13:20"))
+        svc.publish(click("b", "13:11"), t("13:20"))
+        wait_until(lambda: len(segments(tmp_path)) == 1, what="a segment")
+        first = segments(tmp_path)[0]
+        ev = p.controller.run_batch(0, p.task_runner([Split(0, "seg", "", 0, 2, 0, json.dumps([[str(first), 0, 2, 0]]))]))
+        assert ev.result.counts == {"timely": 2} and len(svc.acked) == 2, "acknowledged when saved"
+        # the same two messages again (a redelivery after a crash before the acknowledgement)
+        redelivered = tmp_path / "again.seg"
+        redelivered.write_bytes(first.read_bytes())
+        ev = p.controller.run_batch(1, p.task_runner([Split(0, "seg", "", 0, 2, 0, json.dumps([[str(redelivered), 0, 2, 0]]))]))
+        assert ev.result.counts == {"duplicate": 2}
+        assert sorted(i for hc in read_sink(p.sink, "click").values() for i in hc.timely) == ["a", "b"]
+        assert ack_ids(first)
+    finally:
+        f.stop()
