@@ -62,9 +62,13 @@ CHECKPOINT_FORMAT = 2
 FROZEN_SETTINGS = (
     "schema", "time_field", "time_format", "time_logical_divisor", "id_field", "out_of_orderness",
     "allowed_lateness", "max_future_skew", "dedupe_window", "max_events_per_file", "max_payload_bytes", "codec",
-    "time_attribute", "publish_time_fallback",
+    "time_attribute", "publish_time_fallback", "schema_versions",
 )
-"""What of an event type decides which files a batch writes: frozen in the batch's intent."""
+"""What of an event type decides which files a batch writes: frozen in the batch's intent.
+
+``schema_versions`` (the registered writer schemas, whose single-object payloads are accepted
+and resolved to ``schema``): a replay must accept and dead-letter exactly what its first
+attempt did, even if a version was registered or removed meanwhile."""
 
 
 def write_json_atomic(path: Path, doc: Any, *, durable: bool = True) -> None:

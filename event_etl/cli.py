@@ -302,6 +302,7 @@ from event_etl import consumer_cli as _consumer_cli  # noqa: E402,F401
 from event_etl import monitoring_cli as _monitoring_cli  # noqa: E402,F401
 from event_etl import pubsub_cli as _pubsub_cli  # noqa: E402,F401
 from event_etl import submit_cli as _submit_cli  # noqa: E402,F401
+from event_etl import schema_cli as _schema_cli  # noqa: E402,F401
 
 if __name__ == "__main__":  # pragma: no cover
     main()

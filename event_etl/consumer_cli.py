@@ -219,24 +219,36 @@ def verify_cmd(event_type: str, hour: datetime | None, since: datetime | None, u
 @click.option("--late/--no-late", default=True, show_default=True,
               help="Include the late records the hour holds (records of earlier hours that arrived after those "
               "were complete).")
+@click.option("--until", type=HOUR, default=None,
+              help="Print every hour from HOUR up to this one (not included); each must be complete.")
+@click.option("--reader-schema", "reader_schema", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Read every record into this Avro schema (.avsc), by Avro's resolution rules. Default: the "
+              "event type's current schema.avsc, so hours written before and after a schema change read alike.")
 @sink_option
 @event_types_option
 @handles_errors
-def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, sink: str, event_types_dir: str | None) -> None:
+def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, until: datetime | None, reader_schema: str | None,
+            sink: str, event_types_dir: str | None) -> None:
     """Print the records of a complete HOUR of EVENT_TYPE: exactly the files its manifest lists.
 
     HOUR is UTC, e.g. 2026-11-21T13. An hour that is not complete is not read (exit code 3): run
-    `event-etl wait` first.
+    `event-etl wait` first. Records come in the type's current schema (or --reader-schema FILE),
+    also from files written in an earlier version of it.
     """
     et = _load_type(event_types_dir, event_type)
+    schema = None
+    if reader_schema is not None:
+        from event_etl.eventtypes import load_schema_file
+
+        schema = load_schema_file(reader_schema)
     if fmt == "avro":
         out = sys.stdout.buffer
         if out.isatty():
             raise UsageError("--format avro writes binary data", fix="redirect it: event-etl cat ... --format avro > hour.avro")
-        write_avro(sink, et, hour, out, include_late=late)
+        write_avro(sink, et, hour, out, include_late=late, until=until, reader_schema=schema)
         out.flush()
     else:
-        write_jsonl(sink, et, hour, sys.stdout, include_late=late)
+        write_jsonl(sink, et, hour, sys.stdout, include_late=late, until=until, reader_schema=schema)
 
 
 @main.command("audit", epilog=EXIT_CODES_HELP)

@@ -114,7 +114,8 @@ def summarize(reports: list[dict[str, Any]]) -> BatchResult:
         r.reasons.update(rep["reasons"])
         for f in rep["files"]:
             r.files.setdefault(int(f["hour"]), []).append(
-                FileEntry(f["name"], int(f["records"]), int(f["bytes"]), f["sha256"], bool(f["late"]))
+                FileEntry(f["name"], int(f["records"]), int(f["bytes"]), f["sha256"], bool(f["late"]),
+                          f.get("schema_fingerprint", ""))
             )
             r.files_written += 1
             r.bytes_written += int(f["bytes"])
@@ -361,7 +362,9 @@ class Controller:
         """The event type as the batch was first judged: its frozen settings and schema over today's."""
         if not intent.settings:
             return self.et
-        return replace(self.et, **{k: v for k, v in intent.settings.items() if k in FROZEN_SETTINGS})
+        frozen = {k: v for k, v in intent.settings.items() if k in FROZEN_SETTINGS}
+        frozen.setdefault("schema_versions", ())  # an intent from before schema versions accepted its schema only
+        return replace(self.et, **frozen)
 
     def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None, *,
                       mode: str = "write") -> BatchContext:

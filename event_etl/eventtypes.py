@@ -28,17 +28,30 @@ key                     default          meaning
 
 ``[generator.values]`` maps a field name to a list of values the generator picks from;
 fields without a pool get values derived from their Avro type and name.
+
+Schema versions (optional): ``event_types/<name>/schemas/v1.avsc``, ``v2.avsc``... keep every
+schema the type has had, each identified by its CRC-64-AVRO fingerprint.  ``schema.avsc`` stays
+the current schema (the one data files are written in); Avro single-object payloads of any
+registered version are accepted and resolved to it.  Without a ``schemas/`` folder the type
+has one version, ``schema.avsc``, as before.  :func:`check_schema_versions` (called before a
+job starts) refuses a current schema that cannot read every registered version, naming the
+fields and why (:mod:`event_etl.rules.compat`); ``event-etl schema check`` and ``event-etl
+schema register`` (:mod:`event_etl.schema_cli`) are the commands.  See docs/schemas.md.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import hashlib
 import json
 import os
+import re
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from event_etl.errors import ConfigError
 from event_etl.rules.buckets import validate_event_type_name
@@ -51,7 +64,16 @@ __all__ = [
     "resolve_event_types_dir",
     "TIME_FORMATS",
     "ENV_EVENT_TYPES",
+    "SCHEMAS_DIR",
+    "schema_fingerprint",
+    "load_schema_file",
+    "check_schema_versions",
+    "version_name",
 ]
+
+SCHEMAS_DIR = "schemas"
+"""The folder of an event type that keeps its schema versions: ``v1.avsc``, ``v2.avsc``..."""
+_VERSION_FILE = re.compile(r"^v([1-9][0-9]{0,5})\.avsc$")
 
 ENV_EVENT_TYPES = "EVENT_ETL_EVENT_TYPES"
 TIME_FORMATS = ("epoch_millis", "epoch_seconds", "iso8601")
@@ -110,10 +132,23 @@ class EventType:
     publish_time_fallback: bool = False
     generator: dict[str, Any] = field(default_factory=dict)
     pubsub: dict[str, Any] = field(default_factory=dict)
+    schema_versions: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """The registered versions, ``(name, schema)`` in version order (``schemas/v1.avsc``...): the
+    writer schemas whose single-object payloads are accepted besides the current ``schema``.
+    Empty: the type keeps no history, only ``schema`` is accepted.  Frozen in batch intents."""
+
+    def __post_init__(self) -> None:
+        # from a batch intent (JSON) the versions come back as lists: keep one form
+        versions = tuple((str(n), dict(s)) for n, s in self.schema_versions)
+        object.__setattr__(self, "schema_versions", versions)
 
     @property
     def schema_file(self) -> str:
         return os.path.join(self.directory, "schema.avsc")
+
+    @property
+    def schemas_dir(self) -> str:
+        return os.path.join(self.directory, SCHEMAS_DIR)
 
     @property
     def settings_file(self) -> str:
@@ -124,12 +159,34 @@ class EventType:
 
         return parse_schema(self.schema)
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """CRC-64-AVRO fingerprint of the schema, as the 8 little-endian bytes in hex (as in single-object encoding)."""
-        from fastavro.schema import fingerprint, to_parsing_canonical_form
+        return schema_fingerprint(self.schema)
 
-        return fingerprint(to_parsing_canonical_form(self.schema), "CRC-64-AVRO")
+    @functools.cached_property
+    def decoder_key(self) -> str:
+        """A digest of everything a :class:`~event_etl.payload.Decoder` (and its fast plan) is built from.
+
+        Executors keep one decoder per key: a batch replayed with frozen settings and a new
+        batch with today's never share one."""
+        doc = [self.name, self.schema, [list(v) for v in self.schema_versions], self.time_field, self.time_format,
+               self.time_logical_divisor, self.id_field, self.dedupe_window, self.max_payload_bytes,
+               self.time_attribute, self.publish_time_fallback]
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+    def version_of(self, fingerprint_hex: str) -> str | None:
+        """The name of the registered version with this fingerprint (``v2``), or ``None``."""
+        for name, s in self.schema_versions:
+            if schema_fingerprint(s) == fingerprint_hex:
+                return name
+        return None
+
+    def check_versions(self, *, warn: Callable[[str], None] | None = None) -> None:
+        """Before a job starts: refuse a current schema that cannot read every registered version.
+
+        See :func:`check_schema_versions`."""
+        check_schema_versions(self, warn=warn)
 
     def settings_summary(self) -> dict[str, Any]:
         from event_etl.timeutil import format_duration
@@ -145,6 +202,105 @@ class EventType:
             "max_events_per_file": self.max_events_per_file,
             "codec": self.codec,
         }
+
+
+def schema_fingerprint(schema: Any) -> str:
+    """The CRC-64-AVRO fingerprint of a schema's Parsing Canonical Form: 16 hex digits, the 8
+    little-endian bytes that follow ``C3 01`` in single-object encoding."""
+    from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+    return fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")
+
+
+def version_name(et: EventType, fingerprint_hex: str) -> str:
+    """How messages name a schema: ``v2 (crc64avro:…)``, ``schema.avsc (crc64avro:…)`` or the fingerprint."""
+    name = et.version_of(fingerprint_hex)
+    if name is None and fingerprint_hex == et.fingerprint:
+        name = "schema.avsc"
+    return f"{name} (crc64avro:{fingerprint_hex})" if name else f"crc64avro:{fingerprint_hex}"
+
+
+def check_schema_versions(et: EventType, *, warn: Callable[[str], None] | None = None) -> None:
+    """Refuse (:class:`ConfigError`, exit code 2) a current schema that cannot read a registered version.
+
+    Every registered version's single-object payloads are accepted and resolved to the current
+    schema, so the current schema must read each of them by Avro's resolution rules.  The
+    error names each version, field and reason, and the fix.  A current schema that is not
+    registered yet is accepted with a warning (``warn``, default: a line on stderr).
+    """
+    from event_etl.rules.compat import reader_problems
+
+    lines = []
+    registered = set()
+    for name, s in et.schema_versions:
+        fp = schema_fingerprint(s)
+        registered.add(fp)
+        if fp == et.fingerprint:
+            continue
+        for p in reader_problems(et.schema, s, reader_is_new=True):
+            lines.append(f"  {name} (crc64avro:{fp}): {p}")
+    if lines:
+        raise ConfigError(
+            "the current schema cannot read the registered versions whose payloads it must accept:\n"
+            + "\n".join(lines),
+            file=et.schema_file,
+            fix=(f"make the change compatible (a new field needs a default; a type may only widen: int to long, "
+                 f"float or double, long to float or double, float to double, string to/from bytes; an enum "
+                 f"keeps its symbols or gets a default) and check it with `event-etl schema check {et.name}`. "
+                 f"A breaking change is a new event type (or a new major version in the namespace, e.g. "
+                 f"event_types/{et.name}_v2 with namespace ...v2): run both during the switch (docs/schemas.md)"),
+        )
+    if et.schema_versions and et.fingerprint not in registered:
+        (warn or _stderr)(
+            f"warning: {et.schema_file} (crc64avro:{et.fingerprint}) is not registered in {et.schemas_dir}: "
+            f"register it (`event-etl schema register {et.name}`) so that the next change is checked against it "
+            f"and its payloads stay accepted after that change")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def with_schema(et: EventType, schema: dict[str, Any], schema_path: str | os.PathLike[str]) -> EventType:
+    """``et`` with another current schema, its settings checked against it (:class:`ConfigError` if they do not fit:
+    the time field or the id field missing or of another type)."""
+    settings_path = Path(et.settings_file)
+    built = _build(et.name, Path(et.directory), schema, Path(schema_path), _load_settings(settings_path), settings_path)
+    return _with_versions(built, et.schema_versions)
+
+
+def register_current_schema(et: EventType) -> tuple[str, str]:
+    """Record ``schema.avsc`` as the type's next version in ``schemas/``; ``(version name, what was done)``.
+
+    Refused (:class:`ConfigError`) when it cannot read every registered version.  A schema whose
+    fingerprint is registered already is not added again; when its file differs in what the
+    fingerprint leaves out (docs, defaults, aliases, logical types), that file is brought up to date.
+    The new file is created, never overwritten: two registrations at once cannot both take a number.
+    """
+    check_schema_versions(et, warn=lambda line: None)
+    folder = Path(et.schemas_dir)
+    text = Path(et.schema_file).read_text(encoding="utf-8")
+    name = et.version_of(et.fingerprint)
+    if name is not None:
+        path = folder / f"{name}.avsc"
+        if json.loads(path.read_text(encoding="utf-8")) == et.schema:
+            return name, f"already registered as {path}"
+        tmp = folder / f".{name}.avsc.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        return name, (f"updated {path}: it had the same fingerprint but other docs, defaults, aliases or logical "
+                      f"types than schema.avsc")
+    folder.mkdir(exist_ok=True)
+    numbers = [int(n[1:]) for n, _ in et.schema_versions]
+    name = f"v{max(numbers, default=0) + 1}"
+    path = folder / f"{name}.avsc"
+    try:
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(text)
+    except FileExistsError as err:
+        raise ConfigError("exists already: another registration took this number", file=str(path),
+                          fix=f"run `event-etl schema check {et.name}` and register again") from err
+    return name, f"registered as {path}"
 
 
 def resolve_event_types_dir(option: str | os.PathLike[str] | None = None) -> Path:
@@ -200,7 +356,53 @@ def load_event_type(directory: str | os.PathLike[str], name: str | None = None) 
             )
     schema = _load_schema(schema_path)
     settings = _load_settings(settings_path)
-    return _build(name, directory, schema, schema_path, settings, settings_path)
+    et = _build(name, directory, schema, schema_path, settings, settings_path)
+    versions = _load_versions(directory / SCHEMAS_DIR)
+    return et if not versions else _with_versions(et, versions)
+
+
+def _with_versions(et: EventType, versions: tuple[tuple[str, dict[str, Any]], ...]) -> EventType:
+    from dataclasses import replace
+
+    return replace(et, schema_versions=versions)
+
+
+def load_schema_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """An Avro record schema from a file, checked as ``schema.avsc`` is (:class:`ConfigError` if broken)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("no such file", file=str(path), fix="give the path of an .avsc file (an Avro record schema)")
+    return _load_schema(path)
+
+
+def _load_versions(folder: Path) -> tuple[tuple[str, dict[str, Any]], ...]:
+    """The registered versions in ``schemas/``: ``v<N>.avsc`` files, by N; none if the folder is absent."""
+    if not folder.exists():
+        return ()
+    if not folder.is_dir():
+        raise ConfigError("not a folder", file=str(folder),
+                          fix="schemas/ holds the type's schema versions as v1.avsc, v2.avsc, ...; rename this file")
+    found: dict[int, tuple[str, dict[str, Any]]] = {}
+    by_fp: dict[str, str] = {}
+    for p in sorted(folder.iterdir()):
+        if p.name.startswith((".", "_")) or not p.name.endswith(".avsc"):
+            continue  # notes, editor files: only .avsc files are versions
+        m = _VERSION_FILE.match(p.name)
+        if m is None:
+            raise ConfigError(
+                "a schema version's file must be named v<N>.avsc", file=str(p),
+                fix="rename it v1.avsc, v2.avsc, ... in the order the versions were made (no leading zeros)")
+        schema = _load_schema(p)
+        fp = schema_fingerprint(schema)
+        name = f"v{m.group(1)}"
+        if fp in by_fp:
+            raise ConfigError(
+                f"has the same fingerprint (crc64avro:{fp}) as {by_fp[fp]}.avsc: both are one version (the "
+                f"fingerprint leaves out docs, defaults, aliases and logical types)", file=str(p),
+                fix="keep one of the two files (the one that matches schema.avsc if either does)")
+        by_fp[fp] = name
+        found[int(m.group(1))] = (name, schema)
+    return tuple(found[n] for n in sorted(found))
 
 
 def _load_schema(path: Path) -> dict[str, Any]:

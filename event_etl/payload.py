@@ -5,8 +5,9 @@ Accepted payloads:
 - a JSON object whose fields follow the type's schema (plain JSON, as producers write
   it: a nullable field is a value or ``null``, an enum a string, a timestamp a number);
 - Avro single-object encoding (``C3 01`` + fingerprint + binary datum) of the type's
-  schema; in newline-delimited files, such a message is written base64-encoded on its
-  own line.
+  schema or of any of its registered versions (``schemas/v<N>.avsc``), resolved to the
+  current schema by Avro's rules (a field the writer did not have takes its default); in
+  newline-delimited files, such a message is written base64-encoded on its own line.
 
 Everything else is rejected with a :class:`~event_etl.rules.reasons.Reason` and a
 detail naming the field.  This module runs in executors, once per record: it avoids
@@ -22,12 +23,13 @@ from datetime import datetime
 from typing import Any
 
 from fastavro import parse_schema, schemaless_reader
+from fastavro.read import SchemaResolutionError
 from orjson import JSONDecodeError as _JSONDecodeError
 from orjson import loads as _loads
 
 from event_etl.avrocheck import compile_checker
 from event_etl.avroio import SOE_MAGIC
-from event_etl.eventtypes import EventType
+from event_etl.eventtypes import EventType, schema_fingerprint
 from event_etl.rules.reasons import Reason
 from event_etl.timeutil import parse_rfc3339_millis, seconds_to_millis, to_millis
 
@@ -58,7 +60,11 @@ class Decoder:
         self.required_set = frozenset(self.required)
         self.defaults = {f["name"]: f["default"] for f in event_type.schema["fields"] if "default" in f}
         self.default_set = frozenset(self.defaults)
-        self.writer_schemas = {event_type.fingerprint: self.schema}
+        self.writer_schemas = {event_type.fingerprint: self.schema}  # fingerprint (hex) -> parsed writer schema
+        for _name, version in event_type.schema_versions:
+            fp = schema_fingerprint(version)
+            if fp not in self.writer_schemas:
+                self.writer_schemas[fp] = parse_schema(version)
         self.check = compile_checker(self.schema)
         fmt, div = event_type.time_format, event_type.time_logical_divisor
         self._time = self._logical_time(div) if div else {
@@ -234,6 +240,8 @@ class Decoder:
         bio = io.BytesIO(payload[10:])
         try:
             rec = schemaless_reader(bio, writer, self.schema)
+        except SchemaResolutionError as err:  # a registered version the current schema cannot read (checked at start)
+            return False, Reason.SCHEMA_MISMATCH, f"schema {fp} cannot be read as the current one: {err}"[:300]
         except (EOFError, StopIteration, ValueError, IndexError, UnicodeDecodeError, TypeError, OverflowError) as err:
             return False, Reason.INVALID_AVRO, f"cannot decode datum: {type(err).__name__}: {err}"[:300]
         if bio.tell() != len(payload) - 10:

@@ -45,6 +45,7 @@ def submit_cmd(event_type: str, event_types_dir: str | None, deploy_mode: str, p
     from event_etl.eventtypes import resolve_event_types_dir
 
     et = _load_type(event_types_dir, event_type)  # fail here, before Spark starts, on a broken type
+    et.check_versions()  # and on a schema that cannot read its registered versions
     opts = SubmitOptions(master=job.pop("master"), deploy_mode=deploy_mode, python=python, python_env=python_env,
                          spark_submit=spark_submit, bundle_dir=bundle_dir)
     code = submit_job(et, resolve_event_types_dir(event_types_dir), job, opts, dry_run=dry_run,

@@ -43,6 +43,7 @@ from event_etl.consumer.errors import (
     ExitCode,
     HourNeverCompleteError,
     HourNotCompleteError,
+    IncompatibleSchemaError,
     UnsupportedSchemaError,
     WaitTimeoutError,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "HourNotCompleteError",
     "HourState",
     "HourStatus",
+    "IncompatibleSchemaError",
     "UnsupportedSchemaError",
     "VerifyReport",
     "WaitTimeoutError",

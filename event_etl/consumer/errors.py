@@ -37,6 +37,7 @@ __all__ = [
     "CountFileError",
     "HourNeverCompleteError",
     "HourNotCompleteError",
+    "IncompatibleSchemaError",
     "UnsupportedSchemaError",
     "WaitTimeoutError",
 ]
@@ -141,3 +142,14 @@ class UnsupportedSchemaError(UsageError):
     """An Avro type that has no Arrow counterpart here (a union of several non-null types)."""
 
     exit_code = ExitCode.USAGE
+
+
+class IncompatibleSchemaError(UsageError):
+    """The reader schema cannot read a file of the hour by Avro's resolution rules; ``problems`` says which fields."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str, *, path: str, problems: tuple = (), fix: str | None = None) -> None:
+        self.path = path
+        self.problems = tuple(problems)
+        super().__init__(message, fix=fix)

@@ -17,6 +17,18 @@ time lies in it.
 
 Output forms: Python records (fastavro's values: timestamps as aware UTC datetimes), an
 Arrow table (:mod:`event_etl.consumer.arrow`), JSON lines, or one Avro container file.
+
+Ranges and schema changes: ``until=`` reads every hour of ``[hour, until)`` (each must be
+complete) in one go.  An event type's schema may change between hours, or within one (the
+job restarted with a new compatible schema: the manifest gives each file's
+``schema_fingerprint``).  Every record is then read into one *reader schema*, by Avro's
+resolution rules (a field a file does not have takes its default): ``reader_schema=`` (a
+schema or the path of an ``.avsc`` file), else the :class:`~event_etl.eventtypes.EventType`'s
+current schema when one is passed, else the newest schema the files were written in (each
+Avro file carries its writer schema, so no ``event_types`` folder is needed).  A reader
+schema that cannot read a file is refused before any record is handed out
+(:class:`~event_etl.consumer.errors.IncompatibleSchemaError`, naming the fields and why).
+When the reader schema is the one a file was written in, the file is read as it is.
 """
 
 from __future__ import annotations
@@ -27,20 +39,27 @@ import decimal
 import io
 import itertools
 import json
+import os
 import uuid
-from typing import Any, BinaryIO, Iterator, TextIO
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Iterator, TextIO, Union
 
 import fastavro
 
-from event_etl.consumer.errors import CorruptHourError
-from event_etl.consumer.hours import HourLike
-from event_etl.consumer.sink import EventTypeLike, HourFolder, SinkLike, open_sink
-from event_etl.consumer.status import hour_status, require_complete
+from event_etl.consumer.errors import CorruptHourError, IncompatibleSchemaError
+from event_etl.consumer.hours import HourLike, hour_ms, hour_text
+from event_etl.consumer.sink import EventTypeLike, HourFolder, SinkLike, open_sink, type_name
+from event_etl.consumer.status import hour_status, hour_statuses, require_complete
 from event_etl.errors import UsageError
 from event_etl.eventtypes import EventType
+from event_etl.rules.buckets import parse_data_file_name
 from event_etl.rules.manifest import FileEntry, Manifest
 
-__all__ = ["hour_files", "read_records", "records_of", "read_table", "record_json", "write_avro", "write_jsonl"]
+__all__ = ["hour_files", "read_records", "records_of", "read_table", "record_json", "write_avro", "write_jsonl",
+           "ReaderSchemaLike"]
+
+ReaderSchemaLike = Union[dict, str, "os.PathLike[str]", None]
+"""A reader schema: an Avro record schema (its JSON as a dict), or the path of an ``.avsc`` file."""
 
 
 def hour_files(manifest: Manifest, *, include_late: bool = True) -> tuple[FileEntry, ...]:
@@ -55,15 +74,122 @@ def _complete_folder(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) 
     return HourFolder(storage, status.event_type, manifest.hour), manifest
 
 
+@dataclass
+class _Part:
+    """One file to read: its hour's folder and manifest, and its entry."""
+
+    folder: HourFolder
+    manifest: Manifest
+    entry: FileEntry
+
+    @property
+    def fingerprint(self) -> str:
+        return self.manifest.file_fingerprint(self.entry)
+
+
+def _parts(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, until: HourLike | None,
+           include_late: bool) -> list[_Part]:
+    """The files of the complete hour, or of every hour of ``[hour, until)`` (all must be complete), in order."""
+    if until is None:
+        pairs = [_complete_folder(sink, event_type, hour)]
+    else:
+        storage = open_sink(sink)
+        pairs = []
+        for status in hour_statuses(storage, event_type, hour, until):
+            manifest = require_complete(status)
+            pairs.append((HourFolder(storage, status.event_type, manifest.hour), manifest))
+    return [_Part(folder, m, f) for folder, m in pairs for f in hour_files(m, include_late=include_late)]
+
+
+def _load_reader_schema(reader_schema: ReaderSchemaLike) -> dict[str, Any] | None:
+    if reader_schema is None:
+        return None
+    if isinstance(reader_schema, (str, os.PathLike)):
+        from event_etl.eventtypes import load_schema_file
+
+        return load_schema_file(reader_schema)
+    if not isinstance(reader_schema, dict) or reader_schema.get("type") != "record":
+        raise UsageError("reader_schema must be an Avro record schema (a dict) or the path of an .avsc file",
+                         fix='pass e.g. json.load(open("schema.avsc")) or "schema.avsc"')
+    try:
+        fastavro.parse_schema(reader_schema, _write_hint=False)
+    except Exception as err:  # noqa: BLE001 - fastavro raises several kinds for a bad schema
+        raise UsageError(f"reader_schema is not a valid Avro schema: {err}",
+                         fix="check it against the Avro specification, or pass the type's schema.avsc") from err
+    return reader_schema
+
+
+def _open(data: bytes, path: str) -> fastavro.reader:
+    try:
+        return fastavro.reader(io.BytesIO(data))
+    except (ValueError, EOFError, TypeError) as err:  # the bytes match the manifest, yet are no Avro file
+        raise CorruptHourError(f"{path} is not an Avro container file: {err}", path=path,
+                               fix="the job wrote a damaged file; report it with the file") from err
+
+
+class _Reading:
+    """Opens the files of a read, each one read into the reader schema (or as it is, without one)."""
+
+    def __init__(self, reader: dict[str, Any] | None) -> None:
+        self.reader = reader
+        self.parsed = None if reader is None else fastavro.parse_schema(reader, _write_hint=False)
+        self.cache: dict[int, bytes] = {}  # id(part) -> bytes already read (to take a writer schema)
+
+    def bytes_of(self, part: _Part) -> bytes:
+        data = self.cache.pop(id(part), None)
+        return data if data is not None else part.folder.checked_file(part.entry)
+
+    def open(self, part: _Part, data: bytes | None = None) -> fastavro.reader:
+        """A fastavro reader of the file, resolving its records into the reader schema if it has another one."""
+        data = self.bytes_of(part) if data is None else data
+        path = part.folder.display(part.entry.name)
+        r = _open(data, path)
+        if self.reader is None or _same_schema(r.writer_schema, self.parsed):
+            return r
+        from event_etl.rules.compat import reader_problems
+
+        writer = json.loads(r.metadata["avro.schema"])
+        problems = reader_problems(self.reader, writer)
+        if problems:
+            raise IncompatibleSchemaError(
+                f"the reader schema cannot read {path} (written in {part.fingerprint or 'another schema'}): "
+                + "; ".join(str(p) for p in problems) + " (old: the file's schema, new: the reader schema)",
+                path=path, problems=tuple(problems),
+                fix="pass a reader schema that reads every version (reader_schema= or cat --reader-schema FILE), "
+                "e.g. the event type's current schema; `event-etl schema check` compares schemas",
+            )
+        return fastavro.reader(io.BytesIO(data), reader_schema=self.reader)
+
+
+def _same_schema(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def _plan(parts: list[_Part], event_type: EventTypeLike, reader_schema: ReaderSchemaLike) -> _Reading:
+    """The reader schema of a read: the one given, the EventType's, or (files of several schemas) the newest."""
+    reader = _load_reader_schema(reader_schema)
+    if reader is None and isinstance(event_type, EventType):
+        reader = event_type.schema
+    reading = _Reading(reader)
+    if reader is None and len({p.fingerprint for p in parts}) > 1:
+        newest = max(parts, key=lambda p: (_batch_of(p.entry.name), p.folder.hour, p.entry.name))
+        data = newest.folder.checked_file(newest.entry)
+        writer = json.loads(_open(data, newest.folder.display(newest.entry.name)).metadata["avro.schema"])
+        reading = _Reading(writer)
+        reading.cache[id(newest)] = data
+    return reading
+
+
+def _batch_of(name: str) -> int:
+    try:
+        return parse_data_file_name(name).batch_id
+    except ValueError:
+        return -1
+
+
 def _readers(folder: HourFolder, files: tuple[FileEntry, ...]) -> Iterator[fastavro.reader]:
     for entry in files:
-        data = folder.checked_file(entry)
-        try:
-            yield fastavro.reader(io.BytesIO(data))
-        except (ValueError, EOFError, TypeError) as err:  # the bytes match the manifest, yet are no Avro file
-            path = folder.display(entry.name)
-            raise CorruptHourError(f"{path} is not an Avro container file: {err}", path=path,
-                                   fix="the job wrote a damaged file; report it with the file") from err
+        yield _open(folder.checked_file(entry), folder.display(entry.name))
 
 
 def records_of(folder: HourFolder, files: tuple[FileEntry, ...]) -> Iterator[dict[str, Any]]:
@@ -72,62 +198,97 @@ def records_of(folder: HourFolder, files: tuple[FileEntry, ...]) -> Iterator[dic
         yield from reader
 
 
-def read_records(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *,
-                 include_late: bool = True) -> Iterator[dict[str, Any]]:
-    """The records of a complete hour, file by file, as fastavro reads them.
+def read_records(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, include_late: bool = True,
+                 until: HourLike | None = None, reader_schema: ReaderSchemaLike = None) -> Iterator[dict[str, Any]]:
+    """The records of a complete hour (or of every hour of ``[hour, until)``), file by file.
 
-    The hour's completeness is checked when this is called (not on the first ``next``):
-    ``HourNotCompleteError`` and ``CouldNotCheckError`` come at once.
+    Records come in the reader schema (see the module docstring): ``reader_schema``, else the
+    EventType's schema when one is passed, else the files' own schema (the newest one when the
+    files were written in several).  The hours' completeness is checked when this is called (not
+    on the first ``next``): ``HourNotCompleteError`` and ``CouldNotCheckError`` come at once.
     """
-    folder, manifest = _complete_folder(sink, event_type, hour)
-    return records_of(folder, hour_files(manifest, include_late=include_late))
+    parts = _parts(sink, event_type, hour, until, include_late)
+    reading = _plan(parts, event_type, reader_schema)
+
+    def records() -> Iterator[dict[str, Any]]:
+        for part in parts:
+            yield from reading.open(part)
+
+    return records()
 
 
-def read_table(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, include_late: bool = True):
-    """The records of a complete hour as a ``pyarrow.Table``.
+def read_table(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, include_late: bool = True,
+               until: HourLike | None = None, reader_schema: ReaderSchemaLike = None):
+    """The records of a complete hour (or of every hour of ``[hour, until)``) as one ``pyarrow.Table``.
 
-    Column types come from the files' Avro schema; for an hour without records, from the
-    event type's schema when ``event_type`` is an :class:`~event_etl.eventtypes.EventType`
-    (with a name only, such a table has no columns).
+    Column types come from the reader schema (see :func:`read_records`), so hours written
+    before and after a schema change come out as one table; without a reader schema and with
+    files of one schema, from the files' schema.  For a read without records: from the reader
+    schema, else the event type's schema when ``event_type`` is an
+    :class:`~event_etl.eventtypes.EventType` (with a name only, such a table has no columns).
     """
     import pyarrow as pa
 
     from event_etl.consumer.arrow import ArrowConverter
 
-    folder, manifest = _complete_folder(sink, event_type, hour)
+    parts = _parts(sink, event_type, hour, until, include_late)
+    reading = _plan(parts, event_type, reader_schema)
+    opened = [reading.open(p) for p in parts]  # every file checked (and its schema) before the first record
+    if reading.reader is None and len({_key(r.writer_schema) for r in opened}) > 1:
+        # manifests of version 1 do not say so, but the files are of several schemas: the newest one reads them
+        newest = max(range(len(parts)), key=lambda i: (_batch_of(parts[i].entry.name), parts[i].folder.hour,
+                                                       parts[i].entry.name))
+        reading = _Reading(json.loads(opened[newest].metadata["avro.schema"]))
+        opened = [reading.open(p) for p in parts]
     tables, converter = [], None
-    for reader in _readers(folder, hour_files(manifest, include_late=include_late)):
-        converter = converter or ArrowConverter(reader.writer_schema)
-        tables.append(converter.table(reader))
+    if reading.reader is not None:
+        converter = ArrowConverter(reading.reader)
+    for r in opened:
+        converter = converter or ArrowConverter(r.writer_schema)
+        tables.append(converter.table(r))
     if tables:
         return pa.concat_tables(tables)
+    if converter is not None:
+        return converter.table([])
     if isinstance(event_type, EventType):
         return ArrowConverter(event_type.schema).table([])
     return pa.table({})
 
 
-def write_avro(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, out: BinaryIO, *,
-               include_late: bool = True, codec: str = "deflate") -> int:
-    """Write the records of a complete hour to ``out`` as one Avro container file; the number of records.
+def _key(schema: Any) -> str:
+    return json.dumps(schema, sort_keys=True, default=str)
 
-    The schema is the files' writer schema (for an hour without records: the event type's,
-    so ``event_type`` must then be an :class:`~event_etl.eventtypes.EventType`).
+
+def write_avro(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, out: BinaryIO, *,
+               include_late: bool = True, codec: str = "deflate", until: HourLike | None = None,
+               reader_schema: ReaderSchemaLike = None) -> int:
+    """Write the records of a complete hour (or of ``[hour, until)``) to ``out`` as one Avro container file.
+
+    The file's schema is the reader schema (see :func:`read_records`), else the first file's
+    writer schema, into which every other file is then read; for a read without records, the
+    event type's (``event_type`` must then be an :class:`~event_etl.eventtypes.EventType`).
+    Returns the number of records.
     """
-    folder, manifest = _complete_folder(sink, event_type, hour)
-    readers = _readers(folder, hour_files(manifest, include_late=include_late))
-    first = next(readers, None)
-    if first is not None:
-        schema = first.writer_schema
-    elif isinstance(event_type, EventType):
-        schema = event_type.schema
+    parts = _parts(sink, event_type, hour, until, include_late)
+    reading = _plan(parts, event_type, reader_schema)
+    first = reading.open(parts[0]) if parts else None
+    if reading.reader is not None:
+        schema = reading.reader
+    elif first is not None:
+        schema = json.loads(first.metadata["avro.schema"])
+        reading = _Reading(schema)  # every other file is read into the first one's schema
     else:
-        raise UsageError(f"{folder.display()} has no records to take an Avro schema from",
-                         fix="pass the EventType (event_etl.eventtypes.load_event_type) instead of its name")
+        what = f"{type_name(event_type)} {hour_text(hour_ms(hour))}" + (
+            f" to {hour_text(hour_ms(until))}" if until is not None else "")
+        raise UsageError(f"{what} has no records to take an Avro schema from",
+                         fix="pass the EventType (event_etl.eventtypes.load_event_type) instead of its name, "
+                         "or a reader_schema")
     count = 0
 
     def records() -> Iterator[dict[str, Any]]:
         nonlocal count
-        for reader in itertools.chain([] if first is None else [first], readers):
+        rest = (reading.open(p) for p in parts[1:])
+        for reader in itertools.chain([] if first is None else [first], rest):
             for rec in reader:
                 count += 1
                 yield rec
@@ -162,10 +323,13 @@ def _json_value(v: Any) -> Any:
 
 
 def write_jsonl(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, out: TextIO, *,
-                include_late: bool = True) -> int:
-    """Write the records of a complete hour to ``out``, one JSON object per line; the number of records."""
+                include_late: bool = True, until: HourLike | None = None, reader_schema: ReaderSchemaLike = None) -> int:
+    """Write the records of a complete hour (or of ``[hour, until)``) to ``out``, one JSON object per line.
+
+    Records are in the reader schema, as :func:`read_records` gives them.  Returns the number of records."""
     count = 0
-    for rec in read_records(sink, event_type, hour, include_late=include_late):
+    for rec in read_records(sink, event_type, hour, include_late=include_late, until=until,
+                            reader_schema=reader_schema):
         out.write(record_json(rec) + "\n")
         count += 1
     return count

@@ -3,7 +3,7 @@
 Example::
 
     {
-      "manifest_version": 1,
+      "manifest_version": 2,
       "event_type": "page_view",
       "hour": "2026-11-21T13:00:00Z",
       "hour_end": "2026-11-21T14:00:00Z",
@@ -14,7 +14,8 @@ Example::
       "schema_fingerprint": "crc64avro:5c1a1e3d0f1e4b7a",
       "files": [
         {"name": "part-2026112113-b0000000042-s0000-0000.avro",
-         "records": 60000, "bytes": 5812345, "sha256": "...", "late": false},
+         "records": 60000, "bytes": 5812345, "sha256": "...", "late": false,
+         "schema_fingerprint": "crc64avro:5c1a1e3d0f1e4b7a"},
         ...
       ]
     }
@@ -22,6 +23,12 @@ Example::
 ``records`` counts every record in the hour's files, ``late_records`` those in ``late-``
 files (records whose own hour was already complete when they arrived).  ``files`` lists
 exactly the ``.avro`` files of the folder, sorted by name.
+
+Versions: 1 (event_etl 0.1.0) has no ``schema_fingerprint`` per file: every file is in the
+hour's ``schema_fingerprint``.  2 adds each file's ``schema_fingerprint`` (the schema it is
+written in), so an hour whose files were written before and after a schema change says so;
+the hour's own ``schema_fingerprint`` is the schema of the job that marked it.  Readers accept
+1 and 2 and refuse a newer version (:class:`~event_etl.errors.CheckpointFormatError`).
 """
 
 from __future__ import annotations
@@ -30,11 +37,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from event_etl.errors import CheckpointFormatError
 from event_etl.timeutil import HOUR_MS, iso, parse_hour, to_millis
 
-__all__ = ["FileEntry", "Manifest", "build_manifest", "compare_listing", "MANIFEST_VERSION"]
+__all__ = ["FileEntry", "Manifest", "build_manifest", "compare_listing", "MANIFEST_VERSION", "READABLE_VERSIONS"]
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+"""The version of the manifests this release writes."""
+READABLE_VERSIONS = (1, 2)
+"""The versions this release reads."""
 
 
 @dataclass(frozen=True)
@@ -46,13 +57,21 @@ class FileEntry:
     bytes: int
     sha256: str
     late: bool = False
+    schema_fingerprint: str = field(default="", compare=False)
+    """``crc64avro:<hex>`` of the schema the file is written in; ``""`` when not known (a manifest of
+    version 1, a ledger of release 0.1.0: the hour's ``schema_fingerprint`` applies).  Not part of
+    equality: the sha256 already pins the file's bytes, its schema included."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "records": self.records, "bytes": self.bytes, "sha256": self.sha256, "late": self.late}
+        d = {"name": self.name, "records": self.records, "bytes": self.bytes, "sha256": self.sha256, "late": self.late}
+        if self.schema_fingerprint:
+            d["schema_fingerprint"] = self.schema_fingerprint
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "FileEntry":
-        return cls(str(d["name"]), int(d["records"]), int(d["bytes"]), str(d["sha256"]), bool(d.get("late", False)))
+        return cls(str(d["name"]), int(d["records"]), int(d["bytes"]), str(d["sha256"]), bool(d.get("late", False)),
+                   str(d.get("schema_fingerprint") or ""))
 
 
 @dataclass(frozen=True)
@@ -78,6 +97,15 @@ class Manifest:
     @property
     def bytes(self) -> int:
         return sum(f.bytes for f in self.files)
+
+    def file_fingerprint(self, entry: FileEntry) -> str:
+        """The schema a file of this hour is written in: its own entry's, else the hour's (version 1)."""
+        return entry.schema_fingerprint or self.schema_fingerprint
+
+    @property
+    def schema_fingerprints(self) -> tuple[str, ...]:
+        """The schemas the hour's files are written in, sorted: more than one when the hour spans a change."""
+        return tuple(sorted({self.file_fingerprint(f) for f in self.files} - {""}))
 
     @property
     def marker_delay_ms(self) -> int:
@@ -110,6 +138,17 @@ class Manifest:
 
         def ms(text: str) -> int:
             return to_millis(datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+        version = doc.get("manifest_version", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"manifest_version {version!r} is not a version number")
+        if version not in READABLE_VERSIONS:
+            raise CheckpointFormatError(
+                f"the _COMPLETE manifest of {doc.get('event_type', '?')} {doc.get('hour', '?')} is of version "
+                f"{version}, written by a newer event_etl; this release reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}",
+                fix="upgrade event_etl (pip install -U event_etl) where this runs",
+            )
 
         files = tuple(FileEntry.from_json(f) for f in doc["files"])
         known = {"manifest_version", "event_type", "hour", "hour_end", "watermark", "completed_at", "records",
