@@ -276,6 +276,21 @@ def test_one_read_table_reads_hours_before_and_after_the_change_into_the_current
     assert {r["channel"] for r in read_records(p.sink, "click", "2026-11-21T12", until="2026-11-21T14")} == {"web", "app"}
 
 
+def test_an_hour_of_a_version_1_manifest_spanning_a_change_still_reads_as_one_table(spanning):
+    """A 0.1.0 manifest gives no file's schema; read_table finds the files' schemas differ and takes the newest."""
+    marker = spanning.sink / "click/dt=2026-11-21/hour=13/_COMPLETE"
+    doc = json.loads(marker.read_text())
+    doc["manifest_version"] = 1
+    for entry in doc["files"]:
+        del entry["schema_fingerprint"]
+    marker.write_text(json.dumps(doc))
+    assert Manifest.from_bytes(marker.read_bytes()).schema_fingerprints == (f"crc64avro:{fp(V2)}",)
+    table = read_table(spanning.sink, "click", "2026-11-21T13")
+    assert table.column_names == ["id", "ts", "page", "channel"]
+    assert sorted(zip(table.column("id").to_pylist(), table.column("channel").to_pylist())) == [
+        ("b", "web"), ("c", "app"), ("d", "web"), ("e", "web")]
+
+
 def test_a_reader_schema_the_caller_passes(spanning, tmp_path):
     p = spanning
     old = read_table(p.sink, "click", "2026-11-21T12", until="2026-11-21T14", reader_schema=V1)  # forward: v1 readers
@@ -511,3 +526,25 @@ def test_the_page_view_example_flow(tmp_path):
     assert runner.invoke(main, ["schema", "register", "page_view", "--event-types", str(tmp_path / "types")]
                          ).exit_code == 0
     load_event_type(tmp_path / "types/page_view").check_versions(warn=pytest.fail)
+
+
+def test_the_docs_show_what_schema_check_prints(tmp_path, monkeypatch):
+    """docs/schemas.md's example output of `schema check` and `register` is what the commands print."""
+    import re
+    import shutil
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "schemas.md").read_text()
+    field = json.loads(re.search(r'```json\n(\{"name": "ab_variant".*\})\n```', docs).group(1))
+    root = Path(__file__).resolve().parent.parent / "event_types"
+    shutil.copytree(root, tmp_path / "event_types")
+    path = tmp_path / "event_types/page_view/schema.avsc"
+    schema = json.loads(path.read_text())
+    schema["fields"].append(field)
+    path.write_text(json.dumps(schema, indent=2))
+    runner = CliRunner()
+    monkeypatch.chdir(tmp_path)  # the docs show paths relative to the project
+    for command in ("check", "register"):
+        shown = re.search(rf"\$ event-etl schema {command} page_view\n(.*?)\n   ```", docs, re.S).group(1)
+        want = [line[3:] for line in shown.splitlines()]
+        res = runner.invoke(main, ["schema", command, "page_view", "--event-types", "event_types"])
+        assert res.exit_code == 0 and res.output.splitlines() == want, res.output

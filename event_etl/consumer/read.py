@@ -172,7 +172,7 @@ def _plan(parts: list[_Part], event_type: EventTypeLike, reader_schema: ReaderSc
         reader = event_type.schema
     reading = _Reading(reader)
     if reader is None and len({p.fingerprint for p in parts}) > 1:
-        newest = max(parts, key=lambda p: (_batch_of(p.entry.name), p.folder.hour, p.entry.name))
+        newest = max(parts, key=_age)
         data = newest.folder.checked_file(newest.entry)
         writer = json.loads(_open(data, newest.folder.display(newest.entry.name)).metadata["avro.schema"])
         reading = _Reading(writer)
@@ -180,11 +180,13 @@ def _plan(parts: list[_Part], event_type: EventTypeLike, reader_schema: ReaderSc
     return reading
 
 
-def _batch_of(name: str) -> int:
+def _age(part: _Part) -> tuple[int, int, str]:
+    """Orders files by when they were written: by hour (late records go to the open hour, the latest), then batch."""
     try:
-        return parse_data_file_name(name).batch_id
+        batch = parse_data_file_name(part.entry.name).batch_id
     except ValueError:
-        return -1
+        batch = -1
+    return part.folder.hour, batch, part.entry.name
 
 
 def _readers(folder: HourFolder, files: tuple[FileEntry, ...]) -> Iterator[fastavro.reader]:
@@ -236,8 +238,7 @@ def read_table(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, inc
     opened = [reading.open(p) for p in parts]  # every file checked (and its schema) before the first record
     if reading.reader is None and len({_key(r.writer_schema) for r in opened}) > 1:
         # manifests of version 1 do not say so, but the files are of several schemas: the newest one reads them
-        newest = max(range(len(parts)), key=lambda i: (_batch_of(parts[i].entry.name), parts[i].folder.hour,
-                                                       parts[i].entry.name))
+        newest = max(range(len(parts)), key=lambda i: _age(parts[i]))
         reading = _Reading(json.loads(opened[newest].metadata["avro.schema"]))
         opened = [reading.open(p) for p in parts]
     tables, converter = [], None

@@ -11,6 +11,7 @@ call these functions; these functions call nothing of theirs.
 - ``completeness``: which hours are complete and must get a ``_COMPLETE`` marker.
 - ``manifest``: what a ``_COMPLETE`` marker says about its hour.
 - ``reasons``: why a record went to the dead-letter area.
+- ``compat``: whether one Avro schema reads data written with another, and why not (field by field).
 """
 
 from event_etl.rules.buckets import (
