@@ -156,5 +156,5 @@ def register_cmd(event_type: str, event_types_dir: str | None) -> None:
     from event_etl.eventtypes import register_current_schema
 
     et = _load_type(event_types_dir, event_type)
-    name, what = register_current_schema(et)
+    _name, what = register_current_schema(et)
     click.echo(f"{et.name}: schema.avsc ({_fp(et.fingerprint)}) {what}")

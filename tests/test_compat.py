@@ -290,8 +290,8 @@ def test_a_logical_type_change_is_a_note_not_a_problem():
     c = compatibility(x(logical("long", "timestamp-micros")), x(logical("long", "timestamp-millis")))
     assert c.level == "full"
     assert [str(n) for n in c.notes] == [
-        "field `x`: logical type changed from timestamp-millis to timestamp-micros: Avro reads the underlying long as "
-        "it is, so its values may change meaning"]
+        ("field `x`: logical type changed from timestamp-millis to timestamp-micros: Avro reads the underlying long as "
+         "it is, so its values may change meaning")]
     assert compatibility(x("long"), x("long")).notes == ()
 
 

@@ -77,7 +77,7 @@ def test_a_type_without_schemas_keeps_working_as_before(tmp_path):
     check_schema_versions(et, warn=pytest.fail)  # nothing to check, nothing to warn about
     d = Decoder(et)
     assert list(d.writer_schemas) == [et.fingerprint]
-    ok, why, detail = d.decode(base64.b64decode(soe_line(V2, {"id": "a", "ts": t("13:00"), "page": None,
+    ok, why, _detail = d.decode(base64.b64decode(soe_line(V2, {"id": "a", "ts": t("13:00"), "page": None,
                                                               "channel": "app"})))
     assert (ok, why) == (False, Reason.UNKNOWN_SCHEMA)
 

@@ -278,7 +278,7 @@ class _Checker:
         r, rns = self.r_side.deref(r, rns)
         wk, rk = _kind(w), _kind(r)
         if wk == "unknown" or rk == "unknown":
-            side, t = ("writer", w) if wk == "unknown" else ("reader", r)
+            t = w if wk == "unknown" else r
             self.add(path, "unknown_type", f"refers to the unknown type {t!r}")
             return
         if wk == "union":
