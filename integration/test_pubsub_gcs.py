@@ -142,17 +142,25 @@ def _hour(t: int) -> int:
 
 def test_known_event_set_through_pubsub_to_gcs(scenario):
     s = scenario
+    # one pull stream: the emulator's delivery order, so that hours published in order stay timely
+    # however the spool is cut into batches (several streams reorder by up to a segment's age)
+    s.env["EVENT_ETL_PUBSUB_STREAMS"] = "1"
     now = now_millis()
     h0 = _hour(now) - 5 * HOUR_MS
     rng = random.Random(5)
     phase1 = []
-    for k in range(4):  # hours h0..h0+3, mildly out of order
+    for k in range(4):  # hours h0..h0+3, published about in event-time order, mildly out of order
         base = h0 + k * HOUR_MS
-        evs = [s.event(base + rng.randint(0, HOUR_MS - 1), "timely") for _ in range(60)]
-        rng.shuffle(evs)
+        evs = sorted((s.event(base + rng.randint(0, HOUR_MS - 1), "timely") for _ in range(60)), key=lambda e: e["t"])
+        for i in range(0, len(evs) - 1, 2):  # neighbours swapped: disorder well within out_of_orderness
+            if evs[i + 1]["t"] - evs[i]["t"] < 60_000:
+                evs[i], evs[i + 1] = evs[i + 1], evs[i]
         phase1 += evs
+    # The fetcher pulls in parallel streams and a batch takes what has accumulated: these hours may
+    # span several batches, so the events of each hour must not be further apart in publish order
+    # than out_of_orderness allows.
     last = max(e["t"] for e in phase1)
-    recent = [s.event(last - rng.randint(0, 5 * 60_000), "timely") for _ in range(12)]
+    recent = [s.event(last - rng.randint(0, 90_000), "timely") for _ in range(12)]
     phase1 += recent
     phase1.append(s.event(last + 1000, "timely"))
     # producer retries, same bytes again, of events inside the dedupe window (10 minutes of event time)

@@ -151,6 +151,9 @@ class Fetcher:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         (self.segdir / DRAINED).unlink(missing_ok=True)
+        from event_etl.sources.pubsub import ERROR_FILE
+
+        (self.dir / ERROR_FILE).unlink(missing_ok=True)  # an earlier run's error: this run tries again
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
