@@ -4,14 +4,20 @@
     .venv/bin/python integration/campaign.py --source pubsub      # Pub/Sub emulator -> GCS emulator
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE
 
-The event set spans more than six event-time hours: timely, out-of-order, late, too-late,
-future, duplicate (producer retries, inside the dedupe window) and invalid events (one of
-each bad-input kind).  The job runs as users run it (`event-etl run ... --max-files-per-batch 1`
-in its own process) and is killed with SIGKILL at least ``--kills`` times: at chosen fault
-points (while a data file is written, after the files and before the ledger, between the
-last file of an hour and its marker, between a marker and the state, after the state) and
-at random moments; and stopped ``--sigterms`` times with SIGTERM (graceful stop + drain).
-Each time it is restarted on the same checkpoint; a last run drains.
+The event set spans more than six event-time hours, ending ten minutes before the real
+clock: timely, out-of-order, late, too-late, future (ahead of the real clock), duplicate
+(producer retries, inside the dedupe window) and invalid events (one of each bad-input
+kind); a last wave comes from a producer whose clock runs 8 minutes fast.  The job runs as
+users run it (`event-etl run ... --max-files-per-batch 1` in its own process group) and is
+killed with SIGKILL at least ``--kills`` times: at chosen fault points (while a data file
+is written, after the files and before the ledger, while duplicates are rewritten, between
+the last file of an hour and its marker, between a marker and the state, after the state)
+and at random moments; stopped ``--sigterms`` times with SIGTERM (graceful stop + drain),
+half of them sent to the whole process group as `systemctl stop`, `timeout` and a closed
+terminal do; SIGTERMed and then SIGKILLed during the drain, as Kubernetes does when the
+grace period ends; SIGKILLed inside an idle tick; and stopped for longer than the type's
+idle timeout while input piles up, then restarted with that backlog.  Each time it is
+restarted on the same checkpoint; a last run drains.
 
 A watcher takes a snapshot (names and sha256) of every hour folder when its ``_COMPLETE``
 appears.  At the end, by event id:
@@ -25,7 +31,11 @@ appears.  At the end, by event id:
   reason and its original bytes, and nowhere else;
 - every hour from the first to the last has exactly one ``_COMPLETE``; each manifest lists
   exactly its folder's ``.avro`` files with the right counts, sizes and sha256;
-- no hour folder changed after its marker appeared.
+- no hour folder changed after its marker appeared;
+- no hour was marked before the real clock passed its end, unless a drain closed it (the
+  fast producer clock must not close hours);
+- no event that was timely when it was sent was judged late (an hour closed early: by a
+  wrong watermark, or an idle advance while input waited), except in hours a drain closed.
 
 It prints a table of these figures and exits non-zero if any of them is wrong.
 """
@@ -62,8 +72,11 @@ from event_etl.storage import Storage  # noqa: E402
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
-FAULT_POINTS = ("write_file", "files_written", "before_marker", "after_marker", "state_saved")
-PAUSES = "write_file=0.02,files_written=0.15,before_marker=0.25,after_marker=0.25,state_saved=0.1"
+FAULT_POINTS = ("write_file", "files_written", "duplicates_rewritten", "before_marker", "after_marker", "state_saved")
+PAUSES = ("write_file=0.02,files_written=0.15,duplicates_rewritten=0.3,before_marker=0.25,after_marker=0.25,"
+          "state_saved=0.1,drain=0.5,idle_advance=0.5")
+IDLE_TIMEOUT_S = 20  # the campaign's type: longer than a run waits for input, shorter than its downtimes
+FAST_CLOCK_MS = 8 * MINUTE_MS
 AHEAD = 4  # batches of input made available ahead of the job
 RESERVE_PER_RUN = 4  # batches kept back for every run still planned: the input lasts as long as the kills do
 INVALID_KINDS = {  # kind -> expected dead-letter reason
@@ -147,7 +160,22 @@ def make_events(et, *, events: int, files: int, seed: int, start: int, future_fr
                 evs.append(e)
                 recent.append(e)
         out.batches.append((arrival, evs))
+    # the last wave: a producer whose clock runs 8 minutes fast (stamped when it is released, see Campaign)
+    fast = []
+    for _ in range(max(5, per // 4)):
+        eid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        fast.append(Event(eid, None, "fast_clock", b""))
+    out.batches.append((out.batches[-1][0], fast))
     return out
+
+
+def stamp_fast_clock(events: list[Event], now: int, rng: random.Random) -> None:
+    """Stamp the fast producer's events at release: up to 8 minutes ahead of the real clock."""
+    for e in events:
+        e.t = now + FAST_CLOCK_MS - rng.randint(0, 60) * 1000
+        e.payload = json.dumps({"event_id": e.id, "event_time": e.t, "anonymous_id": "a-fast", "session_id": "s-fast",
+                                "product_id": "sku-1", "page_url": "https://shop.example.com/p/1",
+                                "device_type": "MOBILE"}).encode()
 
 
 def invalid_payload(kind: str, rec, schema, et, t: int, rng: random.Random) -> bytes:
@@ -231,37 +259,38 @@ class Campaign:
         self.current: subprocess.Popen | None = None
         self.runs_left = args.kills + args.sigterms
         self.event_types_dir: str | None = None
+        self.release_lock = threading.Lock()
 
     # -- the source and the sink -----------------------------------------------------------
     def prepare(self) -> None:
+        # The type, copied: an idle timeout a campaign can wait out, and for Pub/Sub (which delivers
+        # out of order while the campaign publishes several batches ahead) a dedupe window that
+        # spans that reordering (two hours of event time, not the default 10 min).
+        types = self.work / "types"
+        shutil.copytree(ROOT / "event_types" / "page_view", types / "page_view")
+        toml = types / "page_view" / "etl.toml"
+        extra = f'idle_timeout = "{IDLE_TIMEOUT_S}s"\n'
+        if self.args.source == "pubsub":
+            extra += 'dedupe_window = "2h"\n'
+        text = toml.read_text().replace('idle_timeout = "5m"\n', "")
+        toml.write_text(extra + text)  # top-level keys: before any table
+        self.et = load_event_type(types / "page_view")
+        self.event_types_dir = str(types)
+        now = now_millis()
+        # Event time ends a little before now: every event arrives (is listed, or published) after its
+        # event time, as in production; "future" events are ahead of the real clock.
+        start = now - span_of(self.args.files) - 10 * MINUTE_MS
+        self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
+                                  start=start, future_from=now + HOUR_MS)
         if self.args.source == "dir":
             self.sink = str(self.work / "sink")
-            start = 1_795_225_200_000  # 2026-11-21T00:00Z: a fixed past, the same every run
-            self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
-                                      start=start)
             src, pending = self.work / "in", self.work / "pending"
             src.mkdir()
             pending.mkdir()
-            for k, (arrival, evs) in enumerate(self.events.batches):
-                f = pending / f"events-{k:04d}.jsonl"
-                f.write_bytes(b"\n".join(e.payload for e in evs) + b"\n")
-                os.utime(f, (arrival / 1000, arrival / 1000))
-            self.pending = sorted(pending.iterdir())
+            self.pending = [pending / f"events-{k:04d}.jsonl" for k in range(len(self.events.batches))]
             self.source = f"dir:{src}"
         else:
-            # Pub/Sub delivers out of order and the campaign publishes several batches ahead: the
-            # dedupe window must span that reordering (two hours of event time here, not the default 10 min)
-            types = self.work / "types"
-            shutil.copytree(ROOT / "event_types" / "page_view", types / "page_view")
-            toml = types / "page_view" / "etl.toml"
-            toml.write_text('dedupe_window = "2h"\n' + toml.read_text())  # a top-level key: before any table
-            self.et = load_event_type(types / "page_view")
-            self.event_types_dir = str(types)
             self.start_servers()
-            now = now_millis()
-            # event time ends a little before now: every message "arrives" when published, now
-            self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
-                                      start=now - span_of(self.args.files) - 10 * MINUTE_MS, future_from=now + HOUR_MS)
             from google.cloud import pubsub_v1
 
             self.publisher = pubsub_v1.PublisherClient()
@@ -296,16 +325,24 @@ class Campaign:
         released = len(self.events.batches) - len(self.pending)
         cap = len(self.events.batches) - RESERVE_PER_RUN * self.runs_left
         while self.pending and (everything or (released < self.committed() + AHEAD and released < cap)):
+            self._release_one(released)
+            released += 1
+
+    def _release_one(self, k: int) -> None:
+        with self.release_lock:
             item = self.pending.pop(0)
+            evs = self.events.batches[k][1]
+            if evs and evs[0].kind == "fast_clock":
+                stamp_fast_clock(evs, now_millis(), self.rng)
             if self.args.source == "dir":
-                item.rename(self.work / "in" / item.name)  # keeps its mtime: its arrival time
+                tmp = item.with_name("." + item.name)
+                tmp.write_bytes(b"\n".join(e.payload for e in evs) + b"\n")
+                tmp.rename(self.work / "in" / item.name)  # it arrives when the job lists it
             else:
-                evs = self.events.batches[item][1]
                 futures = [self.publisher.publish(self.topic, e.payload, **({} if e.payload else {"note": "empty"}))
                            for e in evs]
                 for f in futures:
                     f.result(timeout=60)
-            released += 1
 
     def _feed(self, stop: threading.Event) -> None:
         while not stop.wait(0.3):
@@ -335,8 +372,25 @@ class Campaign:
         d = Path(self.checkpoint) / "spark" / "commits"
         return len(list(d.glob("[0-9]*"))) if d.is_dir() else 0
 
-    def one_fault(self, sig: int, point: str | None) -> bool:
-        """Start the job, wait for the fault point (or a random moment), send ``sig``.  False if the job finished."""
+    def _wait_point(self, proc, point: str, since: int, occurrence: int = 1, timeout: float = 180) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len([p for p, _ in self.faults_seen()[since:] if p == point]) >= occurrence:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def one_fault(self, how: str, point: str | None) -> bool:
+        """Start the job, wait for the fault point (or a random moment), stop it ``how``.  False if it was missed.
+
+        ``how``: ``SIGKILL`` (the whole process group, as when a machine or container dies);
+        ``SIGTERM`` (the event-etl process only, as Kubernetes and ``systemctl stop`` with
+        KillMode=mixed deliver it) or ``SIGTERM_GROUP`` (every process of the job, as
+        ``systemctl stop``, ``timeout`` and a closed terminal do): both drain; ``TERM_THEN_KILL``
+        (SIGTERM, and SIGKILL up to two seconds into the drain: a grace period that ran out);
+        ``DOWNTIME`` (SIGKILL, then down for longer than the idle timeout while input piles up);
+        ``IDLE`` (SIGKILL inside an idle tick, once all input is in).
+        """
         self.runs += 1
         t_start = time.monotonic()
         before = len(self.faults_seen())
@@ -344,40 +398,70 @@ class Campaign:
         log = open(self.work / f"run-{self.runs:02d}.log", "w")
         proc = self.current = subprocess.Popen(self.command(), env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                                start_new_session=True)
-        deadline = time.monotonic() + 180
         hit = False
-        if point is None:
+        if how == "IDLE":
+            # every event in and processed first; then the source is quiet and the next tick advances
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    if self.accounted() >= len(self.events.events):
+                        break
+                except Exception:  # noqa: BLE001 - mid-write; look again
+                    pass
+                time.sleep(1)
+            hit = self._wait_point(proc, "idle_advance", len(self.faults_seen()), timeout=IDLE_TIMEOUT_S * 3)
+        elif point is None:
+            deadline = time.monotonic() + 180
             while time.monotonic() < deadline and proc.poll() is None and self.committed() < committed + 1:
                 time.sleep(0.2)
             time.sleep(self.rng.uniform(0.0, 2.0))
             hit = proc.poll() is None
         else:
             occurrence = 1 if "marker" in point else self.rng.randint(1, 2)
-            while time.monotonic() < deadline and proc.poll() is None:
-                seen = [p for p, _ in self.faults_seen()[before:] if p == point]
-                if len(seen) >= occurrence:
-                    hit = True
-                    break
-                time.sleep(0.02)
+            hit = self._wait_point(proc, point, before, occurrence)
         if proc.poll() is None:
-            # SIGKILL: the whole process group, as when a machine or container dies.  SIGTERM: the
-            # event-etl process only, as Kubernetes and `systemctl stop` (KillMode=mixed) deliver it.
-            if sig == signal.SIGKILL:
-                os.killpg(proc.pid, sig)
-            else:
-                os.kill(proc.pid, sig)
+            if how in ("SIGKILL", "DOWNTIME", "IDLE"):
+                os.killpg(proc.pid, signal.SIGKILL)
+            elif how == "SIGTERM":
+                os.kill(proc.pid, signal.SIGTERM)
+            elif how == "SIGTERM_GROUP":
+                os.killpg(proc.pid, signal.SIGTERM)
+            elif how == "TERM_THEN_KILL":
+                at = len(self.faults_seen())
+                (os.killpg if self.rng.random() < 0.5 else os.kill)(proc.pid, signal.SIGTERM)
+                hit = self._wait_point(proc, "drain", at, timeout=120)
+                if hit:
+                    time.sleep(self.rng.uniform(0.0, 1.0))
+                hit = hit and proc.poll() is None  # the kill lands inside the drain, or it missed
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
             try:
                 proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             if hit:
-                self.kills[(signal.Signals(sig).name, point or "random")] += 1
+                self.kills[(how, point or ("idle_advance" if how == "IDLE" else "random"))] += 1
+        else:
+            hit = False
         log.close()
+        if how == "DOWNTIME" and hit:
+            # down for longer than the idle timeout while input piles up: the restart finds a backlog
+            self.backlog_released(2 * AHEAD)
+            time.sleep(IDLE_TIMEOUT_S + 5)
         if self.args.verbose:
-            print(f"  run {self.runs:2d}: {signal.Signals(sig).name:<7} at {point or 'random':<13} "
+            print(f"  run {self.runs:2d}: {how:<14} at {point or 'random':<20} "
                   f"{'hit' if hit else 'missed'} after {time.monotonic() - t_start:5.1f}s", flush=True)
         return hit
+
+    def backlog_released(self, n: int) -> None:
+        released = len(self.events.batches) - len(self.pending)
+        cap = len(self.events.batches) - RESERVE_PER_RUN * self.runs_left
+        for _ in range(n):
+            if released >= cap or not self.pending:
+                return
+            self._release_one(released)
+            released += 1
 
     def finish(self) -> subprocess.CompletedProcess:
         """A last live run until every event is accounted for, then SIGTERM (stop and drain)."""
@@ -442,7 +526,7 @@ class Campaign:
         content, st = self.read_sink()
         dls = self.read_deadletters()
         events = self.events.events
-        valid = {e.id: e for e in events if e.kind in ("timely", "out_of_order", "late")}
+        valid = {e.id: e for e in events if e.kind in ("timely", "out_of_order", "late", "fast_clock")}
         placed = Counter(i for h in content.values() for i, _, _ in h["records"])
         lost = sorted(set(valid) - set(placed))
         duplicated = sorted(i for i, n in placed.items() if n > 1)
@@ -497,6 +581,14 @@ class Campaign:
                 bad_manifests.append(iso(h))
         # markers never written twice: create-only; folders never changed after their marker
         changed = [rel for rel, snap in watcher.snapshots.items() if watcher.snapshot(rel) != snap]
+        # no hour closed before the real clock passed its end (the fast producer clock), but by a drain
+        closed_by = {h: e["marker"].extra.get("closed_by") for h, e in content.items() if e["marker"]}
+        early = [iso(h) for h, e in content.items() if e["marker"] and closed_by[h] != "drain"
+                 and e["marker"].completed_at < h + HOUR_MS]
+        # no event that was timely when sent judged late, but in hours a drain closed
+        judged_late = sorted(i for entry in content.values() for i, _, late in entry["records"]
+                             if late and valid.get(i) is not None and valid[i].kind in ("timely", "out_of_order")
+                             and closed_by.get(valid[i].t - valid[i].t % HOUR_MS) != "drain")
         bad_inputs = Counter(e.kind for e in events if e.reason and e.kind in INVALID_KINDS)
         return {
             "events sent": len(events),
@@ -507,8 +599,13 @@ class Campaign:
             "bad inputs sent (kinds)": f"{sum(bad_inputs.values())} ({len(bad_inputs)} kinds)",
             "event-time hours": len(all_hours),
             "job runs": self.runs,
-            "SIGKILL": sum(n for (s, _), n in self.kills.items() if s == "SIGKILL"),
-            "SIGTERM": sum(n for (s, _), n in self.kills.items() if s == "SIGTERM"),
+            "SIGKILL": sum(n for (s, _), n in self.kills.items() if s in ("SIGKILL", "DOWNTIME", "IDLE")),
+            "SIGTERM": sum(n for (s, _), n in self.kills.items() if s in ("SIGTERM", "SIGTERM_GROUP")),
+            "SIGTERM to the process group": sum(n for (s, _), n in self.kills.items() if s == "SIGTERM_GROUP"),
+            "SIGKILL during a SIGTERM drain": sum(n for (s, _), n in self.kills.items() if s == "TERM_THEN_KILL"),
+            "SIGKILL inside an idle tick": sum(n for (s, _), n in self.kills.items() if s == "IDLE"),
+            "restarts with a backlog after a downtime > idle_timeout": sum(
+                n for (s, _), n in self.kills.items() if s == "DOWNTIME"),
             "kills by point": dict(sorted(Counter(f"{s}@{p}" for (s, p) in self.kills.elements()).items())),
             "lost": len(lost),
             "duplicated": len(duplicated),
@@ -519,17 +616,24 @@ class Campaign:
             "hours without exactly one _COMPLETE": len(unmarked),
             "manifests not matching their folder": len(bad_manifests),
             "hours changed after their marker (premature markers)": len(changed),
+            "hours marked before the real clock passed their end": len(early),
+            "timely events judged late (an hour closed early)": len(judged_late),
+            "hours closed by watermark / idle / drain": "{} / {} / {}".format(
+                *(sum(1 for v in closed_by.values() if v == k) for k in ("watermark", "idle", "drain"))),
             "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "misplaced": misplaced[:10],
                          "unmarked": unmarked[:10], "bad_manifests": bad_manifests[:10], "changed": changed[:10],
-                         "dead letters": dl_detail},
+                         "early": early[:10], "judged_late": judged_late[:10], "dead letters": dl_detail},
         }
 
     # -- the campaign ----------------------------------------------------------------------
-    def plan(self) -> list[tuple[int, str | None]]:
-        kills = [(signal.SIGKILL, p) for p in FAULT_POINTS]
+    def plan(self) -> list[tuple[str, str | None]]:
+        kills = [("SIGKILL", p) for p in FAULT_POINTS]
         while len(kills) < self.args.kills:
-            kills.append((signal.SIGKILL, self.rng.choice([*FAULT_POINTS, None, None])))
-        kills += [(signal.SIGTERM, self.rng.choice([None, "write_file", "before_marker"])) for _ in range(self.args.sigterms)]
+            kills.append(("SIGKILL", self.rng.choice([*FAULT_POINTS, None, None])))
+        # half of the SIGTERMs to the whole process group, half to the event-etl process
+        kills += [("SIGTERM_GROUP" if k % 2 == 0 else "SIGTERM", self.rng.choice([None, "write_file", "before_marker"]))
+                  for k in range(self.args.sigterms)]
+        kills += [("TERM_THEN_KILL", None), ("DOWNTIME", None)]
         self.rng.shuffle(kills)
         return kills
 
@@ -544,13 +648,14 @@ class Campaign:
         feeder.start()
         try:
             plan = self.plan()
-            for k, (sig, point) in enumerate(plan):
+            for k, (how, point) in enumerate(plan):
                 self.runs_left = len(plan) - k - 1
-                self.one_fault(sig, point)
+                self.one_fault(how, point)
             self.runs_left = 0
             feeding.set()
             feeder.join(timeout=30)
             self.release_input(everything=True)
+            self.one_fault("IDLE", None)  # every event in, the source quiet: killed inside an idle tick
             rc = self.finish()
             watcher.stop_event.set()
             watcher.join(timeout=10)
@@ -572,6 +677,7 @@ class Campaign:
 FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "misplaced (hour not open when it arrived)",
                 "dead-letter records missing", "dead-letter records extra", "hours without exactly one _COMPLETE",
                 "manifests not matching their folder", "hours changed after their marker (premature markers)",
+                "hours marked before the real clock passed their end", "timely events judged late (an hour closed early)",
                 "final run exit code")
 
 

@@ -19,6 +19,8 @@ def test_campaign_directory_source_to_local_disk(tmp_path):
     result = Campaign(args).run()
     print_table(result, args)
     assert result["SIGKILL"] >= 10 and result["SIGTERM"] >= 1
+    assert result["SIGTERM to the process group"] >= 1
+    assert result["restarts with a backlog after a downtime > idle_timeout"] >= 1
     assert result["event-time hours"] >= 6
     assert not failures(result), result["_details"]
 
