@@ -379,29 +379,46 @@ def _stop_at_boundary(running: list[tuple[Job, Any]], stops: StopSignals | None,
 def _boundary(job: Job, query) -> Callable[[], bool]:
     """A check that closes the job's gate at the query's next batch boundary (True once closed).
 
-    The batch in flight finishes.  When none is in flight but Spark is already planning one
-    (its trigger is active), that one batch is let in and processed too (a drain includes
-    it); then the gate closes.  Otherwise it closes while Spark waits for its next trigger,
+    The batch in flight finishes, and Spark commits it (it writes its commit log after the
+    batch function returned, then reports progress): a stop in between would make the next
+    run replay a batch that is done.  When no batch is in flight but Spark is already
+    planning one (its trigger is active), that one batch is let in and processed too (a
+    drain includes it).  Otherwise the gate closes while Spark waits for its next trigger,
     and ``query.stop()`` interrupts that wait.  Should Spark begin a batch in the instant
-    between, that batch is left for the next run (:class:`~event_etl.stopping.BatchGate`)."""
+    between, that batch is left for the next run (:class:`~event_etl.stopping.BatchGate`).
+    The waits are bounded (a couple of trigger intervals; ten seconds for a commit)."""
     gate = job.gate
     done_before = len(gate.finished) + len(gate.abandoned)
     current = gate.busy
-    patience = time.monotonic() + max(2.0, 2 * job.prepared.trigger_ms / 1000.0)
+    patience_s = max(2.0, 2 * job.prepared.trigger_ms / 1000.0)
+    patience = time.monotonic() + patience_s
+    committed_by: dict[int, float] = {}
+
+    def reported_batch() -> int:
+        try:
+            return int((query.lastProgress or {}).get("batchId", -1))
+        except Exception:  # noqa: BLE001 - the query ended meanwhile: nothing more will come
+            return 1 << 62
+
+    def planning() -> bool:
+        try:
+            return bool((query.status or {}).get("isTriggerActive"))
+        except Exception:  # noqa: BLE001 - as above
+            return False
 
     def close() -> bool:
         if gate.closed:
             return True
         if gate.busy:
             return False
-        one_ran = current or len(gate.finished) + len(gate.abandoned) > done_before
-        if not one_ran and time.monotonic() < patience:
-            try:
-                planning = bool(query.status.get("isTriggerActive"))
-            except Exception:  # noqa: BLE001 - the query ended meanwhile: nothing more will come
-                planning = False
-            if planning:
+        if gate.finished:  # the last batch done: wait (a while) for Spark to commit it
+            last = gate.finished[-1]
+            deadline = committed_by.setdefault(last, time.monotonic() + max(10.0, patience_s))
+            if reported_batch() < last and time.monotonic() < deadline:
                 return False
+        one_ran = current or len(gate.finished) + len(gate.abandoned) > done_before
+        if not one_ran and time.monotonic() < patience and planning():
+            return False
         return gate.close_when_idle(0)
 
     return close
@@ -410,15 +427,18 @@ def _boundary(job: Job, query) -> Callable[[], bool]:
 def _stop_at_once(running: list[tuple[Job, Any]], stops: StopSignals, signum: int) -> None:
     """A second signal: stop the queries now, cancelling the batch in flight (Spark replays it on restart).
 
-    Raises :class:`Interrupted`; ends the process at once if Spark does not stop in time or
-    yet another signal comes."""
+    Spark's ``stop()`` cancels the query's Spark jobs once and interrupts its thread; a batch
+    that submits a job a moment later would run to its end, so the jobs are cancelled again
+    until the stop returns.  Raises :class:`Interrupted` with a line saying which batch, if any,
+    was cut short; ends the process at once if Spark does not stop in time or yet another
+    signal comes."""
+    from pyspark import SparkContext
+
     running = [(job, q) for job, q in running if q is not None]
-    cut = [(job.prepared.event_type.name, job.gate.running) for job, _ in running
-           if job.gate is not None and job.gate.running is not None]
+    in_flight = [(job, job.gate.running) for job, _ in running if job.gate is not None and job.gate.running is not None]
     for job, _ in running:
         if job.gate is not None:
             job.gate.close_now()
-    line = _at_once_line([job for job, _ in running], signum, cut)
     seen = len(stops.received)
 
     def stop_all() -> None:
@@ -428,8 +448,16 @@ def _stop_at_once(running: list[tuple[Job, Any]], stops: StopSignals, signum: in
     th = threading.Thread(target=stop_all, name="event_etl-stop-now", daemon=True)
     th.start()
     deadline = time.monotonic() + STOP_AT_ONCE_TIMEOUT_S
+    sc = SparkContext._active_spark_context
     while th.is_alive() and len(stops.received) == seen and time.monotonic() < deadline:
-        time.sleep(POLL_S)
+        for _, q in running:
+            try:
+                sc.cancelJobGroup(str(q.runId))
+            except Exception:  # noqa: BLE001 - the stop goes on regardless
+                pass
+        th.join(0.25)
+    cut = [(job.prepared.event_type.name, b) for job, b in in_flight if b not in job.gate.finished]
+    line = _at_once_line([job for job, _ in running], signum, cut)
     if th.is_alive():
         exit_now(128 + signum, line + f" ({signal_name(signum)}: Spark did not stop in time; the process ended)")
     raise Interrupted(signum, line)

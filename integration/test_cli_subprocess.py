@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,6 +64,11 @@ def test_demo_defaults_mark_hours_within_a_minute_and_sigterm_drains(tmp_path):
             proc.kill()
     assert proc.returncode == 0, out
     assert "[page_view] batch" in out and "COMPLETE" in out and "drain: watermark" in out and "run finished" in out
+    assert not re.search(r"Traceback|(^|\s)ERROR\s|Exception in thread", out), "an ordinary stop logs no error"
+    # the generator runs event time 120x faster than the clock: lag and delays are read on its own clock
+    # (a drain closes the open hour before its end: only the markers before it are after their hour's end)
+    assert "(generator clock)" in out and not re.search(r"lag -\d", out), out
+    assert not re.search(r"marker delay -\d", out[:out.rindex("] batch ")]), out
     sink = tmp_path / "data"
     content = read_sink(sink, "page_view", "event_id")
     assert all(hc.marker is not None for hc in content.values()), "SIGTERM drained: every hour holding data is complete"
@@ -151,4 +157,5 @@ def test_every_listening_port_of_a_running_job_is_on_loopback(tmp_path):
         assert all(a.ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1") for a in listening), listening
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "stopped after batch" in out, out
