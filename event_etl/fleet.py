@@ -45,7 +45,7 @@ from event_etl.runner import (
 from event_etl.stopping import POLL_S, Escalated, StopSignals, exit_now, run_watched, say, signal_name
 from event_etl.timeutil import format_duration, iso, now_millis
 
-__all__ = ["run_fleet", "summary_lines", "FleetMember", "backoff_seconds", "STATUS_FILE"]
+__all__ = ["run_fleet", "summary_lines", "FleetMember", "backoff_seconds", "drain_all", "STATUS_FILE"]
 
 STATUS_FILE = "status.json"
 FIRST_BACKOFF_S = 5.0
@@ -197,11 +197,7 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
             if m.state in ("running", "restarting"):
                 m.state = "stopped"
         if drain:
-            for m in members:
-                try:
-                    run_watched(lambda: _drain(m, clock), stops, name="event_etl-drain")
-                except Escalated as esc:
-                    exit_now(128 + esc.signum, _cut_short_line(m.name, esc.signum))
+            drain_all(members, stops, clock)
         for m in members:
             _write_status(m, clock)
         seconds = time.monotonic() - started
@@ -224,6 +220,15 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
         finally:
             if install_signals:
                 stops.restore()
+
+
+def drain_all(members: list[FleetMember], stops: StopSignals | None, clock) -> None:
+    """Drain every member, one after the other; one that cannot drain does not keep the others from it."""
+    for m in members:
+        try:
+            run_watched(lambda: _drain(m, clock), stops, name="event_etl-drain")
+        except Escalated as esc:
+            exit_now(128 + esc.signum, _cut_short_line(m.name, esc.signum))
 
 
 def _drain(m: FleetMember, clock) -> None:

@@ -1,0 +1,153 @@
+"""The stop protocol's parts without Spark: real signals to this process, a real controller for the fleet's drain."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+
+import pytest
+
+from event_etl.stopping import (
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    SPARK_STOP_TEXT,
+    BatchGate,
+    BatchInterrupted,
+    Escalated,
+    StopSignals,
+    run_watched,
+    wait_for,
+)
+from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+
+# Spark's own pattern (StreamExecution.PROXY_ERROR) for a foreachBatch error that a stop caused.
+SPARK_PROXY_ERROR = re.compile(r"py4j.protocol.Py4JJavaError: An error occurred while calling((.|\r\n|\r|\n)*)"
+                               r"(java.lang.InterruptedException|java.io.InterruptedIOException|"
+                               r"java.nio.channels.ClosedByInterruptException)")
+
+
+def _signal(sig: int, stops: StopSignals) -> None:
+    before = len(stops.received)
+    os.kill(os.getpid(), sig)
+    deadline = time.monotonic() + 5
+    while len(stops.received) == before:  # the handler runs in the main thread at the next bytecode
+        assert time.monotonic() < deadline, "the signal was not recorded"
+        time.sleep(0.001)
+
+
+def test_handlers_only_record_and_the_first_signal_says_how_to_stop():
+    old = signal.getsignal(signal.SIGINT)
+    with StopSignals() as stops:
+        assert stops.installed()
+        _signal(signal.SIGINT, stops)  # no KeyboardInterrupt: recorded only
+        assert stops.requested and stops.first == signal.SIGINT and not stops.drain and stops.escalation is None
+        _signal(signal.SIGHUP, stops)  # a closing terminal may hang up more than once: never "at once"
+        assert stops.escalation is None
+        _signal(signal.SIGINT, stops)
+        assert stops.escalation == signal.SIGINT and 128 + stops.escalation == EXIT_INTERRUPTED
+    assert signal.getsignal(signal.SIGINT) == old, "the previous handlers are back"
+
+
+@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_drain_and_a_second_sigterm_stops_at_once(first):
+    with StopSignals() as stops:
+        _signal(first, stops)
+        assert stops.drain and stops.escalation is None
+        _signal(signal.SIGTERM, stops)
+        assert stops.escalation == signal.SIGTERM and 128 + stops.escalation == EXIT_TERMINATED
+
+
+def test_a_step_watched_by_the_main_loop_goes_on_after_one_signal_and_gives_way_to_a_second():
+    release = threading.Event()
+    with StopSignals() as stops:
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        threading.Timer(0.4, release.set).start()
+        assert run_watched(lambda: release.wait(10) and "drained", stops) == "drained"  # one signal: it finishes
+        assert stops.drain
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        started = time.monotonic()
+        with pytest.raises(Escalated) as err:
+            run_watched(lambda: time.sleep(30), stops)  # the second: the main loop stops waiting at once
+        assert err.value.signum == signal.SIGTERM and time.monotonic() - started < 5
+        with pytest.raises(ValueError):
+            run_watched(lambda: int("x"), StopSignals())  # the step's own error reaches the caller
+    assert not wait_for(lambda: False, None, timeout=0.2)
+
+
+def test_the_gate_closes_only_between_batches_and_reports_a_cut_batch_as_spark_expects_of_a_stop():
+    started, finish = threading.Event(), threading.Event()
+    done = []
+
+    def batch(df, batch_id):
+        started.set()
+        finish.wait(10)
+        if gate.closed:
+            raise RuntimeError("the batch's Spark job was cancelled\n" + "  a very long Java stack trace\n" * 500)
+        done.append(batch_id)
+
+    gate = BatchGate(batch)
+    th = threading.Thread(target=gate, args=(None, 7))
+    th.start()
+    started.wait(5)
+    assert gate.busy and gate.running == 7
+    assert not gate.close_when_idle(0.1), "a batch in flight: the gate stays open"
+    finish.set()
+    th.join(5)
+    assert gate.close_when_idle(1) and gate.closed and done == [7] and gate.finished == [7]
+
+    started.clear(), finish.clear()
+    gate = BatchGate(batch)
+    errors = []
+
+    def run():
+        try:
+            gate(None, 8)
+        except BaseException as err:  # noqa: BLE001 - inspected below
+            errors.append(err)
+
+    th = threading.Thread(target=run)
+    th.start()
+    started.wait(5)
+    gate.close_now()  # a stop at once: Spark cancels the batch's jobs
+    finish.set()
+    th.join(5)
+    (err,) = errors
+    assert isinstance(err, BatchInterrupted) and err.__suppress_context__ and 8 not in gate.finished
+    match = SPARK_PROXY_ERROR.search(str(err))
+    assert match, "Spark takes the error for the requested stop it is"
+    assert len(str(err)) - match.start() < 400, "short: Spark's pattern recurses once per character after its start"
+    assert SPARK_PROXY_ERROR.search(SPARK_STOP_TEXT.format(what="x"))
+
+
+def test_a_fleet_drains_every_type_it_can_and_reports_the_one_it_cannot(tmp_path, capsys):
+    from event_etl.fleet import FleetMember, drain_all, summary_lines
+    from event_etl.runner import Job
+
+    clock = FakeClock(t("13:30"))
+    members = []
+    for name in ("stuck", "fine"):
+        et = make_event_type(tmp_path / "types", name)
+        pipe = LocalPipeline(tmp_path / name, et, clock)
+        pipe.batch([click(f"{name}-{i}", "13:05") for i in range(3)])
+        if name == "stuck":  # a batch begun and never finished (the job was killed in it)
+            pipe.controller.begin_batch(1)
+            pipe.restart()
+            assert pipe.controller.pending_batch == 1
+        m = FleetMember(et, prepared=None, job=Job(None, pipe.controller, None, "", None), state="stopped")
+        members.append((m, pipe))
+    drain_all([m for m, _ in members], None, clock)
+    (stuck, _), (fine, fine_pipe) = members
+    assert stuck.state == "drain failed" and "batch 1" in stuck.drain_error
+    assert fine.state == "stopped" and fine.drain_error is None
+    assert (fine_pipe.sink / "fine" / "dt=2026-11-21" / "hour=13" / "_COMPLETE").exists(), "the other type drained"
+    err = capsys.readouterr().err
+    assert "[stuck] not drained:" in err and "fix:" in err
+    status = stuck.status(clock)
+    assert status["state"] == "drain failed" and status["last_error"] == stuck.drain_error
+    line = summary_lines({"stuck": {**status, "stopped_by": "SIGTERM", "drained": False}})[0]
+    assert line.endswith(f"stopped by SIGTERM, {stuck.drain_error}"), line
+    json.dumps(status)  # what status.json holds
