@@ -219,4 +219,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from bench.livejob import run_main
+
+    run_main(main)

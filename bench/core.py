@@ -74,4 +74,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from bench.livejob import run_main
+
+    run_main(main)

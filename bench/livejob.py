@@ -5,6 +5,14 @@ Used by the live benchmarks (latency, memory).  The job prints a line per micro-
 ``time.time()`` it was read, so a benchmark can tell when a batch ended, and can wait for a
 line with a deadline instead of sleeping and hoping.  ``stop()`` sends SIGTERM, which makes
 the job stop at the next batch boundary and *drain* (mark every hour holding data).
+
+Every child of a benchmark (a job, the baseline) is started by :func:`start_child`: in a
+session of its own, so that Ctrl-C in the terminal reaches the benchmark only, which then
+stops its child with exactly one signal (a second one would make event-etl stop at once,
+see event_etl/stopping.py); and, on Linux, with SIGTERM as its parent-death signal, so a
+benchmark that dies without cleaning up (SIGKILL, SIGTERM to it alone) still leaves its job
+a SIGTERM to drain on.  :func:`run_main` turns a benchmark's own Ctrl-C into one line and
+exit code 130 once its ``finally`` blocks have stopped what it started.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Pattern
 
-__all__ = ["LiveJob", "event_etl_command", "BATCH_LINE"]
+__all__ = ["LiveJob", "event_etl_command", "BATCH_LINE", "start_child", "stop_child", "kill_tree", "run_main"]
 
 BATCH_LINE = re.compile(r"\] batch (\d+)(?: \(replay\))?: in ([\d,]+) ")
 
@@ -32,12 +40,63 @@ def event_etl_command(event_type: str, *, source: str, sink: Path, checkpoint: P
             "--trigger-interval", trigger_interval, *extra]
 
 
+def _term_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def start_child(cmd: list[str], **popen_kwargs) -> subprocess.Popen:
+    """A benchmark's child process: a session of its own, SIGTERM when the benchmark dies (see the module)."""
+    return subprocess.Popen(cmd, start_new_session=True,
+                            preexec_fn=_term_with_parent if sys.platform.startswith("linux") else None, **popen_kwargs)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and everything it started (a job's JVM runs in a session of its own)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        procs = []
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def stop_child(proc: subprocess.Popen, *, timeout: float = 180.0) -> int:
+    """One SIGTERM (event-etl: stop at the batch boundary and drain), then wait; SIGKILL the tree after ``timeout`` s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        return proc.wait()
+
+
+def run_main(main) -> None:
+    """Run a benchmark's ``main``; Ctrl-C ends it with one line and exit code 130 (its children were stopped)."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted: the benchmark stopped what it had started", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
 class LiveJob:
     """A running job; ``lines`` is ``[(wall_time, text)]`` of everything it printed so far."""
 
     def __init__(self, cmd: list[str], *, log: Path | None = None) -> None:
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.proc = start_child(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.lines: list[tuple[float, str]] = []
         self._cond = threading.Condition()
         self._log = open(log, "w") if log else None
@@ -98,32 +157,16 @@ class LiveJob:
         return True
 
     def stop(self, *, timeout: float = 180.0) -> int:
-        """SIGTERM (stop at a batch boundary and drain), then wait; SIGKILL after ``timeout`` s."""
-        if self.running():
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._kill_tree()
+        """SIGTERM (stop at a batch boundary and drain), then wait; SIGKILL the job's tree after ``timeout`` s."""
+        stop_child(self.proc, timeout=timeout)
         self._reader.join(timeout=10)
         if self._log:
             self._log.close()
         return self.proc.returncode
 
     def _kill_tree(self) -> None:
-        """SIGKILL the job and everything it started (its JVM would otherwise outlive it)."""
-        import psutil
-
-        try:
-            procs = [psutil.Process(self.proc.pid)]
-            procs += procs[0].children(recursive=True)
-        except psutil.NoSuchProcess:
-            procs = []
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        """SIGKILL the job and everything it started."""
+        kill_tree(self.proc.pid)
         self.proc.wait()
 
     def tail(self, n: int = 30) -> str:

@@ -92,7 +92,9 @@ def run_measured(cmd: list[str], *, env=None, cwd=None, interval: float = 0.1,
     """
     t0 = time.monotonic()
     before = _children_cpu()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True)
+    from bench.livejob import start_child, stop_child
+
+    proc = start_child(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=cwd, text=True)
     out_lines: list[str] = []
 
     def read() -> None:
@@ -106,15 +108,19 @@ def run_measured(cmd: list[str], *, env=None, cwd=None, interval: float = 0.1,
     root = psutil.Process(proc.pid)
     peak_rss = peak_pss = 0
     cpu: dict[int, float] = {}
-    while proc.poll() is None:
-        s = sample_tree(root)
-        if s is None:
-            break
-        peak_rss = max(peak_rss, s.rss)
-        peak_pss = max(peak_pss, s.pss)
-        for p in s.procs:
-            cpu[p["pid"]] = max(cpu.get(p["pid"], 0.0), p["cpu"])
-        time.sleep(interval)
+    try:
+        while proc.poll() is None:
+            s = sample_tree(root)
+            if s is None:
+                break
+            peak_rss = max(peak_rss, s.rss)
+            peak_pss = max(peak_pss, s.pss)
+            for p in s.procs:
+                cpu[p["pid"]] = max(cpu.get(p["pid"], 0.0), p["cpu"])
+            time.sleep(interval)
+    except BaseException:  # Ctrl-C (the child, in a session of its own, did not get it): stop it, then go
+        stop_child(proc, timeout=60)
+        raise
     proc.wait()
     reader.join()
     wall = time.monotonic() - t0

@@ -173,8 +173,10 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.monotonic()
         job = LiveJob(cmd, log=work / "job.log")
         profilers = Profilers(out, args.rate)
-        seen = watch(job, profilers)
-        code = job.stop()
+        try:
+            seen = watch(job, profilers)
+        finally:
+            code = job.stop()  # a --drain run ends by itself; interrupted, it is stopped (and drained) here
         wall = time.monotonic() - t0
         profilers.wait()
         if code != 0:
@@ -200,4 +202,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from bench.livejob import run_main
+
+    run_main(main)
