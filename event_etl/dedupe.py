@@ -252,14 +252,23 @@ class DedupeState:
         return self.seen_before(2**62)
 
     def seen_again(self, keys: np.ndarray) -> None:
-        """Keys of unacknowledged batches found again (their redelivery came and was dropped): no longer needed."""
-        if not self.unacked or not len(keys):
+        """Keys of unacknowledged batches found again: their redelivery came, was dropped, and is acknowledged
+        with the batch that dropped it.  Pub/Sub may still deliver such a message once more soon after, as it
+        may any acknowledged one: the key is kept for the window from now (the arrival clock), not for the
+        retention."""
+        if not self.unacked or not len(keys) or self.arrival_clock is None:
             return
         found = _sorted_unique(keys)
+        moved = []
         for b, (run, top) in list(self.unacked.items()):
-            left = run[~_in_sorted(run, found)]
-            if len(left) < len(run):
-                self.unacked[b] = (left, top)
+            hit = _in_sorted(run, found)
+            if hit.any():
+                moved.append(run[hit])
+                self.unacked[b] = (run[~hit], top)
+        if moved:
+            key = (MESSAGE_KEY, self.arrival_clock // self.slice_ms)
+            old = self.runs.get(key)
+            self.runs[key] = _sorted_unique(np.concatenate(moved + ([old] if old is not None else [])))
 
     # -- forgetting ----------------------------------------------------------------------------
     def evict(self, event_clock: int | None) -> list[int]:
