@@ -6,7 +6,8 @@ terminal -- reaches the Python driver only, which stops the job as :mod:`event_e
 says, while the JVM keeps running until the driver has finished with it.  It also starts
 with SIGINT, SIGTERM and SIGHUP ignored (HotSpot then installs no shutdown handler for
 them), so a SIGTERM sent to every process of a systemd unit (``KillMode=control-group``)
-does not end it either.  The JVM still ends with the driver however the driver ends: it
+does not end it either, nor PySpark's workers of a local job (:mod:`event_etl.sparkdaemon`).
+The JVM still ends with the driver however the driver ends: it
 reads the pipe PySpark gives it as stdin and exits on end of file (a SIGKILL or an OOM kill
 of the driver closes the pipe).  The Python workers and the source's Python process are
 the JVM's children, in its session.
@@ -82,6 +83,9 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
             settings["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
     if master.startswith("local"):
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+        if os.path.isfile(log4j):  # event_etl installed as files (not a zip): its daemon entry can be run
+            # the workers are this job's own processes: keep them alive through a SIGTERM meant for the job
+            settings["spark.python.daemon.module"] = "event_etl.sparkdaemon"
     settings.update(conf or {})
     for k, v in settings.items():
         builder = builder.config(k, v)

@@ -1,8 +1,8 @@
 """Stopping `event-etl` the way people stop programs: a terminal, systemd, `timeout`, Kubernetes, a kill.
 
 Every job is the real command in a session of its own (so the test can signal its process
-group, as a terminal, systemd, `timeout` or `kill -- -PGID` do, or its process alone, as
-Kubernetes and docker do).  After every stop: the exit status, nothing that looks like a
+group, as a terminal, `timeout` or `kill -- -PGID` do; every process of the job, as systemd
+does by default; or its process alone, as Kubernetes and docker do).  After every stop: the exit status, nothing that looks like a
 failure in its output (no Python traceback, no ERROR line, no Java exception), the drain's
 markers where a drain is due, and no process of the job left (its JVM included, found by
 pid among the job's descendants recorded while it ran).  One checkpoint carries a chain of
@@ -31,7 +31,7 @@ from event_etl.generator import Generator, GeneratorParams
 from tests.harness import check_manifest_matches_folder, read_sink
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
-COUNT = 60_000
+COUNT = 80_000
 SOURCE = (f"generate:count={COUNT},rate=2000,speedup=600,start=-6h,seed=19,out_of_order=0.05,late=0,too_late=0,"
           "future=0,invalid=0,duplicate=0")
 FAILURE_SIGNS = re.compile(r"Traceback|(^|\s)ERROR(\s|$)|Exception in thread|StackOverflowError|Py4J\w*Error")
@@ -220,32 +220,41 @@ def test_every_way_of_stopping_is_clean_and_each_run_continues_where_the_last_st
     assert cut not in commits(ck), "the batch cut short was not committed"
 
     # 3. SIGKILL (OOM killer, kill -9) during a batch: nothing to clean up, but the JVM must go by itself.
-    job = start("3-sigkill", per_batch=20_000)
+    job = start("3-sigkill", per_batch=5000)
     job.wait_for(lambda: f"batch {cut} (replay)" in job.output(), f"batch {cut} replayed")
     job.wait_for(lambda: in_flight(ck) is not None, "a batch in flight", poll=0.02)
     os.kill(job.proc.pid, signal.SIGKILL)
     code, _ = job.finish()  # fails if the JVM (or anything else of the job) outlives it by 15 s
     assert code == -signal.SIGKILL
 
-    # 4. SIGTERM to the process alone (Kubernetes, docker stop): finishes its batch, stops and drains.
-    job = start("4-kubernetes")
+    # 4. systemd's default (KillMode=control-group): SIGTERM to every process of the job while a batch runs --
+    # the group (as `timeout` and `kill -- -PGID` do), the JVM, the Python workers. The batch finishes, it drains.
+    job = start("4-systemd", per_batch=5000)
     after_a_new_batch(job)
+    job.wait_for(lambda: in_flight(ck) is not None, "a batch in flight", poll=0.02)
+    running = in_flight(ck)
+    os.killpg(job.pgid, signal.SIGTERM)
+    for p in psutil.Process(job.proc.pid).children(recursive=True):
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    code, out = job.finish()
+    assert code == 0, out
+    clean(out)
+    drained("4-systemd", out, signal.SIGTERM)
+    assert running in commits(ck), "the batch running when every process got SIGTERM finished"
+
+    # 5. SIGTERM to the process alone (Kubernetes, docker stop) once every event is in: stops and drains.
+    # The sink then holds every generated event exactly once, and every hour holding data is complete.
+    job = start("5-kubernetes", per_batch=20_000)
+    job.wait_for(lambda: all_committed(ck), "every generated event committed", timeout=180)
+    assert "(replay)" not in job.output(), "SIGTERM stopped at a batch boundary: nothing to replay"
     os.kill(job.proc.pid, signal.SIGTERM)
     code, out = job.finish()
     assert code == 0, out
     clean(out)
-    drained("4-kubernetes", out, signal.SIGTERM)
-
-    # 5. SIGTERM to the group (systemd, timeout, kill -- -PGID) once every event is in: stops and drains.
-    # The sink then holds every generated event exactly once, and every hour holding data is complete.
-    job = start("5-systemd", per_batch=20_000)
-    job.wait_for(lambda: all_committed(ck), "every generated event committed", timeout=180)
-    assert "(replay)" not in job.output(), "SIGTERM stopped at a batch boundary: nothing to replay"
-    os.killpg(job.pgid, signal.SIGTERM)
-    code, out = job.finish()
-    assert code == 0, out
-    clean(out)
-    drained("5-systemd", out, signal.SIGTERM)
+    drained("5-kubernetes", out, signal.SIGTERM)
     offsets = (ck / "spark" / "offsets" / "0").read_text().splitlines()
     params = GeneratorParams.from_json(json.loads(offsets[-1])["p"])  # as frozen when the checkpoint was made
     et = load_event_types(resolve_event_types_dir(None))["page_view"]
