@@ -312,3 +312,56 @@ def test_wait_ends_at_once_on_ctrl_c_or_sigterm_with_one_line(tmp_path):
         assert time.monotonic() - started < 5, "at once, not at the next poll"
         assert err.strip().splitlines() == [f"interrupted ({sig.name}): page_view 2026-11-21T13:00:00Z was not "
                                             "complete yet"], err
+
+
+def test_submit_passes_sigterm_to_its_driver_which_drains(tmp_path):
+    """`event-etl submit` (client mode): spark-submit's JVM runs the driver; SIGTERM to submit's group reaches it."""
+    sink, ck = tmp_path / "data", tmp_path / "ck"
+    job = Job(["submit", "page_view", "--master", "local[2]", "--source", SOURCE, "--sink", str(sink), "--checkpoint",
+               str(ck), "--trigger-interval", "1s", "--max-events-per-batch", "5000", "--bundle-dir",
+               str(tmp_path / "bundle")], tmp_path / "submit.log")
+    job.wait_for(lambda: len(commits(ck)) >= 2, "two committed batches")
+    os.killpg(job.pgid, signal.SIGTERM)
+    code, out = job.finish()
+    assert code == 0, out
+    clean(out)
+    assert "stopped by     SIGTERM; drained" in out, out
+    all_closed(sink, "page_view", "event_id")
+
+
+def test_publish_stops_sending_on_ctrl_c_and_counts_exactly_what_it_sent(tmp_path, pubsub_server):
+    from google.cloud import pubsub_v1
+
+    topic, sub = "projects/signals/topics/page-views", "projects/signals/subscriptions/page-views-etl"
+    env = {**_env(), "PUBSUB_EMULATOR_HOST": pubsub_server.host}
+    r = subprocess.run([EXE, "setup", "page_view", "--topic", topic, "--subscription", sub], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    counts = tmp_path / "counts.json"
+    proc = subprocess.Popen([EXE, "publish", "page_view", "--topic", topic, "--rate", "400", "--duration", "120",
+                             "--count-file", str(counts)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    line = proc.stderr.readline()  # "published 400/48,000": it runs
+    assert line.startswith("published "), line
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    clean(out + err)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["stopped_by"] == "SIGINT" and 400 <= result["published"] < 48_000, result
+    written = json.loads(counts.read_text())
+    assert written["published"] == result["published"] == sum(written["intents"].values())
+    subscriber = pubsub_v1.SubscriberClient(client_options={"api_endpoint": pubsub_server.host})
+    received, deadline = 0, time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:  # every message it counted is on the topic, and no other
+            wanted = received < result["published"]
+            resp = subscriber.pull(subscription=sub, max_messages=1000, timeout=10 if wanted else 2)
+            if not resp.received_messages and not wanted:
+                break
+            received += len(resp.received_messages)
+            if resp.received_messages:
+                subscriber.acknowledge(subscription=sub, ack_ids=[m.ack_id for m in resp.received_messages])
+    finally:
+        subscriber.close()
+    assert received == result["published"]
