@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
+import pytest
 
 from event_etl.eventtypes import load_event_types, resolve_event_types_dir
 from event_etl.generator import Generator, GeneratorParams
@@ -42,10 +43,30 @@ def _env() -> dict[str, str]:
             "PYTHONUNBUFFERED": "1"}
 
 
+_STARTED: list["Job"] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_job_outlives_its_test():
+    """A test that fails half-way leaves no job running (its JVM included)."""
+    yield
+    while _STARTED:
+        job = _STARTED.pop()
+        job._watching = False
+        if job.proc.poll() is None:
+            for p in [*job._alive(), psutil.Process(job.proc.pid)]:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+            job.proc.wait(timeout=30)
+
+
 class Job:
     """`event-etl ...` in a session of its own; its output in a file; its descendants recorded while it runs."""
 
     def __init__(self, args: list[str], log: Path) -> None:
+        _STARTED.append(self)
         self.log = log
         self._out = open(log, "w")
         self.proc = subprocess.Popen([EXE, *args], env=_env(), stdout=self._out, stderr=subprocess.STDOUT,
