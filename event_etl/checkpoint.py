@@ -31,7 +31,7 @@ checkpoint of a newer format with the versions and the fix:
    ``last_hour``; the directory source logs when it listed each file (``arrival``);
    duplicate keys are kept per batch in ``etl/dedupe/<id>.k2`` with their kind (id or
    message key) and ``<id>.acked`` once a batch's Pub/Sub messages were acknowledged
-   (format 1's ``<id>.keys`` are still read); the Pub/Sub source spools to
+   (format 1's ``<id>.keys`` are still read, and still written beside, for a rollback); the Pub/Sub source spools to
    ``etl/source/pubsub/segments/`` (format 1's Avro spool files are still read).
    Migration from 1: nothing is rewritten (every new field has the meaning format 1 gave
    it when absent); ``format.json`` is added.  Release 0.1.0 can still open the result.
@@ -234,6 +234,8 @@ class Checkpoint:
         """The keys a batch wrote (``STORED_DTYPE`` rows of :mod:`event_etl.dedupe`), durably."""
         from event_etl.dedupe import stored
 
+        from event_etl.dedupe import legacy_rows
+
         d = self.etl / "dedupe"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{batch_id:010d}.k2"
@@ -243,6 +245,12 @@ class Checkpoint:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        # The same keys in format 1's layout, for a rollback to release 0.1.0 (which reads only .keys):
+        # not synced, since this release reads .k2; a rolled-back job without them would let copies through.
+        old = d / f"{batch_id:010d}.keys"
+        tmp = d / f".{old.name}.tmp"
+        tmp.write_bytes(legacy_rows(rows).tobytes())
+        os.replace(tmp, old)
 
     def mark_dedupe_acked(self, batch_id: int) -> None:
         """The batch's Pub/Sub messages were acknowledged: their keys follow the arrival clock."""
@@ -260,6 +268,8 @@ class Checkpoint:
         out = []
         if d.is_dir():
             for p in sorted(d.glob("*.keys")):
+                if (d / f"{p.stem}.k2").exists():
+                    continue  # written beside .k2 for a rollback: .k2 says more
                 old = np.frombuffer(p.read_bytes(), dtype=LEGACY_KEY_DTYPE)
                 rows = np.empty(len(old), dtype=STORED_DTYPE)
                 rows["key"], rows["time"], rows["kind"] = old["key"], old["time"], ID_KEY

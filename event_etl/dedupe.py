@@ -147,6 +147,13 @@ def stored(rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def legacy_rows(rows: np.ndarray) -> np.ndarray:
+    """A batch's keys in checkpoint format 1's layout (``.keys``), which release 0.1.0 reads after a rollback."""
+    out = np.zeros(len(rows), dtype=LEGACY_KEY_DTYPE)
+    out["key"], out["time"] = rows["key"], rows["time"]
+    return out
+
+
 @dataclass
 class _Batch:
     """What is known of one batch's keys: how long they must be kept."""

@@ -260,6 +260,7 @@ class Campaign:
         self.runs_left = args.kills + args.sigterms
         self.event_types_dir: str | None = None
         self.release_lock = threading.Lock()
+        self._last_committed = (0, time.monotonic())
 
     # -- the source and the sink -----------------------------------------------------------
     def prepare(self) -> None:
@@ -324,9 +325,19 @@ class Campaign:
         find no input left to be killed in."""
         released = len(self.events.batches) - len(self.pending)
         cap = len(self.events.batches) - RESERVE_PER_RUN * self.runs_left
-        while self.pending and (everything or (released < self.committed() + AHEAD and released < cap)):
+        committed = self.committed()
+        now = time.monotonic()
+        if committed != self._last_committed[0]:
+            self._last_committed = (committed, now)
+        # A Pub/Sub batch takes whatever the puller gathered, often several waves: when the job has
+        # committed nothing for a few seconds while it runs, it waits for input, so one more wave goes out.
+        stalled = self.current is not None and self.current.poll() is None and now - self._last_committed[1] > 3
+        while self.pending and (everything or (released < committed + AHEAD and released < cap)):
             self._release_one(released)
             released += 1
+        if stalled and self.pending and released < cap:
+            self._release_one(released)
+            self._last_committed = (committed, now)
 
     def _release_one(self, k: int) -> None:
         with self.release_lock:

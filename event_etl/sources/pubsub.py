@@ -206,9 +206,24 @@ class PubSubPlanner:
     def prepare_available_now(self) -> None:
         self.once = True
 
+    def _offered(self) -> int:
+        """The log position this source last offered Spark (0 if never)."""
+        try:
+            return int(json.loads((self.logdir / "offered").read_text())["seg"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return 0
+
+    def _position(self, start: dict[str, Any]) -> int:
+        """The segment position of a start offset.  An offset without one was written by release 0.1.0 (a
+        rollback and an upgrade again): what this source offered before then was saved, or is unacknowledged
+        and comes again, so it goes on from there instead of offering the log from its start."""
+        if "seg" in start:
+            return int(start["seg"])
+        return max(self.base, self._offered())
+
     def latest_offset(self, start: dict[str, Any], max_rows: int | None) -> dict[str, Any]:
         self._check_error()
-        n, k = int(start.get("spool", 0)), int(start.get("seg", 0))
+        n, k = int(start.get("spool", 0)), self._position(start)
         legacy = [int(p.stem) for p in self._legacy_files() if int(p.stem) >= n]
         if legacy:  # spooled by release 0.1.0 before it stopped, never given to Spark: they come first
             return {"spool": max(legacy) + 1, "seg": k}
@@ -232,10 +247,12 @@ class PubSubPlanner:
                 break
             taken += c
             end += 1
+        if end > self._offered():
+            write_json_atomic(self.logdir / "offered", {"seg": end})  # before Spark logs an offset past it
         return {"spool": n, "seg": end}
 
     def backlog(self, start: dict[str, Any]) -> dict[str, int]:
-        k = int(start.get("seg", 0))
+        k = self._position(start)
         return {"messages": sum(segment_count(e) for e in self.entries[max(0, k - self.base):])}
 
     def splits(self, start: dict[str, Any], end: dict[str, Any]) -> list[Split]:
@@ -251,7 +268,9 @@ class PubSubPlanner:
             for lo, hi in zip(bounds, bounds[1:]):
                 if hi > lo:
                     out.append(Split(len(out), "spool", str(path), lo, hi, 0))
-        names = self.entries[int(start.get("seg", 0)) - self.base:int(end.get("seg", 0)) - self.base]
+        a = self._position(start)
+        b = int(end["seg"]) if "seg" in end else a
+        names = self.entries[max(0, a - self.base):max(0, b - self.base)]
         ranges = []
         for name in names:
             path = self.segdir / name
@@ -280,7 +299,7 @@ class PubSubPlanner:
         for p in self._legacy_files():
             if int(p.stem) < int(end.get("spool", 0)):
                 p.unlink(missing_ok=True)
-        k = int(end.get("seg", 0))
+        k = self._position(end)
         for name in self.entries[:max(0, k - self.base)]:
             (self.segdir / name).unlink(missing_ok=True)
         # forget log files whose segments are all committed (the first one stays: it holds the base)
