@@ -321,6 +321,7 @@ def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, An
                     _raise_query_failure(query, controller, job.source_dir)
                 else:
                     _stop_at_boundary([(job, query)], stops, drain=stops.drain)
+                    _raise_query_failure(query, controller, job.source_dir)  # a batch that failed meanwhile
         except Escalated as esc:
             _stop_at_once([(job, query)], stops, esc.signum)
     finally:
