@@ -213,13 +213,23 @@ class PubSubPlanner:
         except (FileNotFoundError, ValueError, KeyError):
             return 0
 
-    def _position(self, start: dict[str, Any]) -> int:
-        """The segment position of a start offset.  An offset without one was written by release 0.1.0 (a
-        rollback and an upgrade again): what this source offered before then was saved, or is unacknowledged
-        and comes again, so it goes on from there instead of offering the log from its start."""
-        if "seg" in start:
-            return int(start["seg"])
-        return max(self.base, self._offered())
+    def _position(self, offset: dict[str, Any]) -> int:
+        """The segment position of an offset.  An offset without one was written by release 0.1.0 (a
+        rollback, and an upgrade again): what this source offered before then was saved, or is unacknowledged
+        and comes again, so it goes on from there instead of offering the log from its start.  That position
+        is fixed the first time such an offset is seen, so a batch's splits are planned as its offsets were."""
+        if "seg" in offset:
+            return int(offset["seg"])
+        path = self.logdir / "resume"
+        try:
+            resume = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            resume = {}
+        key = str(int(offset.get("spool", 0)))
+        if key not in resume:
+            resume[key] = max(self.base, self._offered())
+            write_json_atomic(path, resume)
+        return int(resume[key])
 
     def latest_offset(self, start: dict[str, Any], max_rows: int | None) -> dict[str, Any]:
         self._check_error()

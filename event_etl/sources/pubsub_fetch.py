@@ -148,7 +148,8 @@ class Fetcher:
         self.outage_since: float | None = None
         self.error: SourceError | None = None
         self.drained = False
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # everything: pulling and extending deadlines
+        self._no_more_pulls = threading.Event()  # pulling only (``once``: the subscription stayed empty)
         self._threads: list[threading.Thread] = []
         (self.segdir / DRAINED).unlink(missing_ok=True)
         from event_etl.sources.pubsub import ERROR_FILE
@@ -245,10 +246,13 @@ class Fetcher:
             return False
 
     # -- pulling -------------------------------------------------------------------------------
+    def _pulling(self) -> bool:
+        return not (self._stop.is_set() or self._no_more_pulls.is_set())
+
     def _wait_for_room(self) -> None:
         s = self.settings
         with self.room:
-            while not self._stop.is_set():
+            while self._pulling():
                 msgs, size = self.held_totals()
                 if msgs < s.max_held_messages and size < s.max_held_bytes:
                     return
@@ -268,9 +272,9 @@ class Fetcher:
         from google.pubsub_v1.types import PullResponse
 
         pause = 0.05
-        while not self._stop.is_set():
+        while self._pulling():
             self._wait_for_room()
-            if self._stop.is_set():
+            if not self._pulling():
                 break
             try:
                 self.requests["pull"] += 1
@@ -296,19 +300,20 @@ class Fetcher:
             n = len(raw.received_messages) if raw is not None else 0
             if n == 0:
                 self._flush(s)
-                if s.empty_since is None:
-                    s.empty_since = time.monotonic()
+                with self.lock:
+                    if s.empty_since is None:
+                        s.empty_since = time.monotonic()
                 if self.once:
                     self._check_drained()
                 self._stop.wait(pause)
                 pause = min(0.5, pause * 2)
                 continue
             pause = 0.05
-            s.empty_since = None
             data = raw.SerializeToString()
             ids = [rm.ack_id for rm in raw.received_messages]
             faults.point("pulled", str(n))  # pulled, not yet in a segment
             with self.lock:
+                s.empty_since = None
                 if not s.buffer:
                     s.opened = time.monotonic()
                 s.buffer.append(data)
@@ -337,16 +342,28 @@ class Fetcher:
         self._modify(ids, self.settings.ack_deadline)
 
     def _check_drained(self) -> None:
-        """``once``: the subscription stayed empty for ``once_quiet`` seconds on every stream."""
+        """``once``: the subscription stayed empty for ``once_quiet`` seconds on every stream.
+
+        Pulling stops; ``DRAINED`` is written only once every stream has finished the pull it was
+        in and written what that pull brought (a pull may return messages after the others found
+        the subscription empty), so the planner sees every segment before it ends the run."""
         now = time.monotonic()
-        if self.drained or any(s.empty_since is None or now - s.empty_since < self.settings.once_quiet
-                               or s.buffer for s in self.streams):
-            return
-        self.drained = True
+        with self.lock:
+            if self.drained or any(s.empty_since is None or now - s.empty_since < self.settings.once_quiet
+                                   or s.buffer for s in self.streams):
+                return
+            self.drained = True
+        self._no_more_pulls.set()
+        threading.Thread(target=self._mark_drained, name="pubsub-drained", daemon=True).start()
+
+    def _mark_drained(self) -> None:
         from event_etl.checkpoint import write_json_atomic
 
-        write_json_atomic(self.segdir / DRAINED, {"run": self.run, "at": self.clock(), "pulled": self.pulled})
-        self._stop.set()
+        for t in self._threads:
+            if t.name.startswith("pubsub-pull-"):
+                t.join()
+        if self.error is None:
+            write_json_atomic(self.segdir / DRAINED, {"run": self.run, "at": self.clock(), "pulled": self.pulled})
 
     # -- deadlines and acknowledgements -----------------------------------------------------
     def _modify(self, ids: list[str], seconds: int) -> None:
