@@ -147,6 +147,8 @@ def test_a_crash_before_the_commit_replays_to_the_identical_sink(spark, tmp_path
     # Same job identity as the clean run (its writer id is part of every file name), another sink.
     clean_job = Checkpoint(tmp_path / "clean" / "ckpt").job()
     Checkpoint(tmp_path / "ckpt").bind({**clean_job, "sink": str(tmp_path / "sink"), "source": f"dir:{tmp_path / 'in'}"})
+    # the same arrivals as the clean run: its source log, which records when each file was listed
+    shutil.copytree(tmp_path / "clean" / "ckpt" / "etl" / "source" / "dir", tmp_path / "ckpt" / "etl" / "source" / "dir")
     reference = {k: v.replace(str(tmp_path / "clean").encode(), str(tmp_path).encode()) for k, v in reference.items()}
 
     states = []

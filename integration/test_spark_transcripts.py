@@ -1,14 +1,12 @@
 """The event-time transcripts again, through the real Spark job on the directory source.
 
-Every batch step becomes one input file (its modification time is the step's arrival
-time) and one ``run --once`` of the job on the same checkpoint, so each batch is also a
-restart.  Steps that need a clock the job does not own (idle ticks, replays) are
-covered by the unit transcripts and by the crash tests.
+Every batch step becomes one input file and one ``run --once`` of the job on the same
+checkpoint, so each batch is also a restart.  The job lists the file at the real clock:
+cases that need arrivals at given times, idle ticks or replays declare ``runs_on: [local]``
+and are covered by the unit transcripts and by the crash tests.
 """
 
 from __future__ import annotations
-
-import os
 
 import pytest
 
@@ -16,7 +14,7 @@ from event_etl.runner import RunOptions, run_job
 from tests.harness import FakeClock, make_event_type, t
 from tests.test_transcripts import CASES, _check, _payload
 
-SPARK_CASES = [(f, c) for f, c in CASES if not any("idle" in s or "replay" in s for s in c["steps"])]
+SPARK_CASES = [(f, c) for f, c in CASES if "spark" in c.get("runs_on", ("local", "spark"))]
 
 
 class _SparkPipeline:
@@ -49,7 +47,6 @@ def test_transcript_through_spark(spark, tmp_path, case):
             clock.now = t(step["at"])
             f = inputs / f"{i:04d}.jsonl"
             f.write_bytes(b"\n".join(_payload(ev) for ev in step["batch"]) + b"\n")
-            os.utime(f, (clock.now / 1000, clock.now / 1000))
             run_job(et, RunOptions(once=True, **opts), spark=spark, clock=clock, install_signals=False)
         elif "drain" in step:
             run_job(et, RunOptions(drain=True, **opts), spark=spark, clock=clock, install_signals=False)

@@ -64,7 +64,15 @@ def _check(p: LocalPipeline, expect: dict, where: str) -> None:
                 assert r["payload"], "the original bytes are kept"
 
 
-@pytest.mark.parametrize("case", [c for _, c in CASES], ids=[f"{f}:{c['name']}" for f, c in CASES])
+LOCAL_CASES = [(f, c) for f, c in CASES if "local" in c.get("runs_on", ("local", "spark"))]
+
+
+def test_every_case_runs_somewhere():
+    for f, c in CASES:
+        assert set(c.get("runs_on", ("local", "spark"))) & {"local", "spark"}, f"{f}: {c['name']} runs nowhere"
+
+
+@pytest.mark.parametrize("case", [c for _, c in LOCAL_CASES], ids=[f"{f}:{c['name']}" for f, c in LOCAL_CASES])
 def test_transcript(case, tmp_path):
     settings = {"out_of_orderness": "2m", "allowed_lateness": "24h", "idle_timeout": "5m", "max_future_skew": "10m"}
     settings.update(case.get("settings", {}))
