@@ -6,12 +6,18 @@ point reached appends ``<name> <pid> <monotonic time> <detail>`` to that file, a
 so that a campaign (integration/campaign.py) can kill it exactly *during file writes*,
 *between the last file of an hour and its marker*, and so on.
 
+With ``EVENT_ETL_FAULT_EMPTY_PULLS=deadline``, a Pub/Sub pull that finds nothing waits for its
+timeout and raises ``DeadlineExceeded``, as the real service does (the emulator answers an
+empty list at once): :func:`empty_pulls_run_out`.
+
 Points: ``write_file`` (an executor about to store a data file), ``duplicates_rewritten``
 (a batch's duplicates are recorded and their splits rewritten, the files they emptied not
 yet removed), ``files_written`` (all files of a batch are written, the ledger is not),
 ``before_marker``, ``after_marker`` (a marker is written, the state is not),
 ``state_saved``, ``idle_advance`` (an idle tick is about to move the watermark and mark
-hours) and ``drain`` (a drain begins: its markers follow).
+hours), ``drain`` (a drain begins: its markers follow); Pub/Sub: ``pulled`` (messages pulled,
+not yet in a spool segment), ``spooled`` (a segment is durable, not yet offered to Spark) and
+``acknowledging`` (some of a saved batch's messages are acknowledged, not all).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["point"]
+__all__ = ["point", "empty_pulls_run_out"]
 
 _PAUSES: dict[str, float] | None = None
 
@@ -46,3 +52,8 @@ def point(name: str, detail: str = "") -> None:
     pause = _pauses().get(name)
     if pause:
         time.sleep(pause)
+
+
+def empty_pulls_run_out() -> bool:
+    """Whether an empty pull should behave as the real Pub/Sub service's: run out with ``DeadlineExceeded``."""
+    return os.environ.get("EVENT_ETL_FAULT_EMPTY_PULLS") == "deadline"

@@ -73,8 +73,9 @@ from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 FAULT_POINTS = ("write_file", "files_written", "duplicates_rewritten", "before_marker", "after_marker", "state_saved")
+PUBSUB_POINTS = ("pulled", "spooled", "acknowledging")  # pulled, not spooled; spooled, not offered; acking a batch
 PAUSES = ("write_file=0.02,files_written=0.15,duplicates_rewritten=0.3,before_marker=0.25,after_marker=0.25,"
-          "state_saved=0.1,drain=0.5,idle_advance=0.5")
+          "state_saved=0.1,drain=0.5,idle_advance=0.5,pulled=0.05,spooled=0.1,acknowledging=0.2")
 IDLE_TIMEOUT_S = 20  # the campaign's type: longer than a run waits for input, shorter than its downtimes
 FAST_CLOCK_MS = 8 * MINUTE_MS
 AHEAD = 4  # batches of input made available ahead of the job
@@ -306,8 +307,10 @@ class Campaign:
         gcs = GcsEmulator(self.work / "gcs").start()
         self.servers = [ps, gcs]
         gcs.create_bucket("campaign")
+        # empty pulls run out with DeadlineExceeded, as on the real service (the emulator answers at once)
         self.env.update({"PUBSUB_EMULATOR_HOST": ps.host, "STORAGE_EMULATOR_HOST": gcs.url,
-                         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "EVENT_ETL_PUBSUB_ACK_DEADLINE": "10"})
+                         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "EVENT_ETL_PUBSUB_ACK_DEADLINE": "10",
+                         "EVENT_ETL_FAULT_EMPTY_PULLS": "deadline", "EVENT_ETL_PUBSUB_PULL_TIMEOUT": "2"})
         os.environ.update({k: self.env[k] for k in ("PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST",
                                                      "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")})
         self.sink = "gs://campaign/data"
@@ -641,9 +644,10 @@ class Campaign:
 
     # -- the campaign ----------------------------------------------------------------------
     def plan(self) -> list[tuple[str, str | None]]:
-        kills = [("SIGKILL", p) for p in FAULT_POINTS]
+        points = FAULT_POINTS + (PUBSUB_POINTS if self.args.source == "pubsub" else ())
+        kills = [("SIGKILL", p) for p in points]
         while len(kills) < self.args.kills:
-            kills.append(("SIGKILL", self.rng.choice([*FAULT_POINTS, None, None])))
+            kills.append(("SIGKILL", self.rng.choice([*points, None, None])))
         # half of the SIGTERMs to the whole process group, half to the event-etl process
         kills += [("SIGTERM_GROUP" if k % 2 == 0 else "SIGTERM", self.rng.choice([None, "write_file", "before_marker"]))
                   for k in range(self.args.sigterms)]

@@ -281,6 +281,9 @@ class Fetcher:
                 resp = self.client.pull(subscription=self.subscription, max_messages=PULL_MAX,
                                         timeout=self.settings.pull_timeout)
                 raw = PullResponse.pb(resp)
+                if not raw.received_messages and faults.empty_pulls_run_out():
+                    time.sleep(self.settings.pull_timeout)  # as the real service answers a quiet subscription
+                    raise ex.DeadlineExceeded("Deadline Exceeded")
             except ex.DeadlineExceeded:
                 # the real service lets a pull on a quiet subscription run out: empty, if the service is there
                 if not self._reachable():
