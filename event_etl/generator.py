@@ -13,6 +13,9 @@ is the arrival minus a small delay, except for the configured shares of:
 - ``late``: one to two hours behind (its hour is complete: written to the open hour);
 - ``too_late``: more than the allowed lateness behind (dead-letter ``too_late``);
 - ``future``: days ahead of its arrival (dead-letter ``future``);
+- ``fast_clock``: from a producer whose clock runs ``fast_by`` seconds ahead (default 480:
+  8 minutes, within the default ``max_future_skew``): accepted, written to the hour of its
+  own event time, but counted toward the watermark only up to its arrival;
 - ``invalid``: a broken payload (bad JSON, missing or mistyped fields, bad time...);
 - ``duplicate``: an exact copy of an earlier event (a producer retry).
 
@@ -38,7 +41,7 @@ from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, parse_duration, to_milli
 
 __all__ = ["GeneratorParams", "Generated", "generate", "parse_generator_params", "INTENTS"]
 
-INTENTS = ("timely", "out_of_order", "late", "too_late", "future", "invalid", "duplicate")
+INTENTS = ("timely", "out_of_order", "late", "too_late", "future", "invalid", "duplicate", "fast_clock")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class GeneratorParams:
     invalid: float = 0.001
     duplicate: float = 0.0
     count: int = 0  # 0 = endless
+    fast_clock: float = 0.0
+    fast_by: float = 480.0  # seconds a fast producer clock runs ahead
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,8 +119,8 @@ def parse_generator_params(text: str, now: int) -> GeneratorParams:
         raise ValueError("generator rate and speedup must be positive")
     if p.format not in ("json", "avro"):
         raise ValueError("generator format must be json or avro")
-    shares = p.out_of_order + p.late + p.too_late + p.future + p.invalid + p.duplicate
-    if shares > 1 or min(p.out_of_order, p.late, p.too_late, p.future, p.invalid, p.duplicate) < 0:
+    shares = p.out_of_order + p.late + p.too_late + p.future + p.invalid + p.duplicate + p.fast_clock
+    if shares > 1 or min(p.out_of_order, p.late, p.too_late, p.future, p.invalid, p.duplicate, p.fast_clock) < 0:
         raise ValueError("generator shares must be between 0 and 1 and add up to at most 1")
     return p.resolve(now, start_text)
 
@@ -194,7 +199,7 @@ class Generator:
         self.fields = [(f["name"], f["type"]) for f in event_type.schema["fields"]]
         self.cum = []
         acc = 0.0
-        for intent in ("out_of_order", "late", "too_late", "future", "invalid", "duplicate"):
+        for intent in ("out_of_order", "late", "too_late", "future", "invalid", "duplicate", "fast_clock"):
             acc += getattr(params, intent)
             self.cum.append((acc, intent))
 
@@ -218,6 +223,8 @@ class Generator:
             return arrival - self.et.allowed_lateness - 2 * HOUR_MS - rng.randint(0, 6 * HOUR_MS)
         if intent == "future":
             return arrival + self.et.max_future_skew + HOUR_MS + rng.randint(0, 30 * 24 * HOUR_MS)
+        if intent == "fast_clock":
+            return arrival + int(self.p.fast_by * 1000) - rng.randint(0, max(1, ooo // 8))
         return arrival - rng.randint(0, max(1, ooo // 8))
 
     def _time_value(self, ms: int) -> Any:

@@ -84,3 +84,39 @@ def test_parse_params():
     for bad in ("rate=0", "late=2", "nope=1", "rate", "format=xml"):
         with pytest.raises(ValueError):
             parse_generator_params(bad, now=t("13:20"))
+
+
+def test_a_producer_clock_8_minutes_fast_marks_no_hour_before_the_clock_passed_its_end(tmp_path):
+    """The demo with `generate:fast_clock=0.3`: three events in ten are stamped 8 minutes ahead of their
+    arrival.  They are accepted into their own hours, yet no hour is marked before the generator's clock
+    (the arrivals) has passed its end."""
+    import json
+
+    from event_etl.sources.generate import GeneratorPlanner
+    from tests.harness import FakeClock, LocalPipeline, read_sink
+
+    et = TYPES["page_view"]
+    p = params(rate=100, speedup=120, fast_clock=0.3, out_of_order=0, late=0, too_late=0, future=0, invalid=0,
+               count=6000)
+    planner = GeneratorPlanner(p, max_rows=200, clock=FakeClock(t("10:00")), tasks_per_batch=1)
+    pipe = LocalPipeline(tmp_path, et, FakeClock(t("10:00")))
+    gen = list(generate(et, p, 0, 6000))
+    fast = [g for g in gen if g.intent == "fast_clock"]
+    assert len(fast) > 1000 and all(g.event_time - g.arrival > 7 * 60_000 for g in fast)
+    start, batch = planner.initial_offset(), 0
+    while True:
+        end = planner.latest_offset(start, None)
+        if end == start:
+            break
+        splits = planner.splits(start, end)
+        clock = gen[int(end["n"]) - 1].arrival  # the generator's clock when the batch ran
+        pipe.clock.now = clock
+        ev = pipe.controller.run_batch(batch, pipe.task_runner(splits))
+        assert ev.result.counts.get("future", 0) == 0, "8 minutes ahead is within max_future_skew"
+        for m in ev.marked:
+            assert m.hour + 3_600_000 <= clock, f"hour {m.hour} marked at {clock}, before its end"
+        start, batch = end, batch + 1
+    content = read_sink(pipe.sink, "page_view", "event_id")
+    written = {i for hc in content.values() for i in hc.timely + hc.late}
+    assert {g.event_id for g in fast} <= written
+    assert json.dumps(p.to_json())  # the parameters stay JSON (frozen in the offsets)
