@@ -1,20 +1,27 @@
 """Commands for batch consumers: ``wait``, ``hours``, ``verify``, ``cat``, ``audit``.
 
 Each command parses its options, calls one function of :mod:`event_etl.consumer` and
-prints the answer; the exit code says what kind of answer it was
-(:class:`event_etl.consumer.errors.ExitCode`): 0 complete/ok, 2 usage error, 3 timeout or
-not complete yet, 4 could not check the sink, 5 verification failed or audit mismatch.
+prints the answer (``--json``: one JSON document on stdout); the exit code says what kind of
+answer it was (:mod:`event_etl.exitcodes`): 0 complete/ok, 2 usage error, 3 timeout or not
+complete yet, 4 could not check the sink, 5 verification failed or audit mismatch, 6 nothing
+at all at ``<sink>/<event_type>/`` (a wrong sink).
+
+These commands read a sink only: the manifest and the files carry what they need, so they
+work without the event types folder (an installation with ``pip install event_etl``, no
+extras) and load no other type than the one they name.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import datetime
 from typing import Any
 
 import click
 
-from event_etl.cli import _load_type, event_types_option, handles_errors, main, sink_option
+from event_etl.cli import EXIT_CODES_HELP, _name, consumer_type, event_types_option, handles_errors, main, sink_option
+from event_etl.cli_types import DURATION
 from event_etl.consumer import (
     AuditResult,
     HourState,
@@ -27,14 +34,14 @@ from event_etl.consumer import (
     write_avro,
     write_jsonl,
 )
-from event_etl.consumer.errors import EXIT_CODE_MEANINGS, ExitCode
+from event_etl.consumer.errors import ExitCode
 from event_etl.consumer.hours import hour_ms, hour_text, window
 from event_etl.errors import UsageError
-from event_etl.timeutil import format_duration, iso, now_millis, parse_duration, to_datetime, to_millis
+from event_etl.timeutil import format_duration, iso, now_millis, to_datetime, to_millis
 
 __all__ = ["wait_cmd", "hours_cmd", "verify_cmd", "cat_cmd", "audit_cmd"]
 
-EXIT_CODES_HELP = "\b\nExit codes:\n" + "\n".join(f"  {int(c)}  {m}" for c, m in EXIT_CODE_MEANINGS.items())
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of text.")
 
 
 class HourType(click.ParamType):
@@ -53,22 +60,7 @@ class HourType(click.ParamType):
                       param, ctx)
 
 
-class DurationType(click.ParamType):
-    """A duration such as 90s, 5m or 2h, in seconds."""
-
-    name = "DURATION"
-
-    def convert(self, value: Any, param, ctx) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_duration(value) / 1000
-        except ValueError as err:
-            self.fail(str(err), param, ctx)
-
-
 HOUR = HourType()
-DURATION = DurationType()
 
 
 def _exit(code: ExitCode) -> None:
@@ -77,6 +69,31 @@ def _exit(code: ExitCode) -> None:
 
 def _when(dt: datetime | None) -> str:
     return "-" if dt is None else iso(to_millis(dt))
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return None if dt is None else iso(to_millis(dt))
+
+
+def _echo_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2))
+
+
+def manifest_json(m) -> dict[str, Any]:
+    """The summary of a complete hour's manifest, for --json."""
+    return {"event_type": m.event_type, "hour": iso(m.hour), "state": "complete", "records": m.records,
+            "late_records": m.late_records, "bytes": m.bytes, "completed_at": iso(m.completed_at),
+            "marker_delay_seconds": m.marker_delay_ms / 1000, "watermark": iso(m.watermark),
+            "files": [{"name": f.name, "records": f.records, "bytes": f.bytes, "late": f.late} for f in m.files]}
+
+
+def status_json(s) -> dict[str, Any]:
+    """One hour's status, for --json."""
+    return {"event_type": s.event_type, "hour": hour_text(s.hour), "state": str(s.state), "records": s.records,
+            "late_records": s.late_records, "data_files": s.data_files, "completed_at": _iso(s.completed_at),
+            "marker_delay_seconds": None if s.manifest is None else s.manifest.marker_delay_ms / 1000,
+            "audit": None if s.audit is None else s.audit.result.value,
+            "first_complete": _iso(s.first_complete)}
 
 
 class _ChangesPrinter:
@@ -96,12 +113,13 @@ class _ChangesPrinter:
 @click.argument("event_type")
 @click.argument("hour", type=HOUR)
 @click.option("--timeout", type=DURATION, default=None,
-              help="Give up after this long (90s, 5m, 2h) with exit code 3. Default: no limit; 0: look once.")
+              help="Give up after this long (90s, 5m, 2h, or seconds) with exit code 3. Default: no limit; 0: look once.")
 @click.option("--poll-interval", type=DURATION, default="2s", show_default=True, help="Time between two looks.")
+@JSON_OPTION
 @sink_option
 @event_types_option
 @handles_errors
-def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interval: float, sink: str,
+def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interval: float, as_json: bool, sink: str,
              event_types_dir: str | None) -> None:
     """Wait until HOUR of EVENT_TYPE is complete (its _COMPLETE marker is there), then print its summary.
 
@@ -111,7 +129,8 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
     """
     from event_etl.stopping import Interrupted, StopSignals
 
-    et = _load_type(event_types_dir, event_type)
+    et = consumer_type(event_types_dir, event_type)
+    name = _name(et)
     stops = StopSignals()
 
     class _Stopped(Exception):
@@ -130,9 +149,12 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
         except _Stopped:
             from event_etl.stopping import signal_name
 
-            raise Interrupted(stops.first, f"interrupted ({signal_name(stops.first)}): {et.name} {hour_text(hour)} "
+            raise Interrupted(stops.first, f"interrupted ({signal_name(stops.first)}): {name} {hour_text(hour)} "
                                            "was not complete yet") from None
-    click.echo(f"{et.name} {hour_text(hour)} complete: records {m.records:,} (late {m.late_records:,})  files "
+    if as_json:
+        _echo_json(manifest_json(m))
+        return
+    click.echo(f"{name} {hour_text(hour)} complete: records {m.records:,} (late {m.late_records:,})  files "
                f"{len(m.files)}  completed at {_when(to_datetime(m.completed_at))}  marker delay "
                f"{format_duration(m.marker_delay_ms)}")
 
@@ -142,19 +164,24 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
 @click.option("--since", type=HOUR, default=None, help="First hour shown. Default: 23 hours before the current hour.")
 @click.option("--until", type=HOUR, default=None,
               help="First hour NOT shown (ranges are half-open). Default: the hour after the current one.")
+@JSON_OPTION
 @sink_option
 @event_types_option
 @handles_errors
-def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, sink: str,
+def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, as_json: bool, sink: str,
               event_types_dir: str | None) -> None:
     """Show the state of the hours of EVENT_TYPE: complete, audited, mismatch, open, not started or never.
 
     "never": before the first hour the job marked, so no marker will come. HOUR values are UTC.
     """
-    et = _load_type(event_types_dir, event_type)
+    et = consumer_type(event_types_dir, event_type)
     since, until = _window(since, until, include_current=True)
+    statuses = hour_statuses(sink, et, since, until)
+    if as_json:
+        _echo_json([status_json(s) for s in statuses])
+        return
     rows = [("hour", "status", "records", "late", "files", "completed at", "marker delay")]
-    for s in hour_statuses(sink, et, since, until):
+    for s in statuses:
         rows.append((
             hour_text(s.hour), str(s.state), _count(s.records), _count(s.late_records), str(s.data_files),
             _when(s.completed_at), "-" if s.manifest is None else format_duration(s.manifest.marker_delay_ms),
@@ -181,11 +208,12 @@ def _window(since: datetime | None, until: datetime | None, *, include_current: 
 @click.option("--since", type=HOUR, default=None, help="Verify the complete hours from this one on (instead of HOUR).")
 @click.option("--until", type=HOUR, default=None,
               help="With --since: the first hour NOT verified (half-open). Default: the current hour.")
+@JSON_OPTION
 @sink_option
 @event_types_option
 @handles_errors
-def verify_cmd(event_type: str, hour: datetime | None, since: datetime | None, until: datetime | None, sink: str,
-               event_types_dir: str | None) -> None:
+def verify_cmd(event_type: str, hour: datetime | None, since: datetime | None, until: datetime | None, as_json: bool,
+               sink: str, event_types_dir: str | None) -> None:
     """Check that complete hours hold exactly what their manifests list: no missing, extra or corrupted file.
 
     Sizes, sha256 and record counts of every listed file are recomputed. Give one HOUR (UTC, e.g.
@@ -197,13 +225,20 @@ def verify_cmd(event_type: str, hour: datetime | None, since: datetime | None, u
         raise click.UsageError("give either HOUR or --since (with an optional --until)")
     if until is not None and since is None:
         raise click.UsageError("--until goes with --since")
-    et = _load_type(event_types_dir, event_type)
+    et = consumer_type(event_types_dir, event_type)
     if hour is not None:
         reports = [verify_hour(sink, et, hour)]
     else:
         reports = verify_hours(sink, et, *_window(since, until, include_current=False))
-    for r in reports:
-        click.echo(r.describe())
+    if as_json:
+        _echo_json([{"event_type": r.event_type, "hour": hour_text(r.hour), "state": str(r.state), "checked": r.checked,
+                     "ok": r.ok, "files": r.files, "records": r.records, "missing": list(r.missing),
+                     "extra": list(r.extra), "corrupted": [{"name": p.name, "what": p.what, "expected": p.expected,
+                                                            "found": p.found} for p in r.corrupted]}
+                    for r in reports])
+    else:
+        for r in reports:
+            click.echo(r.describe())
     if any(r.checked and not r.ok for r in reports):
         _exit(ExitCode.FAILED)
     if any(not r.checked and r.state is not HourState.NEVER for r in reports):
@@ -235,7 +270,7 @@ def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, until: dateti
     `event-etl wait` first. Records come in the type's current schema (or --reader-schema FILE),
     also from files written in an earlier version of it.
     """
-    et = _load_type(event_types_dir, event_type)
+    et = consumer_type(event_types_dir, event_type)
     schema = None
     if reader_schema is not None:
         from event_etl.eventtypes import load_schema_file
@@ -258,10 +293,19 @@ def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, until: dateti
 @click.option("--count-file", default=None,
               help='Take the expected number from a count file the publisher wrote (local path or gs:// URL): '
               '{"event_type": ..., "counts": {"2026-11-21T13:00:00Z": 1234}}.')
+@click.option("--time-field", default=None, metavar="FIELD",
+              help="Without the event types folder: the field holding the event time (etl.toml's time_field).")
+@click.option("--time-format", type=click.Choice(["epoch_millis", "epoch_seconds", "iso8601"]), default=None,
+              help="Without the event types folder: etl.toml's time_format (default epoch_millis; a timestamp-millis "
+              "field is read as such).")
+@click.option("--allowed-lateness", type=DURATION, default=None,
+              help="Without the event types folder: etl.toml's allowed_lateness (default 24h).")
+@JSON_OPTION
 @sink_option
 @event_types_option
 @handles_errors
-def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file: str | None, sink: str,
+def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file: str | None, time_field: str | None,
+              time_format: str | None, allowed_lateness: float | None, as_json: bool, sink: str,
               event_types_dir: str | None) -> None:
     """Compare a complete HOUR of EVENT_TYPE with the source's count and record the result (_AUDIT).
 
@@ -270,13 +314,25 @@ def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file:
     A match or a final mismatch is recorded next to the marker, and `event-etl hours` then shows the
     hour as "audited" or "mismatch". Fewer records than expected while late records can still arrive
     is not recorded (exit code 3): audit again later.
+
+    The rule needs the type's time field and allowed lateness: from its etl.toml when the event types
+    folder has the type, else from --time-field [--time-format] [--allowed-lateness] (the schema comes
+    from the hour's files).
     """
     if (expected is None) == (count_file is None):
         raise click.UsageError("give either --expected N or --count-file PATH")
-    et = _load_type(event_types_dir, event_type)
+    et = _audit_type(consumer_type(event_types_dir, event_type), sink, hour, time_field, time_format,
+                     allowed_lateness)
     if count_file is not None:
         expected = read_count_file(count_file, event_type=et, hour=hour)
     rec = audit_hour(sink, et, hour, expected=expected, source=count_file or "--expected")
+    if as_json:
+        _echo_json({**rec.to_json(), "difference": rec.difference, "recorded": rec.recorded})
+        if rec.result is AuditResult.INCONCLUSIVE:
+            _exit(ExitCode.NOT_COMPLETE)
+        if rec.result is AuditResult.MISMATCH:
+            _exit(ExitCode.FAILED)
+        return
     late = "not attributable" if rec.late_records_found is None else (
         f"{rec.late_records_found:,} found in {rec.late_hours_checked} later hours")
     click.echo(f"{et.name} {hour_text(hour)} {rec.result}: counted {rec.counted:,} (timely {rec.timely_records:,}, late "
@@ -288,3 +344,41 @@ def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file:
     click.echo(f"recorded in _AUDIT at {_when(rec.audited_at)}")
     if rec.result is AuditResult.MISMATCH:
         _exit(ExitCode.FAILED)
+
+
+def _audit_type(et, sink: str, hour: datetime, time_field: str | None, time_format: str | None,
+                allowed_lateness: float | None):
+    """The loaded event type, or one made of the files' schema and the command's settings."""
+    from event_etl.consumer.read import writer_schema
+    from event_etl.eventtypes import event_type_from_settings
+    from event_etl.timeutil import HOUR_MS
+
+    given = {k: v for k, v in (("time_field", time_field), ("time_format", time_format),
+                               ("allowed_lateness", None if allowed_lateness is None else allowed_lateness.text))
+             if v is not None}
+    if not isinstance(et, str):
+        if given:
+            raise UsageError(f"{et.name}'s settings come from {et.settings_file}; --{next(iter(given)).replace('_', '-')} "
+                             "is for a sink read without the event types folder",
+                             fix="leave out --time-field, --time-format and --allowed-lateness")
+        return et
+    if "time_field" not in given:
+        raise UsageError(f"auditing {et} needs its time field and allowed lateness, and no event types folder has {et}",
+                         fix="pass --time-field FIELD (and --time-format, --allowed-lateness if not the defaults), "
+                         "or --event-types DIR")
+    lateness = allowed_lateness if allowed_lateness is not None else 24 * 3600.0
+    h = hour_ms(hour)
+    schema = None
+    for later in range(h, h + HOUR_MS + int(lateness * 1000) + HOUR_MS, HOUR_MS):
+        from event_etl.consumer import hour_status
+
+        if not hour_status(sink, et, hour_text(later)).is_complete:
+            break
+        schema = writer_schema(sink, et, hour_text(later))
+        if schema is not None:
+            break
+    if schema is None:  # no file to take a schema from: nothing late can be attributed either
+        schema = {"type": "record", "name": et, "fields": [{"name": given["time_field"], "type": "long"}]}
+        if given.get("time_format") == "iso8601":
+            schema["fields"][0]["type"] = "string"
+    return event_type_from_settings(et, schema, given, origin="--time-field/--time-format/--allowed-lateness")

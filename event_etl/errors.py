@@ -34,6 +34,7 @@ __all__ = [
     "IntegrityError",
     "SourceError",
     "LeaseHeldError",
+    "NoDataError",
 ]
 
 
@@ -94,6 +95,23 @@ class SourceError(EventEtlError):
 
 
 class LeaseHeldError(EventEtlError):
-    """Another live job already writes this event type to this sink or checkpoint."""
+    """Another live job already writes this event type to this sink or checkpoint.
 
-    exit_code = 3
+    Exit code 7 (``BUSY``; release 0.1.0 used 3, which now means "not yet" for every command:
+    see :mod:`event_etl.exitcodes`)."""
+
+    exit_code = 7
+
+
+class NoDataError(EventEtlError):
+    """``<sink>/<event_type>/`` holds nothing at all: a wrong sink or event type, or no job ever wrote there.
+
+    Never taken for "not started yet": that answer needs a folder the job has written to.
+    """
+
+    exit_code = 6
+
+    def __init__(self, message: str, *, sink: str, event_type: str, fix: str | None = None) -> None:
+        self.sink = sink
+        self.event_type = event_type
+        super().__init__(message, fix=fix)

@@ -361,6 +361,21 @@ def load_event_type(directory: str | os.PathLike[str], name: str | None = None) 
     return et if not versions else _with_versions(et, versions)
 
 
+def event_type_from_settings(name: str, schema: dict[str, Any], settings: Mapping[str, Any], *,
+                             origin: str = "(command line)") -> EventType:
+    """An event type from a schema and ``etl.toml``-style settings, without a folder.
+
+    For commands that read a sink without the event types folder (``event-etl audit
+    --time-field ...``): the schema comes from the data files, the settings from options.
+    Checked exactly as a folder's type is; messages name ``origin``.
+    """
+    try:
+        validate_event_type_name(name)
+    except ValueError as err:
+        raise ConfigError(str(err), file=origin, fix="pass the event type's name, e.g. page_view") from err
+    return _build(name, Path(origin), schema, Path(origin), dict(settings), Path(origin))
+
+
 def _with_versions(et: EventType, versions: tuple[tuple[str, dict[str, Any]], ...]) -> EventType:
     from dataclasses import replace
 

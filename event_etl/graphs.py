@@ -41,8 +41,11 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from event_etl.errors import EventEtlError, UsageError
-from event_etl.metrics import HISTORY_VERSION
 from event_etl.timeutil import format_duration, parse_duration
+
+HISTORY_VERSION = 1
+"""The format of a ``--metrics-history`` file (:class:`event_etl.metrics.MetricsHistory` writes it).
+Here, not in :mod:`event_etl.metrics`, so ``event-etl graphs`` needs matplotlib ([graphs]) only."""
 
 __all__ = [
     "TimeRange",

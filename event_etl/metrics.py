@@ -125,7 +125,7 @@ BATCH_DURATION_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2.5, 5, 1
 MARKER_DELAY_BUCKETS_S = (30, 60, 120, 180, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 """Marker delay buckets: a marker is normally due out_of_orderness (+ idle_timeout) after its hour."""
 
-HISTORY_VERSION = 1
+from event_etl.graphs import HISTORY_VERSION  # noqa: E402 - the format graphs reads (graphs needs no OpenTelemetry)
 _HISTORY_IDLE_EVERY_MS = 60_000
 _SCOPE = "event_etl"
 

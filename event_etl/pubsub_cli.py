@@ -7,14 +7,17 @@ import json
 import click
 
 from event_etl.cli import _load_type, event_types_option, handles_errors, main
+from event_etl.cli_types import DURATION, require_extra
+
+_PUBSUB = ("google.cloud.pubsub_v1",)
 
 
 @main.command("setup")
 @click.argument("event_type")
 @click.option("--topic", default=None, help="Topic path. Default: [pubsub] topic of the type.")
 @click.option("--subscription", default=None, help="Subscription path. Default: [pubsub] subscription of the type.")
-@click.option("--ack-deadline", default=60, show_default=True, type=click.IntRange(10, 600),
-              help="Ack deadline of a new subscription, in seconds.")
+@click.option("--ack-deadline", default="60s", show_default=True, type=DURATION,
+              help="Ack deadline of a new subscription (10s to 10m, or seconds).")
 @event_types_option
 @handles_errors
 def setup_cmd(event_type, topic, subscription, ack_deadline, event_types_dir) -> None:
@@ -23,11 +26,14 @@ def setup_cmd(event_type, topic, subscription, ack_deadline, event_types_dir) ->
     Works on a real project (Application Default Credentials) or on the emulator
     (set PUBSUB_EMULATOR_HOST=127.0.0.1:8085; no credentials needed).
     """
+    if not 10 <= ack_deadline <= 600:
+        raise click.BadParameter(f"{ack_deadline:g}s is not from 10s to 10m", param_hint="'--ack-deadline'")
+    require_extra("job", "`event-etl setup`", _PUBSUB)
     from event_etl.publisher import pubsub_names, setup_pubsub
 
     et = _load_type(event_types_dir, event_type)
     topic, subscription = pubsub_names(et, topic, subscription)
-    done = setup_pubsub(topic, subscription, ack_deadline=ack_deadline)
+    done = setup_pubsub(topic, subscription, ack_deadline=int(ack_deadline))
     click.echo(f"topic        {topic}: {done['topic']}")
     click.echo(f"subscription {subscription}: {done['subscription']}")
     click.echo(f"run the job with: event-etl run {event_type} --source pubsub:{subscription}")
@@ -36,7 +42,8 @@ def setup_cmd(event_type, topic, subscription, ack_deadline, event_types_dir) ->
 @main.command("publish")
 @click.argument("event_type")
 @click.option("--rate", default=1000.0, show_default=True, type=float, help="Messages per second.")
-@click.option("--duration", default=60.0, show_default=True, type=float, help="Seconds to publish for.")
+@click.option("--duration", default="60s", show_default=True, type=DURATION,
+              help="How long to publish for (90s, 5m, or seconds).")
 @click.option("--topic", default=None, help="Topic path. Default: [pubsub] topic of the type.")
 @click.option("--params", default="", help="Generator shares and seed, as for generate: "
               "(e.g. late=0.02,invalid=0.01,duplicate=0.01,seed=7).")
@@ -54,13 +61,14 @@ def publish_cmd(event_type, rate, duration, topic, params, count_file, event_typ
     count file counts exactly them, exit code 0 ("stopped_by" in the result). A second Ctrl-C or
     SIGTERM gives up at once (exit code 130 or 143, no count file).
     """
+    require_extra("job", "`event-etl publish`", _PUBSUB)
     from event_etl.publisher import publish_generated, pubsub_names, write_count_file
     from event_etl.stopping import StopSignals
 
     et = _load_type(event_types_dir, event_type)
     topic, _ = pubsub_names(et, topic, et.pubsub.get("subscription") or "-")
     with StopSignals() as stops:
-        res = publish_generated(et, topic, rate=rate, duration=duration, params=params, stops=stops,
+        res = publish_generated(et, topic, rate=rate, duration=float(duration), params=params, stops=stops,
                                 progress=lambda n, total: click.echo(f"published {n:,}/{total:,}", err=True))
         if count_file:
             write_count_file(count_file, res)

@@ -124,12 +124,12 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_one_does_not_block_its_
         started = time.monotonic()
         r = subprocess.run([*base, "--checkpoint", str(tmp_path / "ck2")], capture_output=True, text=True, env=_env(),
                            timeout=120)
-        assert r.returncode == 3, r.stdout + r.stderr
+        assert r.returncode == 7, r.stdout + r.stderr
         assert time.monotonic() - started < 30, "refused at once, before Spark starts"
         assert "already being written" in r.stderr and f"pid {first.pid}" in r.stderr and "ck1" in r.stderr
         r = subprocess.run([*base, "--checkpoint", str(tmp_path / "ck1")], capture_output=True, text=True, env=_env(),
                            timeout=120)
-        assert r.returncode == 3 and "is in use by another job" in r.stderr and f"pid {first.pid}" in r.stderr
+        assert r.returncode == 7 and "is in use by another job" in r.stderr and f"pid {first.pid}" in r.stderr
     finally:
         first.kill()
         first.communicate(timeout=30)

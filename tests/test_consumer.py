@@ -108,8 +108,21 @@ def test_before_any_marker_nothing_is_never(tmp_path):
     assert hour_status(str(p.sink), "click", "2026-11-21T13").state is HourState.OPEN
 
 
-def test_an_empty_or_missing_sink_is_not_started(tmp_path):
-    assert hour_status(tmp_path / "nothing here", "click", "2026-11-21T13").state is HourState.NOT_STARTED
+def test_an_empty_or_missing_sink_is_no_data_not_not_started(tmp_path):
+    """A mistyped sink must not read as "not yet": nothing at <sink>/<type>/ is its own answer (exit code 6)."""
+    from event_etl.errors import NoDataError
+
+    for sink in (tmp_path / "nothing here", tmp_path):
+        with pytest.raises(NoDataError) as err:
+            hour_status(sink, "click", "2026-11-21T13")
+        assert err.value.exit_code == 6 and "nothing at" in err.value.message and "--sink" in err.value.fix
+    (tmp_path / "other_type").mkdir()
+    with pytest.raises(NoDataError, match="it holds other_type"):
+        hour_status(tmp_path, "click", "2026-11-21T13")
+    # a job that has started (its lease is there) but marked nothing yet: really "not started"
+    (tmp_path / "click").mkdir()
+    (tmp_path / "click" / "_LEASE").write_text("{}")
+    assert hour_status(tmp_path, "click", "2026-11-21T13").state is HourState.NOT_STARTED
 
 
 def test_could_not_check_is_not_absent(tmp_path):

@@ -26,7 +26,7 @@ def test_a_second_job_on_the_same_sink_is_refused_naming_the_holder(tmp_path):
             lease(tmp_path, "ck2").acquire()
         msg = str(info.value)
         assert "already being written" in msg and str(tmp_path / "ck1") in msg and "pid" in msg
-        assert info.value.exit_code == 3
+        assert info.value.exit_code == 7
     finally:
         first.release()
     lease(tmp_path, "ck2").acquire().release()  # released: free again

@@ -146,7 +146,7 @@ def test_driver_args_carry_every_run_option_as_parsed():
              "--conf", "b=x=y", "--quiet", "--metrics-port", "0", "--metrics-host", "0.0.0.0", "--otlp-endpoint",
              "http://c:4318", "--metrics-history", "/h.jsonl"]
     job = _parse_run(given)
-    job.pop("master"), job.pop("event_types_dir"), job.pop("all_types")
+    job.pop("master"), job.pop("event_types_dir"), job.pop("all_types"), job.pop("checkpoint_root")
     (event_type,) = job.pop("event_types")
     args = driver_args(event_type, job)
     assert args == given, "the driver is given exactly what run would have parsed"
@@ -156,7 +156,7 @@ def test_driver_args_carry_every_run_option_as_parsed():
 
 def test_driver_args_leave_defaults_out():
     job = _parse_run(["page_view"])
-    job.pop("master"), job.pop("event_types_dir"), job.pop("event_types"), job.pop("all_types")
+    job.pop("master"), job.pop("event_types_dir"), job.pop("event_types"), job.pop("all_types"), job.pop("checkpoint_root")
     assert driver_args("page_view", job) == ["page_view"]
 
 
@@ -164,7 +164,7 @@ def test_run_and_the_driver_build_the_same_run_options():
     from event_etl.cli import job_run_options
 
     job = _parse_run(["page_view", "--once", "--conf", "k=v", "--max-files-per-batch", "2"])
-    job.pop("event_types_dir"), job.pop("event_types"), job.pop("all_types")
+    job.pop("event_types_dir"), job.pop("event_types"), job.pop("all_types"), job.pop("checkpoint_root")
     opts = job_run_options(**job)
     assert isinstance(opts, RunOptions) and opts.once and opts.conf == {"k": "v"} and opts.max_files_per_batch == 2
 
@@ -173,11 +173,12 @@ def test_run_keeps_its_options_in_their_order():
     names = [p.name for p in main.commands["run"].params]
     assert names == ["event_types", "all_types", "source", "sink", "checkpoint", "trigger_interval", "max_files_per_batch",
                      "max_events_per_batch", "once", "drain", "master", "conf", "quiet", "metrics_port",
-                     "metrics_host", "otlp_endpoint", "metrics_history", "event_types_dir"]
+                     "metrics_host", "otlp_endpoint", "metrics_history", "checkpoint_root", "event_types_dir"]
 
 
 def test_submit_takes_every_option_of_run():
-    run = {p.name for p in main.commands["run"].params} - {"event_types", "all_types"}  # a fleet runs locally
+    # a fleet runs locally; its checkpoint root (--checkpoint-root) is --checkpoint for one type
+    run = {p.name for p in main.commands["run"].params} - {"event_types", "all_types", "checkpoint_root"}
     submit = {p.name for p in main.commands["submit"].params}
     assert run | {"event_type"} <= submit
     master = next(p for p in main.commands["submit"].params if p.name == "master")

@@ -14,7 +14,11 @@ code  name                   meaning
 4     ``COULD_NOT_CHECK``    the sink could not be read (network, permission, a file
                              where a folder should be): neither "complete" nor "absent"
 5     ``FAILED``             verification failed, audit mismatch, a damaged marker or file
+6     ``NO_DATA``            nothing at all under ``<sink>/<event_type>/``: a wrong sink or
+                             type (:class:`~event_etl.errors.NoDataError`), never "not yet"
 ====  =====================  ==========================================================
+
+The table of every command's codes is :mod:`event_etl.exitcodes`.
 
 "Absent" and "could not check" are different answers: storage failures are never turned
 into "not complete".  :class:`CouldNotCheckError` is a
@@ -23,10 +27,11 @@ into "not complete".  :class:`CouldNotCheckError` is a
 
 from __future__ import annotations
 
-import enum
 from datetime import datetime
 
-from event_etl.errors import EventEtlError, StorageError, UsageError
+from event_etl.errors import EventEtlError, NoDataError, StorageError, UsageError
+from event_etl.exitcodes import EXIT_CODE_MEANINGS as _MEANINGS
+from event_etl.exitcodes import ExitCode as _ExitCode
 
 __all__ = [
     "EXIT_CODE_MEANINGS",
@@ -38,28 +43,16 @@ __all__ = [
     "HourNeverCompleteError",
     "HourNotCompleteError",
     "IncompatibleSchemaError",
+    "NoDataError",
     "UnsupportedSchemaError",
     "WaitTimeoutError",
 ]
 
 
-class ExitCode(enum.IntEnum):
-    """Exit codes of the consumer commands (``wait``, ``hours``, ``verify``, ``cat``, ``audit``)."""
+ExitCode = _ExitCode
+"""The exit codes (one table for every command: :mod:`event_etl.exitcodes`)."""
 
-    OK = 0
-    USAGE = 2
-    NOT_COMPLETE = 3
-    COULD_NOT_CHECK = 4
-    FAILED = 5
-
-
-EXIT_CODE_MEANINGS = {
-    ExitCode.OK: "complete, ok, audited",
-    ExitCode.USAGE: "usage error: malformed HOUR, unknown type, bad options, hour before the job's first",
-    ExitCode.NOT_COMPLETE: "timeout: still not complete (audit: not conclusive yet); try later",
-    ExitCode.COULD_NOT_CHECK: "could not check the sink (network, permission, file instead of folder)",
-    ExitCode.FAILED: "verification failed, audit mismatch, damaged marker or file",
-}
+EXIT_CODE_MEANINGS = _MEANINGS
 """What each exit code means, for help texts."""
 
 

@@ -55,7 +55,7 @@ from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import parse_data_file_name
 from event_etl.rules.manifest import FileEntry, Manifest
 
-__all__ = ["hour_files", "read_records", "records_of", "read_table", "record_json", "write_avro", "write_jsonl",
+__all__ = ["hour_files", "writer_schema", "read_records", "records_of", "read_table", "record_json", "write_avro", "write_jsonl",
            "ReaderSchemaLike"]
 
 ReaderSchemaLike = Union[dict, str, "os.PathLike[str]", None]
@@ -99,6 +99,16 @@ def _parts(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, until: Hou
             manifest = require_complete(status)
             pairs.append((HourFolder(storage, status.event_type, manifest.hour), manifest))
     return [_Part(folder, m, f) for folder, m in pairs for f in hour_files(m, include_late=include_late)]
+
+
+def writer_schema(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) -> dict[str, Any] | None:
+    """The schema the newest file of a complete hour is written in (files carry it); ``None`` without files."""
+    parts = _parts(sink, event_type, hour, None, True)
+    if not parts:
+        return None
+    newest = max(parts, key=_age)
+    data = newest.folder.checked_file(newest.entry)
+    return json.loads(_open(data, newest.folder.display(newest.entry.name)).metadata["avro.schema"])
 
 
 def _load_reader_schema(reader_schema: ReaderSchemaLike) -> dict[str, Any] | None:

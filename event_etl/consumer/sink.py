@@ -22,7 +22,7 @@ import os
 from typing import Iterator, Union
 
 from event_etl.consumer.errors import CorruptHourError, CouldNotCheckError
-from event_etl.errors import StorageError, UsageError
+from event_etl.errors import NoDataError, StorageError, UsageError
 from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_hour_dir, validate_event_type_name
 from event_etl.rules.manifest import FileEntry, Manifest
@@ -37,6 +37,8 @@ __all__ = [
     "could_not_check",
     "first_complete_hour",
     "open_sink",
+    "require_type_data",
+    "resolve_sink",
     "type_name",
 ]
 
@@ -65,10 +67,38 @@ def open_sink(sink: SinkLike) -> Storage:
     """A :class:`Storage` for ``sink``; local paths are made absolute (as ``event-etl run`` does)."""
     if isinstance(sink, Storage):
         return sink
-    from event_etl.runner import resolve_sink
-
     with could_not_check():
         return Storage(resolve_sink(os.fspath(sink)))
+
+
+def resolve_sink(sink: str) -> str:
+    """Local sinks become absolute paths; URLs stay as they are (as ``event-etl run`` resolves them)."""
+    if "://" in sink and not sink.startswith("file://"):
+        return sink.rstrip("/")
+    return os.path.abspath(sink[7:] if sink.startswith("file://") else sink)
+
+
+def require_type_data(storage: Storage, event_type: str) -> None:
+    """Raise :class:`~event_etl.errors.NoDataError` (exit code 6) when ``<sink>/<event_type>/`` holds nothing.
+
+    A job writes its lease ``<sink>/<event_type>/_LEASE`` before its first batch, so a folder
+    with nothing at all means a wrong sink or event type (or no job ever ran there): never
+    "not started yet".
+    """
+    base = validate_event_type_name(event_type)
+    with could_not_check():
+        if storage.list_dirs(base) or storage.list_files(base):
+            return
+    others = _root_folders(storage)
+    where = storage.display(base)
+    hint = (f" (it holds {', '.join(others[:8])})" if others else
+            " (the sink itself is empty or missing)" if others is not None else "")
+    raise NoDataError(
+        f"nothing at {where}/: no event_etl job has written {event_type} to the sink {storage.url}{hint}",
+        sink=storage.url, event_type=event_type,
+        fix="check --sink (or $EVENT_ETL_SINK) and the event type's name; a job writes its first files "
+        "(and its _LEASE) there as soon as it starts",
+    )
 
 
 def type_name(event_type: EventTypeLike) -> str:
@@ -149,6 +179,19 @@ class HourFolder:
                 "every difference",
             )
         return data
+
+
+def _root_folders(storage: Storage) -> list[str] | None:
+    """The folders at the sink's root (event types), for a hint; ``None`` if that cannot be told."""
+    try:
+        if storage.local:
+            names = [e.name for e in os.scandir(storage.root) if e.is_dir()] if os.path.isdir(storage.root) else []
+        else:
+            names = [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in storage.fs.ls(storage.root, detail=True)
+                     if e.get("type") == "directory"]
+    except Exception:  # noqa: BLE001 - only a hint; the answer stands without it
+        return None
+    return sorted(n for n in names if not n.startswith((".", "_")))
 
 
 def first_complete_hour(storage: Storage, event_type: str) -> int | None:

@@ -34,7 +34,16 @@ from typing import Callable
 from event_etl.consumer.audit_record import AuditRecord, AuditResult
 from event_etl.consumer.errors import HourNeverCompleteError, HourNotCompleteError
 from event_etl.consumer.hours import HourLike, hour_ms, hour_range, hour_text
-from event_etl.consumer.sink import AUDIT_NAME, EventTypeLike, HourFolder, SinkLike, first_complete_hour, open_sink, type_name
+from event_etl.consumer.sink import (
+    AUDIT_NAME,
+    EventTypeLike,
+    HourFolder,
+    SinkLike,
+    first_complete_hour,
+    open_sink,
+    require_type_data,
+    type_name,
+)
 from event_etl.rules.buckets import MARKER_NAME
 from event_etl.rules.manifest import Manifest
 from event_etl.storage import Storage
@@ -124,7 +133,8 @@ class HourStatus:
         return f"{head} ({self.data_files} data files, no {MARKER_NAME} marker)"
 
 
-def _status(storage: Storage, event_type: str, hour: int, first_complete: Callable[[], int | None]) -> HourStatus:
+def _status(storage: Storage, event_type: str, hour: int, first_complete: Callable[[], int | None],
+            has_data: Callable[[], None] | None = None) -> HourStatus:
     folder = HourFolder(storage, event_type, hour)
     manifest = folder.manifest()
     if manifest is None:
@@ -139,6 +149,8 @@ def _status(storage: Storage, event_type: str, hour: int, first_complete: Callab
         return HourStatus(event_type, to_datetime(hour), state, len(manifest.files), manifest, audit)
     files = sum(1 for name in listing if name.endswith(".avro"))
     first = first_complete()
+    if first is None and not listing:  # nothing marked, nothing here: is there anything at all?
+        (has_data or (lambda: require_type_data(storage, event_type)))()
     state = classify_hour(hour, has_marker=False, data_files=files, audit_matched=None, first_complete=first)
     return HourStatus(event_type, to_datetime(hour), state, files,
                       first_complete=None if first is None else to_datetime(first))
@@ -160,11 +172,23 @@ def _first_complete_once(storage: Storage, event_type: str) -> Callable[[], int 
     return get
 
 
+def _checked_once(storage: Storage, event_type: str) -> Callable[[], None]:
+    done: list[bool] = []
+
+    def check() -> None:
+        if not done:
+            require_type_data(storage, event_type)
+            done.append(True)
+
+    return check
+
+
 def hour_status(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) -> HourStatus:
     """The state of one hour of ``event_type`` in ``sink``.
 
     Raises :class:`~event_etl.consumer.errors.CouldNotCheckError` when the sink cannot be
-    read: that is never reported as "not started".
+    read, and :class:`~event_etl.errors.NoDataError` when ``<sink>/<event_type>/`` holds
+    nothing at all (a wrong sink or type): neither is ever reported as "not started".
     """
     storage, name, h = open_sink(sink), type_name(event_type), hour_ms(hour)
     return _status(storage, name, h, _first_complete_once(storage, name))
@@ -173,8 +197,8 @@ def hour_status(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) -> Ho
 def hour_statuses(sink: SinkLike, event_type: EventTypeLike, since: HourLike, until: HourLike) -> list[HourStatus]:
     """The states of the hours in ``[since, until)`` (half-open), oldest first."""
     storage, name = open_sink(sink), type_name(event_type)
-    first = _first_complete_once(storage, name)
-    return [_status(storage, name, h, first) for h in hour_range(since, until)]
+    first, has_data = _first_complete_once(storage, name), _checked_once(storage, name)
+    return [_status(storage, name, h, first, has_data) for h in hour_range(since, until)]
 
 
 def require_complete(status: HourStatus) -> Manifest:
