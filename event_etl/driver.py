@@ -56,7 +56,7 @@ from event_etl.rules.watermark import (
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["Controller", "BatchResult", "summarize", "StopRequested"]
+__all__ = ["Controller", "BatchResult", "summarize"]
 
 
 _TASK_ERROR_RE = re.compile(r"event_etl\.errors\.(\w+Error): (.*?)(?:\n\s+fix: (.*?))?\n", re.S)
@@ -71,10 +71,6 @@ def unwrap_task_error(err: BaseException) -> BaseException:
     if cls is None or not issubclass(cls, errors.EventEtlError) or cls is errors.ConfigError:
         return err
     return cls(m.group(2).strip(), fix=(m.group(3) or "").strip() or None)
-
-
-class StopRequested(Exception):
-    """Kept for code that catches it: a stop is no longer carried out by raising inside ``foreachBatch``."""
 
 
 @dataclass
@@ -606,7 +602,7 @@ class Controller:
             return marked
 
     def request_stop(self) -> None:
-        """Let the running batch finish; the runner then stops the query at the batch boundary."""
+        """Note that the job stops; the runner stops the query once no batch runs (see event_etl.stopping)."""
         with self.lock:
             self.stopping = True
 
