@@ -1,6 +1,6 @@
 # Shared by the scripts in bin/: find Python 3.11+, check Java, and create the project's
 # virtual environment (.venv) with event_etl installed, on first use or when setup.cfg changed.
-# Source it; then call ensure_venv [EXTRAS].
+# Source it; then call ensure_venv [EXTRAS] (comma-separated extras of setup.cfg: job, graphs, otlp, all, test).
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${EVENT_ETL_VENV:-$ROOT/.venv}"
@@ -30,8 +30,8 @@ ensure_venv() {
   [ -n "$extras" ] && spec=".[${extras}]"
   sum="$(cat "$ROOT/setup.cfg" "$ROOT/pyproject.toml" 2>/dev/null | cksum | cut -d' ' -f1)-${extras:-run}"
   stamp="$VENV/.event_etl-installed-$sum"
-  # an environment installed with the test extras serves plain runs too
-  if [ -z "$extras" ] && [ -f "$VENV/.event_etl-installed-${sum%-run}-test" ]; then return 0; fi
+  # an environment installed with every extra (bin/test's all,test) serves every other command too
+  if [ -f "$VENV/.event_etl-installed-${sum%-*}-all,test" ]; then return 0; fi
   if [ ! -f "$stamp" ]; then
     py="$(find_python)"
     if [ ! -x "$VENV/bin/python" ]; then
@@ -42,7 +42,7 @@ ensure_venv() {
     "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2 || true
     (cd "$ROOT" && "$VENV/bin/python" -m pip install --quiet -e "$spec") >&2 \
       || die "installing the dependencies failed (see above)" "check the network access to PyPI, then run the command again"
-    rm -f "$VENV"/.event_etl-installed-*-"${extras:-run}"
+    rm -f "$VENV"/.event_etl-installed-*-"${extras:-run}" 2>/dev/null || true
     touch "$stamp"
   fi
 }

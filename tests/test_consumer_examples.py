@@ -57,3 +57,39 @@ def test_the_readme_documents_every_exit_code():
     readme = (EXAMPLE.parents[1] / "README.md").read_text()
     assert exit_codes_markdown() in readme, "README has the one exit-code table, as event_etl.exitcodes makes it"
     assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 5, 6, 7, 129, 130, 143]
+
+
+def _assigns(path: Path) -> dict[str, ast.expr]:
+    tree = ast.parse(path.read_text())
+    return {t.id: n.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+
+
+def _render_strftime(template: str, when) -> str:
+    """Airflow's Jinja for the one form the example uses: {{ data_interval_start.strftime('...') }}."""
+    import re
+
+    return re.sub(r"\{\{ data_interval_start\.strftime\('([^']*)'\) \}\}", lambda m: when.strftime(m.group(1)), template)
+
+
+def test_the_gcs_sensor_example_watches_the_marker_event_etl_writes(tmp_path):
+    from datetime import datetime, timezone
+
+    from event_etl.airflow import marker_object
+
+    values = _assigns(EXAMPLE.with_name("airflow_dag_gcs_sensor.py"))
+    consts = {k: v.value for k, v in values.items() if isinstance(v, ast.Constant)}
+    marker_template = ast.literal_eval(values["MARKER"]) if isinstance(values["MARKER"], ast.Constant) else None
+    if marker_template is None:  # PREFIX + "/" + EVENT_TYPE + "..." : evaluate the string expression
+        marker_template = eval(compile(ast.Expression(values["MARKER"]), "MARKER", "eval"), {}, dict(consts))  # noqa: S307
+    when = datetime(2026, 11, 21, 13, tzinfo=timezone.utc)
+    object_name = _render_strftime(marker_template, when)
+    sink = f"gs://{consts['BUCKET']}/{consts['PREFIX']}"
+    assert marker_object(sink, consts["EVENT_TYPE"], when) == (consts["BUCKET"], object_name)
+
+
+def test_the_deferrable_sensor_example_passes_what_the_sensor_takes():
+    tree = ast.parse(EXAMPLE.with_name("airflow_dag_sensor.py").read_text())
+    (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "HourCompleteSensor"]
+    given = {k.arg for k in call.keywords}
+    assert {"sink", "event_type", "hour", "deferrable"} <= given
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "event_etl.airflow" for n in ast.walk(tree))
