@@ -108,6 +108,9 @@ __all__ = [
     "OtlpExport",
     "MetricsHistory",
     "MetricKind",
+    "RENAMED",
+    "ENV_OLD_NAMES",
+    "ENV_JOB",
     "backlog_from_progress",
     "exported_series",
     "marker_pending_ms",
@@ -156,6 +159,8 @@ class MetricSpec:
     unit: str
     attributes: tuple[str, ...]
     description: str
+    replaced_by: str | None = None
+    """For a name kept for one release after a rename: the new metric's name."""
 
     @property
     def series(self) -> tuple[str, ...]:
@@ -178,16 +183,16 @@ METRICS: tuple[MetricSpec, ...] = (
                "Bytes of the Avro data files written."),
     MetricSpec("event_etl_batches_total", "event_etl.batches", MetricKind.COUNTER, "{batch}", ("event_type", "replayed"),
                "Micro-batches finished; replayed=\"true\" for a batch Spark replayed after a restart."),
-    MetricSpec("event_etl_hours_completed_total", "event_etl.hours.completed", MetricKind.COUNTER, "{hour}", _ET,
-               "Hours closed with a _COMPLETE marker."),
+    MetricSpec("event_etl_markers_written_total", "event_etl.markers.written", MetricKind.COUNTER, "{marker}", _ET,
+               "_COMPLETE markers written: hours closed."),
     MetricSpec("event_etl_batch_duration_seconds", "event_etl.batch.duration", MetricKind.HISTOGRAM, "s", _ET,
                "Wall time of a micro-batch, from its intent to its saved state (first attempts only)."),
     MetricSpec("event_etl_event_delay_seconds", "event_etl.event.delay", MetricKind.HISTOGRAM, "s", _ET,
                "Arrival minus event time of the events written (timely and late); bucketed on executors."),
     MetricSpec("event_etl_marker_delay_seconds", "event_etl.marker.delay", MetricKind.HISTOGRAM, "s", _ET,
                "When a _COMPLETE marker was written minus the end of its hour (0 if before it)."),
-    MetricSpec("event_etl_watermark_seconds", "event_etl.watermark", MetricKind.GAUGE, "s", _ET,
-               "The watermark, in seconds since the epoch (absent before the first event)."),
+    MetricSpec("event_etl_watermark_timestamp_seconds", "event_etl.watermark.timestamp", MetricKind.GAUGE, "s", _ET,
+               "The watermark, a time in seconds since the epoch (absent before the first event)."),
     MetricSpec("event_etl_watermark_lag_seconds", "event_etl.watermark.lag", MetricKind.GAUGE, "s", _ET,
                "Now minus the watermark, computed when scraped."),
     MetricSpec("event_etl_last_batch_timestamp_seconds", "event_etl.last_batch.timestamp", MetricKind.GAUGE, "s", _ET,
@@ -197,11 +202,37 @@ METRICS: tuple[MetricSpec, ...] = (
                "(the job's start until then)."),
     MetricSpec("event_etl_marker_pending_seconds", "event_etl.marker.pending", MetricKind.GAUGE, "s", _ET,
                "How long ago the oldest hour without a _COMPLETE marker ended (0 while it runs; absent before data)."),
-    MetricSpec("event_etl_input_backlog", "event_etl.input.backlog", MetricKind.GAUGE, "{item}", ("event_type", "unit"),
-               "Input available but not yet read, in unit=files or events (only where the source tells)."),
+    MetricSpec("event_etl_input_backlog_files", "event_etl.input.backlog.files", MetricKind.GAUGE, "{file}", _ET,
+               "Input files available but not yet read (directory source; absent where the source does not tell)."),
+    MetricSpec("event_etl_input_backlog_events", "event_etl.input.backlog.events", MetricKind.GAUGE, "{event}", _ET,
+               "Input events available but not yet read (generator; absent where the source does not tell)."),
 )
 
-_SPEC = {m.otel_name: m for m in METRICS}
+ENV_OLD_NAMES = "EVENT_ETL_METRICS_OLD_NAMES"
+"""``0``: do not export the names of :data:`RENAMED` (exported by default in this release, dropped in the next)."""
+
+RENAMED: tuple[MetricSpec, ...] = (
+    MetricSpec("event_etl_watermark_seconds", "event_etl.watermark", MetricKind.GAUGE, "s", _ET,
+               "Old name of event_etl_watermark_timestamp_seconds (a time, not a duration).",
+               replaced_by="event_etl_watermark_timestamp_seconds"),
+    MetricSpec("event_etl_hours_completed_total", "event_etl.hours.completed", MetricKind.COUNTER, "{hour}", _ET,
+               "Old name of event_etl_markers_written_total (promtool check metrics flags 'hours' as a non-base unit).",
+               replaced_by="event_etl_markers_written_total"),
+    MetricSpec("event_etl_input_backlog", "event_etl.input.backlog", MetricKind.GAUGE, "{item}", ("event_type", "unit"),
+               "Old form of event_etl_input_backlog_files and event_etl_input_backlog_events (one metric, two units).",
+               replaced_by="event_etl_input_backlog_files, event_etl_input_backlog_events"),
+)
+"""Metrics renamed in release 0.2: still exported under their old names for one release (dashboards and
+alerts of 0.1 keep working), unless ``EVENT_ETL_METRICS_OLD_NAMES=0``."""
+
+ENV_JOB = "EVENT_ETL_METRICS_JOB"
+"""The ``service.name`` of the metrics (default ``event_etl``): the ``job`` label OTLP receivers give them."""
+
+
+def old_names_exported() -> bool:
+    return os.environ.get(ENV_OLD_NAMES, "1").strip().lower() not in ("0", "false", "no", "off")
+
+_SPEC = {m.otel_name: m for m in METRICS + RENAMED}
 
 
 def exported_series() -> frozenset[str]:
@@ -556,7 +587,7 @@ class JobMetrics:
             for e in self.exports:
                 readers.append(e.open([self.delay]))
             self.provider = MeterProvider(
-                resource=Resource.create({"service.name": "event_etl", "service.version": __version__,
+                resource=Resource.create({"service.name": os.environ.get(ENV_JOB) or "event_etl", "service.version": __version__,
                                           "event_etl.event_type": event_type}),
                 metric_readers=readers,
                 views=[
@@ -589,17 +620,23 @@ class JobMetrics:
         self.files = meter.create_counter(**spec("event_etl.written.files"))
         self.bytes = meter.create_counter(**spec("event_etl.written.bytes"))
         self.batches = meter.create_counter(**spec("event_etl.batches"))
-        self.hours = meter.create_counter(**spec("event_etl.hours.completed"))
+        self.hours = meter.create_counter(**spec("event_etl.markers.written"))
+        self.old_names = old_names_exported()
+        self.hours_old = meter.create_counter(**spec("event_etl.hours.completed")) if self.old_names else None
         self.batch_duration = meter.create_histogram(**spec("event_etl.batch.duration"))
         self.marker_delay = meter.create_histogram(**spec("event_etl.marker.delay"))
         gauges = {
-            "event_etl.watermark": self._observe_watermark,
+            "event_etl.watermark.timestamp": self._observe_watermark,
             "event_etl.watermark.lag": self._observe_lag,
             "event_etl.last_batch.timestamp": self._observe_last_batch,
             "event_etl.heartbeat.timestamp": self._observe_heartbeat,
             "event_etl.marker.pending": self._observe_marker_pending,
-            "event_etl.input.backlog": self._observe_backlog,
+            "event_etl.input.backlog.files": lambda o: self._observe_backlog_unit("files"),
+            "event_etl.input.backlog.events": lambda o: self._observe_backlog_unit("events"),
         }
+        if self.old_names:
+            gauges["event_etl.watermark"] = self._observe_watermark
+            gauges["event_etl.input.backlog"] = self._observe_backlog
         for name, fn in gauges.items():
             meter.create_observable_gauge(callbacks=[fn], **spec(name))
         # Every series exists from the start, so that rate() sees the first increase and
@@ -610,8 +647,9 @@ class JobMetrics:
             self.deadletter.add(0, {**self.attrs, "reason": r.value})
         for flag in ("false", "true"):
             self.batches.add(0, {**self.attrs, "replayed": flag})
-        for c in (self.files, self.bytes, self.hours):
-            c.add(0, self.attrs)
+        for c in (self.files, self.bytes, self.hours, self.hours_old):
+            if c is not None:
+                c.add(0, self.attrs)
 
     # -- gauges, computed when collected -------------------------------------------------------
     def state(self):
@@ -643,9 +681,15 @@ class JobMetrics:
         pending = marker_pending_ms(self.state(), self.clock())
         return [] if pending is None else [Observation(pending / 1000.0, self.attrs)]
 
+    def _backlog_now(self) -> dict[str, int]:
+        return (self._backlog_fn() if self._backlog_fn is not None else self._backlog) or {}
+
     def _observe_backlog(self, _options: CallbackOptions) -> Iterable[Observation]:
-        backlog = self._backlog_fn() if self._backlog_fn is not None else self._backlog
-        return [Observation(v, {**self.attrs, "unit": u}) for u, v in sorted((backlog or {}).items())]
+        return [Observation(v, {**self.attrs, "unit": u}) for u, v in sorted(self._backlog_now().items())]
+
+    def _observe_backlog_unit(self, unit: str) -> Iterable[Observation]:
+        v = self._backlog_now().get(unit)
+        return [] if v is None else [Observation(v, self.attrs)]
 
     # -- listener ------------------------------------------------------------------------------
     def _on_event(self, kind: str, payload: Any) -> None:
@@ -703,6 +747,8 @@ class JobMetrics:
 
     def _on_marker(self, m) -> None:
         self.hours.add(1, self.attrs)
+        if self.hours_old is not None:
+            self.hours_old.add(1, self.attrs)
         delay_ms = m.marker_delay_ms
         self.marker_delay.record(max(0, delay_ms) / 1000.0, self.attrs)  # OpenTelemetry histograms take no negatives
         if self.history is not None:

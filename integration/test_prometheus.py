@@ -141,10 +141,12 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
                    for r in prom.query(f"event_etl_deadletter_records_total{{{sel}}} > 0")}
         assert reasons == {"invalid_json": 3.0, "future": 2.0, "too_late": 2.0}
 
-        assert scalar(prom, f"event_etl_watermark_seconds{{{sel}}}") == local_watermark / 1000
+        assert scalar(prom, f"event_etl_watermark_timestamp_seconds{{{sel}}}") == local_watermark / 1000
+        assert scalar(prom, f"event_etl_watermark_seconds{{{sel}}}") == local_watermark / 1000  # 0.1's name, one release
         lag = scalar(prom, f"event_etl_watermark_lag_seconds{{{sel}}}")
         assert abs(lag - (now_millis() - local_watermark) / 1000) < 30, lag
-        assert scalar(prom, f"event_etl_hours_completed_total{{{sel}}}") == 1  # H0 only
+        assert scalar(prom, f"event_etl_markers_written_total{{{sel}}}") == 1  # H0 only
+        assert scalar(prom, f"event_etl_hours_completed_total{{{sel}}}") == 1  # 0.1's name, kept one release
         assert (tmp_path / "sink" / "click").glob("dt=*/hour=*/_COMPLETE")
         avro = list((tmp_path / "sink" / "click").glob("dt=*/hour=*/*.avro"))
         assert scalar(prom, f"event_etl_written_files_total{{{sel}}}") == len(avro)
@@ -162,11 +164,11 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
         assert scalar(prom, f"event_etl_marker_pending_seconds{{{sel}}}") > 3600  # H1 is over, and still open
         # The backlog comes from Spark's progress, read once a tick: it reaches 0 within a tick or two of the last batch.
         def drained():
-            rows = prom.query(f"event_etl_input_backlog{{{sel}}}")
+            rows = prom.query(f"event_etl_input_backlog_files{{{sel}}}")  # a directory source counts files
             return rows if rows and all(float(r["value"][1]) == 0 for r in rows) else None
 
-        backlog = wait_until(drained, 15, "an input backlog of 0", job)
-        assert {r["metric"]["unit"] for r in backlog} <= {"files", "events"}, backlog
+        wait_until(drained, 15, "an input backlog of 0", job)
+        assert prom.query(f"event_etl_input_backlog_events{{{sel}}}") == [], "a directory source tells files only"
         assert scalar(prom, 'up{job="event_etl"}') == 1
 
         # The shipped rules load and evaluate; every dashboard query is valid PromQL here.

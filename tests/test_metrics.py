@@ -109,7 +109,7 @@ def test_counters_equal_the_events_fed_through_the_real_executor_and_controller(
     assert value(s, "event_etl_written_files_total", event_type="click") == len(files)
     assert value(s, "event_etl_written_bytes_total", event_type="click") == sum(f.stat().st_size for f in files)
     markers = list((job.p.sink / "click").glob("dt=*/hour=*/_COMPLETE"))
-    assert value(s, "event_etl_hours_completed_total", event_type="click") == len(markers) == 1
+    assert value(s, "event_etl_markers_written_total", event_type="click") == len(markers) == 1
     assert value(s, "event_etl_batches_total", event_type="click", replayed="false") == 2
     assert value(s, "event_etl_batches_total", event_type="click", replayed="true") == 0
     # Every written event (timely or late) is in the delay histogram, once.
@@ -159,7 +159,7 @@ def test_every_series_is_there_from_the_start_with_zero(tmp_path):
     for reason in Reason:
         assert value(s, "event_etl_deadletter_records_total", event_type="click", reason=reason.value) == 0
     assert value(s, "event_etl_heartbeat_timestamp_seconds", event_type="click") == t("14:10") / 1000
-    assert value(s, "event_etl_watermark_seconds", event_type="click") is None  # no event yet, no watermark
+    assert value(s, "event_etl_watermark_timestamp_seconds", event_type="click") is None  # no event yet, no watermark
     job.metrics.shutdown()
 
 
@@ -176,15 +176,19 @@ def test_duplicates_dropped_by_the_pipeline_are_counted(tmp_path):
     job.metrics.shutdown()
 
 
-def test_the_scrape_shows_exactly_the_registered_series(tmp_path):
+def test_the_scrape_shows_exactly_the_registered_series(tmp_path, monkeypatch):
     """The registry in event_etl.metrics (which the dashboard and alerts are checked against) is what a scrape shows."""
+    monkeypatch.setenv("EVENT_ETL_METRICS_OLD_NAMES", "0")
     job = Job(tmp_path)
     feed_known_mix(job)
     job.metrics.observe_progress({"sources": [{"endOffset": '{"files": 3}', "latestOffset": '{"files": 5}'}]})
     fams = {f.name: f for f in text_string_to_metric_families(job.prom.text())}
     shown = {s.name for f in fams.values() for s in f.samples} - {"target_info"}
-    assert shown == exported_series()
+    # a directory source tells files, not events: the events backlog is absent, as documented
+    assert shown == exported_series() - {"event_etl_input_backlog_events"}
     for m in METRICS:
+        if m.name == "event_etl_input_backlog_events":
+            continue
         base = m.name.removesuffix("_total")
         assert fams[base].type == str(m.kind), m.name
         labels = {k for s in fams[base].samples for k in s.labels} - {"le"}
@@ -197,7 +201,7 @@ def test_watermark_lag_and_marker_pending_are_computed_when_scraped(tmp_path):
     job.clock.now = t("14:10")
     job.p.batch([click("a", "14:07")])  # watermark 14:05
     s = job.scrape()
-    assert value(s, "event_etl_watermark_seconds", event_type="click") == t("14:05") / 1000
+    assert value(s, "event_etl_watermark_timestamp_seconds", event_type="click") == t("14:05") / 1000
     assert value(s, "event_etl_watermark_lag_seconds", event_type="click") == 300
     assert value(s, "event_etl_marker_pending_seconds", event_type="click") == 0  # hour 14 still runs
     job.clock.now = t("15:40")  # no batch since: the lag grows, hour 14 is 40 minutes overdue
@@ -248,7 +252,7 @@ def test_marker_delay_is_recorded_per_hour_and_never_negative(tmp_path):
     assert value(s, "event_etl_marker_delay_seconds_count", event_type="click") == 2
     assert value(s, "event_etl_marker_delay_seconds_sum", event_type="click") == 600
     assert value(s, "event_etl_marker_delay_seconds_bucket", event_type="click", le="600") == 2
-    assert value(s, "event_etl_hours_completed_total", event_type="click") == 2
+    assert value(s, "event_etl_markers_written_total", event_type="click") == 2
     job.metrics.shutdown()
 
 
@@ -269,17 +273,47 @@ def test_backlog_from_spark_progress(progress, expected):
     assert backlog_from_progress(progress) == expected
 
 
-def test_backlog_is_exported_with_its_unit_and_absent_otherwise():
+def test_backlog_is_exported_in_its_unit_and_absent_otherwise():
     prom = PrometheusEndpoint()
     m = JobMetrics("click", clock=FakeClock(t("14:00")), exports=[prom])
-    assert not [k for k in samples(prom.text()) if k[0] == "event_etl_input_backlog"]
+    backlog = ("event_etl_input_backlog_events", "event_etl_input_backlog_files", "event_etl_input_backlog")
+    assert not [k for k in samples(prom.text()) if k[0] in backlog]
     m.observe_progress({"sources": [{"endOffset": '{"n": 10}', "latestOffset": '{"n": 25}'}]})
-    assert value(prom.text(), "event_etl_input_backlog", event_type="click", unit="events") == 15
+    assert value(prom.text(), "event_etl_input_backlog_events", event_type="click") == 15
+    assert not [k for k in samples(prom.text()) if k[0] == "event_etl_input_backlog_files"]
     m.observe_progress(None)  # between progress reports: keep what we know
-    assert value(prom.text(), "event_etl_input_backlog", event_type="click", unit="events") == 15
+    assert value(prom.text(), "event_etl_input_backlog_events", event_type="click") == 15
+    m.observe_progress({"sources": [{"endOffset": '{"files": 1}', "latestOffset": '{"files": 4}'}]})
+    assert value(prom.text(), "event_etl_input_backlog_files", event_type="click") == 3
     m.observe_progress({"sources": [{"endOffset": '{"n": 10}', "latestOffset": "null"}]})
-    assert not [k for k in samples(prom.text()) if k[0] == "event_etl_input_backlog"]
+    assert not [k for k in samples(prom.text()) if k[0] in backlog]
     m.shutdown()
+
+
+def test_renamed_metrics_keep_their_old_names_for_one_release(tmp_path, monkeypatch):
+    """0.1's dashboards and alerts keep working: the old names carry the same values, unless turned off."""
+    from event_etl.metrics import RENAMED
+
+    job = Job(tmp_path)
+    job.clock.now = t("14:10")
+    job.p.batch([click("a", "13:07"), click("b", "14:07")])  # watermark 14:05: hour 13 marked
+    job.metrics.observe_progress({"sources": [{"endOffset": '{"files": 3}', "latestOffset": '{"files": 5}'}]})
+    s = job.scrape()
+    assert value(s, "event_etl_watermark_seconds", event_type="click") == \
+        value(s, "event_etl_watermark_timestamp_seconds", event_type="click") == t("14:05") / 1000
+    assert value(s, "event_etl_hours_completed_total", event_type="click") == \
+        value(s, "event_etl_markers_written_total", event_type="click") == 1
+    assert value(s, "event_etl_input_backlog", event_type="click", unit="files") == \
+        value(s, "event_etl_input_backlog_files", event_type="click") == 2
+    assert {m.name for m in RENAMED} == {"event_etl_watermark_seconds", "event_etl_hours_completed_total",
+                                         "event_etl_input_backlog"}
+    job.metrics.shutdown()
+    monkeypatch.setenv("EVENT_ETL_METRICS_OLD_NAMES", "0")
+    job = Job(tmp_path / "off")
+    job.clock.now = t("14:10")
+    job.p.batch([click("a", "13:07"), click("b", "14:07")])
+    assert not {k[0] for k in job.scrape()} & {m.name for m in RENAMED}
+    job.metrics.shutdown()
 
 
 def test_no_exporter_by_default_and_no_global_state(tmp_path, capsys):
@@ -383,7 +417,10 @@ def test_otlp_push_carries_the_counters_and_the_pre_bucketed_histogram(tmp_path)
     assert _OtlpReceiver.received, "nothing was pushed"
     req = ExportMetricsServiceRequest.FromString(_OtlpReceiver.received[-1])
     metrics = {m.name: m for rm in req.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    assert {m.otel_name for m in METRICS} - {"event_etl.input.backlog"} == set(metrics)  # no progress, no backlog
+    from event_etl.metrics import RENAMED
+
+    no_backlog = {"event_etl.input.backlog", "event_etl.input.backlog.files", "event_etl.input.backlog.events"}
+    assert {m.otel_name for m in METRICS + RENAMED} - no_backlog == set(metrics)  # no progress, no backlog
     events = {dict((a.key, a.value.string_value) for a in p.attributes)["outcome"]: p.as_int
               for p in metrics["event_etl.events"].sum.data_points}
     assert events == {o: expected.get(o, 0) for o in OUTCOMES}

@@ -102,7 +102,11 @@ def test_dashboard_is_importable_with_a_row_per_concern_and_templated_on_event_t
     assert rows == ["liveness", "throughput", "lateness", "completeness", "dead-letter"]
     variables = {v["name"]: v for v in doc["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    assert variables["event_type"]["multi"] and variables["event_type"]["includeAll"]
+    for name in ("event_type", "env", "job"):
+        assert variables[name]["multi"] and variables[name]["includeAll"]
+    for name in ("env", "job"):  # "All" also matches series without the label (a target without env)
+        assert variables[name]["allValue"] == ".*"
+    assert "env" in variables["env"]["query"]["query"] and '$job' in variables["env"]["query"]["query"]
     ids = [p["id"] for p in doc["panels"]]
     assert len(ids) == len(set(ids))
     cells = set()
@@ -115,7 +119,8 @@ def test_dashboard_is_importable_with_a_row_per_concern_and_templated_on_event_t
         if p["type"] != "row":
             assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]
             for target in p["targets"]:
-                assert '$event_type' in target["expr"], f"{p['title']!r} ignores the event_type variable"
+                for var in ("$event_type", "$env", "$job"):
+                    assert var in target["expr"], f"{p['title']!r} ignores the {var} variable"
 
 
 def _metric_table() -> list[list[str]]:
@@ -152,3 +157,39 @@ def test_the_readme_table_documents_every_metric_as_the_code_exports_it():
 def test_the_readme_links_the_metric_table():
     readme = (ROOT / "README.md").read_text()
     assert "monitoring/README.md" in readme
+
+
+def test_every_alert_has_a_runbook_section():
+    doc = yaml.safe_load((MONITORING / "alerts.yml").read_text())
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    headings = {line[3:].strip().lower() for line in runbook.splitlines() if line.startswith("## ")}
+    for g in doc["groups"]:
+        for r in g["rules"]:
+            url = r["annotations"]["runbook_url"]
+            path, _, anchor = url.partition("#")
+            assert path == "docs/runbook.md" and anchor == r["alert"].lower(), url
+            assert anchor in headings, f"docs/runbook.md has no section {r['alert']}"
+
+
+def test_promtool_check_metrics_passes_on_a_real_scrape(tmp_path, monkeypatch):
+    """A job's /metrics (every metric present) passes promtool's lint; with the 0.1 names still exported
+    (the default for one release) only the deprecated hours counter is flagged."""
+    from tests.test_metrics import Job, feed_known_mix
+
+    def lint(text: str) -> subprocess.CompletedProcess:
+        return subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+
+    monkeypatch.setenv("EVENT_ETL_METRICS_OLD_NAMES", "0")
+    job = Job(tmp_path / "new")
+    feed_known_mix(job)
+    job.metrics.observe_progress({"sources": [{"endOffset": '{"files": 3}', "latestOffset": '{"files": 5}'}]})
+    r = lint(job.prom.text())
+    job.metrics.shutdown()
+    assert r.returncode == 0, r.stdout + r.stderr
+    monkeypatch.setenv("EVENT_ETL_METRICS_OLD_NAMES", "1")
+    job = Job(tmp_path / "old")
+    feed_known_mix(job)
+    r = lint(job.prom.text())
+    job.metrics.shutdown()
+    flagged = {line.split()[0] for line in (r.stdout + r.stderr).splitlines() if line.startswith("event_etl_")}
+    assert flagged == {"event_etl_hours_completed_total"}, r.stdout + r.stderr
