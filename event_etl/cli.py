@@ -323,7 +323,8 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str 
     stopped.
 
     Several types (or --all) run as a fleet: one query per type in one Spark application, each
-    with its own source (its `source` setting), checkpoint (--checkpoint ROOT/<type>), watermark,
+    with its own source (its `source` setting), checkpoint (DIR/<type> of --checkpoint-root DIR, which a
+    fleet also takes as --checkpoint DIR), watermark,
     markers and metrics; a failing query is restarted with backoff without stopping the others.
     `event-etl status` shows every type.
     """

@@ -82,5 +82,6 @@ def exit_codes_help() -> str:
 def exit_codes_markdown() -> str:
     """The table as Markdown (README, docs/commands.md)."""
     rows = ["| code | name | meaning |", "|---|---|---|"]
-    rows += [f"| {int(c)} | `{c.name}` | {m} |" for c, m in EXIT_CODE_MEANINGS.items()]
+    rows += [f"| {int(c)} | `{c.name}` | {m.replace('<sink>/<event_type>/', '`<sink>/<event_type>/`')} |"
+             for c, m in EXIT_CODE_MEANINGS.items()]
     return "\n".join(rows)

@@ -48,7 +48,7 @@ def safe_relpath(rel: str) -> str:
 
 def _prepare_gcs_env() -> None:
     # gcsfs probes for hierarchical-namespace buckets unless told not to; against the
-    # emulator that probe hangs for a minute (see README, "Pitfalls").
+    # emulator that probe hangs for a minute (see docs/production.md, "Pitfalls").
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 

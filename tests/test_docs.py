@@ -1,0 +1,49 @@
+"""The docs say what the code does: the command reference is generated from click, every EVENT_ETL_*
+variable the code reads is in docs/environment.md, the README links the pages, no dangling references."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def test_the_committed_command_reference_is_what_click_says():
+    r = subprocess.run([sys.executable, str(DOCS / "make_commands.py"), "--check"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, (r.stderr or r.stdout) + "\nrun: .venv/bin/python docs/make_commands.py"
+
+
+def _env_table() -> set[str]:
+    rows = [line for line in (DOCS / "environment.md").read_text().splitlines() if line.startswith("| `EVENT_ETL_")]
+    return {line.split("`")[1] for line in rows}
+
+
+def test_every_event_etl_variable_the_code_reads_is_in_the_one_table():
+    names: set[str] = set()
+    for base in ("event_etl", "bin"):
+        for path in (ROOT / base).rglob("*"):
+            if path.is_file() and path.suffix in ("", ".py", ".sh") and "__pycache__" not in path.parts:
+                names |= set(re.findall(r"EVENT_ETL_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*{])", path.read_text(errors="replace")))
+    # the Pub/Sub fetcher builds its names from its settings' fields: EVENT_ETL_PUBSUB_<FIELD>
+    from dataclasses import fields
+
+    from event_etl.sources.pubsub_fetch import FetchSettings
+
+    names |= {"EVENT_ETL_PUBSUB_OUTAGE_SECONDS" if f.name == "outage_timeout" else f"EVENT_ETL_PUBSUB_{f.name.upper()}"
+              for f in fields(FetchSettings)}
+    table = _env_table()
+    assert names - table == set(), "document these in docs/environment.md"
+    assert table - names == set(), "docs/environment.md lists variables the code no longer reads"
+
+
+def test_no_dangling_pitfalls_reference():
+    for path in [ROOT / "event_etl" / "storage.py", *DOCS.glob("*.md"), ROOT / "README.md"]:
+        for m in re.finditer(r'see ([^,()]*?), "Pitfalls"', path.read_text()):
+            page = ROOT / m.group(1).strip()
+            assert page.is_file(), f"{path}: {m.group(0)}"
+            assert re.search(r"^#+ Pitfalls", page.read_text(), re.M), f"{page} has no Pitfalls section"
