@@ -138,6 +138,9 @@ class Fetcher:
         self.run = secrets.token_hex(4)
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)
+        self.wake = threading.Condition(self.lock)  # parked streams wait here for the watcher to find messages
+        self._empty = False  # the last pull found the subscription empty
+        self._watcher: int | None = None  # the one stream that keeps pulling while it is empty
         self.held: dict[str, _Held] = {}
         self.leftover = (0, 0)  # messages and bytes of segments of earlier runs still in the spool
         self.streams = [_Stream(i) for i in range(max(1, self.settings.streams))]
@@ -169,6 +172,9 @@ class Fetcher:
         return self._client
 
     def start(self) -> "Fetcher":
+        """Start pulling (once; calling it again changes nothing)."""
+        if self._threads:
+            return self
         self._count_leftovers()
         for s in self.streams:
             t = threading.Thread(target=self._stream_loop, args=(s,), name=f"pubsub-pull-{s.index}", daemon=True)
@@ -184,6 +190,7 @@ class Fetcher:
         self._stop.set()
         with self.room:
             self.room.notify_all()
+            self.wake.notify_all()
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
@@ -267,6 +274,16 @@ class Fetcher:
             self._fail(SourceError(f"pulling from {self.subscription} failed: {type(err).__name__}: {err}",
                                    fix="see the log for the cause; the job can be restarted on the same checkpoint"))
 
+    def _park(self, s: _Stream) -> None:
+        """While the subscription is empty, one stream (the watcher) keeps pulling and the others wait here
+        until it brings messages: a quiet subscription costs one pending pull, not one per stream (on the
+        emulator every pending pull scans every unacknowledged message 20 times a second)."""
+        with self.wake:
+            while self._pulling() and self._empty and self._watcher not in (None, s.index):
+                self.wake.wait(0.25)
+            if self._empty and self._watcher is None:
+                self._watcher = s.index
+
     def _pull_loop(self, s: _Stream) -> None:
         from google.api_core import exceptions as ex
         from google.pubsub_v1.types import PullResponse
@@ -274,8 +291,10 @@ class Fetcher:
         pause = 0.05
         while self._pulling():
             self._wait_for_room()
+            self._park(s)
             if not self._pulling():
                 break
+            sent = time.monotonic()
             try:
                 self.requests["pull"] += 1
                 resp = self.client.pull(subscription=self.subscription, max_messages=PULL_MAX,
@@ -304,8 +323,11 @@ class Fetcher:
             if n == 0:
                 self._flush(s)
                 with self.lock:
+                    self._empty = True
+                    if self._watcher is None:
+                        self._watcher = s.index
                     if s.empty_since is None:
-                        s.empty_since = time.monotonic()
+                        s.empty_since = sent  # the pull waited for messages from then on, and none came
                 if self.once:
                     self._check_drained()
                 self._stop.wait(pause)
@@ -317,6 +339,9 @@ class Fetcher:
             faults.point("pulled", str(n))  # pulled, not yet in a segment
             with self.lock:
                 s.empty_since = None
+                if self._empty:  # messages again: every stream pulls
+                    self._empty, self._watcher = False, None
+                    self.wake.notify_all()
                 if not s.buffer:
                     s.opened = time.monotonic()
                 s.buffer.append(data)
@@ -404,8 +429,7 @@ class Fetcher:
                 done.append(os.path.basename(name))
         ok = True
         for i in range(0, len(ids), ACK_CHUNK):
-            if i:
-                faults.point("acknowledging", str(i))  # some of a batch's messages acknowledged, not all
+            faults.point("acknowledging", str(i))  # the batch saved; its messages from here on not acknowledged
             try:
                 self.requests["acknowledge"] += 1
                 self.client.acknowledge(subscription=self.subscription, ack_ids=ids[i:i + ACK_CHUNK], timeout=30)
@@ -438,6 +462,18 @@ class Fetcher:
         total = sum(requests.values())
         return {"pulled": self.pulled, "acked": self.acked, "held_messages": msgs, "held_bytes": size,
                 "requests": requests, "requests_per_1000": (1000 * total / self.pulled) if self.pulled else None}
+
+    def summary_line(self, name: str) -> str:
+        """What this run asked of Pub/Sub, for the end of a run (API requests are what quotas and bills count)."""
+        st = self.stats()
+        req = st["requests"]
+        total = sum(req.values())
+        per = f"{st['requests_per_1000']:,.1f} per 1,000 messages" if st["requests_per_1000"] is not None else "no messages"
+        parts = ", ".join(f"{label} {req.get(key, 0):,}" for key, label in (
+            ("pull", "pull"), ("acknowledge", "acknowledge"), ("modify_ack_deadline", "modifyAckDeadline"),
+            ("get_subscription", "getSubscription")))
+        return (f"[{name}] Pub/Sub: pulled {st['pulled']:,}, acknowledged {st['acked']:,}, {total:,} requests "
+                f"({per}: {parts})")
 
     def describe(self) -> str:
         s = self.settings
