@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from event_etl.consumer import HourState, hour_statuses, verify_hour
+from event_etl.errors import NoDataError
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.timeutil import HOUR_MS, hour_floor, iso, now_millis, to_millis
 
@@ -29,7 +30,11 @@ def _first_unmarked_hour(sink: Path, deadline: float, job: subprocess.Popen) -> 
     now = hour_floor(now_millis())  # the demo's event time starts 2h15m before this hour and runs 120x faster
     while time.monotonic() < deadline:
         assert job.poll() is None, f"the demo job exited ({job.returncode}):\n{job.stdout.read()}"
-        states = hour_statuses(sink, "page_view", iso(now - 6 * HOUR_MS), iso(now + 24 * HOUR_MS))
+        try:
+            states = hour_statuses(sink, "page_view", iso(now - 6 * HOUR_MS), iso(now + 24 * HOUR_MS))
+        except NoDataError:  # the job has not written its lease or first files yet
+            time.sleep(0.5)
+            continue
         complete = [s for s in states if s.is_complete]
         if complete:
             return to_millis(complete[-1].hour) + HOUR_MS

@@ -49,7 +49,14 @@ def test_status_of_every_kind_of_hour(sc):
     assert states == [HourState.NEVER, HourState.COMPLETE, HourState.COMPLETE, HourState.OPEN, HourState.NOT_STARTED]
 
 
-def test_an_empty_bucket_is_not_started(gcs_bucket):
+def test_an_empty_bucket_is_no_data_not_not_started(gcs_bucket):
+    """A mistyped sink on GCS: nothing at <sink>/<type>/ is its own answer (exit code 6), never "not yet"."""
+    from event_etl.errors import NoDataError
+
+    with pytest.raises(NoDataError) as err:
+        hour_status(f"{gcs_bucket}/nothing", "click", "2026-11-21T13")
+    assert err.value.exit_code == 6 and f"{gcs_bucket}/nothing/click" in err.value.message
+    Storage(f"{gcs_bucket}/nothing").write_atomic("click/_LEASE", b"{}")  # a job started there: now "not started"
     assert hour_status(f"{gcs_bucket}/nothing", "click", "2026-11-21T13").state is HourState.NOT_STARTED
 
 
@@ -146,7 +153,10 @@ def test_could_not_check_when_the_storage_server_is_down(tmp_path, monkeypatch):
         monkeypatch.setenv("EVENT_ETL_STORAGE_RETRY_SECONDS", "1")  # the storage layer's retries; gcsfs has its own
         server.create_bucket("down")
         sink = "gs://down/events"
-        assert hour_status(sink, "click", "2026-11-21T13").state is HourState.NOT_STARTED  # up: absent
+        from event_etl.errors import NoDataError
+
+        with pytest.raises(NoDataError):  # up: nothing there, and it can tell
+            hour_status(sink, "click", "2026-11-21T13")
         server.stop()
         with pytest.raises(CouldNotCheckError) as err:
             wait_for_hour(sink, "click", "2026-11-21T13", timeout=600, poll_interval=1)
