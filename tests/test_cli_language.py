@@ -244,3 +244,18 @@ def test_unreachable_gcs_is_one_error_line_not_a_traceback(tmp_path):
 
 def test_duration_value_passes_through_a_command_line_unchanged():
     assert str(Duration(2.0, "2s")) == "2s" and str(to_duration(90)) == "90000ms"
+
+
+@pytest.mark.parametrize("args", [["setup", "page_view"], ["publish", "page_view", "--duration", "1"]])
+def test_missing_credentials_are_one_error_line_not_a_traceback(tmp_path, args):
+    env = {k: v for k, v in os.environ.items() if k not in ("PUBSUB_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS",
+                                                            "EVENT_ETL_DEBUG")}
+    env.update(CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), GCE_METADATA_HOST="127.0.0.1:9", GCE_METADATA_IP="127.0.0.1:9",
+               NO_GCE_CHECK="True",
+               HOME=str(tmp_path))
+    exe = str(Path(sys.executable).with_name("event-etl"))
+    r = subprocess.run([exe, *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=180)
+    errors, fixes = error_lines(r.stderr)
+    assert r.returncode == ExitCode.ERROR, r.stderr
+    assert len(errors) == 1 and "credentials" in errors[0] and len(fixes) == 1 and "Traceback" not in r.stderr
+    assert "gcloud auth application-default login" in fixes[0]
