@@ -213,7 +213,7 @@ class Checkpoint:
         """Forget intents of batches up to ``keep_after`` (Spark will never replay them)."""
         d = self.etl / "batches"
         if d.is_dir():
-            for p in d.glob("*.json"):
+            for p in [*d.glob("*.json"), *d.glob("*.dropkeys")]:
                 stem = p.name.split(".", 1)[0]
                 if stem.isdigit() and int(stem) <= keep_after:
                     p.unlink(missing_ok=True)
@@ -225,6 +225,25 @@ class Checkpoint:
     def save_drops(self, batch_id: int, drops: dict[str, tuple[int, ...]]) -> None:
         """Which records of a batch were found to be duplicates (file name -> positions)."""
         write_json_atomic(self._drops_path(batch_id), {k: list(v) for k, v in drops.items()})
+
+    def save_dropped_keys(self, batch_id: int, rows) -> None:
+        """The keys of the records a batch dropped as duplicates (``STORED_DTYPE`` rows), durably."""
+        path = self.etl / "batches" / f"{batch_id:010d}.dropkeys"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(rows.tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def load_dropped_keys(self, batch_id: int):
+        from event_etl.dedupe import STORED_DTYPE
+        import numpy as np
+
+        path = self.etl / "batches" / f"{batch_id:010d}.dropkeys"
+        return np.frombuffer(path.read_bytes(), dtype=STORED_DTYPE).copy() if path.exists() else \
+            np.zeros(0, dtype=STORED_DTYPE)
 
     def load_drops(self, batch_id: int) -> dict[str, tuple[int, ...]]:
         p = self._drops_path(batch_id)

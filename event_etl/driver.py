@@ -264,6 +264,13 @@ class Controller:
         rows = None
         if self.dedupe is not None:
             outputs, rows, drop = self._drop_duplicates(intent, drop, outputs, run_tasks)
+            # the keys of the records dropped as duplicates are remembered too: a message dropped here may be
+            # delivered again (its acknowledgement can be lost), and its id key may be gone from the window by then
+            dropped = self.ckpt.load_dropped_keys(batch_id)
+            if len(dropped):
+                from event_etl.dedupe import stored
+
+                rows = np.concatenate([stored(rows), dropped])
         if drop:
             self._remove_emptied(intent, drop, [rep for rep, _ in outputs])
         result = summarize([rep for rep, _ in outputs])
@@ -288,6 +295,10 @@ class Controller:
         for r in rows[dup]:
             new_drop.setdefault(names[(int(r["shard"]), int(r["file"]))], set()).add(int(r["rec"]))
         frozen = {k: tuple(sorted(v)) for k, v in sorted(new_drop.items())}
+        from event_etl.dedupe import stored
+
+        earlier = self.ckpt.load_dropped_keys(intent.batch_id)
+        self.ckpt.save_dropped_keys(intent.batch_id, np.concatenate([earlier, stored(rows[dup])]))
         self.ckpt.save_drops(intent.batch_id, frozen)  # a replay skips the same records
         shards = {int(s) for s in np.unique(rows[dup]["shard"])}
         again = run_tasks(self.batch_context(intent, frozen), shards)

@@ -174,6 +174,88 @@ def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str
         raise SourceError(f"unknown split kind {split.kind!r}")
 
 
+def _fast_plan(decoder, split: Split):
+    """The columnar plan for a split, if it can take the fast path: a files split, or Pub/Sub segments of a
+    type that reads its event time from the payload (not from an attribute), whose schema the plan covers."""
+    if split.kind == "files" or (split.kind == "seg" and decoder.event_type.time_attribute is None):
+        return plan_for(decoder)
+    return None
+
+
+class _MessageChunk:
+    """Consecutive Pub/Sub messages of a split, about ``_READ_BYTES`` of payloads, for the fast path.
+
+    ``data`` is their payloads joined by newlines, or ``None`` when a payload holds a newline
+    itself (the lines would not be the messages): then only the record path can take them."""
+
+    __slots__ = ("datas", "mids", "published", "messages", "size", "data", "arrivals")
+
+    def __init__(self) -> None:
+        self.datas: list[bytes] = []
+        self.mids: list[str] = []
+        self.published: list[int] = []
+        self.messages: list[Any] = []
+        self.size = 0
+        self.data: bytes | None = None
+        self.arrivals: np.ndarray | None = None
+
+    def close(self) -> "_MessageChunk":
+        data = b"\n".join(self.datas)
+        self.data = data if data.count(b"\n") == len(self.datas) - 1 and all(self.datas) else None
+        self.arrivals = np.array(self.published, dtype=np.int64)
+        return self
+
+    def decode(self, plan):
+        """The fast path's decoding of the chunk, or ``None`` (then every message takes the record path)."""
+        if self.data is None:
+            return None
+        fc = plan.decode(self.data)
+        return fc if fc is not None and fc.n == len(self.datas) else None
+
+    def payloads(self) -> Iterator[tuple[bytes, int, str, str, Any]]:
+        """The messages as :func:`iter_payloads` yields them (for the record path)."""
+        for data, mid, published, m in zip(self.datas, self.mids, self.published, self.messages):
+            yield data, published, "msg:", mid, (mid, dict(m.attributes))
+
+
+def _message_chunks(split: Split) -> Iterator[_MessageChunk]:
+    """The messages of a segments split, in order, in chunks of about ``_READ_BYTES`` of payloads."""
+    from itertools import accumulate
+
+    from event_etl.sources.spool import message_runs
+
+    limit = _READ_BYTES
+    cur = _MessageChunk()
+    for path, start, end, _ in split.ranges():
+        for msgs in message_runs(path, start, end):
+            while msgs:
+                datas = [m.data for m in msgs]
+                room = limit - cur.size
+                sizes = list(accumulate(len(d) + 1 for d in datas))
+                take = len(msgs) if sizes[-1] < room else next(k for k, v in enumerate(sizes) if v >= room) + 1
+                part = msgs[:take] if take < len(msgs) else msgs
+                cur.datas.extend(datas[:take] if take < len(msgs) else datas)
+                cur.mids.extend([m.message_id for m in part])
+                cur.published.extend([p.seconds * 1000 + p.nanos // 1_000_000 for p in (m.publish_time for m in part)])
+                cur.messages.extend(part)
+                cur.size += sizes[take - 1]
+                if cur.size >= limit:
+                    yield cur.close()
+                    cur = _MessageChunk()
+                msgs = msgs[take:]
+    if cur.datas:
+        yield cur.close()
+
+
+def _message_keys(mids: list[str], arrivals: list[int]) -> np.ndarray:
+    """:func:`event_etl.dedupe.key_hash` ``("m", f"{message id}@{arrival}")`` of each message (``uint64``)."""
+    import xxhash
+
+    h = xxhash.xxh3_64_intdigest
+    return np.fromiter((h(f"m:{m}@{a}".encode("utf-8", "surrogatepass")) for m, a in zip(mids, arrivals)),
+                       dtype=np.uint64, count=len(mids))
+
+
 class _Block:
     """What ``fastavro.write.Writer.write_block`` reads: encoded datums and their count."""
 
@@ -354,7 +436,7 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
     decoder = _decoder(et)
     skew = et.max_future_skew
     best = None
-    plan = plan_for(decoder) if fast and split.kind == "files" else None
+    plan = _fast_plan(decoder, split) if fast else None
 
     def consider(t: int, arrival: int) -> None:
         nonlocal best
@@ -363,6 +445,20 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
             if best is None or c > best:
                 best = c
 
+    if plan is not None and split.kind == "seg":
+        for mc in _message_chunks(split):
+            fc = mc.decode(plan)
+            if fc is not None:
+                ok = fc.times <= mc.arrivals + skew
+                if ok.any():
+                    c = int(np.minimum(fc.times[ok], mc.arrivals[ok]).max())
+                    consider(c, c)
+                continue
+            for payload, arrival, _, _, msg in mc.payloads():
+                good, _, t = decoder.decode_message(payload, msg[1], arrival)
+                if good:
+                    consider(t, arrival)
+        return best
     if plan is not None:
         for fc, data, base, arrival, _ in _decoded_chunks(split, plan):
             if fc is not None:
@@ -395,7 +491,7 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
         return {"shard": split.shard, "reference": split_reference(split, et, fast=fast)}, b""
     decoder = _decoder(et)
     decode, decode_message = decoder.decode, decoder.decode_message
-    plan = plan_for(decoder) if fast and split.kind == "files" else None
+    plan = _fast_plan(decoder, split) if fast else None
     reference = ctx.reference if ctx.wm_start is None else None
     judge = make_judge(
         ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
@@ -458,12 +554,17 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
             rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t))
         counts[outcome.value] += 1
 
-    def chunk(fc, data: bytes, base: int, arrival: int, where: str) -> None:
-        """The fast path: a chunk of valid JSON lines (:mod:`event_etl.fastpath`), the same outcome as :func:`one` on each."""
+    def chunk(fc, data: bytes, arrival: "int | np.ndarray", position, mids: list[str] | None = None) -> None:
+        """The fast path: a chunk of valid JSON lines (:mod:`event_etl.fastpath`), the same outcome as :func:`one` on each.
+
+        ``arrival``: one arrival for the chunk (the lines of a file) or one per line (Pub/Sub
+        messages: their publish times); ``position(i)``: the position of line ``i`` (``where + offset``);
+        ``mids``: the message id of each line (Pub/Sub), for the message dedupe keys."""
         import pyarrow as pa
 
         codes, hours = judge_array(fc.times, arrival, ctx.wm_start, allowed_lateness=et.allowed_lateness,
                                    max_future_skew=et.max_future_skew, too_late_reference=reference)
+        per_line = not np.isscalar(arrival)
         accepted = np.flatnonzero(codes <= 1)
         written = np.zeros(fc.n, dtype=bool)
         fks = np.zeros(fc.n, dtype=np.int64)
@@ -484,34 +585,49 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
                 counts[OUTCOME_CODES[code].value] += k
         wi = np.flatnonzero(written)
         if len(wi):
-            c = min(int(fc.times[wi].max()), arrival)
+            arr = arrival[wi] if per_line else arrival
+            c = int(np.minimum(fc.times[wi], arr).max())
             if counted[0] is None or c > counted[0]:
                 counted[0] = c
-            d = arrival - fc.times[wi]
+            d = arr - fc.times[wi]
             per_bucket = np.bincount(np.searchsorted(_DELAY_BOUNDS_MS, d, side="left"), minlength=len(delays))
             for b, c in enumerate(per_bucket.tolist()):
                 delays[b] += c
             delay_sum[0] += int(d[d > 0].sum())
             if dedupe and id_field is not None and fc.id_keys is not None:
-                wi = wi[fc.has_id[wi]]
+                wid = wi[fc.has_id[wi]]
+                part = np.empty(len(wid), dtype=KEY_DTYPE)
+                part["key"] = fc.id_keys[wid]
+                part["time"], part["shard"] = fc.times[wid], shard
+                part["file"], part["rec"], part["kind"] = fks[wid], poss[wid], ID_KEY
+                key_parts.append(part)
+            if dedupe and mids is not None:  # stamped with its publish time: forgotten by the arrival clock
                 part = np.empty(len(wi), dtype=KEY_DTYPE)
-                part["key"] = fc.id_keys[wi]
-                part["time"], part["shard"] = fc.times[wi], shard
-                part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], ID_KEY
+                part["key"] = _message_keys([mids[i] for i in wi.tolist()], arr.tolist())
+                part["time"], part["shard"] = arr, shard
+                part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], MESSAGE_KEY
                 key_parts.append(part)
         for i in np.flatnonzero(codes >= 2).tolist():
             reason = Reason.FUTURE if codes[i] == 3 else Reason.TOO_LATE
             t = int(fc.times[i])
+            a = int(arrival[i]) if per_line else arrival
             payload = data[fc.starts[i]:fc.ends[i]]
-            rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
-                            where + str(base + int(fc.starts[i])), arrival, t))
+            rejects.append((reason.value, _reject_detail(reason, t, a, ctx, et), payload, position(i), a, t))
 
-    if plan is not None:
+    if plan is not None and split.kind == "files":
         for fc, data, base, arrival, where in _decoded_chunks(split, plan):
             if fc is not None:
-                chunk(fc, data, base, arrival, where)
+                chunk(fc, data, arrival, lambda i, fc=fc, base=base, where=where: where + str(base + int(fc.starts[i])))
             else:
                 for item in _chunk_lines(data, base, arrival, where):
+                    one(*item)
+    elif plan is not None:  # Pub/Sub segments whose messages are JSON lines
+        for mc in _message_chunks(split):
+            fc = mc.decode(plan)
+            if fc is not None:
+                chunk(fc, mc.data, mc.arrivals, lambda i, mids=mc.mids: "msg:" + mids[i], mc.mids)
+            else:
+                for item in mc.payloads():
                     one(*item)
     else:
         for item in iter_payloads(split, et):
@@ -562,6 +678,8 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
     }
     if split.kind == "seg":  # the segments it read: acknowledged once the batch is saved
         report["inputs"] = sorted({os.path.basename(r[0]) for r in split.ranges()})
+    elif split.kind == "spool":  # release 0.1.0's spool: pulled by an earlier run, so it will come again
+        report["inputs"] = [os.path.basename(split.uri)]
     rows = np.array(keys, dtype=KEY_DTYPE)
     if key_parts:
         rows = np.concatenate([rows, *key_parts])

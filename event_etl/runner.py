@@ -175,11 +175,24 @@ class Job:
         try:
             if self.fetcher is not None:
                 self.fetcher.stop()
+                if not self.prepared.options.quiet:
+                    say(self.fetcher.summary_line(self.prepared.event_type.name))
         finally:
             self.metrics.shutdown()
 
 
-def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True) -> Job:
+def start_fetcher(p: Prepared):
+    """Pub/Sub: the background puller of a prepared (and leased) job, started at once, so that it pulls while
+    Spark starts; ``None`` for other sources."""
+    if p.spec.kind != "pubsub":
+        return None
+    from event_etl.sources.pubsub_fetch import Fetcher
+
+    return Fetcher(p.spec.params["subscription"], str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once).start()
+
+
+def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
+             fetcher=None) -> Job:
     """Bind the checkpoint, build the controller, metrics and the (not yet started) query of a prepared job."""
     from event_etl.metrics import job_metrics
     from event_etl.sources.spark import EtlSource
@@ -213,12 +226,11 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
         # the source reports at every trigger; a report older than this cannot tell what waits
         activity_stale_ms=max(3 * p.trigger_ms, 30_000),
     )
-    fetcher = None
     if p.spec.kind == "pubsub":
         from event_etl.sources.pubsub_fetch import Fetcher
 
         # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
-        fetcher = Fetcher(p.spec.params["subscription"], log_dir, once=options.once)
+        fetcher = fetcher or Fetcher(p.spec.params["subscription"], log_dir, once=options.once)
         controller.source_activity = fetcher.activity
         controller.source_done = fetcher.ack
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
@@ -274,7 +286,9 @@ def run_job(
         stops.install()
     name = event_type.name
     own_spark = spark is None
+    fetcher = None
     try:
+        fetcher = start_fetcher(p)  # Pub/Sub: pulling while Spark starts
         if own_spark:
             from event_etl.sparkutil import get_session
 
@@ -285,12 +299,15 @@ def run_job(
                 exit_now(128 + esc.signum, f"[{name}] stopped at once while Spark was starting; nothing was processed")
             if install_signals:
                 stops.install()  # once more, now that the SparkContext exists
-        job = open_job(p, spark, clock=clock, listeners=listeners)
+        job = open_job(p, spark, clock=clock, listeners=listeners, fetcher=fetcher)
+        fetcher = None  # the job's now: it stops it
         try:
             return _drive(job, options=options, stops=stops)
         finally:
             job.close()
     finally:
+        if fetcher is not None:  # Spark did not start: what was pulled and not saved comes again
+            fetcher.stop()
         try:
             if own_spark and spark is not None:
                 from event_etl.sparkutil import stop_session

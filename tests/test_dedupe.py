@@ -166,3 +166,37 @@ def test_incremental_state_equals_a_state_rebuilt_from_its_batches():
         # nothing within the window is forgotten
         recent = np.concatenate([v["key"][(v["kind"] == ID_KEY) & (v["time"] >= b * 400 - 1000)] for v in kept.values()])
         assert st_.known_before(b + 1)(recent).all()
+
+
+def test_a_dropped_redelivery_delivered_once_more_after_its_id_left_the_window_is_dropped(tmp_path):
+    """A message dropped as a duplicate in a batch whose acknowledgement was lost comes again, hours of event
+    time later: its message key is remembered even though it was never written."""
+    import json
+
+    import fastavro
+
+    from event_etl.sources.pubsub import SPOOL_SCHEMA
+    from event_etl.sources.splits import Split
+    from tests.harness import FakeClock, LocalPipeline, make_event_type, read_sink, t
+
+    p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types"), FakeClock(t("13:30")))
+    p.controller.source_done = lambda inputs: False  # acknowledgements lost (the job died before them)
+
+    def msg(mid, data, at):
+        return {"message_id": mid, "publish_time": t(at), "attributes": {}, "data": data, "ordering_key": "",
+                "delivery_attempt": 0}
+
+    def spool(name, msgs):
+        path = tmp_path / name
+        with open(path, "wb") as fh:
+            fastavro.writer(fh, SPOOL_SCHEMA, msgs)
+        return Split(0, "spool", str(path), 0, len(msgs), 0)
+
+    a = json.dumps({"id": "a", "ts": t("13:10")}).encode()
+    # a producer retry: two messages with the same id; the second is dropped as a duplicate
+    p.controller.run_batch(0, p.task_runner([spool("s0.avro", [msg("1", a, "13:20"), msg("2", a, "13:20")])]))
+    later = json.dumps({"id": "z", "ts": t("16:40")}).encode()
+    p.controller.run_batch(1, p.task_runner([spool("s1.avro", [msg("3", later, "16:41")])]))  # 3 hours on
+    again = p.controller.run_batch(2, p.task_runner([spool("s2.avro", [msg("2", a, "13:20")])]))  # message 2 again
+    assert again.result.counts == {"duplicate": 1}
+    assert sorted(i for hc in read_sink(p.sink, "click").values() for i in hc.timely + hc.late) == ["a", "z"]

@@ -266,3 +266,159 @@ def test_one_split_mixes_fast_and_record_chunks(tmp_path, event_type, monkeypatc
     report = out[True][0]
     assert report["reasons"] == {"not_an_object": 1, "missing_time": 1, "empty_payload": 1}
     assert report["counts"] == {"timely": 36, "late": 24, "invalid": 3}
+
+
+# -- Pub/Sub segments: the messages' payloads take the fast path as lines, each with its own arrival -------------
+def write_segments(folder, messages, per_response: int, per_segment: int):
+    """``messages`` = ``[(data, publish_time, attributes)]`` into segments of whole ``PullResponse``s; their names."""
+    from google.protobuf import timestamp_pb2
+    from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
+
+    from event_etl.sources.spool import SegmentName, write_segment
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for seq, s0 in enumerate(range(0, len(messages), per_segment)):
+        responses = []
+        seg = messages[s0:s0 + per_segment]
+        for r0 in range(0, len(seg), per_response):
+            out = []
+            for k, (data, published, attrs) in enumerate(seg[r0:r0 + per_response]):
+                ts = timestamp_pb2.Timestamp(seconds=published // 1000, nanos=(published % 1000) * 1_000_000)
+                mid = str(1_000_000 + s0 + r0 + k)
+                out.append(ReceivedMessage(ack_id=f"ack-{mid}", message=PubsubMessage(
+                    data=data, message_id=mid, publish_time=ts, attributes=attrs)))
+            responses.append(PullResponse.serialize(PullResponse(received_messages=out)))
+        name = SegmentName("0badcafe", 1, seq, len(seg))
+        write_segment(folder, name, responses)
+        names.append(str(folder / name.name))
+    return names
+
+
+def run_both_seg(tmp_path, et, messages, wm_start, drop=None, *, batch_id=3, per_response=7, per_segment=23,
+                 skip=0, reference=None):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    paths = write_segments(tmp_path / "segments", messages, per_response, per_segment)
+    ranges, left, total = [], skip, 0
+    for p in paths:  # the split starts ``skip`` messages into the first segment(s), as a cut batch does
+        n = int(p.rsplit("-n", 1)[1][:-4])
+        if left >= n:
+            left -= n
+            continue
+        ranges.append([p, left, n, 0])
+        total += n - left
+        left = 0
+    split = Split(4, "seg", "", 0, total, 0, json.dumps(ranges))
+    out = {}
+    for fast in (False, True):
+        sink = tmp_path / f"sink-{fast}"
+        ctx = BatchContext(et, str(sink), batch_id, wm_start, ARRIVAL + 5, drop=drop or {}, writer="abc123",
+                           reference=reference)
+        report, keys = process_split(split, ctx, open_storage(str(sink)), fast=fast)
+        files = {}
+        for root, _, names in os.walk(sink):
+            for name in names:
+                p = os.path.join(root, name)
+                files[os.path.relpath(p, sink)] = open(p, "rb").read()
+        out[fast] = (report, keys, files)
+    refs = [process_split(split, BatchContext(et, str(tmp_path / "ref"), batch_id, None, ARRIVAL, mode="reference"),
+                          open_storage(str(tmp_path / "ref")), fast=fast)[0]["reference"] for fast in (False, True)]
+    assert refs[0] == refs[1], "the first batch's reference is the same on both paths"
+    return out
+
+
+@st.composite
+def payloads(draw):
+    """A message's payload: mostly a valid record, sometimes a bad one, or one holding a newline."""
+    if draw(st.integers(0, 9)) == 0:
+        rec = draw(records())
+        return draw(st.sampled_from([
+            json.dumps(rec, indent=1).encode(),  # newlines inside: the chunk cannot be cut into lines
+            dump(rec) + b"\n",
+            dump(rec) + b"\n" + dump(rec),
+        ]))
+    return draw(lines())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.lists(st.tuples(payloads(), st.integers(-3 * HOUR, HOUR), st.booleans()), min_size=1, max_size=60),
+       wm=st.sampled_from([None, BASE + 2 * HOUR + 60_000]), chunk=st.sampled_from([256, 1 << 20]),
+       skip=st.integers(0, 30), first=st.booleans())
+def test_segments_fast_and_record_paths_write_the_same_bytes(tmp_path_factory, event_type, monkeypatch, body, wm,
+                                                             chunk, skip, first):
+    """Pub/Sub messages: each with its own publish time (its arrival), id (positions, message dedupe keys) and
+    attributes; split into responses and segments, the split starting inside them."""
+    monkeypatch.setattr(executor, "_READ_BYTES", chunk)
+    messages = [(data, ARRIVAL + delta, {"a": "1"} if attr else {}) for data, delta, attr in body]
+    skip = min(skip, len(messages) - 1)
+    reference = BASE + 5 * HOUR if wm is None and first else None
+    assert_same(run_both_seg(tmp_path_factory.mktemp("seg"), event_type, messages, wm, skip=skip,
+                             reference=reference))
+
+
+def test_segments_of_valid_messages_take_the_fast_path(tmp_path, event_type, monkeypatch):
+    """Clean JSON messages go through the columnar path (counted), and still write what the record path writes,
+    message dedupe keys and dead letters of future events (by their own publish time) included."""
+    from event_etl.fastpath import FastPlan
+
+    taken = []
+    real = FastPlan.decode
+
+    def counting(self, data):
+        fc = real(self, data)
+        taken.append(fc is not None)
+        return fc
+
+    monkeypatch.setattr(FastPlan, "decode", counting)
+    messages = []
+    for i in range(200):
+        rec = {"id": f"i{i}", "ts": BASE + (i % 6) * HOUR + i, "n": i, "small": -i, "flag": i % 2 == 0,
+               "kind": "C", "text": "y" * (i % 7), "opt_i": None, "opt_b": True}
+        published = BASE if i % 50 == 0 else ARRIVAL + i  # a few arrive hours before their event time
+        messages.append((dump(rec), published, {}))
+    future = sum(1 for i in range(0, 200, 50) if (i % 6) * HOUR + i > 10 * 60_000)
+    out = run_both_seg(tmp_path, event_type, messages, BASE + 2 * HOUR + 60_000, per_response=30, per_segment=70)
+    assert_same(out)
+    assert taken and all(taken)
+    report, keys, _ = out[True]
+    assert future == 2 and report["reasons"] == {"future": future}  # more than max_future_skew ahead of their arrival
+    from event_etl.dedupe import KEY_DTYPE, MESSAGE_KEY, key_hash
+
+    rows = np.frombuffer(keys, dtype=KEY_DTYPE)
+    msg_rows = rows[rows["kind"] == MESSAGE_KEY]
+    assert len(msg_rows) == 200, "every message has its key, a dead-lettered one too"
+    assert key_hash("m", f"1000001@{ARRIVAL + 1}") in set(msg_rows["key"].tolist())
+
+
+def test_a_type_reading_time_from_an_attribute_takes_the_record_path(tmp_path):
+    from event_etl.executor import _decoder, _fast_plan
+
+    et = make_event_type(tmp_path, "attr", SCHEMA, time_field="ts", id_field="id", time_attribute="event_time")
+    seg = Split(0, "seg", "", 0, 1, 0, "[]")
+    files = Split.of_files(0, [("x", 0, 1, ARRIVAL)])
+    assert _fast_plan(_decoder(et), seg) is None
+    assert _fast_plan(_decoder(et), files) is not None
+
+
+def test_message_keys_are_the_dedupe_keys():
+    from event_etl.dedupe import key_hash
+    from event_etl.executor import _message_keys
+
+    mids, arrivals = ["1", "17265478", "x-é"], [0, ARRIVAL, -5]
+    assert _message_keys(mids, arrivals).tolist() == [key_hash("m", f"{m}@{a}") for m, a in zip(mids, arrivals)]
+
+
+def test_the_array_judge_takes_one_arrival_per_event():
+    times = np.array([BASE + k * 600_000 for k in range(-60, 20)], dtype=np.int64)
+    arrivals = BASE + np.arange(len(times), dtype=np.int64) * 300_000 - 3 * HOUR
+    for wm in (None, BASE, BASE + HOUR + 1):
+        kw = dict(allowed_lateness=3 * HOUR, max_future_skew=HOUR, too_late_reference=BASE + 5 * HOUR)
+        codes, hours = judge_array(times, arrivals, wm, **kw)
+        one = make_judge(wm, **kw)
+        for t, a, c, h in zip(times.tolist(), arrivals.tolist(), codes.tolist(), hours.tolist()):
+            outcome, hour = one(t, a)
+            assert OUTCOME_CODES[c] is outcome
+            if hour is not None:
+                assert h == hour
+    with pytest.raises(ValueError):
+        judge_array(times, arrivals[:3], None, **kw)

@@ -122,21 +122,27 @@ OUTCOME_CODES: tuple[Outcome, ...] = (Outcome.TIMELY, Outcome.LATE, Outcome.TOO_
 
 def judge_array(
     times: "np.ndarray",
-    arrival: int,
+    arrival: "int | np.ndarray",
     wm_start: int | None,
     *,
     allowed_lateness: int,
     max_future_skew: int,
     too_late_reference: int | None = None,
 ) -> "tuple[np.ndarray, np.ndarray]":
-    """:func:`make_judge`'s rule over an array of event times that arrived together.
+    """:func:`make_judge`'s rule over an array of event times.
 
-    Returns ``(codes, hours)``: ``codes[i]`` indexes :data:`OUTCOME_CODES`; ``hours[i]`` is
-    the hour to write into (meaningful for timely and late events only).  Pure function.
+    ``arrival`` is one arrival for all of them (the lines of a file), or an array of one
+    arrival per event (Pub/Sub messages: each its publish time).  Returns ``(codes, hours)``:
+    ``codes[i]`` indexes :data:`OUTCOME_CODES`; ``hours[i]`` is the hour to write into
+    (meaningful for timely and late events only).  Pure function.
     """
     import numpy as np
 
     t = np.asarray(times, dtype=np.int64)
+    if not np.isscalar(arrival):
+        arrival = np.asarray(arrival, dtype=np.int64)
+        if arrival.shape != t.shape:
+            raise ValueError(f"{len(arrival)} arrivals for {len(t)} event times")
     hour = t - t % HOUR_MS
     codes = np.zeros(len(t), dtype=np.int8)
     if wm_start is None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["MAGIC", "SegmentName", "write_segment", "read_messages", "ack_ids", "segment_count"]
+__all__ = ["MAGIC", "SegmentName", "write_segment", "read_messages", "raw_messages", "message_runs", "ack_ids", "segment_count"]
 
 MAGIC = b"EESEG1\n"
 _NAME_RE = re.compile(r"^([0-9a-f]{8})-(\d{2,})-(\d{8,})-n(\d+)\.seg$")
@@ -85,24 +85,34 @@ def _responses(path: str | os.PathLike[str]):
         pos += n
 
 
-def read_messages(path: str | os.PathLike[str], start: int = 0, end: int | None = None
-                  ) -> Iterator[tuple[int, str, int, dict[str, str], bytes]]:
-    """``(index, message id, publish time ms, attributes, data)`` of messages ``start``..``end - 1``."""
+def raw_messages(path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> Iterator[Any]:
+    """The ``PubsubMessage`` protocol buffers of messages ``start``..``end - 1``, in order."""
+    for msgs in message_runs(path, start, end):
+        yield from msgs
+
+
+def message_runs(path: str | os.PathLike[str], start: int = 0, end: int | None = None) -> Iterator[list[Any]]:
+    """The ``PubsubMessage`` protocol buffers of messages ``start``..``end - 1``, a list per pull response."""
     i = 0
     for resp in _responses(path):
-        msgs = resp.received_messages
-        n = len(msgs)
+        received = resp.received_messages
+        n = len(received)
         if end is not None and i >= end:
             return
         if i + n <= start:
             i += n
             continue
-        for rm in msgs:
-            if start <= i and (end is None or i < end):
-                m = rm.message
-                pt = m.publish_time
-                yield i, m.message_id, pt.seconds * 1000 + pt.nanos // 1_000_000, dict(m.attributes), m.data
-            i += 1
+        lo, hi = max(0, start - i), n if end is None else min(n, end - i)
+        yield [rm.message for rm in (received if lo == 0 and hi == n else received[lo:hi])]
+        i += n
+
+
+def read_messages(path: str | os.PathLike[str], start: int = 0, end: int | None = None
+                  ) -> Iterator[tuple[int, str, int, dict[str, str], bytes]]:
+    """``(index, message id, publish time ms, attributes, data)`` of messages ``start``..``end - 1``."""
+    for i, m in enumerate(raw_messages(path, start, end), start):
+        pt = m.publish_time
+        yield i, m.message_id, pt.seconds * 1000 + pt.nanos // 1_000_000, dict(m.attributes), m.data
 
 
 def ack_ids(path: str | os.PathLike[str]) -> list[str]:
