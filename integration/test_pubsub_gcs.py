@@ -211,6 +211,10 @@ def _committed(s: Scenario) -> int:
     return len([p for p in d.glob("[0-9]*")]) if d.is_dir() else 0
 
 
+def _written_ids(s: Scenario) -> set[str]:
+    return {i for e in s.sink_content().values() for i in e["timely"] + e["late"]}
+
+
 def _wait(pred, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -232,7 +236,9 @@ def test_pubsub_outage_exits_clearly_and_a_restart_resumes(scenario, pubsub_serv
     proc = subprocess.Popen(s.command(), env={**s.env, "EVENT_ETL_PUBSUB_OUTAGE_SECONDS": "20"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait(lambda: _committed(s) >= 1, 120, "a committed batch")
+        # every event of the first wave written and its batch committed (the first batch may hold only part)
+        _wait(lambda: _written_ids(s) >= {e["id"] for e in first} and _committed(s) >= 1, 120,
+              "the first wave written and committed")
         time.sleep(2)
         pubsub_server.stop()
         time.sleep(15)

@@ -319,7 +319,9 @@ def test_a_fleet_drains_every_type_when_its_terminal_hangs_up(tmp_path):
 
 
 def test_wait_ends_at_once_on_ctrl_c_or_sigterm_with_one_line(tmp_path):
-    (tmp_path / "data").mkdir()
+    # a job has started on page_view (its lease is there) and not closed the hour: wait waits
+    (tmp_path / "data" / "page_view").mkdir(parents=True)
+    (tmp_path / "data" / "page_view" / "_LEASE").write_text("{}")
     for sig, how, code in ((signal.SIGINT, "group", 130), (signal.SIGTERM, "process", 143)):
         proc = subprocess.Popen([EXE, "wait", "page_view", "2026-11-21T13", "--sink", str(tmp_path / "data"),
                                  "--poll-interval", "30s"], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
