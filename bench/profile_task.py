@@ -46,6 +46,7 @@ from bench.flame import categorize, py_spy, read_raw  # noqa: E402
 from bench.machine import describe, load_average  # noqa: E402
 from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 
+
 def load_type(name: str, event_types_dir: Path | None):
     from event_etl.eventtypes import load_event_types, resolve_event_types_dir
 
@@ -54,9 +55,9 @@ def load_type(name: str, event_types_dir: Path | None):
 
 def make_call(inp_file: Path, sink: Path, et):
     """A function that runs ``process_split`` over the whole file into a fresh sink (judged as timely)."""
-    from event_etl.executor import BatchContext, process_split
     from event_etl.sources.splits import Split
     from event_etl.storage import open_storage
+    from event_etl.task.executor import BatchContext, process_split
 
     size = inp_file.stat().st_size
     arrival = int(inp_file.stat().st_mtime * 1000)
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
             body = "\n".join([
                 "## Profile of one executor task (bench/profile_task.py)", "",
                 machine_lines(machine, command, load), "",
-                f"`event_etl.executor.process_split` over one file of {args.events:,} page views "
+                f"`event_etl.task.executor.process_split` over one file of {args.events:,} page views "
                 f"({info['bytes_per_event']:.0f} B), in one process, without Spark: **{args.events / plain:,.0f} "
                 f"events/s on one core** unprofiled. Its samples under py-spy by kind of work (the seconds "
                 f"apply the shares to the unprofiled time):", "",

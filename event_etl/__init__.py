@@ -7,6 +7,29 @@ once the watermark has passed it.  See README.md for the semantics and the comma
 
 The rules live in :mod:`event_etl.rules` (pure functions); Spark, storage and sources
 are a thin shell around them.
+
+The packages are layers.  A module imports modules of its own layer or of lower ones, never
+of a higher one (``tests/test_layers.py`` checks every import, at any depth of a module), and
+nothing but the command line imports :mod:`event_etl.cli`.  Lowest first:
+
+1. **base**: :mod:`~event_etl.errors`, :mod:`~event_etl.exitcodes`, :mod:`~event_etl.timeutil`,
+   :mod:`~event_etl.settings` (every ``EVENT_ETL_*`` variable), :mod:`~event_etl.faults`.
+2. **rules**: :mod:`event_etl.rules`, the pure core: buckets, watermark, judge, manifest, completeness.
+3. **storage and types**: :mod:`event_etl.storage` (the sink, Avro I/O, dead letters, the lease,
+   atomic local writes, locations), :mod:`~event_etl.eventtypes`, :mod:`~event_etl.bundled`.
+4. **sources, tasks, consumers**: :mod:`event_etl.sources` (planners, the generator, the
+   source registry), :mod:`event_etl.task` (what an executor task does: decode, judge,
+   deduplicate, write), :mod:`event_etl.consumer` (reading a sink without Spark),
+   :mod:`~event_etl.recipes`, :mod:`~event_etl.airflow`.
+5. **metrics**: :mod:`event_etl.metrics` (the spec table, histograms, exporters, history, the
+   job's metrics, the fleet endpoint), :mod:`~event_etl.graphs`.
+6. **job**: :mod:`event_etl.job` (runner, controller, fleet, progress, status, checkpoint,
+   Spark session, stopping), :mod:`~event_etl.publisher`.
+7. **cluster**: :mod:`event_etl.cluster` (submit, bundle, preflight, the local cluster).
+8. **testing**: :mod:`event_etl.testing` (the event-time transcripts harness).
+9. **cli**: :mod:`event_etl.cli` (the ``event-etl`` commands, the driver of a submitted job,
+   ``bin/spark-cluster``), with the entry points ``python -m event_etl`` and
+   :mod:`event_etl.submit_main`.
 """
 
 __version__ = "0.2.0"

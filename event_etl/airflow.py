@@ -32,13 +32,13 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from event_etl.consumer.status import hour_status, require_complete
 from event_etl.consumer.hours import hour_text
-from event_etl.consumer.status import HourState
+from event_etl.consumer.status import HourState, hour_status, require_complete
 from event_etl.errors import EventEtlError
 from event_etl.timeutil import iso
 
-__all__ = ["HourCompleteSensor", "HourCompleteTrigger", "PokeResult", "marker_object", "poke", "watch"]
+# HourCompleteSensor and HourCompleteTrigger are made on first use (module __getattr__), when Airflow is importable
+__all__ = ["HourCompleteSensor", "HourCompleteTrigger", "PokeResult", "marker_object", "poke", "watch"]  # noqa: F822
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ registered version are accepted and resolved to it.  Without a ``schemas/`` fold
 has one version, ``schema.avsc``, as before.  :func:`check_schema_versions` (called before a
 job starts) refuses a current schema that cannot read every registered version, naming the
 fields and why (:mod:`event_etl.rules.compat`); ``event-etl schema check`` and ``event-etl
-schema register`` (:mod:`event_etl.schema_cli`) are the commands.  See docs/schemas.md.
+schema register`` (:mod:`event_etl.cli.schema`) are the commands.  See docs/schemas.md.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from event_etl import settings
 from event_etl.errors import ConfigError
 from event_etl.rules.buckets import validate_event_type_name
 from event_etl.timeutil import parse_duration
@@ -75,7 +76,7 @@ SCHEMAS_DIR = "schemas"
 """The folder of an event type that keeps its schema versions: ``v1.avsc``, ``v2.avsc``..."""
 _VERSION_FILE = re.compile(r"^v([1-9][0-9]{0,5})\.avsc$")
 
-ENV_EVENT_TYPES = "EVENT_ETL_EVENT_TYPES"
+ENV_EVENT_TYPES = settings.ENV_EVENT_TYPES
 TIME_FORMATS = ("epoch_millis", "epoch_seconds", "iso8601")
 CODECS = ("null", "deflate", "snappy")
 
@@ -166,7 +167,7 @@ class EventType:
 
     @functools.cached_property
     def decoder_key(self) -> str:
-        """A digest of everything a :class:`~event_etl.payload.Decoder` (and its fast plan) is built from.
+        """A digest of everything a :class:`~event_etl.task.payload.Decoder` (and its fast plan) is built from.
 
         Executors keep one decoder per key: a batch replayed with frozen settings and a new
         batch with today's never share one."""
@@ -307,7 +308,7 @@ def resolve_event_types_dir(option: str | os.PathLike[str] | None = None) -> Pat
     """Where event types live: ``--event-types``, else ``$EVENT_ETL_EVENT_TYPES``, else the project's ``event_types/``."""
     if option:
         return Path(option)
-    env = os.environ.get(ENV_EVENT_TYPES)
+    env = settings.Settings.from_env().event_types
     if env:
         return Path(env)
     return _project_event_types()
@@ -315,8 +316,8 @@ def resolve_event_types_dir(option: str | os.PathLike[str] | None = None) -> Pat
 
 def _project_event_types() -> Path:
     """``event_types/`` next to the package; when the package is imported from a job bundle
-    (``event-etl submit``, :mod:`event_etl.bundle`), the bundle's copy, extracted to a local folder."""
-    from event_etl.bundle import bundled_event_types, package_archive
+    (``event-etl submit``, :mod:`event_etl.cluster.bundle`), the bundle's copy, extracted to a local folder."""
+    from event_etl.bundled import bundled_event_types, package_archive
 
     archive = package_archive()
     bundled = bundled_event_types(archive) if archive is not None else None

@@ -19,7 +19,7 @@ Two sources give the same charts:
 - :class:`PrometheusSource` asks a Prometheus server's HTTP API (``/api/v1/query_range``)
   the queries in :data:`PROMQL`;
 - :class:`HistorySource` reads the JSON lines a job appends with ``--metrics-history``
-  (see :class:`event_etl.metrics.MetricsHistory`) and computes the same figures: the
+  (see :class:`event_etl.metrics.history.MetricsHistory`) and computes the same figures: the
   events of the batches that finished within the window, divided by the window.
 
 The arithmetic (windows, percentiles of bucketed counts, unit choice) is pure and
@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from event_etl.errors import EventEtlError, UsageError
+from event_etl.metrics.history import read_history
 from event_etl.timeutil import format_duration, parse_duration
 
-HISTORY_VERSION = 1
-"""The format of a ``--metrics-history`` file (:class:`event_etl.metrics.MetricsHistory` writes it).
+"""The format of a ``--metrics-history`` file (:class:`event_etl.metrics.history.MetricsHistory` writes it).
 Here, not in :mod:`event_etl.metrics`, so ``event-etl graphs`` needs matplotlib ([graphs]) only."""
 
 __all__ = [
@@ -335,34 +335,13 @@ class PrometheusSource:
 
 # -- the local history ---------------------------------------------------------------------------
 class HistorySource:
-    """Charts from a ``--metrics-history`` file (JSON lines; see :class:`event_etl.metrics.MetricsHistory`)."""
+    """Charts from a ``--metrics-history`` file (JSON lines; see :class:`event_etl.metrics.history.MetricsHistory`)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def records(self) -> list[dict[str, Any]]:
-        try:
-            text = Path(self.path).read_text(encoding="utf-8")
-        except OSError as err:
-            raise UsageError(f"--history {self.path}: {err.strerror or err}",
-                             fix="give the file the job wrote with --metrics-history") from err
-        out = []
-        lines = text.splitlines()
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError as err:
-                if i == len(lines):
-                    break  # a line being written as we read
-                raise UsageError(f"{self.path}:{i}: not a JSON line ({err})",
-                                 fix="give the file the job wrote with --metrics-history") from err
-            if rec.get("v") != HISTORY_VERSION:
-                raise UsageError(f"{self.path}:{i}: history version {rec.get('v')!r} is not known",
-                                 fix="draw it with the event_etl version that wrote it")
-            out.append(rec)
-        return out
+        return read_history(self.path)
 
     def event_types(self) -> list[str]:
         return sorted({r.get("event_type") for r in self.records()} - {None})

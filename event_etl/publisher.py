@@ -6,7 +6,7 @@ events), paced at ``rate`` messages per second in real time (event time follows 
 wall clock: speedup 1).  It can write how many valid events it published per event
 hour, for ``event-etl audit``.
 
-Stopping (:mod:`event_etl.stopping`): a first SIGINT, SIGTERM or SIGHUP stops publishing new
+Stopping (:mod:`event_etl.job.stopping`): a first SIGINT, SIGTERM or SIGHUP stops publishing new
 messages, waits until those already handed to the client are acknowledged, and returns
 counts of exactly what was published (so the count file still matches the topic); a
 second SIGINT or SIGTERM gives up on the acknowledgements at once.
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from event_etl.errors import SourceError, UsageError
 from event_etl.eventtypes import EventType
-from event_etl.generator import Generator, parse_generator_params
+from event_etl.sources.generator import Generator, parse_generator_params
 from event_etl.timeutil import HOUR_MS, iso, now_millis
 
 __all__ = ["pubsub_names", "setup_pubsub", "publish_generated"]
@@ -82,8 +82,8 @@ def publish_generated(
 ) -> dict[str, Any]:
     """Publish ``rate * duration`` generated events, paced in real time.  Returns counts (total, by intent, by hour).
 
-    ``stops`` (a :class:`~event_etl.stopping.StopSignals`): a first signal ends the publishing
-    early (``stopped_by`` in the result), a second raises :class:`~event_etl.stopping.Interrupted`."""
+    ``stops`` (a :class:`~event_etl.job.stopping.StopSignals`): a first signal ends the publishing
+    early (``stopped_by`` in the result), a second raises :class:`~event_etl.job.stopping.Interrupted`."""
     from google.cloud.pubsub_v1.types import BatchSettings
 
     from event_etl.sources.pubsub import publisher_client
@@ -127,7 +127,7 @@ def publish_generated(
         deadline = time.monotonic() + 60
         while stops is not None and not f.done() and time.monotonic() < deadline:
             if stops.escalation is not None:
-                from event_etl.stopping import Interrupted, signal_name
+                from event_etl.job.stopping import Interrupted, signal_name
 
                 raise Interrupted(stops.escalation, f"interrupted ({signal_name(stops.escalation)} again): stopped "
                                   f"waiting for Pub/Sub to acknowledge {len(futures):,} messages; some may be lost")
@@ -142,7 +142,7 @@ def publish_generated(
                           fix="check the topic exists (`event-etl setup`) and the network")
     stopped_by = None
     if stops is not None and stops.first is not None:
-        from event_etl.stopping import signal_name
+        from event_etl.job.stopping import signal_name
 
         stopped_by = signal_name(stops.first)
     return {"event_type": et.name, "topic": topic, "published": sent, "seconds": time.monotonic() - t0,

@@ -64,11 +64,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from event_etl.avroio import encode_single_object  # noqa: E402
 from event_etl.eventtypes import load_event_type  # noqa: E402
 from event_etl.rules.buckets import MARKER_NAME, parse_data_file_name, parse_hour_dir  # noqa: E402
 from event_etl.rules.manifest import Manifest  # noqa: E402
 from event_etl.storage import Storage  # noqa: E402
+from event_etl.storage.avroio import encode_single_object  # noqa: E402
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
@@ -532,7 +532,7 @@ class Campaign:
         return content, st
 
     def read_deadletters(self) -> list:
-        from event_etl.deadletter import iter_deadletters
+        from event_etl.storage.deadletter import iter_deadletters
 
         return list(iter_deadletters(Storage(self.sink), "page_view"))
 

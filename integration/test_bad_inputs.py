@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from event_etl.deadletter import iter_deadletters
 from event_etl.eventtypes import load_event_type
-from event_etl.runner import RunOptions, run_job
+from event_etl.job.runner import RunOptions, run_job
 from event_etl.storage import Storage
+from event_etl.storage.deadletter import iter_deadletters
 from event_etl.timeutil import HOUR_MS
 from integration.campaign import INVALID_KINDS, invalid_payload
 from tests.harness import FakeClock, read_sink, t

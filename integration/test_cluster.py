@@ -1,6 +1,6 @@
 """`event-etl submit` on a real Spark standalone cluster: a master and two workers on 127.0.0.1.
 
-The cluster is :class:`event_etl.localcluster.LocalCluster`, what `bin/spark-cluster` starts:
+The cluster is :class:`event_etl.cluster.localcluster.LocalCluster`, what `bin/spark-cluster` starts:
 the daemons of the pip pyspark, with a clean environment.  The executors run a Python that
 has event_etl's dependencies but not event_etl (a venv whose site-packages only point at
 this environment's packages), so event_etl reaches them in the bundle or not at all, and
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from event_etl.cluster.localcluster import LocalCluster
 from event_etl.errors import EventEtlError
-from event_etl.localcluster import LocalCluster
 from event_etl.timeutil import HOUR_MS, now_millis
 from integration import test_pubsub_gcs as pubsub_gcs
 from integration.test_spark_job import GEN, placement, write_inputs

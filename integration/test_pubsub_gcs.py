@@ -112,7 +112,7 @@ class Scenario:
         return out
 
     def deadletters(self) -> list[dict]:
-        from event_etl.deadletter import iter_deadletters
+        from event_etl.storage.deadletter import iter_deadletters
 
         return [{"reason": d.reason, "payload": d.payload} for d in iter_deadletters(Storage(self.sink), "page_view")]
 

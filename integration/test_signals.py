@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from event_etl.eventtypes import load_event_types, resolve_event_types_dir
-from event_etl.generator import Generator, GeneratorParams
+from event_etl.sources.generator import Generator, GeneratorParams
 from tests.harness import check_manifest_matches_folder, read_sink
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
@@ -295,7 +295,7 @@ def _fleet_types(root: Path) -> Path:
     for name in ("page_view", "db_change"):
         shutil.copytree(shipped / name, root / name)
         toml = root / name / "etl.toml"
-        source = f'source = "generate:count=40000,rate=2000,speedup=600,start=-6h,seed=3"'
+        source = 'source = "generate:count=40000,rate=2000,speedup=600,start=-6h,seed=3"'
         toml.write_text(re.sub(r"(?m)^source\s*=.*$", source, toml.read_text()))
     return root
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from event_etl.checkpoint import Checkpoint
 from event_etl.errors import CheckpointMismatchError
-from event_etl.generator import Generator, GeneratorParams
-from event_etl.runner import RunOptions, run_job
+from event_etl.job.checkpoint import Checkpoint
+from event_etl.job.runner import RunOptions, run_job
+from event_etl.sources.generator import Generator, GeneratorParams
 from event_etl.timeutil import HOUR_MS
 from tests.harness import (
     FakeClock,

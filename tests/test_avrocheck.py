@@ -12,8 +12,8 @@ from fastavro.validation import validate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from event_etl.avrocheck import compile_checker
 from event_etl.eventtypes import load_event_types
+from event_etl.task.avrocheck import compile_checker
 
 TYPES = load_event_types(Path(__file__).resolve().parent.parent / "event_types")
 
@@ -35,7 +35,7 @@ def mutate(record: dict, field: str, value) -> dict:
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_agrees_with_fastavro_validate_on_random_values(name, data):
-    from event_etl.generator import Generator, GeneratorParams
+    from event_etl.sources.generator import Generator, GeneratorParams
 
     et = TYPES[name]
     schema = parse_schema(et.schema)

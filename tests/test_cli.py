@@ -91,7 +91,7 @@ def test_deadletter_shows_reasons(runner, tmp_path):
 
 
 def test_a_fleet_ends_with_a_line_per_type():
-    from event_etl.fleet import summary_lines
+    from event_etl.job.fleet import summary_lines
 
     lines = summary_lines({
         "b": {"state": "stopped", "batches": 3, "restarts": 1, "hours_marked": ["2026-11-20T13:00:00Z", "2026-11-20T14:00:00Z"],

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from event_etl.cli import main
-from event_etl.cli_types import DURATION, Duration, to_duration
+from event_etl.cli.params import DURATION, Duration, to_duration
 from event_etl.exitcodes import ExitCode
 from tests.harness import CLICK_SCHEMA
 from tests.test_consumer_scenario import build_hours

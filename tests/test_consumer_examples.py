@@ -51,7 +51,6 @@ def test_the_package_does_not_import_airflow():
 
 def test_the_readme_documents_every_exit_code():
     from event_etl.consumer import ExitCode
-
     from event_etl.exitcodes import exit_codes_markdown
 
     readme = (EXAMPLE.parents[1] / "README.md").read_text()

@@ -14,8 +14,8 @@ import json
 import pytest
 
 from event_etl import faults
-from event_etl.checkpoint import Checkpoint
 from event_etl.errors import CheckpointFormatError, CheckpointMismatchError, IntegrityError, StorageError
+from event_etl.job.checkpoint import Checkpoint
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.rules.watermark import SourceActivity
 from event_etl.storage import Storage
@@ -309,7 +309,7 @@ def test_a_checkpoint_of_a_newer_format_is_refused_untouched(tmp_path):
 
 
 def test_a_format_1_checkpoint_is_migrated_and_a_new_one_gets_the_current_format(tmp_path):
-    from event_etl.checkpoint import CHECKPOINT_FORMAT
+    from event_etl.job.checkpoint import CHECKPOINT_FORMAT
 
     old = Checkpoint(tmp_path / "old")
     old.etl.mkdir(parents=True)

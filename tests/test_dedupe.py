@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from event_etl.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY, DedupeState, find_duplicates, key_hash, rows_of
+from event_etl.task.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY, DedupeState, find_duplicates, key_hash, rows_of
 
 
 def rows(*items, kind=ID_KEY):
@@ -146,7 +146,7 @@ def test_find_duplicates_agrees_with_the_rule_spelled_out():
 
 
 def test_incremental_state_equals_a_state_rebuilt_from_its_batches():
-    from event_etl.dedupe import stored
+    from event_etl.task.dedupe import stored
 
     rng = np.random.default_rng(3)
     st_ = DedupeState.empty(1000)

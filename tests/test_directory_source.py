@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from event_etl.sources import parse_source
 from event_etl.errors import UsageError
+from event_etl.sources import parse_source
 from event_etl.sources.directory import DirectoryPlanner, align_ranges
 from tests.harness import FakeClock, t
 

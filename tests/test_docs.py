@@ -42,7 +42,7 @@ def test_every_event_etl_variable_the_code_reads_is_in_the_one_table():
 
 
 def test_no_dangling_pitfalls_reference():
-    for path in [ROOT / "event_etl" / "storage.py", *DOCS.glob("*.md"), ROOT / "README.md"]:
+    for path in [ROOT / "event_etl" / "storage" / "__init__.py", *DOCS.glob("*.md"), ROOT / "README.md"]:
         for m in re.finditer(r'see ([^,()]*?), "Pitfalls"', path.read_text()):
             page = ROOT / m.group(1).strip()
             assert page.is_file(), f"{path}: {m.group(0)}"

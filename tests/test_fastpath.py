@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from event_etl import executor
-from event_etl.executor import BatchContext, process_split
-from event_etl.fastpath import _varints, _zigzag, plan_for
 from event_etl.rules.judge import OUTCOME_CODES, judge_array, make_judge
 from event_etl.sources.splits import Split
 from event_etl.storage import open_storage
+from event_etl.task import executor
+from event_etl.task.executor import BatchContext, process_split
+from event_etl.task.fastpath import _varints, _zigzag, plan_for
 from tests.harness import make_event_type
 
 HOUR = 3_600_000
@@ -147,7 +147,7 @@ def assert_same(out):
 
 
 def executor_key_dtype():
-    from event_etl.dedupe import KEY_DTYPE
+    from event_etl.task.dedupe import KEY_DTYPE
 
     return KEY_DTYPE
 
@@ -163,7 +163,7 @@ def test_fast_and_record_paths_write_the_same_bytes(tmp_path_factory, event_type
 
 def test_valid_lines_take_the_fast_path_and_match_fastavro(event_type):
     """The fast path is really taken for clean input, and each row is fastavro's encoding of the record."""
-    from event_etl.executor import _decoder
+    from event_etl.task.executor import _decoder
 
     recs = [
         {"id": "a", "ts": BASE, "n": -(2**63), "small": -(2**31), "flag": True, "kind": "C", "text": "héllo\n\"x\"",
@@ -229,7 +229,7 @@ def test_varints_are_avro_longs():
 
 
 def test_schemas_the_fast_path_does_not_handle_fall_back(tmp_path):
-    from event_etl.executor import _decoder
+    from event_etl.task.executor import _decoder
 
     nested = {"type": "record", "name": "N", "fields": [
         {"name": "id", "type": "string"}, {"name": "ts", "type": "long"},
@@ -244,7 +244,7 @@ def test_schemas_the_fast_path_does_not_handle_fall_back(tmp_path):
 
 def test_one_split_mixes_fast_and_record_chunks(tmp_path, event_type, monkeypatch):
     """Bad lines send only their own chunk down the record path; the output is still the record path's."""
-    from event_etl.fastpath import FastPlan
+    from event_etl.task.fastpath import FastPlan
 
     taken = []
     real = FastPlan.decode
@@ -359,7 +359,7 @@ def test_segments_fast_and_record_paths_write_the_same_bytes(tmp_path_factory, e
 def test_segments_of_valid_messages_take_the_fast_path(tmp_path, event_type, monkeypatch):
     """Clean JSON messages go through the columnar path (counted), and still write what the record path writes,
     message dedupe keys and dead letters of future events (by their own publish time) included."""
-    from event_etl.fastpath import FastPlan
+    from event_etl.task.fastpath import FastPlan
 
     taken = []
     real = FastPlan.decode
@@ -382,7 +382,7 @@ def test_segments_of_valid_messages_take_the_fast_path(tmp_path, event_type, mon
     assert taken and all(taken)
     report, keys, _ = out[True]
     assert future == 2 and report["reasons"] == {"future": future}  # more than max_future_skew ahead of their arrival
-    from event_etl.dedupe import KEY_DTYPE, MESSAGE_KEY, key_hash
+    from event_etl.task.dedupe import KEY_DTYPE, MESSAGE_KEY, key_hash
 
     rows = np.frombuffer(keys, dtype=KEY_DTYPE)
     msg_rows = rows[rows["kind"] == MESSAGE_KEY]
@@ -391,7 +391,7 @@ def test_segments_of_valid_messages_take_the_fast_path(tmp_path, event_type, mon
 
 
 def test_a_type_reading_time_from_an_attribute_takes_the_record_path(tmp_path):
-    from event_etl.executor import _decoder, _fast_plan
+    from event_etl.task.executor import _decoder, _fast_plan
 
     et = make_event_type(tmp_path, "attr", SCHEMA, time_field="ts", id_field="id", time_attribute="event_time")
     seg = Split(0, "seg", "", 0, 1, 0, "[]")
@@ -401,8 +401,8 @@ def test_a_type_reading_time_from_an_attribute_takes_the_record_path(tmp_path):
 
 
 def test_message_keys_are_the_dedupe_keys():
-    from event_etl.dedupe import key_hash
-    from event_etl.executor import _message_keys
+    from event_etl.task.dedupe import key_hash
+    from event_etl.task.executor import _message_keys
 
     mids, arrivals = ["1", "17265478", "x-é"], [0, ARRIVAL, -5]
     assert _message_keys(mids, arrivals).tolist() == [key_hash("m", f"{m}@{a}") for m, a in zip(mids, arrivals)]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from event_etl.eventtypes import load_event_types
-from event_etl.generator import GeneratorParams, generate, parse_generator_params
-from event_etl.payload import Decoder
 from event_etl.rules.reasons import Reason
+from event_etl.sources.generator import GeneratorParams, generate, parse_generator_params
+from event_etl.task.payload import Decoder
 from tests.harness import t
 
 TYPES = load_event_types(Path(__file__).resolve().parent.parent / "event_types")

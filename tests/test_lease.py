@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from event_etl.errors import LeaseHeldError
-from event_etl.lease import Lease
 from event_etl.storage import Storage
+from event_etl.storage.lease import Lease
 from tests.harness import FakeClock, t
 
 
@@ -67,7 +67,7 @@ def test_the_checkpoint_lock_is_held_by_the_process(tmp_path):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {repr(str(__import__('pathlib').Path(__file__).resolve().parent.parent))})
-        from event_etl.lease import Lease
+        from event_etl.storage.lease import Lease
         from event_etl.storage import Storage
         from event_etl.errors import LeaseHeldError
         try:
@@ -117,7 +117,7 @@ def test_a_takeover_between_read_and_write_loses_the_race(tmp_path):
 
 def test_a_job_that_lost_its_lease_writes_nothing(tmp_path):
     """Fencing: once another job holds the lease, the driver's guard and every executor's fence refuse."""
-    from event_etl.lease import Fence
+    from event_etl.storage.lease import Fence
 
     clock = FakeClock(t("13:00"))
     old = lease(tmp_path, "ck1", clock).acquire()
@@ -137,7 +137,7 @@ def test_a_job_that_lost_its_lease_writes_nothing(tmp_path):
 
 
 def test_a_fence_trusts_the_lease_until_its_expiry_minus_the_margin(tmp_path):
-    from event_etl.lease import Fence
+    from event_etl.storage.lease import Fence
 
     clock = FakeClock(t("13:00"))
     ls = lease(tmp_path, "ck1", clock).acquire()

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from event_etl.driver import BatchEvent, BatchResult
 from event_etl.errors import UsageError
-from event_etl.executor import DELAY_BUCKETS_S
+from event_etl.job.controller import BatchEvent, BatchResult
+from event_etl.job.runner import RunOptions
 from event_etl.metrics import (
     METRICS,
     OUTCOMES,
@@ -30,7 +30,7 @@ from event_etl.metrics import (
 )
 from event_etl.rules.reasons import Reason
 from event_etl.rules.watermark import WatermarkState
-from event_etl.runner import RunOptions
+from event_etl.task.executor import DELAY_BUCKETS_S
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, read_sink, t
 
 

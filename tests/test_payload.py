@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from event_etl.avroio import encode_single_object
-from event_etl.payload import Decoder
 from event_etl.rules.reasons import Reason
+from event_etl.storage.avroio import encode_single_object
+from event_etl.task.payload import Decoder
 from tests.harness import make_event_type, t
 
 

@@ -13,7 +13,6 @@ import threading
 import time
 from collections import Counter
 
-import pytest
 from google.api_core import exceptions as ex
 from google.protobuf import timestamp_pb2
 from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage

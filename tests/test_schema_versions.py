@@ -20,15 +20,15 @@ import pytest
 from click.testing import CliRunner
 
 from event_etl import faults
-from event_etl.avroio import encode_single_object
-from event_etl.checkpoint import BatchIntent
 from event_etl.cli import main
 from event_etl.consumer import IncompatibleSchemaError, read_records, read_table
 from event_etl.errors import CheckpointFormatError, ConfigError
 from event_etl.eventtypes import check_schema_versions, load_event_type, schema_fingerprint
-from event_etl.payload import Decoder
+from event_etl.job.checkpoint import BatchIntent
 from event_etl.rules.manifest import MANIFEST_VERSION, Manifest
 from event_etl.rules.reasons import Reason
+from event_etl.storage.avroio import encode_single_object
+from event_etl.task.payload import Decoder
 from tests.harness import (
     CLICK_SCHEMA,
     FakeClock,
@@ -196,7 +196,7 @@ def test_an_event_type_from_a_frozen_intent_keeps_its_versions(tmp_path):
     """Batch intents freeze the versions (JSON): the type rebuilt from them accepts what the first attempt did."""
     from dataclasses import replace
 
-    from event_etl.checkpoint import FROZEN_SETTINGS
+    from event_etl.job.checkpoint import FROZEN_SETTINGS
 
     et = versioned_type(tmp_path, V2, V1, V2)
     assert "schema_versions" in FROZEN_SETTINGS
@@ -209,7 +209,7 @@ def test_an_event_type_from_a_frozen_intent_keeps_its_versions(tmp_path):
 
 
 def test_an_intent_from_before_schema_versions_accepts_its_own_schema_only(tmp_path):
-    from event_etl.checkpoint import FROZEN_SETTINGS
+    from event_etl.job.checkpoint import FROZEN_SETTINGS
 
     et = versioned_type(tmp_path, V2, V1, V2)
     p = LocalPipeline(tmp_path, et, FakeClock(t("13:30")))

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from event_etl.stopping import (
+from event_etl.job.stopping import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     SPARK_STOP_TEXT,
@@ -124,8 +124,8 @@ def test_the_gate_closes_only_between_batches_and_reports_a_cut_batch_as_spark_e
 
 
 def test_a_fleet_drains_every_type_it_can_and_reports_the_one_it_cannot(tmp_path, capsys):
-    from event_etl.fleet import FleetMember, drain_all, summary_lines
-    from event_etl.runner import Job
+    from event_etl.job.fleet import FleetMember, drain_all, summary_lines
+    from event_etl.job.runner import Job
 
     clock = FakeClock(t("13:30"))
     members = []

@@ -16,13 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from event_etl import __version__
-from event_etl.bundle import build_bundle, bundle_members, bundled_event_types
 from event_etl.cli import main
-from event_etl.errors import EventEtlError, UsageError
-from event_etl.eventtypes import load_event_types
-from event_etl.localcluster import LocalCluster, _daemon_env, _port
-from event_etl.runner import RunOptions
-from event_etl.submit import (
+from event_etl.cli.submitted import main as driver
+from event_etl.cluster.bundle import build_bundle, bundle_members, bundled_event_types
+from event_etl.cluster.localcluster import LocalCluster, _daemon_env, _port
+from event_etl.cluster.preflight import SharedFolder, _judge, _python_error, executor_report, shared_folders
+from event_etl.cluster.submit import (
     SubmitOptions,
     absolute_job_paths,
     check_python_here,
@@ -34,8 +33,9 @@ from event_etl.submit import (
     submit_conf,
     write_entry_script,
 )
-from event_etl.preflight import SharedFolder, _judge, _python_error, executor_report, shared_folders
-from event_etl.submit_main import main as driver
+from event_etl.errors import EventEtlError, UsageError
+from event_etl.eventtypes import load_event_types
+from event_etl.job.runner import RunOptions
 from tests.harness import make_event_type
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,7 @@ def test_a_zip_without_types_has_no_bundled_types(tmp_path):
 def test_imported_from_the_bundle_the_default_types_are_the_bundled_ones(tmp_path, types):
     """As on a cluster driver: event_etl comes from the zip, the project's event_types/ is not next to it."""
     path, _ = build_bundle(types, tmp_path / "b")
-    code = ("import event_etl, event_etl.eventtypes as e; from event_etl.bundle import package_archive; "
+    code = ("import event_etl, event_etl.eventtypes as e; from event_etl.cluster.bundle import package_archive; "
             "print(event_etl.__file__); print(package_archive()); print(sorted(e.load_event_types(e.resolve_event_types_dir())))")
     env = {k: v for k, v in os.environ.items() if k != "EVENT_ETL_EVENT_TYPES"}
     env.update(PYTHONPATH=str(path), TMPDIR=str(tmp_path / "tmp"))
@@ -148,7 +148,7 @@ def test_driver_args_carry_every_run_option_as_parsed():
     job = _parse_run(given)
     job.pop("master"), job.pop("event_types_dir"), job.pop("all_types"), job.pop("checkpoint_root")
     (event_type,) = job.pop("event_types")
-    args = driver_args(event_type, job)
+    args = driver_args(event_type, job, driver.params)
     assert args == given, "the driver is given exactly what run would have parsed"
     parsed = driver.make_context("driver", list(args)).params
     assert {k: v for k, v in parsed.items() if k != "event_type"} == job
@@ -157,11 +157,11 @@ def test_driver_args_carry_every_run_option_as_parsed():
 def test_driver_args_leave_defaults_out():
     job = _parse_run(["page_view"])
     job.pop("master"), job.pop("event_types_dir"), job.pop("event_types"), job.pop("all_types"), job.pop("checkpoint_root")
-    assert driver_args("page_view", job) == ["page_view"]
+    assert driver_args("page_view", job, driver.params) == ["page_view"]
 
 
 def test_run_and_the_driver_build_the_same_run_options():
-    from event_etl.cli import job_run_options
+    from event_etl.cli.options import job_run_options
 
     job = _parse_run(["page_view", "--once", "--conf", "k=v", "--max-files-per-batch", "2"])
     job.pop("event_types_dir"), job.pop("event_types"), job.pop("all_types"), job.pop("checkpoint_root")
@@ -269,7 +269,7 @@ def test_in_client_mode_the_executors_python_must_exist_here_too():
 
 def test_the_entry_script_runs_the_driver(tmp_path):
     path = write_entry_script(tmp_path / "b")
-    assert "from event_etl.submit_main import main" in path.read_text()
+    assert "from event_etl.cli.submitted import main" in path.read_text()
     assert write_entry_script(tmp_path / "b") == path
 
 

@@ -1,102 +1,78 @@
-"""Event-time transcripts (tests/transcripts/*.yaml) run through the real executor and controller."""
+"""Event-time transcripts (tests/transcripts/*.yaml) run through the real executor and controller.
+
+The harness is :mod:`event_etl.testing.transcripts`; :class:`LocalTranscripts` is its local
+pipeline.  The negative transcripts (tests/transcripts/negative/) hold wrong expectations on
+purpose: the checker must catch each one, and name it.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from event_etl.rules.buckets import MARKER_NAME
-from tests.harness import (
-    FakeClock,
-    LocalPipeline,
-    check_manifest_matches_folder,
-    hour,
-    make_event_type,
-    read_deadletter,
-    read_sink,
-    t,
-)
+from event_etl.testing.transcripts import Case, Observed, TranscriptMismatch, load_cases, run_case, t
+from tests.harness import FakeClock, LocalPipeline, make_event_type
 
-TRANSCRIPTS = sorted(Path(__file__).parent.joinpath("transcripts").glob("*.yaml"))
-CASES = [(p.stem, case) for p in TRANSCRIPTS for case in yaml.safe_load(p.read_text())]
+FOLDER = Path(__file__).parent / "transcripts"
+CASES = load_cases(sorted(FOLDER.glob("*.yaml")))
+NEGATIVE = load_cases(sorted((FOLDER / "negative").glob("*.yaml")))
 
 
-def _payload(ev: dict) -> bytes:
-    if "raw" in ev:
-        return ev["raw"].encode()
-    return json.dumps({"id": ev["id"], "ts": t(ev["t"])}).encode()
+class LocalTranscripts:
+    """The local pipeline of the transcripts: :class:`tests.harness.LocalPipeline`, with a clock the test owns."""
+
+    name = "local"
+
+    def __init__(self, tmp_path: Path, case: Case) -> None:
+        self.clock = FakeClock(t("00:00"))
+        self.p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types", **case.event_type_settings()), self.clock)
+        self.batches: dict[int, list[bytes]] = {}
+
+    @staticmethod
+    def _shards(lines: list[bytes]) -> int:
+        return 2 if len(lines) > 2 else 1
+
+    def batch(self, payloads: list[bytes], *, at: int) -> None:
+        self.clock.now = at
+        ev = self.p.batch(payloads, shards=self._shards(payloads))
+        self.batches[ev.batch_id] = payloads
+
+    def idle(self, at: int) -> None:
+        self.clock.now = at
+        self.p.controller.tick()
+
+    def drain(self) -> None:
+        self.p.controller.drain()
+
+    def restart(self) -> None:
+        self.p.restart()
+
+    def replay(self, batch: int) -> None:
+        self.p.batch(self.batches[batch], batch_id=batch, shards=self._shards(self.batches[batch]))
+
+    def observe(self) -> Observed:
+        return Observed(self.p.sink, self.p.et.name, self.p.controller.state.watermark)
 
 
-def _check(p: LocalPipeline, expect: dict, where: str) -> None:
-    if "watermark" in expect:
-        want = None if expect["watermark"] is None else t(expect["watermark"])
-        assert p.controller.state.watermark == want, f"{where}: watermark"
-    content = read_sink(p.sink, p.et.name)
-    if "hours" in expect:
-        for h, kinds in expect["hours"].items():
-            hc = content.get(hour(h))
-            assert hc is not None, f"{where}: hour {h} has no folder"
-            assert sorted(hc.timely) == sorted(kinds.get("timely", [])), f"{where}: timely ids of hour {h}"
-            assert sorted(hc.late) == sorted(kinds.get("late", [])), f"{where}: late ids of hour {h}"
-    if "complete" in expect:
-        marked = sorted(h for h, hc in content.items() if hc.marker is not None)
-        assert marked == sorted(hour(h) for h in expect["complete"]), f"{where}: hours with {MARKER_NAME}"
-        for h in marked:
-            check_manifest_matches_folder(p.sink, p.et.name, h)
-    for key, attr in (("records", "records"), ("late_records", "late_records")):
-        for h, n in expect.get(key, {}).items():
-            m = content[hour(h)].marker
-            assert m is not None, f"{where}: hour {h} has no marker"
-            assert getattr(m, attr) == n, f"{where}: {attr} of hour {h}"
-    if "deadletter" in expect:
-        dl = read_deadletter(p.sink, p.et.name)
-        for reason, want in expect["deadletter"].items():
-            got = [r for r in dl if r["reason"] == reason]
-            if isinstance(want, int):
-                assert len(got) == want, f"{where}: dead-letter count of {reason}"
-            else:
-                ids = sorted(json.loads(r["payload"])["id"] for r in got)
-                assert ids == sorted(want), f"{where}: dead-letter ids with reason {reason}"
-            for r in got:
-                assert r["payload"], "the original bytes are kept"
+LOCAL_CASES = [c for c in CASES if c.runs_here("local")]
+LOCAL_NEGATIVE = [c for c in NEGATIVE if c.runs_here("local")]
 
 
-LOCAL_CASES = [(f, c) for f, c in CASES if "local" in c.get("runs_on", ("local", "spark"))]
+def test_every_case_runs_somewhere_and_none_is_negative():
+    assert CASES and NEGATIVE
+    assert all(c.runs_on for c in CASES)
+    assert not [c.id for c in CASES if c.fails], "negative cases belong in transcripts/negative/"
+    assert not [c.id for c in NEGATIVE if not c.fails], "a negative case says which expectation fails"
 
 
-def test_every_case_runs_somewhere():
-    for f, c in CASES:
-        assert set(c.get("runs_on", ("local", "spark"))) & {"local", "spark"}, f"{f}: {c['name']} runs nowhere"
-
-
-@pytest.mark.parametrize("case", [c for _, c in LOCAL_CASES], ids=[f"{f}:{c['name']}" for f, c in LOCAL_CASES])
+@pytest.mark.parametrize("case", LOCAL_CASES, ids=[c.id for c in LOCAL_CASES])
 def test_transcript(case, tmp_path):
-    settings = {"out_of_orderness": "2m", "allowed_lateness": "24h", "idle_timeout": "5m", "max_future_skew": "10m"}
-    settings.update(case.get("settings", {}))
-    et = make_event_type(tmp_path / "types", **settings)
-    clock = FakeClock(t("00:00"))
-    p = LocalPipeline(tmp_path, et, clock)
-    batches: dict[int, list[bytes]] = {}
-    for i, step in enumerate(case["steps"]):
-        where = f"step {i + 1}"
-        if "batch" in step:
-            clock.now = t(step["at"])
-            lines = [_payload(ev) for ev in step["batch"]]
-            ev = p.batch(lines, shards=2 if len(lines) > 2 else 1)
-            batches[ev.batch_id] = lines
-        elif "idle" in step:
-            clock.now = t(step["idle"])
-            p.controller.tick()
-        elif "drain" in step:
-            p.controller.drain()
-        elif "restart" in step:
-            p.restart()
-        elif "replay" in step:
-            n = int(step["replay"])
-            p.batch(batches[n], batch_id=n, shards=2 if len(batches[n]) > 2 else 1)
-        else:
-            raise AssertionError(f"unknown step {step}")
-        _check(p, step.get("expect", {}), where)
+    run_case(case, LocalTranscripts(tmp_path, case))
+
+
+@pytest.mark.parametrize("case", LOCAL_NEGATIVE, ids=[c.id for c in LOCAL_NEGATIVE])
+def test_the_checker_catches_a_wrong_expectation(case, tmp_path):
+    with pytest.raises(TranscriptMismatch) as caught:
+        run_case(case, LocalTranscripts(tmp_path, case))
+    assert caught.value.what == case.fails, str(caught.value)

@@ -47,8 +47,8 @@ from event_etl.consumer.errors import (
     UnsupportedSchemaError,
     WaitTimeoutError,
 )
-from event_etl.consumer.status import HourState, HourStatus, classify_hour, hour_status, hour_statuses
 from event_etl.consumer.read import hour_files, read_records, read_table, record_json, write_avro, write_jsonl
+from event_etl.consumer.status import HourState, HourStatus, classify_hour, hour_status, hour_statuses
 from event_etl.consumer.verify import FileProblem, VerifyReport, compare_hour, verify_hour, verify_hours
 from event_etl.consumer.wait import poke_hour, wait_for_hour, wait_for_hours
 

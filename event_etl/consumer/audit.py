@@ -132,7 +132,7 @@ def read_count_file(path: str | os.PathLike[str], *, event_type: str | EventType
 
 def _event_time_of(et: EventType) -> Callable[[dict[str, Any]], int]:
     """The event time (ms) of a record of ``et``, by the type's own rule for its time field."""
-    from event_etl.payload import Decoder
+    from event_etl.task.payload import Decoder
 
     # The decoder owns the rule (logical types, epoch millis or seconds, ISO-8601).
     parse, field = Decoder(et).record_time, et.time_field

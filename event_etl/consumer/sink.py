@@ -27,6 +27,7 @@ from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_hour_dir, validate_event_type_name
 from event_etl.rules.manifest import FileEntry, Manifest
 from event_etl.storage import Storage
+from event_etl.storage.locations import resolve_sink
 from event_etl.timeutil import iso
 
 __all__ = [
@@ -69,13 +70,6 @@ def open_sink(sink: SinkLike) -> Storage:
         return sink
     with could_not_check():
         return Storage(resolve_sink(os.fspath(sink)))
-
-
-def resolve_sink(sink: str) -> str:
-    """Local sinks become absolute paths; URLs stay as they are (as ``event-etl run`` resolves them)."""
-    if "://" in sink and not sink.startswith("file://"):
-        return sink.rstrip("/")
-    return os.path.abspath(sink[7:] if sink.startswith("file://") else sink)
 
 
 def require_type_data(storage: Storage, event_type: str) -> None:

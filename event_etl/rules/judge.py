@@ -28,7 +28,7 @@ from event_etl.timeutil import HOUR_MS
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Outcome", "Verdict", "judge", "make_judge", "judge_array", "OUTCOME_CODES"]
+__all__ = ["Outcome", "OUTCOMES", "Verdict", "judge", "make_judge", "judge_array", "OUTCOME_CODES"]
 
 
 class Outcome(str, enum.Enum):
@@ -41,6 +41,11 @@ class Outcome(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome) + ("invalid", "duplicate")
+"""Every way an event is counted (the ``outcome`` label): the judge's outcomes, then ``invalid`` (dead-lettered
+before it was judged) and ``duplicate`` (dropped by deduplication).  Defined here only."""
 
 
 @dataclass(frozen=True)

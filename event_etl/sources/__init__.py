@@ -10,7 +10,7 @@ offsets, reads the same payloads when Spark replays the batch.
 Source URLs:
 
 - ``generate:`` or ``generate:rate=2000,speedup=120,...``: synthetic events
-  (see :mod:`event_etl.generator`);
+  (see :mod:`event_etl.sources.generator`);
 - ``dir:PATH`` or a plain path: newline-delimited files, read in file-name order,
   new files picked up as they appear;
 - ``pubsub:projects/P/subscriptions/S`` (or ``pubsub:`` for the type's ``[pubsub]
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from event_etl.errors import UsageError
+from event_etl.storage.locations import is_remote
 
 __all__ = ["SourceSpec", "parse_source"]
 
@@ -38,11 +39,10 @@ class SourceSpec:
 
     def identity(self) -> str:
         """What a checkpoint remembers of its source: same identity, same offsets meaning."""
-        if self.kind == "dir":
-            return f"dir:{self.params['path']}"
-        if self.kind == "generate":
-            return "generate:"
-        return self.url
+        from event_etl.sources.registry import SOURCES
+
+        kind = SOURCES.get(self.kind)
+        return kind.identity(self) if kind is not None else self.url
 
 
 def parse_source(url: str, *, now: int, default_subscription: str | None = None) -> SourceSpec:
@@ -52,7 +52,7 @@ def parse_source(url: str, *, now: int, default_subscription: str | None = None)
         raise UsageError("empty --source", fix="use generate:, dir:PATH or a folder path")
     url = str(url).strip()
     if url.startswith("generate:") or url == "generate":
-        from event_etl.generator import parse_generator_params
+        from event_etl.sources.generator import parse_generator_params
 
         try:
             params = parse_generator_params(url.partition(":")[2], now)
@@ -75,7 +75,7 @@ def parse_source(url: str, *, now: int, default_subscription: str | None = None)
         return SourceSpec("pubsub", {"subscription": path}, f"pubsub:{path}")
     if url.startswith("dir:"):
         path = url[4:]
-    elif "://" in url and not url.startswith("file://"):
+    elif is_remote(url):
         raise UsageError(f"--source {url}: unknown source kind", fix="use generate:, dir:PATH or a folder path")
     else:
         path = url[7:] if url.startswith("file://") else url

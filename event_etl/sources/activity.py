@@ -28,7 +28,7 @@ def activity_path(log_dir: str | os.PathLike[str]) -> Path:
 
 def report_activity(log_dir: str | os.PathLike[str], activity: SourceActivity) -> None:
     """Leave the source's report for the controller (replaced whole; losing one to a crash is harmless)."""
-    from event_etl.checkpoint import write_json_atomic
+    from event_etl.storage.atomic import write_json_atomic
 
     write_json_atomic(activity_path(log_dir), activity.to_json(), durable=False)
 

@@ -24,9 +24,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from event_etl.checkpoint import write_json_atomic
 from event_etl.errors import SourceError
 from event_etl.sources.splits import Split
+from event_etl.storage.atomic import write_json_atomic
 
 __all__ = ["DirectoryPlanner", "align_ranges"]
 

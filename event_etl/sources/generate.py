@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from event_etl.generator import GeneratorParams
+from event_etl.sources.generator import GeneratorParams
 from event_etl.sources.splits import Split
 
 __all__ = ["GeneratorPlanner"]

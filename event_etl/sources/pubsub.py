@@ -15,7 +15,7 @@ exactly the same messages:
    are acknowledged in bulk then.  Spark's commit of the batch deletes the segments.
 
 A crash before the acknowledgement makes Pub/Sub deliver the messages again; they are
-then dropped by message id (see :mod:`event_etl.dedupe`).  Segments written but never
+then dropped by message id (see :mod:`event_etl.task.dedupe`).  Segments written but never
 offered are offered after a restart.  Spool files of release 0.1.0 (``<n>.avro``, one per
 batch, pulled inside ``latestOffset``) left in a checkpoint are read first, as that
 release would have.
@@ -40,10 +40,10 @@ from typing import Any, Callable, Iterator
 
 import fastavro
 
-from event_etl.checkpoint import write_json_atomic
 from event_etl.errors import SourceError
 from event_etl.sources.splits import Split
 from event_etl.sources.spool import segment_count
+from event_etl.storage.atomic import write_json_atomic
 
 __all__ = ["PubSubPlanner", "SPOOL_SCHEMA", "read_spool", "parse_subscription", "subscriber_client",
            "publisher_client", "check_subscription", "ERROR_FILE", "permanent_error"]

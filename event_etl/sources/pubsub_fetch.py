@@ -214,8 +214,8 @@ class Fetcher:
         return msgs, size
 
     def _fail(self, err: SourceError) -> None:
-        from event_etl.checkpoint import write_json_atomic
         from event_etl.sources.pubsub import ERROR_FILE
+        from event_etl.storage.atomic import write_json_atomic
 
         self.error = err
         write_json_atomic(self.dir / ERROR_FILE, {"message": err.message, "fix": err.fix})
@@ -385,7 +385,7 @@ class Fetcher:
         threading.Thread(target=self._mark_drained, name="pubsub-drained", daemon=True).start()
 
     def _mark_drained(self) -> None:
-        from event_etl.checkpoint import write_json_atomic
+        from event_etl.storage.atomic import write_json_atomic
 
         for t in self._threads:
             if t.name.startswith("pubsub-pull-"):

@@ -14,43 +14,10 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from event_etl.sources.registry import make_planner
 from event_etl.sources.splits import SPLIT_SCHEMA, Split
 
 __all__ = ["EtlSource", "make_planner"]
-
-
-def make_planner(spec: dict[str, Any]):
-    """The planner for a source spec (``kind``, ``params``, ``log_dir``, limits)."""
-    from event_etl.timeutil import now_millis
-
-    kind = spec["kind"]
-    if kind == "dir":
-        from event_etl.sources.directory import DirectoryPlanner
-
-        return DirectoryPlanner(
-            spec["params"]["path"],
-            spec["log_dir"],
-            split_bytes=int(spec["split_bytes"]),
-            max_files=int(spec["max_files_per_batch"]),
-            clock=now_millis,
-            tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
-        )
-    if kind == "generate":
-        from event_etl.generator import GeneratorParams
-        from event_etl.sources.generate import GeneratorPlanner
-
-        return GeneratorPlanner(
-            GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=now_millis,
-            tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
-        )
-    if kind == "pubsub":
-        from event_etl.sources.pubsub import PubSubPlanner
-
-        return PubSubPlanner(
-            spec["params"]["subscription"], spec["log_dir"], max_messages=int(spec["max_events_per_batch"]),
-            clock=now_millis, tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
-        )
-    raise ValueError(f"unknown source kind {kind!r}")
 
 
 class SplitPartition(InputPartition):

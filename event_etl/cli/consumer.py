@@ -1,0 +1,385 @@
+"""Commands for batch consumers: ``wait``, ``hours``, ``verify``, ``cat``, ``audit``.
+
+Each command parses its options, calls one function of :mod:`event_etl.consumer` and
+prints the answer (``--json``: one JSON document on stdout); the exit code says what kind of
+answer it was (:mod:`event_etl.exitcodes`): 0 complete/ok, 2 usage error, 3 timeout or not
+complete yet, 4 could not check the sink, 5 verification failed or audit mismatch, 6 nothing
+at all at ``<sink>/<event_type>/`` (a wrong sink).
+
+These commands read a sink only: the manifest and the files carry what they need, so they
+work without the event types folder (an installation with ``pip install event_etl``, no
+extras) and load no other type than the one they name.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+
+from event_etl.cli.options import EXIT_CODES_HELP, consumer_type, event_types_option, handles_errors, sink_option
+from event_etl.cli.params import DURATION
+from event_etl.consumer import (
+    AuditResult,
+    HourState,
+    audit_hour,
+    hour_statuses,
+    read_count_file,
+    verify_hour,
+    verify_hours,
+    wait_for_hour,
+    write_avro,
+    write_jsonl,
+)
+from event_etl.consumer.errors import ExitCode
+from event_etl.consumer.hours import hour_ms, hour_text, window
+from event_etl.consumer.sink import type_name
+from event_etl.errors import UsageError
+from event_etl.timeutil import format_duration, iso, now_millis, to_datetime, to_millis
+
+__all__ = ["wait_cmd", "hours_cmd", "verify_cmd", "cat_cmd", "audit_cmd"]
+
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of text.")
+
+
+class HourType(click.ParamType):
+    """An hour on the command line: ISO-8601 UTC; anything else is a usage error (exit code 2)."""
+
+    name = "HOUR"
+
+    def convert(self, value: Any, param, ctx) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return to_datetime(hour_ms(value))
+        except UsageError as err:
+            why = str(err.__cause__ or err.message)
+            self.fail(why if "e.g." in why else f"{why}; write it in UTC, e.g. 2026-11-21T13 or 2026-11-21T13:00Z",
+                      param, ctx)
+
+
+HOUR = HourType()
+
+
+def _exit(code: ExitCode) -> None:
+    sys.exit(int(code))
+
+
+def _when(dt: datetime | None) -> str:
+    return "-" if dt is None else iso(to_millis(dt))
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return None if dt is None else iso(to_millis(dt))
+
+
+def _echo_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2))
+
+
+def manifest_json(m) -> dict[str, Any]:
+    """The summary of a complete hour's manifest, for --json."""
+    return {"event_type": m.event_type, "hour": iso(m.hour), "state": "complete", "records": m.records,
+            "late_records": m.late_records, "bytes": m.bytes, "completed_at": iso(m.completed_at),
+            "marker_delay_seconds": m.marker_delay_ms / 1000, "watermark": iso(m.watermark),
+            "files": [{"name": f.name, "records": f.records, "bytes": f.bytes, "late": f.late} for f in m.files]}
+
+
+def status_json(s) -> dict[str, Any]:
+    """One hour's status, for --json."""
+    return {"event_type": s.event_type, "hour": hour_text(s.hour), "state": str(s.state), "records": s.records,
+            "late_records": s.late_records, "data_files": s.data_files, "completed_at": _iso(s.completed_at),
+            "marker_delay_seconds": None if s.manifest is None else s.manifest.marker_delay_ms / 1000,
+            "audit": None if s.audit is None else s.audit.result.value,
+            "first_complete": _iso(s.first_complete)}
+
+
+class _ChangesPrinter:
+    """Prints the status of the hour waited for when it changes (to stderr: stdout is for the answer)."""
+
+    def __init__(self) -> None:
+        self.last: tuple | None = None
+
+    def __call__(self, status) -> None:
+        key = (status.hour, status.state)
+        if key != self.last and status.state in (HourState.OPEN, HourState.NOT_STARTED):
+            click.echo(f"waiting: {status.describe()}", err=True)
+        self.last = key
+
+
+@click.command("wait", epilog=EXIT_CODES_HELP)
+@click.argument("event_type")
+@click.argument("hour", type=HOUR)
+@click.option("--timeout", type=DURATION, default=None,
+              help="Give up after this long (90s, 5m, 2h, or seconds) with exit code 3. Default: no limit; 0: look once.")
+@click.option("--poll-interval", type=DURATION, default="2s", show_default=True, help="Time between two looks.")
+@JSON_OPTION
+@sink_option
+@event_types_option
+@handles_errors
+def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interval: float, as_json: bool, sink: str,
+             event_types_dir: str | None) -> None:
+    """Wait until HOUR of EVENT_TYPE is complete (its _COMPLETE marker is there), then print its summary.
+
+    HOUR is UTC, e.g. 2026-11-21T13 or 2026-11-21T13:00Z. A storage failure that outlasts the storage
+    layer's retries ends the wait with exit code 4: it is never taken for "not complete yet".
+    Ctrl-C, SIGTERM or SIGHUP end the wait at once with one line and exit code 128 + the signal's number.
+    """
+    from event_etl.job.stopping import Interrupted, StopSignals
+
+    et = consumer_type(event_types_dir, event_type)
+    name = type_name(et)
+    stops = StopSignals()
+
+    class _Stopped(Exception):
+        pass
+
+    def nap(seconds: float) -> None:  # the main loop acts on a signal: handlers only record it
+        if not stops.requested:
+            stops.sleep(seconds)
+        if stops.requested:
+            raise _Stopped
+
+    with stops:
+        try:
+            m = wait_for_hour(sink, et, hour, timeout=timeout, poll_interval=poll_interval,
+                              on_status=_ChangesPrinter(), sleep=nap)
+        except _Stopped:
+            from event_etl.job.stopping import signal_name
+
+            raise Interrupted(stops.first, f"interrupted ({signal_name(stops.first)}): {name} {hour_text(hour)} "
+                                           "was not complete yet") from None
+    if as_json:
+        _echo_json(manifest_json(m))
+        return
+    click.echo(f"{name} {hour_text(hour)} complete: records {m.records:,} (late {m.late_records:,})  files "
+               f"{len(m.files)}  completed at {_when(to_datetime(m.completed_at))}  marker delay "
+               f"{format_duration(m.marker_delay_ms)}")
+
+
+@click.command("hours", epilog=EXIT_CODES_HELP)
+@click.argument("event_type")
+@click.option("--since", type=HOUR, default=None, help="First hour shown. Default: 23 hours before the current hour.")
+@click.option("--until", type=HOUR, default=None,
+              help="First hour NOT shown (ranges are half-open). Default: the hour after the current one.")
+@JSON_OPTION
+@sink_option
+@event_types_option
+@handles_errors
+def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, as_json: bool, sink: str,
+              event_types_dir: str | None) -> None:
+    """Show the state of the hours of EVENT_TYPE: complete, audited, mismatch, open, not started or never.
+
+    "never": before the first hour the job marked, so no marker will come. HOUR values are UTC.
+    """
+    et = consumer_type(event_types_dir, event_type)
+    since, until = _window(since, until, include_current=True)
+    statuses = hour_statuses(sink, et, since, until)
+    if as_json:
+        _echo_json([status_json(s) for s in statuses])
+        return
+    rows = [("hour", "status", "records", "late", "files", "completed at", "marker delay")]
+    for s in statuses:
+        rows.append((
+            hour_text(s.hour), str(s.state), _count(s.records), _count(s.late_records), str(s.data_files),
+            _when(s.completed_at), "-" if s.manifest is None else format_duration(s.manifest.marker_delay_ms),
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                   .rstrip())
+
+
+def _count(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _window(since: datetime | None, until: datetime | None, *, include_current: bool) -> tuple[datetime, datetime]:
+    lo, hi = window(None if since is None else to_millis(since), None if until is None else to_millis(until),
+                    now=now_millis(), include_current=include_current)
+    return to_datetime(lo), to_datetime(hi)
+
+
+@click.command("verify", epilog=EXIT_CODES_HELP)
+@click.argument("event_type")
+@click.argument("hour", type=HOUR, required=False)
+@click.option("--since", type=HOUR, default=None, help="Verify the complete hours from this one on (instead of HOUR).")
+@click.option("--until", type=HOUR, default=None,
+              help="With --since: the first hour NOT verified (half-open). Default: the current hour.")
+@JSON_OPTION
+@sink_option
+@event_types_option
+@handles_errors
+def verify_cmd(event_type: str, hour: datetime | None, since: datetime | None, until: datetime | None, as_json: bool,
+               sink: str, event_types_dir: str | None) -> None:
+    """Check that complete hours hold exactly what their manifests list: no missing, extra or corrupted file.
+
+    Sizes, sha256 and record counts of every listed file are recomputed. Give one HOUR (UTC, e.g.
+    2026-11-21T13), or a range with --since [--until]. In a range, hours that are not complete are shown
+    and not verified; exit code 3 if any of them (other than "never" hours) is still open, 5 if any hour
+    failed.
+    """
+    if (hour is None) == (since is None):
+        raise click.UsageError("give either HOUR or --since (with an optional --until)")
+    if until is not None and since is None:
+        raise click.UsageError("--until goes with --since")
+    et = consumer_type(event_types_dir, event_type)
+    if hour is not None:
+        reports = [verify_hour(sink, et, hour)]
+    else:
+        reports = verify_hours(sink, et, *_window(since, until, include_current=False))
+    if as_json:
+        _echo_json([{"event_type": r.event_type, "hour": hour_text(r.hour), "state": str(r.state), "checked": r.checked,
+                     "ok": r.ok, "files": r.files, "records": r.records, "missing": list(r.missing),
+                     "extra": list(r.extra), "corrupted": [{"name": p.name, "what": p.what, "expected": p.expected,
+                                                            "found": p.found} for p in r.corrupted]}
+                    for r in reports])
+    else:
+        for r in reports:
+            click.echo(r.describe())
+    if any(r.checked and not r.ok for r in reports):
+        _exit(ExitCode.FAILED)
+    if any(not r.checked and r.state is not HourState.NEVER for r in reports):
+        _exit(ExitCode.NOT_COMPLETE)
+
+
+@click.command("cat", epilog=EXIT_CODES_HELP)
+@click.argument("event_type")
+@click.argument("hour", type=HOUR)
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "avro"]), default="jsonl", show_default=True,
+              help="jsonl: one JSON object per record (timestamps as ISO-8601 UTC, bytes as base64); "
+              "avro: one Avro container file.")
+@click.option("--late/--no-late", default=True, show_default=True,
+              help="Include the late records the hour holds (records of earlier hours that arrived after those "
+              "were complete).")
+@click.option("--until", type=HOUR, default=None,
+              help="Print every hour from HOUR up to this one (not included); each must be complete.")
+@click.option("--reader-schema", "reader_schema", default=None, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Read every record into this Avro schema (.avsc), by Avro's resolution rules. Default: the "
+              "event type's current schema.avsc, so hours written before and after a schema change read alike.")
+@sink_option
+@event_types_option
+@handles_errors
+def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, until: datetime | None, reader_schema: str | None,
+            sink: str, event_types_dir: str | None) -> None:
+    """Print the records of a complete HOUR of EVENT_TYPE: exactly the files its manifest lists.
+
+    HOUR is UTC, e.g. 2026-11-21T13. An hour that is not complete is not read (exit code 3): run
+    `event-etl wait` first. Records come in the type's current schema (or --reader-schema FILE),
+    also from files written in an earlier version of it.
+    """
+    et = consumer_type(event_types_dir, event_type)
+    schema = None
+    if reader_schema is not None:
+        from event_etl.eventtypes import load_schema_file
+
+        schema = load_schema_file(reader_schema)
+    if fmt == "avro":
+        out = sys.stdout.buffer
+        if out.isatty():
+            raise UsageError("--format avro writes binary data", fix="redirect it: event-etl cat ... --format avro > hour.avro")
+        write_avro(sink, et, hour, out, include_late=late, until=until, reader_schema=schema)
+        out.flush()
+    else:
+        write_jsonl(sink, et, hour, sys.stdout, include_late=late, until=until, reader_schema=schema)
+
+
+@click.command("audit", epilog=EXIT_CODES_HELP)
+@click.argument("event_type")
+@click.argument("hour", type=HOUR)
+@click.option("--expected", type=click.IntRange(0), default=None, help="The number of events the source sent for HOUR.")
+@click.option("--count-file", default=None,
+              help='Take the expected number from a count file the publisher wrote (local path or gs:// URL): '
+              '{"event_type": ..., "counts": {"2026-11-21T13:00:00Z": 1234}}.')
+@click.option("--time-field", default=None, metavar="FIELD",
+              help="Without the event types folder: the field holding the event time (etl.toml's time_field).")
+@click.option("--time-format", type=click.Choice(["epoch_millis", "epoch_seconds", "iso8601"]), default=None,
+              help="Without the event types folder: etl.toml's time_format (default epoch_millis; a timestamp-millis "
+              "field is read as such).")
+@click.option("--allowed-lateness", type=DURATION, default=None,
+              help="Without the event types folder: etl.toml's allowed_lateness (default 24h).")
+@JSON_OPTION
+@sink_option
+@event_types_option
+@handles_errors
+def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file: str | None, time_field: str | None,
+              time_format: str | None, allowed_lateness: float | None, as_json: bool, sink: str,
+              event_types_dir: str | None) -> None:
+    """Compare a complete HOUR of EVENT_TYPE with the source's count and record the result (_AUDIT).
+
+    The sink's count is the hour's timely records plus its late records found in later hours (up to
+    the lateness horizon); the hour's late files, which hold earlier hours' records, do not count.
+    A match or a final mismatch is recorded next to the marker, and `event-etl hours` then shows the
+    hour as "audited" or "mismatch". Fewer records than expected while late records can still arrive
+    is not recorded (exit code 3): audit again later.
+
+    The rule needs the type's time field and allowed lateness: from its etl.toml when the event types
+    folder has the type, else from --time-field [--time-format] [--allowed-lateness] (the schema comes
+    from the hour's files).
+    """
+    if (expected is None) == (count_file is None):
+        raise click.UsageError("give either --expected N or --count-file PATH")
+    et = _audit_type(consumer_type(event_types_dir, event_type), sink, hour, time_field, time_format,
+                     allowed_lateness)
+    if count_file is not None:
+        expected = read_count_file(count_file, event_type=et, hour=hour)
+    rec = audit_hour(sink, et, hour, expected=expected, source=count_file or "--expected")
+    if as_json:
+        _echo_json({**rec.to_json(), "difference": rec.difference, "recorded": rec.recorded})
+        if rec.result is AuditResult.INCONCLUSIVE:
+            _exit(ExitCode.NOT_COMPLETE)
+        if rec.result is AuditResult.MISMATCH:
+            _exit(ExitCode.FAILED)
+        return
+    late = "not attributable" if rec.late_records_found is None else (
+        f"{rec.late_records_found:,} found in {rec.late_hours_checked} later hours")
+    click.echo(f"{et.name} {hour_text(hour)} {rec.result}: counted {rec.counted:,} (timely {rec.timely_records:,}, late "
+               f"{late}), expected {rec.expected:,}, difference {rec.difference:+,}")
+    if rec.result is AuditResult.INCONCLUSIVE:
+        click.echo(f"not recorded: late records of this hour can still arrive until the hour "
+                   f"{hour_text(rec.lateness_horizon)} is complete; audit again later", err=True)
+        _exit(ExitCode.NOT_COMPLETE)
+    click.echo(f"recorded in _AUDIT at {_when(rec.audited_at)}")
+    if rec.result is AuditResult.MISMATCH:
+        _exit(ExitCode.FAILED)
+
+
+def _audit_type(et, sink: str, hour: datetime, time_field: str | None, time_format: str | None,
+                allowed_lateness: float | None):
+    """The loaded event type, or one made of the files' schema and the command's settings."""
+    from event_etl.consumer.read import writer_schema
+    from event_etl.eventtypes import event_type_from_settings
+    from event_etl.timeutil import HOUR_MS
+
+    given = {k: v for k, v in (("time_field", time_field), ("time_format", time_format),
+                               ("allowed_lateness", None if allowed_lateness is None else allowed_lateness.text))
+             if v is not None}
+    if not isinstance(et, str):
+        if given:
+            raise UsageError(f"{et.name}'s settings come from {et.settings_file}; --{next(iter(given)).replace('_', '-')} "
+                             "is for a sink read without the event types folder",
+                             fix="leave out --time-field, --time-format and --allowed-lateness")
+        return et
+    if "time_field" not in given:
+        raise UsageError(f"auditing {et} needs its time field and allowed lateness, and no event types folder has {et}",
+                         fix="pass --time-field FIELD (and --time-format, --allowed-lateness if not the defaults), "
+                         "or --event-types DIR")
+    lateness = allowed_lateness if allowed_lateness is not None else 24 * 3600.0
+    h = hour_ms(hour)
+    schema = None
+    for later in range(h, h + HOUR_MS + int(lateness * 1000) + HOUR_MS, HOUR_MS):
+        from event_etl.consumer import hour_status
+
+        if not hour_status(sink, et, hour_text(later)).is_complete:
+            break
+        schema = writer_schema(sink, et, hour_text(later))
+        if schema is not None:
+            break
+    if schema is None:  # no file to take a schema from: nothing late can be attributed either
+        schema = {"type": "record", "name": et, "fields": [{"name": given["time_field"], "type": "long"}]}
+        if given.get("time_format") == "iso8601":
+            schema["fields"][0]["type"] = "string"
+    return event_type_from_settings(et, schema, given, origin="--time-field/--time-format/--allowed-lateness")

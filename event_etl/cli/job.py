@@ -1,0 +1,233 @@
+"""The commands of the streaming job: ``types``, ``run`` (one type or a fleet), ``status`` and ``deadletter``."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from event_etl.cli.options import (
+    consumer_type,
+    event_types_option,
+    handles_errors,
+    job_options,
+    job_run_options,
+    load_type,
+    sink_option,
+    type_names,
+)
+from event_etl.cli.params import require_extra
+from event_etl.errors import ConfigError, EventEtlError, UsageError
+
+__all__ = ["types_cmd", "run_cmd", "status_cmd", "deadletter_cmd"]
+
+
+@click.command("types")
+@event_types_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@handles_errors
+def types_cmd(event_types_dir: str | None, as_json: bool) -> None:
+    """List the event types and their main settings."""
+    from event_etl.eventtypes import load_event_type, resolve_event_types_dir
+
+    root = resolve_event_types_dir(event_types_dir)
+    types, broken = {}, {}
+    for name in type_names(root):
+        try:
+            types[name] = load_event_type(root / name)
+        except ConfigError as err:  # shown, and the command fails at the end; the other types still list
+            broken[name] = err
+    if as_json:
+        click.echo(json.dumps({n: {"directory": t.directory, **t.settings_summary()} for n, t in types.items()}, indent=2))
+    else:
+        _print_types(root, types, broken)
+    if broken:
+        raise next(iter(broken.values()))
+
+
+def _print_types(root, types, broken) -> None:
+    click.echo(f"event types in {root}:")
+    if not types and not broken:
+        click.echo("  (none)")
+    for name in broken:
+        click.echo(f"  {name:<24} BROKEN (see the error below)")
+    for name, t in types.items():
+        s = t.settings_summary()
+        click.echo(
+            f"  {name:<24} time {s['time_field']} ({s['time_format']})  id {s['id_field'] or '-'}  "
+            f"out-of-orderness {s['out_of_orderness']}  lateness {s['allowed_lateness']}  idle {s['idle_timeout']}"
+        )
+        if t.description:
+            click.echo(f"  {'':<24} {t.description}")
+
+
+@click.command("run")
+@click.argument("event_types", nargs=-1, metavar="EVENT_TYPE...")
+@click.option("--all", "all_types", is_flag=True, help="Run every event type of --event-types (a fleet).")
+@job_options(master=click.option("--master", default=None, help="Spark master. Default: local[*]."))
+@click.option("--checkpoint-root", "checkpoint_root", default=None, metavar="DIR",
+              help="Folder of the checkpoints, one per type (DIR/<type>); a fleet's --checkpoint means the same. "
+              "Default: ./checkpoints.")
+@event_types_option
+@handles_errors
+def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str | None, event_types_dir: str | None,
+            **job: Any) -> None:
+    """Run the streaming job of EVENT_TYPE.
+
+    With no options: local Spark, the built-in generator (event time runs 120x faster than the
+    clock, so hours close every 30 s), sink ./data, checkpoint ./checkpoints/EVENT_TYPE.
+    Stop with Ctrl-C (stops at the next batch boundary, exit 0) or SIGTERM/SIGHUP (also drains: closes
+    every hour holding data, exit 0), sent to the process or to its whole group; a second Ctrl-C or
+    SIGTERM stops at once (exit 130 or 143). A restart on the same checkpoint continues where the job
+    stopped.
+
+    Several types (or --all) run as a fleet: one query per type in one Spark application, each
+    with its own source (its `source` setting), checkpoint (DIR/<type> of --checkpoint-root DIR, which a
+    fleet also takes as --checkpoint DIR), watermark,
+    markers and metrics; a failing query is restarted with backoff without stopping the others.
+    `event-etl status` shows every type.
+    """
+    if all_types == bool(event_types):
+        raise UsageError("name the event types to run, or --all (not both)",
+                         fix="e.g. event-etl run page_view, event-etl run page_view db_change, or event-etl run --all")
+    if checkpoint_root is not None and job.get("checkpoint") is not None:
+        raise UsageError("--checkpoint-root and --checkpoint say the same thing twice",
+                         fix="give --checkpoint-root DIR (each type's checkpoint is DIR/<type>), or --checkpoint")
+    fleet = all_types or len(event_types) > 1
+    if checkpoint_root is not None:
+        job["checkpoint"] = checkpoint_root if fleet else os.path.join(checkpoint_root, event_types[0])
+    require_extra("job", "`event-etl run`")
+    if job.get("otlp_endpoint"):
+        require_extra("otlp", "--otlp-endpoint")
+    from event_etl.job.runner import run_job
+
+    if all_types:
+        from event_etl.eventtypes import load_event_types, resolve_event_types_dir
+
+        types = list(load_event_types(resolve_event_types_dir(event_types_dir)).values())
+    else:
+        types = [load_type(event_types_dir, name) for name in event_types]
+    options = job_run_options(**job)
+    if len(types) == 1 and not all_types:
+        run_job(types[0], options)
+        return
+    from event_etl.job.fleet import run_fleet, summary_lines
+
+    summary = run_fleet(types, options)
+    for line in summary_lines(summary or {}):
+        click.echo(line)
+    undrained = sorted(name for name, s in (summary or {}).items() if s.get("state") == "drain failed")
+    if undrained:
+        raise EventEtlError(f"{', '.join(undrained)} could not be drained (the other types were)",
+                            fix="run the fleet again so Spark replays what was left unfinished, then stop it with "
+                                "SIGTERM; `event-etl status` shows each type's last error")
+
+
+@click.command("status")
+@sink_option
+@click.option("--checkpoint-root", "--checkpoint", "checkpoint_root", default="./checkpoints", show_default=True,
+              metavar="DIR", help="Folder holding the checkpoints of the types (DIR/<type>), as `run` was given it "
+              "(--checkpoint-root, or a fleet's --checkpoint).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@event_types_option
+@handles_errors
+def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: str | None) -> None:
+    """Show every event type's job: running or not, watermark, lag, last marker, restarts, last error.
+
+    A sink that holds nothing for any type, or nothing for a type whose checkpoint exists, is a
+    wrong --sink (exit code 6), not "never run".
+    """
+    from event_etl.eventtypes import resolve_event_types_dir
+    from event_etl.job.status import job_statuses
+
+    names = type_names(resolve_event_types_dir(event_types_dir))
+    rows = job_statuses(names, sink=sink, checkpoint_root=checkpoint_root)
+    _check_status_sink(sink, rows)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'event type':<24} {'state':<11} {'watermark':<25} {'lag':>8}  {'last marker':<21} {'restarts':>8}")
+    for r in rows:
+        click.echo(f"{r['event_type']:<24} {r['state']:<11} {r['watermark'] or '-':<25} {r['lag'] or '-':>8}  "
+                   f"{r['last_marker'] or '-':<21} {r['restarts'] if r['restarts'] is not None else '-':>8}"
+                   + (f"  last error: {r['last_error']}" if r.get("last_error") else ""))
+
+
+def _check_status_sink(sink: str, rows: list[dict[str, Any]]) -> None:
+    """A mistyped --sink reads as "never run" for every type: say it is a wrong sink instead."""
+    from event_etl.consumer.sink import open_sink, require_type_data
+    from event_etl.errors import NoDataError
+
+    if not rows:
+        return
+    storage = open_sink(sink)
+    empty = []
+    for r in rows:
+        try:
+            require_type_data(storage, r["event_type"])
+        except NoDataError as err:
+            empty.append((r, err))
+    ran_elsewhere = [r["event_type"] for r, _ in empty if r["state"] != "never run"]
+    if ran_elsewhere:
+        raise NoDataError(f"nothing at {storage.url} for {', '.join(ran_elsewhere)}, yet their checkpoints show "
+                          "a job that ran: it wrote to another sink", sink=storage.url, event_type=ran_elsewhere[0],
+                          fix="give the sink the job writes to: --sink (or $EVENT_ETL_SINK)")
+    if len(empty) == len(rows):
+        raise NoDataError(f"nothing at {storage.url} for any event type ({', '.join(r['event_type'] for r in rows)})",
+                          sink=storage.url, event_type=rows[0]["event_type"],
+                          fix="check --sink (or $EVENT_ETL_SINK); if no job has run yet, start one: event-etl run "
+                          + rows[0]["event_type"])
+
+
+@click.command("deadletter")
+@click.argument("event_type")
+@sink_option
+@click.option("--reason", default=None, help="Only records with this reason (e.g. invalid_json, too_late).")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(0), help="At most this many (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per record, payload in base64.")
+@click.option("--counts", is_flag=True, help="Only the number of records per reason.")
+@event_types_option
+@handles_errors
+def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types_dir) -> None:
+    """Show the records of EVENT_TYPE that went to the dead-letter area, with their reasons."""
+    import base64
+    from collections import Counter
+
+    from event_etl.consumer.sink import could_not_check, open_sink, require_type_data, type_name
+    from event_etl.storage.deadletter import iter_deadletters
+    from event_etl.timeutil import iso
+
+    event_type = type_name(consumer_type(event_types_dir, event_type))
+    storage = open_sink(sink)
+    require_type_data(storage, event_type)
+    def checked(it):
+        with could_not_check():
+            yield from it
+
+    records = checked(iter_deadletters(storage, event_type, reason=reason))
+    if counts:
+        c = Counter(r.reason for r in records)
+        for k, v in sorted(c.items()):
+            click.echo(f"{k:<20} {v}")
+        click.echo(f"{'total':<20} {sum(c.values())}")
+        return
+    shown = 0
+    for r in records:
+        if limit and shown >= limit:
+            click.echo("... (more; use --limit 0 for all)")
+            break
+        shown += 1
+        if as_json:
+            click.echo(json.dumps({
+                "arrived_at": iso(r.arrived_at), "reason": r.reason, "detail": r.detail, "source": r.source,
+                "event_time": iso(r.event_time), "batch_id": r.batch_id, "file": r.file,
+                "payload_base64": base64.b64encode(r.payload).decode("ascii"),
+            }))
+        else:
+            preview = r.payload[:120]
+            click.echo(f"{iso(r.arrived_at)}  {r.reason:<16} {r.source:<28} {r.detail}")
+            click.echo(f"    payload ({len(r.payload)} bytes): {preview!r}{'...' if len(r.payload) > 120 else ''}")
+    if shown == 0 and not as_json:
+        click.echo("no dead-letter records" + (f" with reason {reason}" if reason else ""))

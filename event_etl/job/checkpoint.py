@@ -1,0 +1,311 @@
+"""The job's checkpoint: Spark's own under ``spark/``, event_etl's under ``etl/``.
+
+::
+
+    <checkpoint>/
+      spark/                       Spark Structured Streaming (offsets, commits, state)
+      etl/format.json              the format of etl/ (see "Formats" below)
+      etl/job.json                 which event type, sink and source this checkpoint serves
+      etl/state.json               WatermarkState after the last finished batch
+      etl/batches/<id>.json        a batch's intent: the watermark and settings it is judged with
+      etl/ledger/<hour>/<id>.json  files batch <id> wrote into <hour> (sizes, sha256)
+      etl/source/...               the source's own durable logs (file list, message spool)
+
+The intent of a batch is written before any of its files, and never changed: a batch
+that Spark replays after a crash is judged against the same watermark, with the same
+settings and schema, as the first time, and so writes the same files.  Settings changed
+in ``etl.toml`` meanwhile apply from the next new batch on.  The ledger is what a
+``_COMPLETE`` manifest is built from; it is dropped once the hour is marked.  Markers
+written by a job killed before it saved its state (in a batch, an idle advance or a
+drain) are adopted when it starts again: each records the watermark that completed it.
+
+Formats
+-------
+``etl/format.json`` says which format the rest of ``etl/`` is in.  A release reads every
+format since the first, migrating what it must when it opens a checkpoint, and refuses a
+checkpoint of a newer format with the versions and the fix:
+
+1. event_etl 0.1.0 (git ``165ca81`` and before): no ``format.json``.
+2. Batch intents freeze the settings and schema a batch is judged with, and the first
+   batch's too-late reference; ``state.json`` gains ``max_counted_time`` and
+   ``last_hour``; the directory source logs when it listed each file (``arrival``);
+   duplicate keys are kept per batch in ``etl/dedupe/<id>.k2`` with their kind (id or
+   message key) and ``<id>.acked`` once a batch's Pub/Sub messages were acknowledged
+   (format 1's ``<id>.keys`` are still read, and still written beside, for a rollback); the Pub/Sub source spools to
+   ``etl/source/pubsub/segments/`` (format 1's Avro spool files are still read).
+   Migration from 1: nothing is rewritten (every new field has the meaning format 1 gave
+   it when absent); ``format.json`` is added.  Release 0.1.0 can still open the result.
+
+The checkpoint is a local (or mounted) folder: Spark's checkpoint needs a
+Hadoop-compatible file system, and this one is written only by the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from event_etl.errors import CheckpointFormatError, CheckpointMismatchError
+from event_etl.rules.manifest import FileEntry
+from event_etl.rules.watermark import WatermarkState
+from event_etl.storage.atomic import write_json_atomic
+
+__all__ = ["Checkpoint", "BatchIntent", "write_json_atomic", "CHECKPOINT_FORMAT", "FROZEN_SETTINGS"]
+
+CHECKPOINT_FORMAT = 2
+"""The format of ``etl/`` this release writes (see the module docstring)."""
+
+FROZEN_SETTINGS = (
+    "schema", "time_field", "time_format", "time_logical_divisor", "id_field", "out_of_orderness",
+    "allowed_lateness", "max_future_skew", "dedupe_window", "max_events_per_file", "max_payload_bytes", "codec",
+    "time_attribute", "publish_time_fallback", "schema_versions",
+)
+"""What of an event type decides which files a batch writes: frozen in the batch's intent.
+
+``schema_versions`` (the registered writer schemas, whose single-object payloads are accepted
+and resolved to ``schema``): a replay must accept and dead-letter exactly what its first
+attempt did, even if a version was registered or removed meanwhile."""
+
+
+def _read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@dataclass(frozen=True)
+class BatchIntent:
+    """What a micro-batch is judged against, fixed before it writes anything.
+
+    - ``wm_start``: the watermark when it began;
+    - ``started_at``: when it began (names its dead-letter files);
+    - ``settings``: the event type's :data:`FROZEN_SETTINGS` it is judged and written with
+      (``None`` in an intent of format 1: the settings of the day);
+    - ``reference``: for a job's first batch (no watermark yet), the watermark its own events
+      would give, against which "too late" is measured (one for the whole batch).
+    """
+
+    batch_id: int
+    wm_start: int | None
+    started_at: int
+    settings: dict[str, Any] | None = None
+    reference: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "BatchIntent":
+        return cls(int(d["batch_id"]), d["wm_start"], int(d["started_at"]), d.get("settings"), d.get("reference"))
+
+
+class Checkpoint:
+    """event_etl's part of a job checkpoint (see the module docstring for the layout)."""
+
+    JOB_KEYS = ("event_type", "sink", "source")
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+        self.etl = self.root / "etl"
+
+    @property
+    def spark_dir(self) -> Path:
+        return self.root / "spark"
+
+    def source_dir(self, name: str) -> Path:
+        d = self.etl / "source" / name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    # -- format ----------------------------------------------------------------------------
+    def open_format(self, *, release: str = "") -> int:
+        """Check the format of ``etl/`` and migrate an older one.  Returns the format found.
+
+        A new checkpoint gets the current format.  One of an earlier format is migrated (see
+        the module docstring); one of a newer format is refused, untouched.
+        """
+        path = self.etl / "format.json"
+        if path.exists():
+            found = int(_read_json(path).get("format", 0))
+        elif (self.etl / "job.json").exists() or (self.etl / "state.json").exists():
+            found = 1  # event_etl 0.1.0 wrote no format file
+        else:
+            found = 0  # new
+        if found > CHECKPOINT_FORMAT or found < 0:
+            doc = _read_json(path) if path.exists() else {}
+            by = doc.get("written_by") or "a newer event_etl"
+            raise CheckpointFormatError(
+                f"checkpoint {self.root} is in format {found}, written by {by}; this release "
+                f"({release or 'event_etl'}) reads formats 1 to {CHECKPOINT_FORMAT}",
+                fix=f"run the release that wrote it ({by}) or a newer one; the checkpoint was left unchanged",
+            )
+        if found < CHECKPOINT_FORMAT:
+            doc: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "written_by": release}
+            if found:
+                doc["migrated_from"] = found
+            write_json_atomic(path, doc)
+        return found
+
+    # -- job binding -----------------------------------------------------------------------
+    def bind(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Record which job uses this checkpoint, or check that it is the same job as before."""
+        path = self.etl / "job.json"
+        if path.exists():
+            old = _read_json(path)
+            for key in self.JOB_KEYS:
+                if key in old and key in job and old[key] != job[key]:
+                    raise CheckpointMismatchError(
+                        f"checkpoint {self.root} belongs to {key}={old.get(key)!r}, not {job.get(key)!r}",
+                        fix=f"run with the same --{key.replace('_', '-')} as before, or give this job its own "
+                            "--checkpoint DIR (a new checkpoint starts with no watermark and reads its source "
+                            "from the beginning)",
+                    )
+            return old
+        write_json_atomic(path, job)
+        return job
+
+    def job(self) -> dict[str, Any] | None:
+        path = self.etl / "job.json"
+        return _read_json(path) if path.exists() else None
+
+    # -- watermark state -------------------------------------------------------------------
+    def load_state(self) -> WatermarkState:
+        path = self.etl / "state.json"
+        return WatermarkState.from_json(_read_json(path)) if path.exists() else WatermarkState()
+
+    def save_state(self, state: WatermarkState) -> None:
+        write_json_atomic(self.etl / "state.json", state.to_json())
+
+    # -- batch intents ---------------------------------------------------------------------
+    def _intent_path(self, batch_id: int) -> Path:
+        return self.etl / "batches" / f"{batch_id:010d}.json"
+
+    def load_intent(self, batch_id: int) -> BatchIntent | None:
+        path = self._intent_path(batch_id)
+        return BatchIntent.from_json(_read_json(path)) if path.exists() else None
+
+    def save_intent(self, intent: BatchIntent) -> None:
+        write_json_atomic(self._intent_path(intent.batch_id), intent.to_json())
+
+    def latest_intent_id(self) -> int | None:
+        d = self.etl / "batches"
+        if not d.is_dir():
+            return None
+        ids = [int(p.stem) for p in d.glob("*.json") if p.stem.isdigit()]  # not the .drop.json files
+        return max(ids) if ids else None
+
+    def prune_intents(self, keep_after: int) -> None:
+        """Forget intents of batches up to ``keep_after`` (Spark will never replay them)."""
+        d = self.etl / "batches"
+        if d.is_dir():
+            for p in [*d.glob("*.json"), *d.glob("*.dropkeys")]:
+                stem = p.name.split(".", 1)[0]
+                if stem.isdigit() and int(stem) <= keep_after:
+                    p.unlink(missing_ok=True)
+
+    # -- duplicates ------------------------------------------------------------------------
+    def _drops_path(self, batch_id: int) -> Path:
+        return self.etl / "batches" / f"{batch_id:010d}.drop.json"
+
+    def save_drops(self, batch_id: int, drops: dict[str, tuple[int, ...]]) -> None:
+        """Which records of a batch were found to be duplicates (file name -> positions)."""
+        write_json_atomic(self._drops_path(batch_id), {k: list(v) for k, v in drops.items()})
+
+    def save_dropped_keys(self, batch_id: int, rows) -> None:
+        """The keys of the records a batch dropped as duplicates (``STORED_DTYPE`` rows), durably."""
+        path = self.etl / "batches" / f"{batch_id:010d}.dropkeys"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(rows.tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def load_dropped_keys(self, batch_id: int):
+        import numpy as np
+
+        from event_etl.task.dedupe import STORED_DTYPE
+
+        path = self.etl / "batches" / f"{batch_id:010d}.dropkeys"
+        return np.frombuffer(path.read_bytes(), dtype=STORED_DTYPE).copy() if path.exists() else \
+            np.zeros(0, dtype=STORED_DTYPE)
+
+    def load_drops(self, batch_id: int) -> dict[str, tuple[int, ...]]:
+        p = self._drops_path(batch_id)
+        return {k: tuple(v) for k, v in _read_json(p).items()} if p.exists() else {}
+
+    def save_dedupe_rows(self, batch_id: int, rows) -> None:
+        """The keys a batch wrote (``STORED_DTYPE`` rows of :mod:`event_etl.task.dedupe`), durably."""
+        from event_etl.task.dedupe import legacy_rows, stored
+
+        d = self.etl / "dedupe"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{batch_id:010d}.k2"
+        tmp = d / f".{path.name}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(stored(rows).tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        # The same keys in format 1's layout, for a rollback to release 0.1.0 (which reads only .keys):
+        # not synced, since this release reads .k2; a rolled-back job without them would let copies through.
+        old = d / f"{batch_id:010d}.keys"
+        tmp = d / f".{old.name}.tmp"
+        tmp.write_bytes(legacy_rows(rows).tobytes())
+        os.replace(tmp, old)
+
+    def mark_dedupe_acked(self, batch_id: int) -> None:
+        """The batch's Pub/Sub messages were acknowledged: their keys follow the arrival clock."""
+        (self.etl / "dedupe" / f"{batch_id:010d}.acked").touch()
+
+    def load_dedupe_rows(self):
+        """``[(batch id, STORED_DTYPE rows, acknowledged)]`` of every batch whose keys are kept.
+
+        Batches of format 1 (``.keys``) had no kinds: their keys are all forgotten by the event
+        clock, as format 1 did; their messages are taken as acknowledged."""
+        import numpy as np
+
+        from event_etl.task.dedupe import ID_KEY, LEGACY_KEY_DTYPE, STORED_DTYPE
+
+        d = self.etl / "dedupe"
+        out = []
+        if d.is_dir():
+            for p in sorted(d.glob("*.keys")):
+                if (d / f"{p.stem}.k2").exists():
+                    continue  # written beside .k2 for a rollback: .k2 says more
+                old = np.frombuffer(p.read_bytes(), dtype=LEGACY_KEY_DTYPE)
+                rows = np.empty(len(old), dtype=STORED_DTYPE)
+                rows["key"], rows["time"], rows["kind"] = old["key"], old["time"], ID_KEY
+                out.append((int(p.stem), rows, True))
+            for p in sorted(d.glob("*.k2")):
+                rows = np.frombuffer(p.read_bytes(), dtype=STORED_DTYPE).copy()
+                has_messages = bool((rows["kind"] != ID_KEY).any())
+                acked = not has_messages or (d / f"{p.stem}.acked").exists()
+                out.append((int(p.stem), rows, acked))
+        return out
+
+    def drop_dedupe_rows(self, batch_id: int) -> None:
+        for ext in ("keys", "k2", "acked"):
+            (self.etl / "dedupe" / f"{batch_id:010d}.{ext}").unlink(missing_ok=True)
+
+    # -- ledger ----------------------------------------------------------------------------
+    def _ledger_dir(self, hour: int) -> Path:
+        return self.etl / "ledger" / str(hour)
+
+    def write_ledger(self, hour: int, batch_id: int, entries: list[FileEntry]) -> None:
+        write_json_atomic(self._ledger_dir(hour) / f"{batch_id:010d}.json", [e.to_json() for e in entries])
+
+    def read_ledger(self, hour: int) -> list[FileEntry]:
+        d = self._ledger_dir(hour)
+        out: list[FileEntry] = []
+        if d.is_dir():
+            for p in sorted(d.glob("*.json")):
+                out.extend(FileEntry.from_json(e) for e in _read_json(p))
+        return out
+
+    def drop_ledger(self, hour: int) -> None:
+        shutil.rmtree(self._ledger_dir(hour), ignore_errors=True)

@@ -1,0 +1,335 @@
+"""A fleet: several event types as separate streaming queries in one Spark application.
+
+``event-etl run TYPE1 TYPE2 ...`` (or ``--all``) shares one JVM and one set of executors
+between types, instead of one application per type.  Each type keeps everything of its
+own: its source (the type's ``source`` setting), checkpoint (``<root>/<type>``),
+watermark, markers, dead-letter area, lease and metrics (one Prometheus endpoint serves
+all of them, each series labelled with its ``event_type``).
+
+A supervisor loop ticks every type's controller (idle watermarks) and watches the
+queries.  A query that fails is restarted on its checkpoint after a backoff (5 s, doubled
+up to 5 minutes) without disturbing the others; its state (``running``, ``restarting``,
+``stopped``, ``failed``, ``drain failed``) and last error are written to
+``<root>/<type>/etl/status.json`` and shown by ``event-etl status``.
+
+Signals follow :mod:`event_etl.job.stopping`, as for one type: SIGINT stops every query at its
+next batch boundary; SIGTERM and SIGHUP also drain every type -- each type on its own, so
+one that cannot drain (a batch a crash left unfinished, a sink that fails) is reported in
+its status and summary and does not keep the others from draining; a second SIGINT or
+SIGTERM stops at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from event_etl.errors import EventEtlError, UsageError
+from event_etl.eventtypes import EventType
+from event_etl.job.runner import (
+    Job,
+    RunOptions,
+    _cut_short_line,
+    _stop_at_boundary,
+    _stop_at_once,
+    acquire_lease,
+    open_job,
+    prepare_job,
+)
+from event_etl.job.status import STATUS_FILE, read_status  # noqa: F401 - read_status: part of the fleet API
+from event_etl.job.stopping import POLL_S, Escalated, StopSignals, exit_now, run_watched, say, signal_name
+from event_etl.rules.judge import OUTCOMES
+from event_etl.storage.atomic import write_json_atomic
+from event_etl.timeutil import format_duration, iso, now_millis
+
+__all__ = ["run_fleet", "summary_lines", "FleetMember", "backoff_seconds", "drain_all", "STATUS_FILE"]
+
+FIRST_BACKOFF_S = 5.0
+MAX_BACKOFF_S = 300.0
+
+
+def backoff_seconds(failures: int, first: float | None = None) -> float:
+    """Wait before the ``failures``-th restart of a query: 5 s, 10 s, 20 s ... at most 5 minutes.
+
+    ``first`` (default: ``$EVENT_ETL_FLEET_BACKOFF`` seconds, else 5) is the first wait."""
+    from event_etl.settings import Settings
+
+    if first is None:
+        first = Settings.from_env().fleet_backoff
+    base = first if first is not None else FIRST_BACKOFF_S
+    return min(MAX_BACKOFF_S, base * 2 ** max(0, failures - 1))
+
+
+@dataclass
+class FleetMember:
+    """One type of the fleet and what the supervisor knows of it."""
+
+    event_type: EventType
+    prepared: Any
+    job: Job | None = None
+    query: Any = None
+    state: str = "starting"
+    failures: int = 0
+    restart_at: float | None = None
+    last_error: str | None = None
+    drain_error: str | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def name(self) -> str:
+        return self.event_type.name
+
+    def status(self, clock: Callable[[], int]) -> dict[str, Any]:
+        st = self.job.controller.state if self.job else None
+        wm = st.watermark if st else None
+        printer = self.job.printer if self.job else None
+        now = printer.now() if printer is not None else clock()  # the generator's own clock for generate:
+        return {
+            "event_type": self.name,
+            "state": self.state,
+            "watermark": iso(wm),
+            "lag_ms": None if wm is None or now is None else now - wm,
+            "last_marker": iso(st.marked_through) if st and st.marked_through is not None else None,
+            "last_batch": st.last_batch_id if st else None,
+            "restarts": self.failures,
+            "last_error": self.drain_error or self.last_error,
+            "updated_at": iso(clock()),
+        }
+
+
+def _member_checkpoint(options: RunOptions, name: str) -> str:
+    from event_etl.storage.locations import default_checkpoint
+
+    return str(Path(options.checkpoint) / name) if options.checkpoint else default_checkpoint(name)
+
+
+def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, clock: Callable[[], int] = now_millis,
+              install_signals: bool = True, status_every_s: float = 30.0, stop_event=None,
+              stops: StopSignals | None = None) -> dict[str, Any]:
+    """Run every type of ``event_types`` in one Spark application; returns a summary per type.
+
+    ``stop_event`` (a ``threading.Event``), when set, stops the fleet like SIGINT does.  A
+    session the fleet starts itself (``spark=None``) is stopped, its JVM gone, before it returns."""
+    if options.source:
+        raise UsageError("--source names one source, but a fleet runs several event types",
+                         fix="set each type's `source` in its etl.toml, or run the types one by one")
+    names = [et.name for et in event_types]
+    if len(set(names)) != len(names):
+        raise UsageError(f"an event type is named twice: {names}", fix="name each type once")
+    if options.drain:
+        options.once = True
+    members: list[FleetMember] = []
+    try:
+        for et in event_types:  # check and lock everything before Spark starts
+            p = prepare_job(et, options, clock=clock, checkpoint=_member_checkpoint(options, et.name))
+            members.append(FleetMember(et, p))
+            acquire_lease(p)
+        return _run(members, options, spark=spark, clock=clock, install_signals=install_signals,
+                    status_every_s=status_every_s, stop_event=stop_event,
+                    stops=stops if stops is not None else StopSignals())
+    finally:
+        for m in members:
+            if m.prepared.lease is not None:
+                m.prepared.lease.release()
+
+
+def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s, stop_event,
+         stops: StopSignals):
+    from event_etl.metrics import FleetEndpoint
+
+    if install_signals:
+        stops.install()
+    own_spark = spark is None
+    endpoint = FleetEndpoint(host=options.metrics_host, port=options.metrics_port) \
+        if options.metrics_port is not None else None
+    try:
+        if own_spark:
+            from event_etl.job.session import get_session
+
+            try:
+                spark = run_watched(lambda: get_session(options.master, options.conf,
+                                                        app_name=f"event_etl fleet ({len(members)} types)"),
+                                    stops, name="event_etl-spark-start")
+            except Escalated as esc:
+                exit_now(128 + esc.signum, "[fleet] stopped at once while Spark was starting; nothing was processed")
+            if install_signals:
+                stops.install()  # once more, now that the SparkContext exists
+        for m in members:
+            m.job = open_job(m.prepared, spark, clock=clock, serve_metrics=False)
+            if endpoint:
+                endpoint.add(m.job.metrics)
+        if endpoint:
+            endpoint.serve()
+            print(f"[fleet] Prometheus metrics {endpoint.url}", flush=True)
+        started = time.monotonic()
+        if not stops.requested:
+            for m in members:
+                _start(m, clock)
+        last_status = time.monotonic()
+        next_tick = time.monotonic() + options.tick_seconds
+        deadline = None if options.max_seconds is None else started + options.max_seconds
+        while not stops.requested:
+            if stop_event is not None and stop_event.is_set():
+                stops.request(signal.SIGINT)
+                break
+            active = [m for m in members if m.state in ("running", "restarting")]
+            if not active or (deadline is not None and time.monotonic() >= deadline):
+                break
+            stops.sleep(POLL_S)
+            if time.monotonic() < next_tick:
+                continue
+            next_tick = time.monotonic() + options.tick_seconds
+            for m in members:
+                _supervise(m, options, clock, spark, endpoint, stops)
+            if time.monotonic() - last_status >= status_every_s:
+                last_status = time.monotonic()
+                for m in members:
+                    say(_status_line(m.status(clock)))
+        drain = stops.drain if stops.first is not None else options.drain
+        running = [(m.job, m.query) for m in members if m.query is not None and m.query.isActive]
+        try:
+            _stop_at_boundary(running, stops, drain=drain)
+        except Escalated as esc:
+            _stop_at_once(running, stops, esc.signum)  # raises Interrupted
+        for m in members:
+            if m.state in ("running", "restarting"):
+                m.state = "stopped"
+        if drain:
+            drain_all(members, stops, clock)
+        for m in members:
+            _write_status(m, clock)
+        seconds = time.monotonic() - started
+        summary = {m.name: _member_summary(m, seconds, clock) for m in members}
+        for m in members:
+            summary[m.name]["stopped_by"] = signal_name(stops.first) if stops.first is not None else None
+            summary[m.name]["drained"] = drain and m.drain_error is None
+        return summary
+    finally:
+        try:
+            for m in members:
+                if m.job is not None:
+                    m.job.close()
+            if endpoint:
+                endpoint.close()
+            if own_spark and spark is not None:
+                from event_etl.job.session import stop_session
+
+                stop_session(spark)
+        finally:
+            if install_signals:
+                stops.restore()
+
+
+def drain_all(members: list[FleetMember], stops: StopSignals | None, clock) -> None:
+    """Drain every member, one after the other; one that cannot drain does not keep the others from it."""
+    for m in members:
+        try:
+            run_watched(lambda: _drain(m, clock), stops, name="event_etl-drain")
+        except Escalated as esc:
+            exit_now(128 + esc.signum, _cut_short_line(m.name, esc.signum))
+
+
+def _drain(m: FleetMember, clock) -> None:
+    """Drain one member; a member that cannot is reported (status, summary, stderr), the others go on."""
+    if m.job is None:
+        return
+    try:
+        m.job.controller.drain()
+    except Exception as err:  # noqa: BLE001 - recorded: the other types still drain
+        msg = err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
+        m.drain_error = f"not drained: {msg}"[:500]
+        m.state = "drain failed"
+        fix = f"  fix: {err.fix}" if isinstance(err, EventEtlError) and err.fix else ""
+        say(f"[{m.name}] {m.drain_error}" + (f"\n{fix}" if fix else ""), err=True)
+
+
+def _start(m: FleetMember, clock) -> None:
+    m.query = m.job.start()
+    m.state = "running"
+    m.restart_at = None
+    _write_status(m, clock)
+
+
+def _supervise(m: FleetMember, options: RunOptions, clock, spark, endpoint, stops: StopSignals | None = None) -> None:
+    """Tick a running member; restart a failed one after its backoff; notice one that finished."""
+    if m.state == "restarting":
+        if time.monotonic() >= (m.restart_at or 0):
+            try:
+                m.job.close()
+                m.job = open_job(m.prepared, spark, clock=clock, serve_metrics=False)
+                if endpoint:
+                    endpoint.add(m.job.metrics)
+                _start(m, clock)
+            except Exception as err:  # noqa: BLE001 - counted as another failure, retried later
+                _failed(m, err, clock)
+        return
+    if m.state != "running":
+        return
+    q = m.query
+    if q.isActive:
+        if not options.once and not (m.job.gate is not None and m.job.gate.busy):
+            run_watched(m.job.controller.tick, stops, name="event_etl-tick")  # the lock waits out a batch
+        m.job.metrics.observe_progress(q.lastProgress)
+        return
+    err = m.job.controller.failure or q.exception()
+    if err is None:
+        m.state = "stopped"  # --once: its input ended
+        _write_status(m, clock)
+        return
+    _failed(m, err, clock)
+
+
+def _failed(m: FleetMember, err: BaseException, clock) -> None:
+    from event_etl.job.controller import unwrap_task_error
+    from event_etl.sources.pubsub import read_error
+
+    err = read_error(m.job.source_dir) or unwrap_task_error(err)  # the cause, not Spark's wrapper
+    msg = err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
+    m.failures += 1
+    m.last_error = msg[:500]
+    wait = backoff_seconds(m.failures)
+    m.restart_at = time.monotonic() + wait
+    m.state = "restarting"
+    print(f"[{m.name}] query failed ({m.failures} so far): {m.last_error}; restarting in {wait:.0f}s",
+          file=sys.stderr, flush=True)
+    _write_status(m, clock)
+
+
+def _write_status(m: FleetMember, clock) -> None:
+    write_json_atomic(m.prepared.ckpt.etl / STATUS_FILE, m.status(clock))
+
+
+def _status_line(st: dict[str, Any]) -> str:
+    lag = format_duration(st["lag_ms"]) if st["lag_ms"] is not None else "-"
+    return (f"[{st['event_type']}] {st['state']}: watermark {st['watermark'] or '-'} lag {lag}  "
+            f"last marker {st['last_marker'] or '-'}  restarts {st['restarts']}")
+
+
+def _member_summary(m: FleetMember, seconds: float, clock) -> dict[str, Any]:
+    c = m.job.controller if m.job else None
+    totals = dict(c.totals) if c else {}
+    return {**m.status(clock), "batches": c.batches if c else 0, "totals": totals, "seconds": seconds,
+            "hours_marked": [iso(h) for h in (c.hours_marked if c else [])]}
+
+
+def summary_lines(summary: dict[str, dict[str, Any]]) -> list[str]:
+    """The end-of-run lines of a fleet: one per event type."""
+    lines = []
+    for name, s in sorted(summary.items()):
+        totals = s.get("totals") or {}
+        marked = s.get("hours_marked") or []
+        span = f" ({marked[0]} .. {marked[-1]})" if marked else ""
+        events = sum(v for k, v in totals.items() if k in OUTCOMES)
+        line = (f"[{name}] run finished ({s.get('state', '?')}): {s.get('batches', 0)} batches, {events:,} events in, "
+                f"{len(marked)} hours marked{span}, restarts {s.get('restarts', 0)}")
+        if s.get("stopped_by"):
+            line += f"; stopped by {s['stopped_by']}" + (", drained" if s.get("drained") else
+                                                         f", {s['last_error']}" if s.get("state") == "drain failed"
+                                                         else ", not drained")
+        lines.append(line)
+    return lines
+

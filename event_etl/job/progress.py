@@ -1,0 +1,164 @@
+"""Progress lines for people watching a job, and the summary of a run.
+
+Lag and marker delay are measured against "now".  For most sources that is the wall
+clock.  The built-in generator runs a clock of its own (event time goes ``speedup`` times
+faster than the wall clock, from a ``start`` in the past): measured against the wall clock
+its lag would be hours, then negative.  For a ``generate:`` source "now" is the generator's
+clock -- the arrival time of the newest event it has made available -- and the lines say so.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from event_etl.job.controller import BatchEvent
+from event_etl.rules.manifest import Manifest
+from event_etl.timeutil import HOUR_MS, format_duration, iso
+
+__all__ = ["ProgressPrinter", "GeneratorClock", "format_summary"]
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def _size(b: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if b < 1024 or unit == "GB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return f"{b} B"
+
+
+class GeneratorClock:
+    """The ``generate:`` source's clock: ``start + (wall - t0) * speedup``, or the last event's arrival with ``count``.
+
+    ``t0`` (the job's first start) and the generator's parameters are frozen in the source's
+    offsets when the checkpoint is created; they are read from Spark's offset log
+    (``<checkpoint>/spark/offsets/<batch>``, whose last line is the source's offset) once a
+    batch has been planned.  Before that the clock is unknown (``None``).
+    """
+
+    def __init__(self, spark_dir: str | Path, wall: Callable[[], int]) -> None:
+        self.offsets = Path(spark_dir) / "offsets"
+        self.wall = wall
+        self._frozen: tuple[int, dict[str, Any]] | None = None
+
+    def _load(self) -> tuple[int, dict[str, Any]] | None:
+        if self._frozen is None:
+            try:
+                batches = sorted((int(f.name) for f in self.offsets.iterdir() if f.name.isdigit()), reverse=True)
+                for b in batches[:1]:
+                    for line in (self.offsets / str(b)).read_text(encoding="utf-8").splitlines():
+                        doc = json.loads(line) if line.startswith("{") else None
+                        if isinstance(doc, dict) and "t0" in doc and isinstance(doc.get("p"), dict):
+                            self._frozen = (int(doc["t0"]), doc["p"])
+            except (OSError, ValueError):
+                return None
+        return self._frozen
+
+    def __call__(self) -> int | None:
+        frozen = self._load()
+        if frozen is None:
+            return None
+        t0, p = frozen
+        rate, speedup, start = float(p["rate"]), float(p["speedup"]), int(p["start"])
+        if p.get("count"):
+            return start + int(int(p["count"]) * 1000.0 * speedup / rate)
+        return start + int((self.wall() - t0) * speedup)
+
+
+class ProgressPrinter:
+    """A listener for :class:`event_etl.job.controller.Controller` that prints a line per batch and per marker.
+
+    ``event_clock`` (e.g. a :class:`GeneratorClock`) replaces the wall clock ``clock`` as
+    "now" for lag and marker delay; the lines then add ``(generator clock)``."""
+
+    def __init__(self, event_type: str, clock: Callable[[], int], out: TextIO | None = None, quiet: bool = False,
+                 event_clock: Callable[[], int | None] | None = None, clock_name: str = "generator clock") -> None:
+        self.et = event_type
+        self.clock = clock
+        self.out = out
+        self.quiet = quiet
+        self.event_clock = event_clock
+        self.clock_name = clock_name
+
+    def now(self) -> int | None:
+        """"Now" for lag and delays: the source's own clock if it has one, else the wall clock."""
+        return self.event_clock() if self.event_clock is not None else self.clock()
+
+    def _against(self) -> str:
+        return f" ({self.clock_name})" if self.event_clock is not None else ""
+
+    def __call__(self, kind: str, payload: Any) -> None:
+        if self.quiet:
+            return
+        if kind == "batch":
+            line = self.batch_line(payload)
+        elif kind == "marker":
+            line = self.marker_line(payload)
+        elif kind in ("idle", "drain"):
+            line = f"[{self.et}] {kind}: watermark {iso(payload.watermark)}"
+        else:
+            return
+        out = self.out or sys.stdout
+        try:
+            out.write(line + "\n")
+            out.flush()
+        except (OSError, ValueError):  # the terminal is gone (SIGHUP): the job goes on, and drains
+            pass
+
+    def marker_line(self, m: Manifest) -> str:
+        if self.event_clock is None:
+            delay = format_duration(m.marker_delay_ms)
+        else:
+            now = self.now()
+            delay = "-" if now is None else format_duration(now - (m.hour + HOUR_MS)) + self._against()
+        return (f"[{self.et}] COMPLETE {iso(m.hour)}  records {_n(m.records)} (late {_n(m.late_records)})  "
+                f"files {len(m.files)}  marker delay {delay}")
+
+    def lag_text(self, watermark: int | None) -> str:
+        now = self.now()
+        if watermark is None or now is None:
+            return "-"
+        return format_duration(now - watermark) + self._against()
+
+    def batch_line(self, ev: BatchEvent) -> str:
+        r = ev.result
+        c = r.counts
+        wm = ev.state.watermark
+        secs = max(ev.finished_at - (ev.attempt_started_at or ev.started_at), 1) / 1000.0
+        lag = self.lag_text(wm)
+        return (
+            f"[{self.et}] batch {ev.batch_id}{' (replay)' if ev.replayed else ''}: in {_n(r.events_in)}  "
+            f"timely {_n(c.get('timely', 0))}  late {_n(c.get('late', 0))}  dead-letter {_n(r.deadlettered)}  "
+            + (f"duplicates {_n(c['duplicate'])}  " if c.get("duplicate") else "") +
+            f"files {r.files_written} ({_size(r.bytes_written)})  watermark {iso(wm) or '-'} lag {lag}  "
+            f"marked {len(ev.marked)}  {secs:.2f}s  {r.events_in / secs:,.0f} ev/s"
+        )
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    t = summary["totals"]
+    lines = [
+        f"[{summary['event_type']}] run finished: {summary['batches']} batches in {summary['seconds']:.1f}s",
+        f"  events in      {_n(summary['events_in'])}  ({summary['events_per_second']:,.0f} ev/s)",
+        f"  timely         {_n(t.get('timely', 0))}",
+        f"  late           {_n(t.get('late', 0))}",
+        f"  too late       {_n(t.get('too_late', 0))}",
+        f"  future         {_n(t.get('future', 0))}",
+        f"  invalid        {_n(t.get('invalid', 0))}",
+        f"  duplicates     {_n(t.get('duplicate', 0))} (dropped)",
+        f"  dead-lettered  {_n(t.get('deadlettered', 0))}",
+        f"  files written  {_n(t.get('files', 0))} ({_size(t.get('bytes', 0))})",
+        f"  watermark      {summary['watermark'] or '-'}",
+        f"  hours marked   {len(summary['hours_marked'])}"
+        + (f" ({summary['hours_marked'][0]} .. {summary['hours_marked'][-1]})" if summary["hours_marked"] else ""),
+    ]
+    if summary.get("stopped_by"):
+        lines.append(f"  stopped by     {summary['stopped_by']}" + ("; drained: every hour holding data is complete"
+                                                                   if summary.get("drained") else ""))
+    return "\n".join(lines)

@@ -1,0 +1,530 @@
+"""Running one event type's streaming job: Spark query, main loop, signals, drain, summary.
+
+``event-etl run`` is a thin wrapper over :func:`run_job`.  The main loop watches the
+query in short steps and, between batches, lets the controller advance the watermark of
+a quiet source.  Signals follow :mod:`event_etl.job.stopping`: SIGINT stops at the next batch
+boundary; SIGTERM and SIGHUP stop there and drain (every hour up to the last one holding
+data is marked); a second SIGINT or SIGTERM stops at once (exit 130 or 143).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from event_etl.errors import EventEtlError, UsageError
+from event_etl.eventtypes import EventType
+from event_etl.job.checkpoint import Checkpoint
+from event_etl.job.controller import Controller
+from event_etl.job.progress import GeneratorClock, ProgressPrinter, format_summary
+from event_etl.job.stopping import (
+    POLL_S,
+    BatchGate,
+    Escalated,
+    Interrupted,
+    StopSignals,
+    exit_now,
+    run_watched,
+    say,
+    signal_name,
+    wait_for,
+)
+from event_etl.rules.judge import OUTCOMES
+from event_etl.sources import SourceSpec, parse_source
+from event_etl.sources.registry import source_kind
+from event_etl.storage import Storage
+from event_etl.storage.locations import default_checkpoint, is_remote, resolve_sink
+from event_etl.timeutil import iso, now_millis, parse_duration
+
+__all__ = ["RunOptions", "run_job", "default_checkpoint", "resolve_sink"]
+
+DEFAULT_SINK = "./data"
+DEFAULT_TRIGGER = "5s"
+DEFAULT_MAX_FILES_PER_BATCH = 64
+DEFAULT_MAX_EVENTS_PER_BATCH = 500_000
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class RunOptions:
+    """Everything ``event-etl run`` takes.  ``None`` means: the default."""
+
+    source: str | None = None
+    sink: str = DEFAULT_SINK
+    checkpoint: str | None = None
+    trigger_interval: str = DEFAULT_TRIGGER
+    max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
+    max_events_per_batch: int = DEFAULT_MAX_EVENTS_PER_BATCH
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    once: bool = False
+    drain: bool = False
+    master: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+    tick_seconds: float = 1.0
+    quiet: bool = False
+    max_seconds: float | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    otlp_endpoint: str | None = None
+    metrics_history: str | None = None
+
+
+def _check_checkpoint_location(path: str) -> None:
+    if is_remote(path):
+        raise UsageError(
+            f"--checkpoint {path}: the checkpoint must be on a local or mounted file system",
+            fix="Spark's checkpoint needs a Hadoop-compatible file system and no GCS connector ships with "
+            "event_etl; use a local path (or a mounted shared volume on a cluster)",
+        )
+
+
+@dataclass
+class Prepared:
+    """A job checked and locked, before Spark: what run_job and a fleet share."""
+
+    event_type: EventType
+    options: RunOptions
+    spec: SourceSpec
+    sink: str
+    storage: Storage
+    ckpt: Checkpoint
+    trigger_ms: int
+    now: int
+    lease: Any = None
+
+
+def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[], int],
+                checkpoint: str | None = None) -> Prepared:
+    """Check the options, the source and the sink, and that the checkpoint belongs to this job (no Spark yet)."""
+    event_type.check_versions()  # the current schema reads every registered version (event_etl.eventtypes)
+    try:
+        trigger_ms = parse_duration(options.trigger_interval)
+    except ValueError as err:
+        raise UsageError(f"--trigger-interval: {err}", fix="e.g. --trigger-interval 5s") from err
+    if trigger_ms <= 0:
+        raise UsageError("--trigger-interval must be positive", fix="e.g. --trigger-interval 5s")
+    if not options.once and event_type.idle_timeout and event_type.idle_timeout <= trigger_ms:
+        raise UsageError(
+            f"idle_timeout of {event_type.name} ({event_type.idle_timeout} ms) is not longer than the trigger interval",
+            fix="raise idle_timeout in etl.toml or shorten --trigger-interval",
+        )
+    now = clock()
+    spec: SourceSpec = parse_source(options.source or event_type.source, now=now,
+                                    default_subscription=event_type.pubsub.get("subscription"))
+    sink = resolve_sink(options.sink)
+    ckpt_path = checkpoint or options.checkpoint or default_checkpoint(event_type.name)
+    _check_checkpoint_location(ckpt_path)
+    ckpt = Checkpoint(ckpt_path[7:] if ckpt_path.startswith("file://") else ckpt_path)
+    storage = Storage(sink)
+    storage.check_writable()
+    source_kind(spec.kind).check(spec)
+    from event_etl import __version__
+
+    ckpt.open_format(release=f"event_etl {__version__}")  # refuses a newer format; migrates an older one
+    old_job = ckpt.job()
+    if old_job is not None:  # fail before starting Spark if the checkpoint is someone else's
+        ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink, "source": spec.identity()})
+    return Prepared(event_type, options, spec, sink, storage, ckpt, trigger_ms, now)
+
+
+def acquire_lease(p: Prepared) -> None:
+    from event_etl.storage.lease import Lease, default_ttl_ms
+
+    p.lease = Lease(p.storage, p.event_type.name, p.ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
+
+
+@dataclass
+class Job:
+    """One event type's streaming job inside a Spark application: controller, metrics and query."""
+
+    prepared: Prepared
+    controller: Controller
+    metrics: Any
+    source_dir: str
+    writer: Any  # DataStreamWriter, ready to start
+    gate: BatchGate | None = None  # the foreachBatch function, as the stop needs it (event_etl.job.stopping)
+    printer: ProgressPrinter | None = None
+    fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
+
+    def start(self):
+        if self.fetcher is not None:
+            self.fetcher.start()
+        return self.writer.start()
+
+    def close(self) -> None:
+        """After the query: stop pulling (what was pulled and not saved comes again), stop the metrics."""
+        try:
+            if self.fetcher is not None:
+                self.fetcher.stop()
+                if not self.prepared.options.quiet:
+                    say(self.fetcher.summary_line(self.prepared.event_type.name))
+        finally:
+            self.metrics.shutdown()
+
+
+def start_fetcher(p: Prepared):
+    """Pub/Sub: the background puller of a prepared (and leased) job, started at once, so that it pulls while
+    Spark starts; ``None`` for other sources."""
+    kind = source_kind(p.spec.kind)
+    if not kind.fetches:
+        return None
+    return kind.fetcher(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once).start()
+
+
+def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
+             fetcher=None) -> Job:
+    """Bind the checkpoint, build the controller, metrics and the (not yet started) query of a prepared job."""
+    from event_etl.metrics import job_metrics
+    from event_etl.sources.spark import EtlSource
+
+    spark.dataSource.register(EtlSource)
+    et, options, ckpt = p.event_type, p.options, p.ckpt
+    # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch
+    # must get the same tasks, hence the same file names, whatever the cluster is now.
+    job = ckpt.bind({"event_type": et.name, "sink": p.sink, "source": p.spec.identity(), "created_at": iso(p.now),
+                     "split_bytes": options.split_bytes, "writer": secrets.token_hex(3),
+                     "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism))})
+    source_spec = {
+        "kind": p.spec.kind,
+        "params": p.spec.params,
+        "log_dir": str(ckpt.source_dir(p.spec.kind)),
+        "split_bytes": int(job.get("split_bytes", options.split_bytes)),
+        "tasks_per_batch": int(job.get("tasks_per_batch", 2)),
+        "max_files_per_batch": options.max_files_per_batch,
+        "max_events_per_batch": options.max_events_per_batch,
+    }
+    printer = ProgressPrinter(et.name, clock, quiet=options.quiet,
+                              event_clock=GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None)
+    from event_etl.sources.activity import read_activity
+
+    log_dir = source_spec["log_dir"]
+    controller = Controller(
+        event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
+        writer=str(job.get("writer", "")), guard=p.lease.guard if p.lease is not None else None,
+        fence=p.lease.fence() if p.lease is not None else None,
+        source_activity=lambda: read_activity(log_dir),
+        # the source reports at every trigger; a report older than this cannot tell what waits
+        activity_stale_ms=max(3 * p.trigger_ms, 30_000),
+    )
+    if source_kind(p.spec.kind).fetches:  # Pub/Sub
+        # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
+        fetcher = fetcher or source_kind(p.spec.kind).fetcher(p.spec, log_dir, once=options.once)
+        controller.source_activity = fetcher.activity
+        controller.source_done = fetcher.ack
+    metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
+    controller.listeners.extend(metrics.listeners)
+    gate = BatchGate(controller.handle_batch)
+    writer = (
+        spark.readStream.format("event_etl")
+        .option("spec", json.dumps(source_spec))
+        .load()
+        .writeStream.foreachBatch(gate)
+        .option("checkpointLocation", str(ckpt.spark_dir))
+        .queryName(f"event_etl_{et.name}")
+    )
+    writer = (writer.trigger(availableNow=True) if options.once
+              else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
+    return Job(p, controller, metrics, source_spec["log_dir"], writer, gate, printer, fetcher)
+
+
+PENDING_REPLAY_TIMEOUT_S = 300.0
+"""How long a stop that drains waits for Spark to replay a batch a crash left unfinished."""
+STOP_AT_ONCE_TIMEOUT_S = 15.0
+"""How long a stop at once waits for Spark to cancel the batch in flight before the process just exits."""
+
+
+def install_stop_signals(stops: StopSignals | None = None) -> StopSignals:
+    """The job's record of stop signals (:mod:`event_etl.job.stopping`), its handlers installed (main thread only)."""
+    return (stops if stops is not None else StopSignals()).install()
+
+
+def run_job(
+    event_type: EventType,
+    options: RunOptions,
+    *,
+    spark=None,
+    clock: Callable[[], int] = now_millis,
+    listeners: list[Callable[[str, Any], None]] | None = None,
+    install_signals: bool = True,
+    stops: StopSignals | None = None,
+) -> dict[str, Any]:
+    """Run the job until its input ends (``once``/``drain``), a signal, or ``max_seconds``.  Returns the summary.
+
+    ``stops`` is the record of stop signals the job obeys (default: its own, whose handlers
+    are installed when ``install_signals``).  A second signal makes it raise
+    :class:`~event_etl.job.stopping.Interrupted` (or, while a drain runs, end the process at once).
+    A session the job starts itself (``spark=None``) is stopped, its JVM gone, before it returns.
+    """
+    if options.drain:
+        options.once = True  # drain: process what is available, then close every open hour
+    p = prepare_job(event_type, options, clock=clock)
+    acquire_lease(p)
+    stops = stops if stops is not None else StopSignals()
+    if install_signals:
+        stops.install()
+    name = event_type.name
+    own_spark = spark is None
+    fetcher = None
+    try:
+        fetcher = start_fetcher(p)  # Pub/Sub: pulling while Spark starts
+        if own_spark:
+            from event_etl.job.session import get_session
+
+            try:
+                spark = run_watched(lambda: get_session(options.master, options.conf, app_name=f"event_etl:{name}"),
+                                    stops, name="event_etl-spark-start")
+            except Escalated as esc:
+                exit_now(128 + esc.signum, f"[{name}] stopped at once while Spark was starting; nothing was processed")
+            if install_signals:
+                stops.install()  # once more, now that the SparkContext exists
+        job = open_job(p, spark, clock=clock, listeners=listeners, fetcher=fetcher)
+        fetcher = None  # the job's now: it stops it
+        try:
+            return _drive(job, options=options, stops=stops)
+        finally:
+            job.close()
+    finally:
+        if fetcher is not None:  # Spark did not start: what was pulled and not saved comes again
+            fetcher.stop()
+        try:
+            if own_spark and spark is not None:
+                from event_etl.job.session import stop_session
+
+                stop_session(spark)  # signals still only recorded meanwhile
+        finally:
+            if install_signals:
+                stops.restore()
+            p.lease.release()
+
+
+def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, Any]:
+    """Start the query, watch it (idle ticks, metrics, signals), stop it at a batch boundary, drain if asked."""
+    controller = job.controller
+    started = time.monotonic()
+    deadline = None if options.max_seconds is None else started + options.max_seconds
+    query = None
+    stopped_by = signal_name(stops.first) if stops.first is not None else None
+    # A signal while Spark was starting: no query needed -- unless a drain must first see Spark
+    # replay a batch that a crash left unfinished.
+    if not stops.requested or (stops.drain and controller.pending_batch is not None):
+        query = job.start()
+    try:
+        try:
+            if query is not None:
+                stopped_by = _watch(query, job, options, stops, deadline)
+                if stopped_by is None:
+                    _raise_query_failure(query, controller, job.source_dir)
+                else:
+                    _stop_at_boundary([(job, query)], stops, drain=stops.drain)
+                    _raise_query_failure(query, controller, job.source_dir)  # a batch that failed meanwhile
+        except Escalated as esc:
+            _stop_at_once([(job, query)], stops, esc.signum)
+    finally:
+        if query is not None and query.isActive:
+            query.stop()
+    drain = stops.drain if stops.requested else options.drain
+    if drain:
+        try:
+            run_watched(controller.drain, stops, name="event_etl-drain")
+        except Escalated as esc:
+            exit_now(128 + esc.signum, _cut_short_line(job.prepared.event_type.name, esc.signum))
+    summary = _summary(job, time.monotonic() - started, options, stopped_by, drained=drain)
+    if stopped_by == "SIGINT" and not drain and not options.quiet:
+        say(_stopped_line(job, stopped_by))
+    return summary
+
+
+def _watch(query, job: Job, options: RunOptions, stops: StopSignals, deadline: float | None) -> str | None:
+    """Watch the running query until a signal (returns what stopped it), the time limit, or its own end (None)."""
+    next_tick = time.monotonic() + options.tick_seconds
+    while True:
+        if stops.first is not None:
+            return signal_name(stops.first)
+        if deadline is not None and time.monotonic() >= deadline:
+            return "time limit"
+        if not query.isActive:
+            return None
+        if time.monotonic() >= next_tick:
+            next_tick = time.monotonic() + options.tick_seconds
+            if not options.once and not (job.gate is not None and job.gate.busy):
+                run_watched(job.controller.tick, stops, name="event_etl-tick")  # the lock waits out a batch
+            job.metrics.observe_progress(query.lastProgress)
+        stops.sleep(POLL_S)
+
+
+def _stop_at_boundary(running: list[tuple[Job, Any]], stops: StopSignals | None, *, drain: bool) -> None:
+    """Stop queries between two batches: the batch in flight finishes, a batch not begun is left for the next run.
+
+    For each query: (when it will drain) wait until Spark has replayed a batch a crash left
+    unfinished; wait until no batch is in flight and close its gate; then stop it through
+    the API, which Spark logs as a requested stop.  Raises :class:`Escalated` on a second signal."""
+    running = [(job, q) for job, q in running if q is not None]
+    if drain:
+        for job, q in running:
+            c = job.controller
+            if c.pending_batch is not None:
+                wait_for(lambda: c.pending_batch is None or not q.isActive, stops, timeout=PENDING_REPLAY_TIMEOUT_S)
+    closers = [_boundary(job, q) for job, q in running if job.gate is not None]
+    wait_for(lambda: all([close() for close in closers]), stops)  # every gate at once (a list: no short cut)
+    for job, q in running:
+        job.controller.request_stop()  # no batch runs: does not wait
+    for job, q in running:
+        run_watched(q.stop, stops, name="event_etl-stop")
+
+
+def _boundary(job: Job, query) -> Callable[[], bool]:
+    """A check that closes the job's gate at the query's next batch boundary (True once closed).
+
+    The batch in flight finishes, and Spark commits it (it writes its commit log after the
+    batch function returned, then reports progress): a stop in between would make the next
+    run replay a batch that is done.  When no batch is in flight but Spark is already
+    planning one (its trigger is active), that one batch is let in and processed too (a
+    drain includes it).  Otherwise the gate closes while Spark waits for its next trigger,
+    and ``query.stop()`` interrupts that wait.  Should Spark begin a batch in the instant
+    between, that batch is left for the next run (:class:`~event_etl.job.stopping.BatchGate`).
+    The waits are bounded (a couple of trigger intervals; ten seconds for a commit)."""
+    gate = job.gate
+    done_before = len(gate.finished) + len(gate.abandoned)
+    current = gate.busy
+    patience_s = max(2.0, 2 * job.prepared.trigger_ms / 1000.0)
+    patience = time.monotonic() + patience_s
+    committed_by: dict[int, float] = {}
+
+    def reported_batch() -> int:
+        try:
+            return int((query.lastProgress or {}).get("batchId", -1))
+        except Exception:  # noqa: BLE001 - the query ended meanwhile: nothing more will come
+            return 1 << 62
+
+    def planning() -> bool:
+        try:
+            return bool((query.status or {}).get("isTriggerActive"))
+        except Exception:  # noqa: BLE001 - as above
+            return False
+
+    def close() -> bool:
+        if gate.closed:
+            return True
+        if gate.busy:
+            return False
+        if gate.finished:  # the last batch done: wait (a while) for Spark to commit it
+            last = gate.finished[-1]
+            deadline = committed_by.setdefault(last, time.monotonic() + max(10.0, patience_s))
+            if reported_batch() < last and time.monotonic() < deadline:
+                return False
+        one_ran = current or len(gate.finished) + len(gate.abandoned) > done_before
+        if not one_ran and time.monotonic() < patience and planning():
+            return False
+        return gate.close_when_idle(0)
+
+    return close
+
+
+def _stop_at_once(running: list[tuple[Job, Any]], stops: StopSignals, signum: int) -> None:
+    """A second signal: stop the queries now, cancelling the batch in flight (Spark replays it on restart).
+
+    Spark's ``stop()`` cancels the query's Spark jobs once and interrupts its thread; a batch
+    that submits a job a moment later would run to its end, so the jobs are cancelled again
+    until the stop returns.  Raises :class:`Interrupted` with a line saying which batch, if any,
+    was cut short; ends the process at once if Spark does not stop in time or yet another
+    signal comes."""
+    from pyspark import SparkContext
+
+    running = [(job, q) for job, q in running if q is not None]
+    in_flight = [(job, job.gate.running) for job, _ in running if job.gate is not None and job.gate.running is not None]
+    for job, _ in running:
+        if job.gate is not None:
+            job.gate.close_now()
+    seen = len(stops.received)
+
+    def stop_all() -> None:
+        for _, q in running:
+            q.stop()
+
+    th = threading.Thread(target=stop_all, name="event_etl-stop-now", daemon=True)
+    th.start()
+    deadline = time.monotonic() + STOP_AT_ONCE_TIMEOUT_S
+    sc = SparkContext._active_spark_context
+    while th.is_alive() and len(stops.received) == seen and time.monotonic() < deadline:
+        for _, q in running:
+            try:
+                sc.cancelJobGroup(str(q.runId))
+            except Exception:  # noqa: BLE001 - the stop goes on regardless
+                pass
+        th.join(0.25)
+    cut = [(job.prepared.event_type.name, b) for job, b in in_flight if b not in job.gate.finished]
+    line = _at_once_line([job for job, _ in running], signum, cut)
+    if th.is_alive():
+        exit_now(128 + signum, line + f" ({signal_name(signum)}: Spark did not stop in time; the process ended)")
+    raise Interrupted(signum, line)
+
+
+def _at_once_line(jobs: list[Job], signum: int, cut: list[tuple[str, int]]) -> str:
+    what = "Ctrl-C twice" if signum == signal.SIGINT else "SIGTERM twice"
+    names = ", ".join(j.prepared.event_type.name for j in jobs) or "job"
+    if cut:
+        batches = ", ".join(f"{n} batch {b}" for n, b in cut)
+        return (f"[{names}] stopped at once ({what}), not drained: {batches} was cut short and is replayed when you "
+                f"run the same command")
+    return f"[{names}] stopped at once ({what}), not drained; run the same command to continue"
+
+
+def _cut_short_line(name: str, signum: int) -> str:
+    what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    return (f"[{name}] drain cut short ({what} again): the hours marked so far stay complete, the others are not; "
+            f"run the same command to continue")
+
+
+def _stopped_line(job: Job, stopped_by: str) -> str:
+    name, c = job.prepared.event_type.name, job.controller
+    last = c.state.last_batch_id
+    where = f"after batch {last}" if last is not None and last >= 0 else "before its first batch"
+    held = job.gate.abandoned if job.gate is not None else []
+    later = f" (batch {held[0]} was planned, not begun: it runs first)" if held else ""
+    how = "Ctrl-C" if stopped_by == "SIGINT" else stopped_by
+    return f"[{name}] stopped {where} ({how}), not drained{later}; run the same command to continue"
+
+
+def _summary(job: Job, seconds: float, options: RunOptions, stopped_by: str | None, *, drained: bool) -> dict[str, Any]:
+    controller, p = job.controller, job.prepared
+    totals = dict(controller.totals)
+    events_in = sum(totals.get(k, 0) for k in OUTCOMES)
+    summary = {
+        "event_type": p.event_type.name,
+        "sink": p.sink,
+        "checkpoint": str(p.ckpt.root),
+        "batches": controller.batches,
+        "seconds": seconds,
+        "events_in": events_in,
+        "events_per_second": events_in / seconds if seconds > 0 else 0.0,
+        "totals": totals,
+        "watermark": iso(controller.state.watermark),
+        "hours_marked": [iso(h) for h in controller.hours_marked],
+        "stopped_by": stopped_by or ("end of input" if options.once else "query end"),
+        "drained": drained,
+        "last_batch": controller.state.last_batch_id,
+    }
+    signal_stop_only = stopped_by is not None and stopped_by != "time limit" and not drained
+    if not options.quiet and not signal_stop_only:
+        say(format_summary(summary))
+    return summary
+
+
+def _raise_query_failure(query, controller: Controller, source_dir: str) -> None:
+    if controller.failure is not None:
+        raise controller.failure
+    exc = query.exception()
+    if exc is not None:
+        msg = str(exc)
+        from event_etl.sources.pubsub import read_error
+
+        source_error = read_error(source_dir)  # the source runs in another process: it leaves its error here
+        if source_error is not None:
+            raise source_error
+        raise EventEtlError(f"the streaming query failed: {msg.splitlines()[0] if msg else exc!r}",
+                            fix="see the log above for the cause; the job can be restarted on the same checkpoint")

@@ -1,0 +1,200 @@
+"""Starting Spark for event_etl: the Python of the workers, quiet logs, loopback only, a JVM of its own.
+
+The JVM is started in a session of its own (``start_new_session``), so a signal meant for
+the job's process group -- Ctrl-C in a terminal, ``kill -- -PGID``, ``timeout``, a closing
+terminal -- reaches the Python driver only, which stops the job as :mod:`event_etl.job.stopping`
+says, while the JVM keeps running until the driver has finished with it.  It also starts
+with SIGINT, SIGTERM and SIGHUP ignored (HotSpot then installs no shutdown handler for
+them), so a SIGTERM sent to every process of a systemd unit (``KillMode=control-group``)
+does not end it either, nor PySpark's workers of a local job (:mod:`event_etl.job.sparkdaemon`).
+The JVM still ends with the driver however the driver ends: it
+reads the pipe PySpark gives it as stdin and exits on end of file (a SIGKILL or an OOM kill
+of the driver closes the pipe).  The Python workers and the source's Python process are
+the JVM's children, in its session.
+
+The SparkContext is created outside the main thread, so PySpark installs no SIGINT handler
+of its own (it would raise KeyboardInterrupt in the middle of a py4j call).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+from typing import Any, Callable, Mapping
+
+from event_etl.errors import EventEtlError, UsageError
+from event_etl.settings import Settings
+
+__all__ = ["check_java", "get_session", "stop_session", "parse_conf", "DEFAULT_MASTER"]
+
+DEFAULT_MASTER = "local[*]"
+
+_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "false",
+    # Our tasks write their own files and return small reports; keep driver memory modest.
+    "spark.driver.memory": "1g",
+}
+
+
+def parse_conf(pairs) -> dict[str, str]:
+    """Spark settings given as ``KEY=VALUE`` texts (``--conf``), as a dict; a text without ``=`` is a usage error."""
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise UsageError(f"--conf {p!r} is not key=value", fix="write --conf spark.executor.memory=2g")
+        k, _, v = p.partition("=")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def check_java() -> str:
+    """Path of the ``java`` Spark will use, or an error that says how to install Java 17."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise EventEtlError(
+            "Java was not found; Spark needs Java 17 (or 21)"
+            + (f" (JAVA_HOME={home} has no bin/java)" if home else ""),
+            fix="install it, e.g. 'sudo apt-get install openjdk-17-jre-headless' (Debian/Ubuntu), "
+            "'brew install openjdk@17' (macOS), then open a new shell or set JAVA_HOME",
+        )
+    return java
+
+
+def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "event_etl"):
+    """The process's SparkSession (created on first call), with event_etl's source registered."""
+    check_java()
+    master = master or DEFAULT_MASTER
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # Local workers must run this very interpreter, or they fail to connect back.  (On a
+        # cluster this path may not exist on the executors: `event-etl submit` sets their Python.)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from event_etl.sources.spark import EtlSource
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = dict(_DEFAULTS)
+    # Tasks allocate Arrow buffers chunk by chunk; the system allocator gives them back between
+    # tasks (mimalloc, pyarrow's default, keeps them: ~100 MiB more per Python worker).
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # local workers inherit the driver's environment
+    settings["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"] = os.environ["ARROW_DEFAULT_MEMORY_POOL"]
+    log4j = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "log4j2.properties")
+    if os.path.isfile(log4j):  # not when event_etl is imported from a zip (`submit`)
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        if master.startswith("local"):
+            settings["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+    if master.startswith("local"):
+        settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+        if os.path.isfile(log4j):  # event_etl installed as files (not a zip): its daemon entry can be run
+            # the workers are this job's own processes: keep them alive through a SIGTERM meant for the job
+            settings["spark.python.daemon.module"] = "event_etl.job.sparkdaemon"
+    settings.update(conf or {})
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    _launch_own_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
+    spark = _off_the_main_thread(builder.getOrCreate)
+    spark.sparkContext.setLogLevel(Settings.from_env().spark_log_level)
+    spark.dataSource.register(EtlSource)
+    return spark
+
+
+def _launch_own_jvm(settings: Mapping[str, str]) -> None:
+    """Start the JVM (spark-submit's ``pyspark-shell``, as PySpark would) in a session of its own.
+
+    The settings go on its command line, as PySpark passes a session's conf at launch, so
+    the driver's memory and JVM options take effect.  Nothing to do when a JVM is already
+    there: this process's (a session stopped and created again) or the one that started
+    this process (``event-etl submit``: spark-submit sets PYSPARK_GATEWAY_PORT).
+    """
+    from pyspark import SparkConf
+    from pyspark.core.context import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    with SparkContext._lock:
+        if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+            return
+        conf = SparkConf()  # no JVM yet: a plain dict, given to spark-submit as --conf
+        for k, v in settings.items():
+            conf.set(k, v)
+        gateway = launch_gateway(conf, popen_kwargs=_JvmPopenKwargs(start_new_session=True,
+                                                                    preexec_fn=_ignore_stop_signals))
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+
+def _ignore_stop_signals() -> None:  # pragma: no cover - runs in the child between fork and exec
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+class _JvmPopenKwargs(dict):
+    """Popen arguments for PySpark's ``launch_gateway``, which replaces ``preexec_fn`` with its own
+    (it ignores SIGINT in the JVM): whatever it sets, the child also ignores SIGTERM and SIGHUP."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "preexec_fn" and value is not None and value is not _ignore_stop_signals:
+            theirs = value
+
+            def value() -> None:  # pragma: no cover - runs in the child between fork and exec
+                theirs()
+                _ignore_stop_signals()
+
+        super().__setitem__(key, value)
+
+
+def _off_the_main_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in a helper thread: PySpark installs its SIGINT handler only when a context starts on the main thread."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = err
+
+    th = threading.Thread(target=target, name="event_etl-spark-start", daemon=True)
+    th.start()
+    th.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def stop_session(spark, *, timeout: float = 30.0) -> None:
+    """Stop the session; when this process started the JVM, let it exit (stdin closed) and wait for it.
+
+    Stopping in this order leaves nothing for the JVM to complain about after the driver is
+    gone (no py4j connection refused, no half-stopped context in its shutdown hook)."""
+    import subprocess
+
+    from pyspark.core.context import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None) if gateway is not None else None
+    if proc is None:  # a JVM we did not start (event-etl submit): it outlives us by design
+        return
+    try:
+        gateway.shutdown()  # py4j's sockets and callback server, before the JVM goes
+    except Exception:  # noqa: BLE001 - the JVM ends below either way
+        pass
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()  # end of file: Spark's PythonGatewayServer exits
+        proc.wait(timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait(timeout=timeout)
+    with SparkContext._lock:
+        SparkContext._gateway = None
+        SparkContext._jvm = None

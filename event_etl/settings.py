@@ -1,0 +1,88 @@
+"""Every ``EVENT_ETL_*`` environment variable event_etl reads, in one object.
+
+:meth:`Settings.from_env` reads them all at once from an environment (``os.environ`` by
+default); the rest of event_etl asks a :class:`Settings` instead of ``os.environ``.  The
+command line's options win over the variables (click reads the ones that are option
+defaults: ``--sink``, ``--event-types``, ``graphs --prometheus``, ``submit --spark-submit``).
+docs/environment.md lists them all; ``tests/test_docs.py`` checks the two agree.
+
+Not read here: the fault-injection variables of the test campaigns (``EVENT_ETL_FAULT_*``),
+which :mod:`event_etl.faults` reads where the job passes its fault points (inert in
+production), and those of ``bin/*`` only (``EVENT_ETL_PYTHON``, ``EVENT_ETL_VENV``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+__all__ = ["Settings", "ENV_SINK", "ENV_EVENT_TYPES", "ENV_DEBUG", "ENV_STORAGE_RETRY", "ENV_LEASE_TTL",
+           "ENV_FLEET_BACKOFF", "ENV_PROMETHEUS_URL", "ENV_METRICS_OLD_NAMES", "ENV_METRICS_JOB",
+           "ENV_SPARK_LOG_LEVEL", "ENV_SPARK_SUBMIT", "ENV_DRIVER_PIDFILE", "PUBSUB_PREFIX", "LOCAL_ONLY"]
+
+ENV_SINK = "EVENT_ETL_SINK"
+ENV_EVENT_TYPES = "EVENT_ETL_EVENT_TYPES"
+ENV_DEBUG = "EVENT_ETL_DEBUG"
+ENV_STORAGE_RETRY = "EVENT_ETL_STORAGE_RETRY_SECONDS"
+ENV_LEASE_TTL = "EVENT_ETL_LEASE_TTL"
+ENV_FLEET_BACKOFF = "EVENT_ETL_FLEET_BACKOFF"
+ENV_PROMETHEUS_URL = "EVENT_ETL_PROMETHEUS_URL"
+ENV_METRICS_OLD_NAMES = "EVENT_ETL_METRICS_OLD_NAMES"
+ENV_METRICS_JOB = "EVENT_ETL_METRICS_JOB"
+ENV_SPARK_LOG_LEVEL = "EVENT_ETL_SPARK_LOG_LEVEL"
+ENV_SPARK_SUBMIT = "EVENT_ETL_SPARK_SUBMIT"
+ENV_DRIVER_PIDFILE = "EVENT_ETL_DRIVER_PIDFILE"
+PUBSUB_PREFIX = "EVENT_ETL_PUBSUB_"
+"""The Pub/Sub fetcher's settings (:class:`event_etl.sources.pubsub_fetch.FetchSettings`) are ``EVENT_ETL_PUBSUB_<FIELD>``."""
+
+LOCAL_ONLY = frozenset({ENV_EVENT_TYPES, ENV_DRIVER_PIDFILE, "EVENT_ETL_VENV", "EVENT_ETL_PYTHON"})
+"""Variables of this machine only: ``event-etl submit`` does not pass them on to the cluster."""
+
+
+def _flag(text: str | None, default: bool) -> bool:
+    if text is None:
+        return default
+    return text.strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """event_etl's environment, read once (see the module docstring and docs/environment.md)."""
+
+    sink: str | None = None
+    event_types: str | None = None
+    debug: bool = False
+    storage_retry_seconds: float = 120.0
+    lease_ttl: str | None = None
+    """A duration text (``"60s"``); None: the lease's default."""
+    fleet_backoff: float | None = None
+    """Seconds before a failed type of a fleet is restarted the first time; None: the fleet's default."""
+    prometheus_url: str | None = None
+    metrics_old_names: bool = True
+    metrics_job: str = "event_etl"
+    spark_log_level: str = "ERROR"
+    spark_submit: str | None = None
+    driver_pidfile: str | None = None
+    pubsub: Mapping[str, str] = field(default_factory=dict)
+    """The ``EVENT_ETL_PUBSUB_*`` variables as given (``FetchSettings.from_env`` parses them)."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if environ is None else environ
+        fleet_backoff = env.get(ENV_FLEET_BACKOFF)
+        return cls(
+            sink=env.get(ENV_SINK) or None,
+            event_types=env.get(ENV_EVENT_TYPES) or None,
+            debug=bool(env.get(ENV_DEBUG)),
+            storage_retry_seconds=float(env.get(ENV_STORAGE_RETRY, "120")),
+            lease_ttl=env.get(ENV_LEASE_TTL) or None,
+            fleet_backoff=float(fleet_backoff) if fleet_backoff else None,
+            prometheus_url=env.get(ENV_PROMETHEUS_URL) or None,
+            metrics_old_names=_flag(env.get(ENV_METRICS_OLD_NAMES), True),
+            metrics_job=env.get(ENV_METRICS_JOB) or "event_etl",
+            spark_log_level=env.get(ENV_SPARK_LOG_LEVEL, "ERROR"),
+            spark_submit=env.get(ENV_SPARK_SUBMIT) or None,
+            driver_pidfile=env.get(ENV_DRIVER_PIDFILE) or None,
+            pubsub={k: v for k, v in env.items() if k.startswith(PUBSUB_PREFIX)},
+        )

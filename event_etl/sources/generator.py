@@ -1,0 +1,300 @@
+"""Synthetic events that follow an event type's schema.
+
+Event ``i`` of a generator is a pure function of the generator's parameters and ``i``:
+replaying a range of indexes gives the same bytes, which is what lets a micro-batch of
+the ``generate:`` source be replayed after a crash.
+
+Time: the generator runs a simulated clock.  Event ``i`` *arrives* at
+``start + i / rate * speedup`` (ms); with ``speedup=120`` one wall-clock second carries
+two minutes of event time, so a demo sees hours close within a minute.  Its event time
+is the arrival minus a small delay, except for the configured shares of:
+
+- ``out_of_order``: up to the type's out-of-orderness bound behind (still timely);
+- ``late``: one to two hours behind (its hour is complete: written to the open hour);
+- ``too_late``: more than the allowed lateness behind (dead-letter ``too_late``);
+- ``future``: days ahead of its arrival (dead-letter ``future``);
+- ``fast_clock``: from a producer whose clock runs ``fast_by`` seconds ahead (default 480:
+  8 minutes, within the default ``max_future_skew``): accepted, written to the hour of its
+  own event time, but counted toward the watermark only up to its arrival;
+- ``invalid``: a broken payload (bad JSON, missing or mistyped fields, bad time...);
+- ``duplicate``: an exact copy of an earlier event (a producer retry).
+
+Parameters (``generate:rate=2000,speedup=120,late=0.01``): ``rate`` events per wall
+second, ``speedup``, ``start`` (ISO time, or a negative duration from now such as
+``-3h``), ``seed``, ``format`` (``json`` or ``avro``), the shares above, and ``count``
+(stop after that many events).
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import uuid
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Iterator
+
+import orjson
+
+from event_etl.eventtypes import EventType
+from event_etl.storage.avroio import encode_single_object
+from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, parse_duration, to_millis
+
+__all__ = ["GeneratorParams", "Generated", "generate", "parse_generator_params", "INTENTS"]
+
+INTENTS = ("timely", "out_of_order", "late", "too_late", "future", "invalid", "duplicate", "fast_clock")
+
+
+@dataclass(frozen=True)
+class GeneratorParams:
+    rate: float = 2000.0
+    speedup: float = 120.0
+    start: int = 0  # ms; 0 = decided when the job starts (see resolve)
+    seed: int = 42
+    format: str = "json"
+    out_of_order: float = 0.05
+    late: float = 0.01
+    too_late: float = 0.001
+    future: float = 0.0005
+    invalid: float = 0.001
+    duplicate: float = 0.0
+    count: int = 0  # 0 = endless
+    fast_clock: float = 0.0
+    fast_by: float = 480.0  # seconds a fast producer clock runs ahead
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "GeneratorParams":
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+    def arrival(self, i: int) -> int:
+        """Simulated arrival time of event ``i`` (ms)."""
+        return self.start + int(i * 1000.0 * self.speedup / self.rate)
+
+    def resolve(self, now: int, start_text: str | None = None) -> "GeneratorParams":
+        """Fix ``start`` against the wall clock ``now`` when the job is first started."""
+        if self.start:
+            return self
+        if start_text:
+            start = _parse_start(start_text, now)
+        elif self.speedup > 1:
+            # A demo: begin two hours and a quarter back, so the first hour closes in seconds.
+            start = now - now % HOUR_MS - 2 * HOUR_MS - 15 * MINUTE_MS
+        else:
+            start = now
+        return replace(self, start=start)
+
+
+def _parse_start(text: str, now: int) -> int:
+    if text.startswith("-"):
+        return now - parse_duration(text[1:])
+    from datetime import datetime
+
+    return to_millis(datetime.fromisoformat(text))
+
+
+def parse_generator_params(text: str, now: int) -> GeneratorParams:
+    """Parse ``rate=2000,speedup=120,...`` (the part after ``generate:``)."""
+    kinds = {f.name: f.type for f in fields(GeneratorParams)}
+    values: dict[str, Any] = {}
+    start_text = None
+    for item in filter(None, (p.strip() for p in text.replace("&", ",").split(","))):
+        if "=" not in item:
+            raise ValueError(f"generator option {item!r} must be key=value")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        if key not in kinds:
+            raise ValueError(f"unknown generator option {key!r}; known: {', '.join(kinds)}")
+        if key == "start":
+            start_text = raw.strip()
+            continue
+        kind = kinds[key]
+        try:
+            values[key] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw.strip()
+        except ValueError as err:
+            raise ValueError(f"generator option {key}={raw!r}: expected a number") from err
+    p = GeneratorParams(**values)
+    if p.rate <= 0 or p.speedup <= 0:
+        raise ValueError("generator rate and speedup must be positive")
+    if p.format not in ("json", "avro"):
+        raise ValueError("generator format must be json or avro")
+    shares = p.out_of_order + p.late + p.too_late + p.future + p.invalid + p.duplicate + p.fast_clock
+    if shares > 1 or min(p.out_of_order, p.late, p.too_late, p.future, p.invalid, p.duplicate, p.fast_clock) < 0:
+        raise ValueError("generator shares must be between 0 and 1 and add up to at most 1")
+    return p.resolve(now, start_text)
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One generated payload and what the generator meant it to be."""
+
+    index: int
+    payload: bytes
+    arrival: int
+    intent: str
+    event_id: str | None
+    event_time: int | None
+
+
+class _Values:
+    """Random values for an Avro type, steered by the type's ``[generator.values]`` pools."""
+
+    def __init__(self, event_type: EventType) -> None:
+        self.pools = dict(event_type.generator.get("values", {}))
+
+    def value(self, t: Any, name: str, rng: random.Random, depth: int = 0) -> Any:
+        pool = self.pools.get(name)
+        if pool:
+            v = rng.choice(pool)
+            if isinstance(v, str) and "{" in v:
+                return v.replace("{n}", str(rng.randint(1, 99999))).replace(
+                    "{uuid}", str(uuid.UUID(int=rng.getrandbits(128), version=4))
+                )
+            return v
+        if isinstance(t, list):
+            if "null" in t and rng.random() < 0.15:
+                return None
+            branches = [b for b in t if b != "null"]
+            return self.value(branches[0], name, rng, depth) if branches else None
+        if isinstance(t, dict):
+            kind, logical = t.get("type"), t.get("logicalType")
+            if logical == "uuid":
+                return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+            if logical in ("timestamp-millis", "timestamp-micros"):
+                return 1_700_000_000_000 + rng.randint(0, 10**10)
+            if kind == "enum":
+                return rng.choice(t["symbols"])
+            if kind == "array":
+                return [self.value(t["items"], name, rng, depth + 1) for _ in range(rng.randint(0, 3))] if depth < 3 else []
+            if kind == "map":
+                return {
+                    f"{name}_{j}": self.value(t["values"], name, rng, depth + 1) for j in range(rng.randint(1, 3))
+                } if depth < 3 else {}
+            if kind == "record":
+                return {f["name"]: self.value(f["type"], f["name"], rng, depth + 1) for f in t["fields"]}
+            return self.value(kind, name, rng, depth)
+        if t == "string":
+            return f"{name}-{rng.randint(1, 99999)}"
+        if t in ("int", "long"):
+            return rng.randint(0, 100_000)
+        if t in ("float", "double"):
+            return round(rng.uniform(0, 1000), 2)
+        if t == "boolean":
+            return rng.random() < 0.5
+        if t == "null":
+            return None
+        raise ValueError(f"the generator cannot make values of Avro type {t!r} for field {name!r}")
+
+
+class Generator:
+    """Generates payloads of one event type.  Create once per process; call :meth:`range`."""
+
+    def __init__(self, event_type: EventType, params: GeneratorParams) -> None:
+        self.et = event_type
+        self.p = params
+        self.values = _Values(event_type)
+        self.parsed = event_type.parsed_schema()
+        self.fingerprint = event_type.fingerprint
+        self.fields = [(f["name"], f["type"]) for f in event_type.schema["fields"]]
+        self.cum = []
+        acc = 0.0
+        for intent in ("out_of_order", "late", "too_late", "future", "invalid", "duplicate", "fast_clock"):
+            acc += getattr(params, intent)
+            self.cum.append((acc, intent))
+
+    def _rng(self, i: int) -> random.Random:
+        return random.Random((self.p.seed << 40) ^ i)
+
+    def _intent(self, rng: random.Random) -> str:
+        u = rng.random()
+        for bound, intent in self.cum:
+            if u < bound:
+                return intent
+        return "timely"
+
+    def _event_time(self, intent: str, arrival: int, rng: random.Random) -> int:
+        ooo = self.et.out_of_orderness
+        if intent == "out_of_order":
+            return arrival - rng.randint(ooo // 2, max(ooo // 2, ooo - 1000))
+        if intent == "late":
+            return arrival - arrival % HOUR_MS - HOUR_MS - rng.randint(1, HOUR_MS - 1) - ooo
+        if intent == "too_late":
+            return arrival - self.et.allowed_lateness - 2 * HOUR_MS - rng.randint(0, 6 * HOUR_MS)
+        if intent == "future":
+            return arrival + self.et.max_future_skew + HOUR_MS + rng.randint(0, 30 * 24 * HOUR_MS)
+        if intent == "fast_clock":
+            return arrival + int(self.p.fast_by * 1000) - rng.randint(0, max(1, ooo // 8))
+        return arrival - rng.randint(0, max(1, ooo // 8))
+
+    def _time_value(self, ms: int) -> Any:
+        if self.et.time_logical_divisor:
+            return ms * self.et.time_logical_divisor
+        fmt = self.et.time_format
+        if fmt == "epoch_seconds":
+            return ms / 1000.0
+        if fmt == "iso8601":
+            return iso(ms)
+        return ms
+
+    def record(self, i: int, rng: random.Random, event_time: int) -> dict[str, Any]:
+        rec = {name: self.values.value(t, name, rng) for name, t in self.fields}
+        rec[self.et.time_field] = self._time_value(event_time)
+        return rec
+
+    def encode(self, rec: dict[str, Any]) -> bytes:
+        if self.p.format == "avro":
+            return base64.b64encode(encode_single_object(self.parsed, self.fingerprint, rec))
+        return orjson.dumps(rec)
+
+    def one(self, i: int) -> Generated:
+        rng = self._rng(i)
+        arrival = self.p.arrival(i)
+        intent = self._intent(rng)
+        if intent == "duplicate" and i > 0:
+            # A producer retry: the same bytes as a recent valid event.
+            j = i - 1 - rng.randint(0, min(i - 1, 50))
+            orig = self.one(j)
+            while orig.intent in ("invalid", "duplicate") and j > 0:
+                j -= 1
+                orig = self.one(j)
+            if orig.intent not in ("invalid", "duplicate"):
+                return Generated(i, orig.payload, arrival, "duplicate", orig.event_id, orig.event_time)
+        if intent == "invalid":
+            payload = self._invalid(rng, arrival)
+            return Generated(i, payload, arrival, "invalid", None, None)
+        if intent == "duplicate":
+            intent = "timely"
+        et = self._event_time(intent, arrival, rng)
+        rec = self.record(i, rng, et)
+        eid = rec.get(self.et.id_field) if self.et.id_field else None
+        return Generated(i, self.encode(rec), arrival, intent, None if eid is None else str(eid), et)
+
+    def _invalid(self, rng: random.Random, arrival: int) -> bytes:
+        kind = rng.randint(0, 5)
+        rec = self.record(0, rng, arrival)
+        if kind == 0:
+            return orjson.dumps(rec)[:-7]  # truncated JSON
+        if kind == 1:
+            rec.pop(self.et.time_field)
+            return orjson.dumps(rec)
+        if kind == 2:
+            rec[self.et.time_field] = "not a time"
+            return orjson.dumps(rec)
+        if kind == 3:
+            return orjson.dumps([rec])
+        if kind == 4:
+            name = next((n for n, t in self.fields if t in ("string", "long", "int") and n != self.et.time_field), None)
+            if name is not None:
+                rec[name] = {"unexpected": True}
+                return orjson.dumps(rec)
+        return b"\xff\xfe not utf-8 \xc0"
+
+    def range(self, start: int, end: int) -> Iterator[Generated]:
+        for i in range(start, end):
+            yield self.one(i)
+
+
+def generate(event_type: EventType, params: GeneratorParams, start: int, end: int) -> Iterator[Generated]:
+    """Events ``start`` .. ``end - 1`` of the generator ``params`` for ``event_type``."""
+    return Generator(event_type, params).range(start, end)

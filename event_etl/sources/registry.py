@@ -1,0 +1,140 @@
+"""The kinds of source, in one table: what each one plans with, checks, needs and shares.
+
+Every decision that depends on a source's kind is made here, from :data:`SOURCES`:
+
+- :func:`make_planner`: the planner of Spark's streaming source (:mod:`event_etl.sources.spark`);
+- :meth:`SourceKind.identity`: what a checkpoint remembers of its source;
+- :meth:`SourceKind.check`: a check before the job starts (the subscription exists);
+- ``fetcher``: what the driver runs beside the query, if anything (Pub/Sub pulls into a spool);
+- ``event_clock``: whether progress lines show the generator's event clock;
+- ``shared``: what a cluster's executors read from a local folder of the driver's
+  (``"input"``: the input folder; ``"checkpoint"``: the spool in the checkpoint), which
+  preflight checks is mounted on every node;
+- ``requires`` and ``install_hint``: the optional packages the kind needs, and how to get them.
+
+The planners are imported only when used: a kind's modules may need an extra (Pub/Sub's client).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from event_etl.errors import UsageError
+
+if TYPE_CHECKING:
+    from event_etl.sources import SourceSpec
+
+__all__ = ["SourceKind", "SOURCES", "source_kind", "make_planner"]
+
+
+def _dir_planner(spec: dict[str, Any]):
+    from event_etl.sources.directory import DirectoryPlanner
+
+    return DirectoryPlanner(
+        spec["params"]["path"],
+        spec["log_dir"],
+        split_bytes=int(spec["split_bytes"]),
+        max_files=int(spec["max_files_per_batch"]),
+        clock=_clock(),
+        tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
+    )
+
+
+def _generate_planner(spec: dict[str, Any]):
+    from event_etl.sources.generate import GeneratorPlanner
+    from event_etl.sources.generator import GeneratorParams
+
+    return GeneratorPlanner(
+        GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=_clock(),
+        tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
+    )
+
+
+def _pubsub_planner(spec: dict[str, Any]):
+    from event_etl.sources.pubsub import PubSubPlanner
+
+    return PubSubPlanner(
+        spec["params"]["subscription"], spec["log_dir"], max_messages=int(spec["max_events_per_batch"]),
+        clock=_clock(), tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
+    )
+
+
+def _pubsub_check(spec: "SourceSpec") -> None:
+    from event_etl.sources.pubsub import check_subscription
+
+    check_subscription(spec.params["subscription"])
+
+
+def _pubsub_fetcher(spec: "SourceSpec", log_dir: str, *, once: bool):
+    from event_etl.sources.pubsub_fetch import Fetcher
+
+    return Fetcher(spec.params["subscription"], log_dir, once=once)
+
+
+def _clock() -> Callable[[], int]:
+    from event_etl.timeutil import now_millis
+
+    return now_millis
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """One kind of source (see the module docstring)."""
+
+    name: str
+    planner: Callable[[dict[str, Any]], Any]
+    identity_of: Callable[["SourceSpec"], str]
+    check_before_start: Callable[["SourceSpec"], None] | None = None
+    fetcher: Callable[..., Any] | None = None
+    """Makes the fetcher the driver runs beside the query: ``fetcher(spec, log_dir, once=...)``; None: no fetcher."""
+    event_clock: bool = False
+    shared: str | None = None
+    requires: tuple[str, ...] = ()
+    install_hint: str | None = None
+
+    @property
+    def fetches(self) -> bool:
+        return self.fetcher is not None
+
+    def identity(self, spec: "SourceSpec") -> str:
+        return self.identity_of(spec)
+
+    def check(self, spec: "SourceSpec") -> None:
+        """What must hold before the job starts (raises with the fix); nothing for most kinds."""
+        if self.check_before_start is not None:
+            self.check_before_start(spec)
+
+    def check_installed(self) -> None:
+        """Raise :class:`UsageError` with :attr:`install_hint` when a package the kind needs is missing."""
+        for module in self.requires:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                raise UsageError(f"the {self.name} source needs the Python package {module!r}, which is not installed",
+                                 fix=self.install_hint or "install it")
+
+
+SOURCES: dict[str, SourceKind] = {
+    "dir": SourceKind("dir", _dir_planner, lambda spec: f"dir:{spec.params['path']}", shared="input"),
+    "generate": SourceKind("generate", _generate_planner, lambda spec: "generate:", event_clock=True),
+    "pubsub": SourceKind("pubsub", _pubsub_planner, lambda spec: spec.url, check_before_start=_pubsub_check,
+                         fetcher=_pubsub_fetcher, shared="checkpoint", requires=("google.cloud.pubsub_v1",),
+                         install_hint="pip install 'event_etl[job]'"),
+}
+"""Every kind of source, by the ``kind`` of its :class:`~event_etl.sources.SourceSpec`."""
+
+
+def source_kind(kind: str) -> SourceKind:
+    try:
+        return SOURCES[kind]
+    except KeyError:
+        raise ValueError(f"unknown source kind {kind!r}") from None
+
+
+def make_planner(spec: dict[str, Any]):
+    """The planner for a source spec (``kind``, ``params``, ``log_dir``, limits)."""
+    return source_kind(spec["kind"]).planner(spec)

@@ -1,0 +1,287 @@
+"""One writer per event type and sink, and per checkpoint.
+
+Two locks, both taken before Spark starts:
+
+- **The checkpoint lock**: an exclusive ``flock`` on ``<checkpoint>/etl/LOCK``.  The
+  kernel releases it when the holder dies, however it dies, so a crashed job never
+  blocks its restart.  The holder's description is written into the file.
+- **The sink lease**: ``<sink>/<event_type>/_LEASE``, a small JSON object naming the
+  holder (a random id, host, pid, checkpoint, when it started) and until when the lease
+  is valid.  Every change of it is a compare-and-swap on the version that was read
+  (:meth:`~event_etl.storage.Storage.write_if`: a generation match on GCS, a lock file on
+  local disk), so two jobs can never both believe they took it.  The holder renews it
+  every ``ttl / 4``.  Another job takes it over only when it has expired (not renewed for
+  ``ttl``, default 60 s, plus a safety ``margin`` for clocks that disagree), or when it was
+  left by a job with the *same checkpoint on the same host*: holding the checkpoint lock
+  proves that job is gone.  A job with the same checkpoint path on another host (a shared
+  mount) is another job.
+
+**Fencing.**  A job writes only while it is sure to hold the lease: until the expiry its
+last successful renewal wrote, minus the ``margin``.  Another job can take over only after
+that expiry plus the margin, so their writes never overlap.  The driver checks it (no I/O:
+:meth:`Lease.guard`) before every batch, every marker, idle tick and drain; executor tasks
+check it before every file they write (:class:`Fence`, which reads the lease again when its
+last look is about to run out).  A job that cannot renew (the sink is unreachable) stops
+writing when its lease runs out, and stops.
+
+Behind the lease, two more guards: file names carry the checkpoint's writer id, so two
+jobs can never write the same file name, and a job never adds a file to an hour that is
+already marked, nor marks an hour whose files it did not write.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from event_etl.errors import LeaseHeldError, StorageError
+from event_etl.storage import Storage
+from event_etl.timeutil import format_duration, iso
+
+__all__ = ["Lease", "Fence", "DEFAULT_TTL_MS", "default_ttl_ms", "LEASE_NAME"]
+
+DEFAULT_TTL_MS = 60_000
+LEASE_NAME = "_LEASE"
+
+
+def default_ttl_ms() -> int:
+    """``$EVENT_ETL_LEASE_TTL`` (a duration such as ``"60s"``), else 60 s."""
+    from event_etl.settings import Settings
+    from event_etl.timeutil import parse_duration
+
+    text = Settings.from_env().lease_ttl
+    return parse_duration(text) if text else DEFAULT_TTL_MS
+
+
+def _who(doc: dict[str, Any]) -> str:
+    return (f"pid {doc.get('pid')} on {doc.get('host')} (checkpoint {doc.get('checkpoint')}, "
+            f"running since {doc.get('started_at')})")
+
+
+def _parse(data: bytes | None) -> dict[str, Any]:
+    if data is None:
+        return {}
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+@dataclass
+class Lease:
+    """The locks of one running job.  ``acquire`` before Spark starts, ``release`` at the end."""
+
+    storage: Storage
+    event_type: str
+    checkpoint_dir: Path
+    clock: Callable[[], int]
+    ttl_ms: int = DEFAULT_TTL_MS
+    margin_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        self.holder = uuid.uuid4().hex
+        self.host = socket.gethostname()
+        self.rel = f"{self.event_type}/{LEASE_NAME}"
+        if self.margin_ms is None:
+            self.margin_ms = self.ttl_ms // 4
+        self._lock_fh = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lost: str | None = None
+        self.started_at = self.clock()
+        self.valid_until = 0  # the last instant this job may write (its last renewal's expiry minus the margin)
+
+    def describe(self) -> dict[str, Any]:
+        return {"holder": self.holder, "host": self.host, "pid": os.getpid(),
+                "checkpoint": str(self.checkpoint_dir), "started_at": iso(self.started_at)}
+
+    # -- checkpoint lock -------------------------------------------------------------------
+    def _lock_checkpoint(self) -> None:
+        path = Path(self.checkpoint_dir) / "etl" / "LOCK"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            doc = _parse(fh.read().encode())
+            fh.close()
+            raise LeaseHeldError(
+                f"checkpoint {self.checkpoint_dir} is in use by another job: {_who(doc)}",
+                fix="stop that job first (SIGTERM drains it), or give this run its own --checkpoint",
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(json.dumps(self.describe()))
+        fh.flush()
+        self._lock_fh = fh
+
+    # -- sink lease ------------------------------------------------------------------------
+    def _doc(self, now: int) -> bytes:
+        return json.dumps({**self.describe(), "renewed_at": iso(now), "expires_at_ms": now + self.ttl_ms,
+                           "expires_at": iso(now + self.ttl_ms)}, indent=1).encode()
+
+    def _takeable(self, doc: dict[str, Any], now: int) -> bool:
+        if not doc or doc.get("holder") == self.holder:
+            return True
+        if int(doc.get("expires_at_ms", 0)) + self.margin_ms < now:
+            return True  # expired: its holder died or is cut off, and stopped writing a margin ago
+        # We hold this checkpoint's lock, so a lease left by a job on this same checkpoint *on this
+        # host* is a dead job's (the kernel released its lock): a restart after a crash takes over at
+        # once.  A lease of release 0.1.0 names no host: it was written on a host that shares this path.
+        same_host = doc.get("host", self.host) == self.host
+        return doc.get("checkpoint") == str(self.checkpoint_dir) and same_host
+
+    def _take_sink_lease(self) -> None:
+        for _ in range(5):
+            now = self.clock()
+            current = self.storage.read_versioned(self.rel)
+            doc = _parse(current[0]) if current is not None else {}
+            if current is not None and not self._takeable(doc, now):
+                expires = int(doc.get("expires_at_ms", 0))
+                when = (f"its lease is valid for {format_duration(expires - now)} more" if expires > now else
+                        f"its lease ran out {format_duration(now - expires)} ago and may be taken over in "
+                        f"{format_duration(expires + self.margin_ms - now)} (a margin for clocks that disagree)")
+                raise LeaseHeldError(
+                    f"{self.storage.display(self.rel)}: {self.event_type} is already being written to this sink by "
+                    f"{_who(doc)}; {when}",
+                    fix="stop that job first (SIGTERM drains it); a job that died loses its lease after "
+                        f"{format_duration(self.ttl_ms + self.margin_ms)}",
+                )
+            if self.storage.write_if(self.rel, self._doc(now), None if current is None else current[1]):
+                self.valid_until = now + self.ttl_ms - self.margin_ms
+                return
+        raise LeaseHeldError(f"{self.storage.display(self.rel)} keeps changing: another job is taking it",
+                             fix="run only one job per event type and sink")
+
+    def renew(self) -> None:
+        """Renew the sink lease if this job still holds it; raise if another job took it."""
+        if self.lost:
+            raise LeaseHeldError(self.lost, fix="another job took over this event type and sink; this one stops")
+        now = self.clock()
+        current = self.storage.read_versioned(self.rel)
+        doc = _parse(current[0]) if current is not None else {}
+        if current is None or doc.get("holder") != self.holder:
+            self.lost = (f"the lease {self.storage.display(self.rel)} is now held by {_who(doc)}" if doc
+                         else f"the lease {self.storage.display(self.rel)} was removed")
+            raise LeaseHeldError(self.lost, fix="another job took over this event type and sink; this one stops")
+        if self.storage.write_if(self.rel, self._doc(now), current[1]):
+            self.valid_until = now + self.ttl_ms - self.margin_ms
+            return
+        self.renew()  # changed between read and write: read again (and find out who took it)
+
+    check = renew  # the name release 0.1.0 used
+
+    def guard(self) -> None:
+        """Raise unless this job may still write (no I/O: the renewal thread keeps the lease fresh)."""
+        if self.lost:
+            raise LeaseHeldError(self.lost, fix="another job took over this event type and sink; this one stops")
+        now = self.clock()
+        if now >= self.valid_until:
+            raise LeaseHeldError(
+                f"the lease {self.storage.display(self.rel)} could not be renewed in time (valid until "
+                f"{iso(self.valid_until + self.margin_ms)}); this job stops writing before another may take over",
+                fix="check that the sink is reachable; a restart on the same checkpoint loses nothing",
+            )
+
+    def fence(self) -> dict[str, Any]:
+        """What executor tasks check before they write (see :class:`Fence`)."""
+        return {"rel": self.rel, "holder": self.holder, "margin_ms": self.margin_ms}
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.ttl_ms / 4000):
+            try:
+                self.renew()
+            except LeaseHeldError:
+                return
+            except (StorageError, OSError):  # a failed renewal is retried; the lease lasts ttl
+                continue
+
+    def acquire(self) -> "Lease":
+        self._lock_checkpoint()
+        try:
+            self._take_sink_lease()
+        except BaseException:
+            self._unlock()
+            raise
+        self._thread = threading.Thread(target=self._renew_loop, name="event-etl-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _unlock(self) -> None:
+        if self._lock_fh is not None:
+            fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_UN)
+            self._lock_fh.close()
+            self._lock_fh = None
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            current = self.storage.read_versioned(self.rel)
+            if current is not None and _parse(current[0]).get("holder") == self.holder:
+                self.storage.delete(self.rel)
+        finally:
+            self._unlock()
+
+
+_FENCES: dict[tuple[str, str, str], "Fence"] = {}
+
+
+class Fence:
+    """An executor's check that the job it writes for still holds its lease.
+
+    It reads the lease (one GET) and trusts it until the expiry written there minus the
+    margin; then it reads it again.  So a task writes nothing after its job lost the lease,
+    and nothing in the margin before another job may take it over.
+    """
+
+    def __init__(self, spec: dict[str, Any], storage: Storage, clock: Callable[[], int] | None = None) -> None:
+        from event_etl.timeutil import now_millis
+
+        self.rel, self.holder, self.margin_ms = spec["rel"], spec["holder"], int(spec["margin_ms"])
+        self.storage = storage
+        self.clock = clock or now_millis
+        self.valid_until = 0
+
+    @classmethod
+    def of(cls, spec: dict[str, Any] | None, storage: Storage) -> "Fence | None":
+        """The fence of a batch's ``spec`` (``None``: no lease, as in tests), one per process and lease holder."""
+        if not spec:
+            return None
+        key = (storage.url, spec["rel"], spec["holder"])
+        fence = _FENCES.get(key)
+        if fence is None:
+            fence = _FENCES[key] = cls(spec, storage)
+        return fence
+
+    def check(self) -> None:
+        now = self.clock()
+        if now < self.valid_until:
+            return
+        try:
+            doc = _parse(self.storage.read(self.rel))
+        except FileNotFoundError:
+            doc = {}
+        if doc.get("holder") != self.holder:
+            raise LeaseHeldError(
+                f"this job no longer holds {self.storage.display(self.rel)}"
+                + (f": {_who(doc)} does" if doc else ""),
+                fix="another job took over this event type and sink; this one stops",
+            )
+        self.valid_until = int(doc.get("expires_at_ms", 0)) - self.margin_ms
+        if now >= self.valid_until:
+            raise LeaseHeldError(
+                f"the lease {self.storage.display(self.rel)} runs out at {doc.get('expires_at')}: this task may "
+                "not write any more",
+                fix="the job could not renew its lease (is the sink reachable?); a restart loses nothing",
+            )

@@ -1,0 +1,746 @@
+"""What one executor task does with one split: read, decode, judge, write.
+
+For every payload of the split: decode and check it (:mod:`event_etl.task.payload`), judge
+its event time against the batch's starting watermark (:func:`event_etl.rules.make_judge`),
+and append it to the open Avro file of its (hour, late) group, or to the dead-letter
+list.  Records are encoded as they come (one datum at a time, so a record fastavro
+cannot encode is rejected alone), so a task holds encoded bytes, not Python objects.
+A group's file is closed when it reaches ``max_events_per_file`` records and at the
+end of the split, under a deterministic name.  A file that already exists under its
+final name is not written again: it is the same file, written by an earlier attempt of
+the same batch.
+
+The task returns a small JSON report (counts, files with sizes and sha256, the largest
+accepted event time...) that the driver turns into the batch's result, ledger and metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from bisect import bisect_left
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+from fastavro import schemaless_writer
+from fastavro.write import Writer
+
+from event_etl import faults
+from event_etl.errors import IntegrityError, SourceError
+from event_etl.eventtypes import EventType
+from event_etl.rules.buckets import MARKER_NAME, data_file_name, deadletter_file_path, hour_dir
+from event_etl.rules.judge import OUTCOME_CODES, Outcome, judge_array, make_judge
+from event_etl.rules.reasons import Reason
+from event_etl.sources.splits import Split
+from event_etl.storage import Storage, open_storage
+from event_etl.storage.avroio import encode_container, sync_marker_for
+from event_etl.storage.deadletter import DEADLETTER_SCHEMA
+from event_etl.storage.lease import Fence
+from event_etl.task.fastpath import plan_for
+from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
+
+__all__ = ["BatchContext", "process_split", "make_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
+
+_DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
+_BLOCK_BYTES = 64 * 1024
+DEADLETTER_FILE_KEY = 99_990_000  # "file" of dedupe rows that point into a shard's dead-letter file
+_READ_BYTES = 1024 * 1024  # the fast path's chunk size (event_etl.task.fastpath.CHUNK_BYTES)
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What every task of one micro-batch needs to know (shipped to executors with the task).
+
+    - ``drop``: records not to write again (file name -> positions): duplicates found by an
+      earlier attempt;
+    - ``reference``: for a job's first batch, the watermark the whole batch's events give, to
+      measure "too late" against (fixed in the batch's intent);
+    - ``mode``: ``write``, or ``reference`` to only report the split's largest acceptable
+      counted event time (the first batch's reference is the largest over its splits);
+    - ``fence``: the lease the job must still hold when a task writes (see :mod:`event_etl.storage.lease`).
+    """
+
+    event_type: EventType
+    sink: str
+    batch_id: int
+    wm_start: int | None
+    started_at: int
+    drop: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    writer: str = ""
+    reference: int | None = None
+    mode: str = "write"
+    fence: dict[str, Any] | None = None
+
+
+_DECODERS: dict[tuple[str, str], Any] = {}
+
+
+def _decoder(et: EventType):
+    from event_etl.task.payload import Decoder
+
+    key = (et.name, et.decoder_key)  # everything the decoder is built from (frozen settings, schema versions)
+    d = _DECODERS.get(key)
+    if d is None:
+        d = _DECODERS[key] = Decoder(et)
+    return d
+
+
+def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:
+    """Bytes ``start``..``end`` of a file as ``(data, offset)`` chunks of whole lines (the range holds whole lines).
+
+    Every chunk but the last ends with a newline; the last one may not (a file's last line).
+    """
+    try:
+        fh = open(uri, "rb")
+    except OSError as err:
+        raise SourceError(f"cannot read {uri}: {err}", fix="input files must stay until their batch is committed") from err
+    with fh:
+        fh.seek(start)
+        offset = start
+        rest = b""
+        remaining = end - start
+        while remaining > 0:
+            chunk = fh.read(min(_READ_BYTES, remaining))
+            if not chunk:
+                raise SourceError(
+                    f"{uri} is shorter than when it was found ({end - remaining} < {end} bytes)",
+                    fix="do not truncate or rewrite input files; write new files instead",
+                )
+            remaining -= len(chunk)
+            data = rest + chunk if rest else chunk
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield (data[:cut] if cut < len(data) else data), offset
+                offset += cut
+            rest = data[cut:] if cut < len(data) else b""
+        if rest:
+            yield rest, offset
+
+
+def _chunk_lines(data: bytes, offset: int, arrival: int, name: str) -> Iterator[tuple[bytes, int, str, int, None]]:
+    """The lines of a chunk (without their ``\\n`` or ``\\r\\n``), as :func:`iter_payloads` yields them."""
+    pos, n = 0, len(data)
+    while pos < n:
+        j = data.find(b"\n", pos)
+        if j < 0:
+            j = n
+        line = data[pos:j]
+        if line[-1:] == b"\r":
+            line = line[:-1]
+        yield line, arrival, name, offset + pos, None
+        pos = j + 1
+
+
+def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[bytes, int, str, int, None]]:
+    """Lines of bytes ``start``..``end`` of a file, read in chunks (the range holds whole lines)."""
+    name = os.path.basename(uri) + "@"
+    for data, offset in _file_chunks(uri, start, end):
+        yield from _chunk_lines(data, offset, arrival, name)
+
+
+def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str, int, Any]]:
+    """``(payload, arrival_ms, where, offset, message)`` for every payload of the split.
+
+    ``where + str(offset)`` names its position; ``message`` is ``(message_id, attributes)``
+    for Pub/Sub messages, else ``None``.
+    """
+    if split.kind == "files":
+        for uri, start, end, arrival in split.ranges():
+            yield from _file_lines(uri, start, end, arrival)
+    elif split.kind == "gen":
+        from event_etl.sources.generator import Generator, GeneratorParams
+
+        gen = Generator(et, GeneratorParams.from_json(json.loads(split.meta)))
+        for g in gen.range(split.start, split.end):
+            yield g.payload, g.arrival, "gen:", g.index, None
+    elif split.kind == "seg":
+        from event_etl.sources.spool import read_messages
+
+        for path, start, end, _ in split.ranges():
+            for _, mid, published, attributes, data in read_messages(path, start, end):
+                yield data, published, "msg:", mid, (mid, attributes)
+    elif split.kind == "spool":  # release 0.1.0's spool files
+        from event_etl.sources.pubsub import read_spool
+
+        for i, m in read_spool(split.uri, split.start, split.end):
+            yield m["data"], m["publish_time"], "msg:", m["message_id"], (m["message_id"], m["attributes"])
+    else:
+        raise SourceError(f"unknown split kind {split.kind!r}")
+
+
+def _fast_plan(decoder, split: Split):
+    """The columnar plan for a split, if it can take the fast path: a files split, or Pub/Sub segments of a
+    type that reads its event time from the payload (not from an attribute), whose schema the plan covers."""
+    if split.kind == "files" or (split.kind == "seg" and decoder.event_type.time_attribute is None):
+        return plan_for(decoder)
+    return None
+
+
+class _MessageChunk:
+    """Consecutive Pub/Sub messages of a split, about ``_READ_BYTES`` of payloads, for the fast path.
+
+    ``data`` is their payloads joined by newlines, or ``None`` when a payload holds a newline
+    itself (the lines would not be the messages): then only the record path can take them."""
+
+    __slots__ = ("datas", "mids", "published", "messages", "size", "data", "arrivals")
+
+    def __init__(self) -> None:
+        self.datas: list[bytes] = []
+        self.mids: list[str] = []
+        self.published: list[int] = []
+        self.messages: list[Any] = []
+        self.size = 0
+        self.data: bytes | None = None
+        self.arrivals: np.ndarray | None = None
+
+    def close(self) -> "_MessageChunk":
+        data = b"\n".join(self.datas)
+        self.data = data if data.count(b"\n") == len(self.datas) - 1 and all(self.datas) else None
+        self.arrivals = np.array(self.published, dtype=np.int64)
+        return self
+
+    def decode(self, plan):
+        """The fast path's decoding of the chunk, or ``None`` (then every message takes the record path)."""
+        if self.data is None:
+            return None
+        fc = plan.decode(self.data)
+        return fc if fc is not None and fc.n == len(self.datas) else None
+
+    def payloads(self) -> Iterator[tuple[bytes, int, str, str, Any]]:
+        """The messages as :func:`iter_payloads` yields them (for the record path)."""
+        for data, mid, published, m in zip(self.datas, self.mids, self.published, self.messages):
+            yield data, published, "msg:", mid, (mid, dict(m.attributes))
+
+
+def _message_chunks(split: Split) -> Iterator[_MessageChunk]:
+    """The messages of a segments split, in order, in chunks of about ``_READ_BYTES`` of payloads."""
+    from itertools import accumulate
+
+    from event_etl.sources.spool import message_runs
+
+    limit = _READ_BYTES
+    cur = _MessageChunk()
+    for path, start, end, _ in split.ranges():
+        for msgs in message_runs(path, start, end):
+            while msgs:
+                datas = [m.data for m in msgs]
+                room = limit - cur.size
+                sizes = list(accumulate(len(d) + 1 for d in datas))
+                take = len(msgs) if sizes[-1] < room else next(k for k, v in enumerate(sizes) if v >= room) + 1
+                part = msgs[:take] if take < len(msgs) else msgs
+                cur.datas.extend(datas[:take] if take < len(msgs) else datas)
+                cur.mids.extend([m.message_id for m in part])
+                cur.published.extend([p.seconds * 1000 + p.nanos // 1_000_000 for p in (m.publish_time for m in part)])
+                cur.messages.extend(part)
+                cur.size += sizes[take - 1]
+                if cur.size >= limit:
+                    yield cur.close()
+                    cur = _MessageChunk()
+                msgs = msgs[take:]
+    if cur.datas:
+        yield cur.close()
+
+
+def _message_keys(mids: list[str], arrivals: list[int]) -> np.ndarray:
+    """:func:`event_etl.task.dedupe.key_hash` ``("m", f"{message id}@{arrival}")`` of each message (``uint64``)."""
+    import xxhash
+
+    h = xxhash.xxh3_64_intdigest
+    return np.fromiter((h(f"m:{m}@{a}".encode("utf-8", "surrogatepass")) for m, a in zip(mids, arrivals)),
+                       dtype=np.uint64, count=len(mids))
+
+
+class _Block:
+    """What ``fastavro.write.Writer.write_block`` reads: encoded datums and their count."""
+
+    __slots__ = ("bytes_", "num_records")
+
+    def __init__(self, buf: io.BytesIO, n: int) -> None:
+        self.bytes_ = buf
+        self.num_records = n
+
+
+class _OpenFile:
+    """One Avro container file being filled with pre-encoded records."""
+
+    def __init__(self, name: str, schema: dict, codec: str) -> None:
+        self.name = name
+        self.out = io.BytesIO()
+        self.writer = Writer(self.out, schema, codec=codec, sync_marker=sync_marker_for(name),
+                             compression_level=1 if codec == "deflate" else None)
+        self.block = io.BytesIO()
+        self.in_block = 0
+        self.records = 0
+
+    def flush_block(self) -> None:
+        if self.in_block:
+            self.writer.write_block(_Block(self.block, self.in_block))
+            self.block = io.BytesIO()
+            self.in_block = 0
+
+    def close(self) -> bytes:
+        self.flush_block()
+        self.writer.flush()
+        return self.out.getvalue()
+
+
+class _Group:
+    """The files of one (hour, late) group of a split, filled in order.
+
+    ``pos`` counts the records offered to the current file, written or not: a record that
+    an earlier attempt found to be a duplicate (``ctx.drop``) is skipped, and files roll
+    over at the same positions as in that attempt, so they come out the same.
+    """
+
+    def __init__(self, index: int, hour: int, late: bool, ctx: BatchContext, shard: int, schema: dict) -> None:
+        self.index, self.hour, self.late, self.ctx, self.shard, self.schema = index, hour, late, ctx, shard, schema
+        self.seq = 0
+        self.pos = 0
+        self.max_t: int | None = None
+        self.done: list[tuple[str, bytes, int, int]] = []  # name, bytes, records, file key
+        self.current = self._new()
+
+    def _new(self) -> _OpenFile:
+        name = data_file_name(self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late, writer=self.ctx.writer)
+        self.skip = frozenset(self.ctx.drop.get(name, ()))
+        return _OpenFile(name, self.schema, self.ctx.event_type.codec)
+
+    @property
+    def file_key(self) -> int:
+        return self.index * 10000 + self.seq
+
+    def add(self, rec: dict, t: int) -> str | int | None:
+        """Encode ``rec`` into the current file.
+
+        Returns ``None`` when it was written (its position is then ``self.last``), ``-1``
+        when it is a known duplicate that was skipped, or an error message when fastavro
+        cannot encode it.
+        """
+        f = self.current
+        pos = self.pos
+        if pos in self.skip:
+            self._advance()
+            return -1
+        buf = f.block
+        at = buf.tell()
+        try:
+            schemaless_writer(buf, self.schema, rec)
+        except (ValueError, TypeError, AttributeError, OverflowError, KeyError) as err:
+            buf.seek(at)
+            buf.truncate()
+            return f"cannot encode: {err}"[:300]
+        self.last = (self.file_key, pos)
+        f.in_block += 1
+        f.records += 1
+        if self.max_t is None or t > self.max_t:
+            self.max_t = t
+        if buf.tell() >= _BLOCK_BYTES:
+            f.flush_block()
+        self._advance()
+        return None
+
+    def _advance(self) -> None:
+        self.pos += 1
+        if self.pos >= self.ctx.event_type.max_events_per_file:
+            self._roll()
+
+    def _roll(self) -> None:
+        f = self.current
+        if f.records:
+            self.done.append((f.name, f.close(), f.records, self.file_key))
+        self.seq += 1
+        self.pos = 0
+        self.current = self._new()
+
+    def add_encoded(self, rows, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Append records already Avro-encoded (a binary array, in order), as :meth:`add` would one by one.
+
+        The files, their blocks and their roll-over points come out exactly as from :meth:`add`.
+        Returns ``(written, file_keys, positions)`` per record (``written`` is False for a
+        known duplicate that was skipped).
+        """
+        from event_etl.task.fastpath import rows_buffer
+
+        offs, data = rows_buffer(rows)
+        n = len(times)
+        written = np.ones(n, dtype=bool)
+        fks = np.empty(n, dtype=np.int64)
+        poss = np.empty(n, dtype=np.int64)
+        per_file = self.ctx.event_type.max_events_per_file
+        i = 0
+        while i < n:
+            f = self.current
+            take = min(per_file - self.pos, n - i)
+            fks[i:i + take] = self.file_key
+            poss[i:i + take] = np.arange(self.pos, self.pos + take)
+            if self.skip:
+                for j in range(i, i + take):
+                    if self.pos in self.skip:
+                        written[j] = False
+                    else:
+                        self._write_run(f, offs, data, j, j + 1)
+                    self._advance()
+            else:
+                self._write_run(f, offs, data, i, i + take)
+                self.pos += take
+                if self.pos >= per_file:
+                    self._roll()
+            i += take
+        if written.any():
+            top = int(times[written].max())
+            if self.max_t is None or top > self.max_t:
+                self.max_t = top
+        return written, fks, poss
+
+    @staticmethod
+    def _write_run(f: _OpenFile, offs: np.ndarray, data: memoryview, a: int, b: int) -> None:
+        """Records ``a``..``b`` into ``f``, a block closed after the record that brings it to ``_BLOCK_BYTES``."""
+        j = a
+        while j < b:
+            target = offs[j] + (_BLOCK_BYTES - f.block.tell())
+            k = j + int(np.searchsorted(offs[j + 1:b + 1], target, side="left"))
+            stop = min(k, b - 1) + 1
+            f.block.write(data[offs[j]:offs[stop]])
+            f.in_block += stop - j
+            f.records += stop - j
+            if k < b:
+                f.flush_block()
+            j = stop
+
+    def finish(self) -> list[tuple[str, bytes, int, int]]:
+        if self.current.records:
+            self.done.append((self.current.name, self.current.close(), self.current.records, self.file_key))
+        return self.done
+
+
+def _decoded_chunks(split: Split, plan) -> Iterator[tuple[Any, Any, int, int, str]]:
+    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split."""
+    for uri, start, end, arrival in split.ranges():
+        where = os.path.basename(uri) + "@"
+        for data, base in _file_chunks(uri, start, end):
+            yield plan.decode(data), data, base, arrival, where
+
+
+def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | None:
+    """The largest counted time (event time, at most its arrival) of the split's acceptable events.
+
+    A job's first batch has no watermark: it measures "too late" against the one its own
+    events give, the largest of these over its splits minus the out-of-orderness bound.
+    """
+    decoder = _decoder(et)
+    skew = et.max_future_skew
+    best = None
+    plan = _fast_plan(decoder, split) if fast else None
+
+    def consider(t: int, arrival: int) -> None:
+        nonlocal best
+        if t <= arrival + skew:
+            c = t if t <= arrival else arrival
+            if best is None or c > best:
+                best = c
+
+    if plan is not None and split.kind == "seg":
+        for mc in _message_chunks(split):
+            fc = mc.decode(plan)
+            if fc is not None:
+                ok = fc.times <= mc.arrivals + skew
+                if ok.any():
+                    c = int(np.minimum(fc.times[ok], mc.arrivals[ok]).max())
+                    consider(c, c)
+                continue
+            for payload, arrival, _, _, msg in mc.payloads():
+                good, _, t = decoder.decode_message(payload, msg[1], arrival)
+                if good:
+                    consider(t, arrival)
+        return best
+    if plan is not None:
+        for fc, data, base, arrival, _ in _decoded_chunks(split, plan):
+            if fc is not None:
+                ok = fc.times[fc.times <= arrival + skew]
+                if len(ok):
+                    consider(int(ok.max()), arrival)
+                continue
+            for payload, _, _, _, _ in _chunk_lines(data, base, arrival, ""):
+                good, _, t = decoder.decode(payload)
+                if good:
+                    consider(t, arrival)
+        return best
+    for payload, arrival, _, _, msg in iter_payloads(split, et):
+        good, _, t = decoder.decode(payload) if msg is None else decoder.decode_message(payload, msg[1], arrival)
+        if good:
+            consider(t, arrival)
+    return best
+
+
+def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bool = True) -> tuple[dict[str, Any], bytes]:
+    """Process one split; returns its report (JSON-able) and its dedupe key rows (``KEY_DTYPE`` bytes).
+
+    ``fast``: let chunks of valid JSON lines take the columnar path (:mod:`event_etl.task.fastpath`);
+    the output is the same either way (``False`` is for tests that compare both).
+    """
+    from event_etl.task.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY, key_hash
+
+    et = ctx.event_type
+    if ctx.mode == "reference":
+        return {"shard": split.shard, "reference": split_reference(split, et, fast=fast)}, b""
+    decoder = _decoder(et)
+    decode, decode_message = decoder.decode, decoder.decode_message
+    plan = _fast_plan(decoder, split) if fast else None
+    reference = ctx.reference if ctx.wm_start is None else None
+    judge = make_judge(
+        ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
+        too_late_reference=reference,
+    )
+    dedupe = et.dedupe_window > 0
+    id_field = et.id_field if dedupe else None
+    shard = split.shard
+    keys: list[tuple[int, int, int, int, int, int]] = []
+    key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
+    groups: dict[tuple[int, bool], _Group] = {}
+    rejects: list[tuple[str, str, bytes, str, int, int | None]] = []  # reason, detail, payload, pos, arrival, et
+    counts: Counter[str] = Counter()
+    delays = [0] * (len(DELAY_BUCKETS_S) + 1)
+    delay_sum = [0]
+    counted = [None]  # the largest counted time (event time, at most its arrival) of the records written
+    timely_o, late_o = Outcome.TIMELY, Outcome.LATE
+
+    def group_for(hour: int, late: bool) -> _Group:
+        """The group of (hour, late), opened at its first record (its index orders the file keys)."""
+        g = groups.get((hour, late))
+        if g is None:
+            g = groups[(hour, late)] = _Group(len(groups), hour, late, ctx, shard, decoder.schema)
+        return g
+
+    def one(payload: bytes, arrival: int, where: str, off: Any, msg: Any) -> None:
+        """The record path: one payload."""
+        ok, rec, t = decode(payload) if msg is None else decode_message(payload, msg[1], arrival)
+        if not ok:
+            rejects.append((rec.value, t, payload, where + str(off), arrival, None))
+            return
+        outcome, hour = judge(t, arrival)
+        if outcome is timely_o or outcome is late_o:
+            late = outcome is late_o
+            g = group_for(hour, late)
+            problem = g.add(rec, t)
+            if problem is not None:
+                if problem == -1:
+                    counts["duplicate"] += 1
+                else:
+                    rejects.append((Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival, t))
+                return
+            if dedupe:
+                fk, pos = g.last
+                if id_field is not None:
+                    v = rec.get(id_field)
+                    if v is not None:
+                        keys.append((key_hash("i", v), t, shard, fk, pos, ID_KEY))
+                if msg is not None:  # stamped with its publish time: forgotten by the arrival clock
+                    keys.append((key_hash("m", f"{msg[0]}@{arrival}"), arrival, shard, fk, pos, MESSAGE_KEY))
+            c = t if t <= arrival else arrival
+            if counted[0] is None or c > counted[0]:
+                counted[0] = c
+            d = arrival - t
+            delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
+            if d > 0:  # early events (within max_future_skew) count in the lowest bucket and add nothing
+                delay_sum[0] += d
+        else:
+            reason = Reason.FUTURE if outcome is Outcome.FUTURE else Reason.TOO_LATE
+            rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t))
+        counts[outcome.value] += 1
+
+    def chunk(fc, data: bytes, arrival: "int | np.ndarray", position, mids: list[str] | None = None) -> None:
+        """The fast path: a chunk of valid JSON lines (:mod:`event_etl.task.fastpath`), the same outcome as :func:`one` on each.
+
+        ``arrival``: one arrival for the chunk (the lines of a file) or one per line (Pub/Sub
+        messages: their publish times); ``position(i)``: the position of line ``i`` (``where + offset``);
+        ``mids``: the message id of each line (Pub/Sub), for the message dedupe keys."""
+        import pyarrow as pa
+
+        codes, hours = judge_array(fc.times, arrival, ctx.wm_start, allowed_lateness=et.allowed_lateness,
+                                   max_future_skew=et.max_future_skew, too_late_reference=reference)
+        per_line = not np.isscalar(arrival)
+        accepted = np.flatnonzero(codes <= 1)
+        written = np.zeros(fc.n, dtype=bool)
+        fks = np.zeros(fc.n, dtype=np.int64)
+        poss = np.zeros(fc.n, dtype=np.int64)
+        if len(accepted):
+            gkey = hours[accepted] * 2 + codes[accepted]  # hour (a multiple of 2) and late
+            uniq, first = np.unique(gkey, return_index=True)
+            for key in uniq[np.argsort(first, kind="stable")].tolist():  # groups open in order of first record
+                hour, late = key // 2, bool(key & 1)
+                g = group_for(hour, late)
+                idx = accepted[gkey == key]
+                w, fk, pos = g.add_encoded(fc.rows.take(pa.array(idx)), fc.times[idx])
+                written[idx], fks[idx], poss[idx] = w, fk, pos
+        counts["duplicate"] += int(len(accepted) - written.sum())
+        for code in range(4):
+            k = int(np.count_nonzero(written & (codes == code))) if code <= 1 else int(np.count_nonzero(codes == code))
+            if k:
+                counts[OUTCOME_CODES[code].value] += k
+        wi = np.flatnonzero(written)
+        if len(wi):
+            arr = arrival[wi] if per_line else arrival
+            c = int(np.minimum(fc.times[wi], arr).max())
+            if counted[0] is None or c > counted[0]:
+                counted[0] = c
+            d = arr - fc.times[wi]
+            per_bucket = np.bincount(np.searchsorted(_DELAY_BOUNDS_MS, d, side="left"), minlength=len(delays))
+            for b, c in enumerate(per_bucket.tolist()):
+                delays[b] += c
+            delay_sum[0] += int(d[d > 0].sum())
+            if dedupe and id_field is not None and fc.id_keys is not None:
+                wid = wi[fc.has_id[wi]]
+                part = np.empty(len(wid), dtype=KEY_DTYPE)
+                part["key"] = fc.id_keys[wid]
+                part["time"], part["shard"] = fc.times[wid], shard
+                part["file"], part["rec"], part["kind"] = fks[wid], poss[wid], ID_KEY
+                key_parts.append(part)
+            if dedupe and mids is not None:  # stamped with its publish time: forgotten by the arrival clock
+                part = np.empty(len(wi), dtype=KEY_DTYPE)
+                part["key"] = _message_keys([mids[i] for i in wi.tolist()], arr.tolist())
+                part["time"], part["shard"] = arr, shard
+                part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], MESSAGE_KEY
+                key_parts.append(part)
+        for i in np.flatnonzero(codes >= 2).tolist():
+            reason = Reason.FUTURE if codes[i] == 3 else Reason.TOO_LATE
+            t = int(fc.times[i])
+            a = int(arrival[i]) if per_line else arrival
+            payload = data[fc.starts[i]:fc.ends[i]]
+            rejects.append((reason.value, _reject_detail(reason, t, a, ctx, et), payload, position(i), a, t))
+
+    if plan is not None and split.kind == "files":
+        for fc, data, base, arrival, where in _decoded_chunks(split, plan):
+            if fc is not None:
+                chunk(fc, data, arrival, lambda i, fc=fc, base=base, where=where: where + str(base + int(fc.starts[i])))
+            else:
+                for item in _chunk_lines(data, base, arrival, where):
+                    one(*item)
+    elif plan is not None:  # Pub/Sub segments whose messages are JSON lines
+        for mc in _message_chunks(split):
+            fc = mc.decode(plan)
+            if fc is not None:
+                chunk(fc, mc.data, mc.arrivals, lambda i, mids=mc.mids: "msg:" + mids[i], mc.mids)
+            else:
+                for item in mc.payloads():
+                    one(*item)
+    else:
+        for item in iter_payloads(split, et):
+            one(*item)
+    files: list[dict[str, Any]] = []
+    max_t = min_hour = max_hour = None
+    fence = Fence.of(ctx.fence, storage)
+    for (hour, late), g in sorted(groups.items()):
+        written = g.finish()
+        if g.max_t is not None:
+            max_t = g.max_t if max_t is None else max(max_t, g.max_t)
+            # every hour that receives a file counts, the open hour of late records too: markers
+            # start at the earliest hour that received data, and a drain closes up to the latest
+            min_hour = hour if min_hour is None else min(min_hour, hour)
+            max_hour = hour if max_hour is None else max(max_hour, hour)
+        rel_dir = hour_dir(et.name, hour)
+        for name, data, n, fk in written:
+            files.append({
+                "hour": hour, "name": name, "records": n, "bytes": len(data), "file_key": fk,
+                "sha256": hashlib.sha256(data).hexdigest(), "late": late,
+                "schema_fingerprint": f"crc64avro:{et.fingerprint}",  # the schema the file is written in
+                "written": _store_once(storage, f"{rel_dir}/{name}", data, hour, fence),
+            })
+    dl_rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, shard, writer=ctx.writer)
+    dl_skip = frozenset(ctx.drop.get(os.path.basename(dl_rel), ()))
+    if dl_skip:  # redelivered messages an earlier attempt found in the dead-letter area already
+        counts["duplicate"] += len(dl_skip)
+    if dedupe:
+        for i, r in enumerate(rejects):
+            if r[3].startswith("msg:") and i not in dl_skip:
+                keys.append((key_hash("m", f"{r[3][4:]}@{r[4]}"), r[4], shard, DEADLETTER_FILE_KEY, i, MESSAGE_KEY))
+    rejects = [r for i, r in enumerate(rejects) if i not in dl_skip]
+    dl = _write_deadletters(rejects, dl_rel, ctx, storage, fence)
+    reasons = Counter(r[0] for r in rejects)
+    counts["invalid"] = sum(n for r, n in reasons.items() if r not in (Reason.FUTURE.value, Reason.TOO_LATE.value))
+    report = SplitReport(shard=shard, counts={k: v for k, v in counts.items() if v}, reasons=dict(reasons), files=files,
+                         deadletter=dl, max_event_time=max_t, max_counted_time=counted[0], min_hour=min_hour,
+                         max_hour=max_hour, delay_buckets=delays, delay_sum_ms=delay_sum[0])
+    if split.kind == "seg":  # the segments it read: acknowledged once the batch is saved
+        report.inputs = sorted({os.path.basename(r[0]) for r in split.ranges()})
+    elif split.kind == "spool":  # release 0.1.0's spool: pulled by an earlier run, so it will come again
+        report.inputs = [os.path.basename(split.uri)]
+    rows = np.array(keys, dtype=KEY_DTYPE)
+    if key_parts:
+        rows = np.concatenate([rows, *key_parts])
+    return report.to_json(), rows.tobytes()
+
+
+def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: EventType) -> str:
+    from event_etl.timeutil import format_duration, iso
+
+    if reason is Reason.FUTURE:
+        return (f"event time {iso(t)} is {format_duration(t - arrival)} after its arrival "
+                f"(max_future_skew {format_duration(et.max_future_skew)})")
+    wm = ctx.wm_start
+    return (f"event time {iso(t)}; watermark {iso(wm) if wm is not None else 'not set'} "
+            f"(allowed_lateness {format_duration(et.allowed_lateness)})")
+
+
+def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence: "Fence | None" = None) -> bool:
+    """Write ``rel`` unless an earlier attempt of the same batch already did.  True if written now.
+
+    An existing file counts as written only if it holds exactly these bytes (its sha256); a
+    replay that makes other bytes under the same name means its input changed.
+    """
+    folder, name = rel.rsplit("/", 1)
+    if storage.exists(rel):
+        old = storage.read(rel)
+        if hashlib.sha256(old).digest() == hashlib.sha256(data).digest():
+            return False
+        if hour is not None and storage.exists(f"{folder}/{MARKER_NAME}"):
+            raise IntegrityError(
+                f"{storage.display(rel)} exists ({len(old)} bytes, sha256 {hashlib.sha256(old).hexdigest()[:12]}…), "
+                f"but a replay of its batch made other bytes ({len(data)} bytes, sha256 "
+                f"{hashlib.sha256(data).hexdigest()[:12]}…), and its hour is already marked complete",
+                fix="the input of a finished batch changed; restore it, or move this hour aside and re-run",
+            )
+    elif hour is not None and storage.exists(f"{folder}/{MARKER_NAME}"):
+        # This job judged the hour open, yet it is marked: another writer marked it.
+        raise IntegrityError(
+            f"{storage.display(folder)} is already complete, but this job was about to add {name} to it",
+            fix="two jobs write this event type to this sink; stop one (each job holds a lease, see the README)",
+        )
+    if fence is not None:
+        fence.check()
+    faults.point("write_file", rel)
+    storage.write_atomic(rel, data)
+    return True
+
+
+def _write_deadletters(rejects, rel, ctx, storage, fence=None) -> dict[str, Any] | None:
+    if not rejects:
+        return None
+    et = ctx.event_type
+    recs = [
+        {"event_type": et.name, "reason": reason, "detail": detail, "arrived_at": arrival, "event_time": t,
+         "source": pos, "batch_id": ctx.batch_id, "payload": payload}
+        for reason, detail, payload, pos, arrival, t in rejects
+    ]
+    data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
+    written = _store_once(storage, rel, data, None, fence)
+    return {"path": rel, "records": len(recs), "bytes": len(data), "written": written,
+            "file_key": DEADLETTER_FILE_KEY}
+
+
+def make_task(ctx: BatchContext):
+    """The ``mapInArrow`` function of a batch: one report row per split row."""
+
+    def task(batches):
+        import pyarrow as pa
+
+        storage = open_storage(ctx.sink)
+        for rb in batches:
+            for row in rb.to_pylist():
+                report, keys = process_split(Split(**row), ctx, storage)
+                yield pa.RecordBatch.from_pylist([{"report": json.dumps(report), "keys": keys}])
+
+    return task

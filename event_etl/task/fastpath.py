@@ -1,0 +1,333 @@
+"""The fast path of an executor task: a chunk of JSON lines decoded, checked and Avro-encoded as columns.
+
+Profiling a task (``bench/profile_task.py``) showed ~11 µs per event, nearly all of it per-record
+Python: a dict per event from ``orjson``, the type check, and fastavro encoding one datum at a time
+(~4.5 µs alone).  For the common case, a chunk of newline-delimited JSON objects that are all
+valid, this module does the same work on whole columns:
+
+1. the chunk is screened with numpy (every line starts with ``{`` and ends with ``}``, no line is
+   empty or over ``max_payload_bytes``, the bytes are UTF-8), then parsed by Arrow's JSON reader
+   against an Arrow schema derived from the Avro schema (fields not in the schema are ignored, as
+   the record path ignores them);
+2. the columns are checked as the record path checks one record (required fields present and not
+   null, enum symbols, int ranges, the event time present and in years 1..9999);
+3. each row's Avro binary encoding is built from the columns: varints (zig-zag longs, union
+   branch indexes, string lengths, enum indexes) with numpy, then joined with the string bytes by
+   Arrow's ``binary_join_element_wise``.  The bytes are those fastavro writes for the same record
+   (Avro's binary encoding has one form per value), so a file written from this path is
+   byte-identical to one written record by record: replays stay identical whichever path a chunk
+   took, and ``tests/test_fastpath.py`` checks it.
+
+Anything else (a single bad line in the chunk, a type Arrow parses differently from ``orjson``,
+a schema with records, arrays, maps, floats, bytes or non-null defaults) makes
+:meth:`FastPlan.decode` return ``None``, and the task takes the record path for that chunk, which
+explains each bad record with its reason.  The fast path never decides that a record is bad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from event_etl.task.payload import MAX_EVENT_MS, MIN_EVENT_MS, Decoder
+
+__all__ = ["FastPlan", "FastChunk", "plan_for", "CHUNK_BYTES"]
+
+CHUNK_BYTES = 1 << 20
+"""Bytes of whole lines per chunk: Arrow's JSON reader is fastest near 1 MiB blocks."""
+
+_INT32 = (-(2**31), 2**31 - 1)
+_STRINGS = {"string"}
+_SIMPLE = {"string", "long", "int", "boolean"}
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    kind: str  # string, long, int, boolean, enum
+    nullable: bool
+    null_branch: int  # union index of "null" (0 or 1) when nullable
+    symbols: tuple[str, ...] = ()
+
+
+@dataclass
+class FastChunk:
+    """One chunk decoded by the fast path: ``n`` records, all valid, in line order."""
+
+    n: int
+    times: np.ndarray  # int64 event times (ms)
+    rows: Any  # pyarrow BinaryArray: each record's Avro binary encoding
+    id_keys: np.ndarray | None  # dedupe key (uint64) of each record's id (None: no dedupe by id)
+    has_id: np.ndarray | None  # whether the record has an id (a nullable id field may be null)
+    starts: np.ndarray  # byte offset of each line in the chunk
+    ends: np.ndarray  # byte offset of each line's end (its newline) in the chunk
+
+
+def _branch(t: Any, enums: dict[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]] | None:
+    """The kind of a (non-union) Avro type if the fast path handles it (``enums``: named enums seen so far)."""
+    if isinstance(t, str):
+        if t in enums:
+            return "enum", enums[t]
+        return (t, ()) if t in _SIMPLE else None
+    if isinstance(t, dict):
+        kind = t.get("type")
+        if kind == "enum":
+            symbols = tuple(t["symbols"])
+            enums[t["name"]] = symbols
+            return "enum", symbols
+        if kind in _SIMPLE:
+            logical = t.get("logicalType")
+            if kind == "long" and logical not in (None, "timestamp-millis", "timestamp-micros",
+                                                  "local-timestamp-millis", "local-timestamp-micros"):
+                return None
+            if kind == "int" and logical is not None:
+                return None
+            if kind == "string" and logical not in (None, "uuid"):
+                return None
+            return kind, ()
+    return None
+
+
+def _fields_of(decoder: Decoder) -> list[_Field] | None:
+    schema = decoder.schema
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return None
+    out = []
+    enums: dict[str, tuple[str, ...]] = {}
+    for f in schema["fields"]:
+        t = f["type"]
+        nullable, null_branch = False, 0
+        if isinstance(t, list):
+            if len(t) != 2 or "null" not in t:
+                return None
+            null_branch = t.index("null")
+            t = t[1 - null_branch]
+            nullable = True
+            if "default" in f and f["default"] is not None:
+                return None
+        elif "default" in f:
+            return None  # a missing field would take its default; Arrow cannot tell missing from null
+        kind = _branch(t, enums)
+        if kind is None:
+            return None
+        out.append(_Field(f["name"], kind[0], nullable, null_branch, kind[1]))
+    names = [f.name for f in out]
+    if len(set(names)) != len(names):
+        return None
+    return out
+
+
+class FastPlan:
+    """How one event type's JSON lines are decoded and encoded as columns."""
+
+    def __init__(self, decoder: Decoder, fields: list[_Field]) -> None:
+        import pyarrow as pa
+        import pyarrow.json as pj
+
+        et = decoder.event_type
+        self.fields = fields
+        self.time_field = decoder.time_field
+        self.divisor = et.time_logical_divisor or 1
+        self.max_bytes = decoder.max_bytes
+        self.id_field = et.id_field if et.dedupe_window > 0 else None
+        arrow_type = {"string": pa.string(), "enum": pa.string(), "long": pa.int64(), "int": pa.int64(),
+                      "boolean": pa.bool_()}
+        self.arrow_schema = pa.schema([(f.name, arrow_type[f.kind]) for f in fields])
+        self.read_options = pj.ReadOptions(use_threads=False, block_size=CHUNK_BYTES + 4096)
+        self.parse_options = pj.ParseOptions(explicit_schema=self.arrow_schema, unexpected_field_behavior="ignore",
+                                             newlines_in_values=False)
+        self.symbols = {f.name: pa.array(list(f.symbols), pa.string()) for f in fields if f.kind == "enum"}
+
+    # -- screening and parsing ---------------------------------------------------------------
+    def _lines(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        nl = np.flatnonzero(buf == 10)
+        n_total = len(data)
+        if n_total and buf[-1] != 10:
+            ends = np.append(nl, n_total)
+        else:
+            ends = nl
+        if len(ends) == 0:
+            return None
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+        lengths = ends - starts
+        if lengths.min() < 2 or lengths.max() > self.max_bytes:
+            return None  # empty lines, one-byte lines, oversized payloads: the record path explains them
+        if not (np.all(buf[starts] == 0x7B) and np.all(buf[ends - 1] == 0x7D)):
+            return None  # not '{' ... '}' (also: '\r' line ends, leading blanks, Avro payloads)
+        return starts, ends
+
+    def decode(self, data: bytes) -> FastChunk | None:
+        """The chunk's records, if every line is a valid record; else ``None`` (take the record path)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json as pj
+
+        if not data.isascii():
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        lines = self._lines(data)
+        if lines is None:
+            return None
+        starts, ends = lines
+        if b"\\u" in data and (b"\\ud" in data or b"\\uD" in data):
+            return None  # surrogate escapes: orjson and Arrow differ on lone ones
+        try:
+            table = pj.read_json(pa.py_buffer(data), read_options=self.read_options, parse_options=self.parse_options)
+        except Exception:  # noqa: BLE001 - any parse problem: the record path finds and explains it
+            return None
+        n = table.num_rows
+        if n != len(starts):
+            return None  # a line held two objects
+        cols = {}
+        for f in self.fields:
+            c = table.column(f.name)
+            c = c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)
+            if not f.nullable and c.null_count:
+                return None
+            cols[f.name] = c
+        tcol = cols.get(self.time_field)
+        if tcol is None or tcol.null_count or tcol.type != pa.int64():
+            return None
+        raw_t = tcol.to_numpy(zero_copy_only=False)
+        times = raw_t // self.divisor if self.divisor != 1 else raw_t
+        if n and (times.min() < MIN_EVENT_MS or times.max() > MAX_EVENT_MS):
+            return None
+        pieces = self._encode(cols, n, pa, pc)
+        if pieces is None:
+            return None
+        rows = pc.binary_join_element_wise(*pieces, b"") if len(pieces) > 1 else pieces[0]
+        id_keys = has_id = None
+        if self.id_field is not None and self.id_field in cols:
+            from event_etl.task.dedupe import id_key_hashes
+
+            ids = cols[self.id_field]
+            has_id = _valid_mask(ids, n)
+            id_keys = np.zeros(n, dtype=np.uint64)
+            id_keys[has_id] = id_key_hashes(ids.drop_null().to_pylist())
+        return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends)
+
+    # -- encoding ----------------------------------------------------------------------------
+    def _encode(self, cols: dict[str, Any], n: int, pa, pc) -> list | None:
+        """Pieces whose row-wise concatenation is each record's Avro encoding."""
+        pieces: list = []
+        pending: list[tuple[np.ndarray, np.ndarray | None]] = []  # varints to emit before the next string
+        for f in self.fields:
+            c = cols[f.name]
+            valid = None
+            if f.nullable:
+                valid = _valid_mask(c, n)
+                branch = np.where(valid, 2 * (1 - f.null_branch), 2 * f.null_branch).astype(np.uint64)
+                pending.append((branch, None))
+            if f.kind == "string":
+                lengths = pc.binary_length(c).fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)
+                pending.append((lengths << np.uint64(1), valid))
+                pieces.append(_varints(pending, n, pa))
+                pending = []
+                pieces.append(pc.cast(c.fill_null("") if valid is not None else c, pa.binary()))
+            elif f.kind == "enum":
+                idx = pc.index_in(c, value_set=self.symbols[f.name])
+                if idx.null_count != c.null_count:
+                    return None  # a symbol the enum does not have
+                pending.append((idx.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64) << np.uint64(1), valid))
+            elif f.kind in ("long", "int"):
+                v = c.fill_null(0).to_numpy(zero_copy_only=False) if valid is not None else c.to_numpy(zero_copy_only=False)
+                if f.kind == "int" and len(v) and (v.min() < _INT32[0] or v.max() > _INT32[1]):
+                    return None
+                pending.append((_zigzag(v), valid))
+            elif f.kind == "boolean":
+                v = c.fill_null(False).to_numpy(zero_copy_only=False) if valid is not None else c.to_numpy(zero_copy_only=False)
+                pending.append((v.astype(np.uint64), valid))
+        if pending:
+            pieces.append(_varints(pending, n, pa))
+        return pieces
+
+
+def _valid_mask(c, n: int) -> np.ndarray:
+    if c.null_count == 0:
+        return np.ones(n, dtype=bool)
+    return c.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _zigzag(v: np.ndarray) -> np.ndarray:
+    v = v.astype(np.int64, copy=False)
+    return (v.view(np.uint64) << np.uint64(1)) ^ (v >> np.int64(63)).view(np.uint64)
+
+
+_LIMITS = [np.uint64(1) << np.uint64(7 * k) for k in range(1, 10)]
+
+
+def _varint_sizes(z: np.ndarray) -> np.ndarray:
+    size = np.ones(len(z), dtype=np.int64)
+    if len(z) == 0:
+        return size
+    top = int(z.max())
+    for lim in _LIMITS:
+        if top < int(lim):
+            break
+        size += z >= lim
+    return size
+
+
+def _varints(cols: list[tuple[np.ndarray, np.ndarray | None]], n: int, pa) -> Any:
+    """A binary array whose row ``i`` is the varints of ``z[i]`` of every column (``present`` rows only)."""
+    sizes = []
+    row_len = np.zeros(n, dtype=np.int64)
+    for z, present in cols:
+        s = _varint_sizes(z)
+        if present is not None:
+            s = np.where(present, s, 0)
+        sizes.append(s)
+        row_len += s
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(row_len, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), dtype=np.uint8)
+    pos = offsets[:-1].copy()
+    for (z, _), s in zip(cols, sizes):
+        top = int(s.max()) if n else 0
+        for k in range(top):
+            if k == 0 and s.min() == 1 and top == 1:
+                out[pos] = z.astype(np.uint8)  # one byte each, the common case (< 128)
+                break
+            m = s > k
+            zk = (z[m] >> np.uint64(7 * k)) & np.uint64(0x7F)
+            more = (s[m] > k + 1).astype(np.uint64) << np.uint64(7)
+            out[pos[m] + k] = (zk | more).astype(np.uint8)
+        pos += s
+    if offsets[-1] >= 2**31:
+        return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
+    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
+
+
+_PLANS: dict[int, FastPlan | None] = {}
+
+
+def plan_for(decoder: Decoder) -> FastPlan | None:
+    """The fast plan of a decoder's event type, or ``None`` if its schema needs the record path."""
+    key = id(decoder)
+    if key not in _PLANS:
+        fields = _fields_of(decoder)
+        tf = decoder.event_type.time_field
+        et = decoder.event_type
+        ok = fields is not None and any(f.name == tf and f.kind == "long" for f in fields) and (
+            et.time_logical_divisor or et.time_format == "epoch_millis")
+        _PLANS[key] = FastPlan(decoder, fields) if ok else None
+    return _PLANS[key]
+
+
+def rows_buffer(rows) -> tuple[np.ndarray, memoryview]:
+    """The offsets (int64) and data bytes of a binary array."""
+    import pyarrow as pa
+
+    bufs = rows.buffers()
+    width = 8 if pa.types.is_large_binary(rows.type) else 4
+    offs = np.frombuffer(bufs[1], dtype=np.int64 if width == 8 else np.int32, count=len(rows) + 1,
+                         offset=rows.offset * width).astype(np.int64)
+    data = memoryview(bufs[2]) if bufs[2] is not None else memoryview(b"")
+    return offs, data

@@ -1,0 +1,252 @@
+"""Turning one payload (bytes) into a checked record and its event time, or a rejection.
+
+Accepted payloads:
+
+- a JSON object whose fields follow the type's schema (plain JSON, as producers write
+  it: a nullable field is a value or ``null``, an enum a string, a timestamp a number);
+- Avro single-object encoding (``C3 01`` + fingerprint + binary datum) of the type's
+  schema or of any of its registered versions (``schemas/v<N>.avsc``), resolved to the
+  current schema by Avro's rules (a field the writer did not have takes its default); in
+  newline-delimited files, such a message is written base64-encoded on its own line.
+
+Everything else is rejected with a :class:`~event_etl.rules.reasons.Reason` and a
+detail naming the field.  This module runs in executors, once per record: it avoids
+work on the good path and explains itself on the bad one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+from datetime import datetime
+from typing import Any
+
+from fastavro import parse_schema, schemaless_reader
+from fastavro.read import SchemaResolutionError
+from orjson import JSONDecodeError as _JSONDecodeError
+from orjson import loads as _loads
+
+from event_etl.eventtypes import EventType, schema_fingerprint
+from event_etl.rules.reasons import Reason
+from event_etl.storage.avroio import SOE_MAGIC
+from event_etl.task.avrocheck import compile_checker
+from event_etl.timeutil import parse_rfc3339_millis, seconds_to_millis, to_millis
+
+__all__ = ["Decoder", "MIN_EVENT_MS", "MAX_EVENT_MS"]
+
+MIN_EVENT_MS = -62135596800000  # 0001-01-01T00:00:00Z
+MAX_EVENT_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+_B64_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\r")
+
+
+def _nullable(t: Any) -> bool:
+    return t == "null" or (isinstance(t, list) and "null" in t)
+
+
+class Decoder:
+    """Decodes and checks payloads of one event type.  Build once per process; :meth:`decode` per record."""
+
+    def __init__(self, event_type: EventType) -> None:
+        self.event_type = event_type
+        self.schema = parse_schema(event_type.schema)
+        self.time_field = event_type.time_field
+        self.max_bytes = event_type.max_payload_bytes
+        self.required = tuple(
+            f["name"]
+            for f in event_type.schema["fields"]
+            if "default" not in f and not _nullable(f["type"]) and f["name"] != event_type.time_field
+        )
+        self.required_set = frozenset(self.required)
+        self.defaults = {f["name"]: f["default"] for f in event_type.schema["fields"] if "default" in f}
+        self.default_set = frozenset(self.defaults)
+        self.writer_schemas = {event_type.fingerprint: self.schema}  # fingerprint (hex) -> parsed writer schema
+        for _name, version in event_type.schema_versions:
+            fp = schema_fingerprint(version)
+            if fp not in self.writer_schemas:
+                self.writer_schemas[fp] = parse_schema(version)
+        self.check = compile_checker(self.schema)
+        fmt, div = event_type.time_format, event_type.time_logical_divisor
+        self._time = self._logical_time(div) if div else {
+            "epoch_millis": self._millis,
+            "epoch_seconds": self._seconds,
+            "iso8601": self._iso,
+        }[fmt]
+
+    # -- event time ------------------------------------------------------------------------
+    @staticmethod
+    def _check_range(ms: int) -> int:
+        if not MIN_EVENT_MS <= ms <= MAX_EVENT_MS:
+            raise ValueError(f"{ms} ms is outside years 1..9999")
+        return ms
+
+    def _logical_time(self, divisor: int):
+        def parse(v: Any) -> int:
+            if isinstance(v, datetime):
+                return to_millis(v)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return self._check_range(v // divisor)
+            raise ValueError(f"expected a timestamp number, got {type(v).__name__} {v!r:.40}")
+
+        return parse
+
+    def _millis(self, v: Any) -> int:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return self._check_range(v)
+        raise ValueError(f"expected epoch milliseconds (an integer), got {type(v).__name__} {v!r:.40}")
+
+    def _seconds(self, v: Any) -> int:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return self._check_range(seconds_to_millis(v))
+        raise ValueError(f"expected epoch seconds (a number), got {type(v).__name__} {v!r:.40}")
+
+    def _iso(self, v: Any) -> int:
+        if not isinstance(v, str):
+            raise ValueError(f"expected an ISO-8601 string, got {type(v).__name__} {v!r:.40}")
+        return parse_rfc3339_millis(v)
+
+    def record_time(self, value: Any) -> int:
+        """The event time (ms) of a value of the type's time field, as decoded from a payload or an Avro file."""
+        return self._time(value)
+
+    # -- payloads --------------------------------------------------------------------------
+    def decode(self, payload: bytes, override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
+        """``(True, record, event_time_ms)`` or ``(False, Reason, detail)``.
+
+        ``override``: the event time, taken from elsewhere (a message attribute); ``fallback``:
+        the time to use when the record has none (a message's publish time, if the type says so).
+        """
+        n = len(payload)
+        if n == 0 or n > self.max_bytes or payload[0] == 0xC3 or (n < 64 and not payload.strip()):
+            return self._decode_unusual(payload, override, fallback)
+        try:
+            rec = _loads(payload)
+        except _JSONDecodeError as err:
+            return self._not_json(payload, err, override, fallback)
+        if type(rec) is not dict:
+            return False, Reason.NOT_AN_OBJECT, f"JSON {type(rec).__name__}, expected an object"
+        return self._check(rec, override, fallback)
+
+    def decode_message(self, payload: bytes, attributes: dict[str, str] | None, publish_time: int) -> tuple[bool, Any, Any]:
+        """Decode a Pub/Sub message: the event time may come from an attribute or the publish time (per the type)."""
+        fallback = publish_time if self.event_type.publish_time_fallback else None
+        name = self.event_type.time_attribute
+        if name is None:
+            return self.decode(payload, None, fallback)
+        raw = (attributes or {}).get(name)
+        if raw is None:
+            if fallback is None:
+                return False, Reason.MISSING_TIME, f"attribute {name!r} is missing"
+            return self.decode(payload, fallback, None)
+        try:
+            t = self._attribute_time(raw)
+        except (ValueError, OverflowError, TypeError) as err:
+            return False, Reason.INVALID_TIME, f"attribute {name!r}: {err}"
+        return self.decode(payload, t, None)
+
+    def _as_field(self, ms: int) -> Any:
+        """An event time in the representation of the type's time field."""
+        div, fmt = self.event_type.time_logical_divisor, self.event_type.time_format
+        if div:
+            return ms * div
+        if fmt == "epoch_seconds":
+            return ms / 1000.0
+        if fmt == "iso8601":
+            from event_etl.timeutil import iso
+
+            return iso(ms)
+        return ms
+
+    def _attribute_time(self, raw: str) -> int:
+        div, fmt = self.event_type.time_logical_divisor, self.event_type.time_format
+        if fmt == "iso8601" and not div:
+            return self._iso(raw)
+        if fmt == "epoch_seconds" and not div:
+            return self._check_range(seconds_to_millis(raw))
+        return self._check_range(int(raw) // (div or 1))
+
+    def _decode_unusual(self, payload: bytes, override: int | None, fallback: int | None) -> tuple[bool, Any, Any]:
+        n = len(payload)
+        if n == 0 or (n < 64 and not payload.strip()):
+            return False, Reason.EMPTY_PAYLOAD, "payload has no content"
+        if n > self.max_bytes:
+            return False, Reason.OVERSIZED, f"{n} bytes > max_payload_bytes {self.max_bytes}"
+        return self._decode_avro(payload, override, fallback)
+
+    def _not_json(self, payload: bytes, err: Exception, override: int | None, fallback: int | None) -> tuple[bool, Any, Any]:
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError as uerr:
+            return False, Reason.INVALID_UTF8, f"byte 0x{payload[uerr.start]:02x} at offset {uerr.start} is not UTF-8"
+        stripped = payload.strip()
+        if stripped and stripped[0] not in b"{[\"" and set(stripped) <= _B64_CHARS:
+            try:
+                raw = base64.b64decode(stripped, validate=True)
+            except (binascii.Error, ValueError):
+                raw = b""
+            if raw.startswith(SOE_MAGIC):
+                return self._decode_avro(raw, override, fallback)
+        del text
+        return False, Reason.INVALID_JSON, str(err)
+
+    def _event_time(self, rec: dict[str, Any], override: int | None, fallback: int | None) -> tuple[bool, Any, Any]:
+        if override is not None:
+            return True, None, override
+        v = rec.get(self.time_field)
+        if v is None:
+            if fallback is not None:
+                return True, None, fallback
+            return False, Reason.MISSING_TIME, f"field {self.time_field!r} is missing or null"
+        try:
+            return True, None, self._time(v)
+        except (ValueError, OverflowError, TypeError) as err:
+            return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
+
+    def _check(self, rec: dict[str, Any], override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
+        if override is None and fallback is None:  # the common case, inline
+            v = rec.get(self.time_field)
+            if v is None:
+                return False, Reason.MISSING_TIME, f"field {self.time_field!r} is missing or null"
+            try:
+                ms = self._time(v)
+            except (ValueError, OverflowError, TypeError) as err:
+                return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
+        else:
+            ok, why, ms = self._event_time(rec, override, fallback)
+            if not ok:
+                return False, why, ms
+            if rec.get(self.time_field) is None:  # the time came from the message: the record carries it too
+                rec[self.time_field] = self._as_field(ms)
+        keys = rec.keys()
+        if not self.required_set <= keys:
+            name = next(n for n in self.required if n not in rec)
+            return False, Reason.MISSING_FIELD, f"field {name!r} is required"
+        absent = self.default_set - keys
+        if absent:
+            for name in absent:
+                rec[name] = self.defaults[name]
+        why = self.check(rec)
+        if why is not None:
+            return False, Reason.SCHEMA_MISMATCH, f"field {why}"
+        return True, rec, ms
+
+    def _decode_avro(self, payload: bytes, override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
+        if len(payload) < 10 or payload[:2] != SOE_MAGIC:
+            return False, Reason.INVALID_AVRO, "not an Avro single-object message (header C3 01 + 8-byte fingerprint)"
+        fp = payload[2:10].hex()
+        writer = self.writer_schemas.get(fp)
+        if writer is None:
+            return False, Reason.UNKNOWN_SCHEMA, f"schema fingerprint {fp} is not known for {self.event_type.name}"
+        bio = io.BytesIO(payload[10:])
+        try:
+            rec = schemaless_reader(bio, writer, self.schema)
+        except SchemaResolutionError as err:  # a registered version the current schema cannot read (checked at start)
+            return False, Reason.SCHEMA_MISMATCH, f"schema {fp} cannot be read as the current one: {err}"[:300]
+        except (EOFError, StopIteration, ValueError, IndexError, UnicodeDecodeError, TypeError, OverflowError) as err:
+            return False, Reason.INVALID_AVRO, f"cannot decode datum: {type(err).__name__}: {err}"[:300]
+        if bio.tell() != len(payload) - 10:
+            return False, Reason.INVALID_AVRO, f"{len(payload) - 10 - bio.tell()} trailing bytes after the datum"
+        ok, why, ms = self._event_time(rec, override, fallback)
+        if not ok:
+            return False, why, ms
+        return True, rec, ms

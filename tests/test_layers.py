@@ -1,0 +1,103 @@
+"""The packages are layers (see event_etl/__init__.py): no module imports one of a higher layer,
+at the top of the module or inside a function, and nothing outside event_etl.cli imports it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "event_etl"
+
+# Lowest first; a module belongs to the layer of the longest prefix of its name listed here.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("event_etl", "event_etl.errors", "event_etl.exitcodes", "event_etl.timeutil", "event_etl.settings",
+              "event_etl.faults")),
+    ("rules", ("event_etl.rules",)),
+    ("storage", ("event_etl.storage", "event_etl.eventtypes", "event_etl.bundled")),
+    ("sources/task/consumer", ("event_etl.sources", "event_etl.task", "event_etl.consumer", "event_etl.recipes",
+                               "event_etl.airflow")),
+    ("metrics", ("event_etl.metrics", "event_etl.graphs")),
+    ("job", ("event_etl.job", "event_etl.publisher", "event_etl.runner")),
+    ("cluster", ("event_etl.cluster",)),
+    ("testing", ("event_etl.testing",)),
+    ("cli", ("event_etl.cli", "event_etl.__main__", "event_etl.submit_main")),
+]
+CLI = len(LAYERS) - 1
+
+
+def layer_of(module: str) -> int:
+    best, rank = "", None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > len(best):
+                best, rank = p, i
+    if rank is None:
+        raise KeyError(module)
+    return rank
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+MODULES = _modules()
+
+
+def imports_of(module: str, path: Path) -> set[str]:
+    """Every event_etl module ``module`` imports, anywhere in it (``from event_etl import x`` counts as event_etl.x
+    when x is a module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "event_etl"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.split(".")[0] != "event_etl":
+                continue
+            subs = {f"{name}.{a.name}" for a in node.names if f"{name}.{a.name}" in MODULES}
+            out |= subs or {name}
+            if subs and len(subs) < len(node.names):
+                out.add(name)
+    return out
+
+
+def test_every_module_has_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_a_higher_layer(module):
+    mine = layer_of(module)
+    higher = sorted(f"{target} ({LAYERS[layer_of(target)][0]})" for target in imports_of(module, MODULES[module])
+                    if layer_of(target) > mine)
+    assert not higher, f"{module} ({LAYERS[mine][0]}) imports a higher layer: {', '.join(higher)}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if layer_of(m) != CLI))
+def test_only_the_command_line_imports_the_cli(module):
+    cli = sorted(t for t in imports_of(module, MODULES[module]) if t == "event_etl.cli" or t.startswith("event_etl.cli."))
+    assert not cli, f"{module} imports the command line: {', '.join(cli)}"
+
+
+def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
+    """The test itself: an import inside a function, and a relative one, are seen."""
+    path = tmp_path / "mod.py"
+    path.write_text("def f():\n    from event_etl.job.runner import run_job\n\nfrom ..cli import options\n")
+    found = imports_of("event_etl.storage.mod", path)
+    assert "event_etl.job.runner" in found and "event_etl.cli.options" in found
