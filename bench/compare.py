@@ -143,7 +143,8 @@ def report(results, info, args, machine, command, load) -> str:
         f"Input: {info['events']:,} page views, {info['bytes'] / 1e6:,.0f} MB of JSON lines "
         f"({info['bytes_per_event']:.0f} B/event), {info['files']} files, {info['hours']} hours of event time, "
         f"seed {args.seed}. Master `{args.master}`, at most {args.files_per_batch} files per micro-batch for both "
-        "sides (event_etl `--max-files-per-batch`, Spark `maxFilesPerTrigger`). Outputs: event_etl snappy Avro + manifests, Spark JSON "
+        "sides (event_etl `--max-files-per-batch`, Spark `maxFilesPerTrigger`). Outputs: event_etl snappy Avro + "
+        "manifests, Spark JSON "
         "uncompressed (its default), Spark Parquet snappy (its default). Spark runs with its defaults plus the "
         "settings event_etl's session also sets (UI off, 1 GiB driver heap, loopback). "
         f"Medians over {args.rounds} round(s), contenders alternating.", "",

@@ -61,11 +61,18 @@ def main() -> None:
     batches = [(int(m.group(1).replace(",", "")), float(m.group(2)))
                for m in re.finditer(r"batch \d+: in ([\d,]+) .* ([\d.]+)s +[\d,]+ ev/s", r["output"])]
     run = re.search(r"run finished: \d+ batches in ([\d.]+)s", r["output"])
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, master {args.master}")
-    print(f"event_etl run --once --drain: {r['wall']:.1f} s wall, {args.events / r['wall']:,.0f} events/s, "
-          f"CPU {r['cpu']:.1f} s, peak RSS {r['peak_rss'] / 2**20:,.0f} MiB, {files} files, {records:,} records checked")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"master {args.master}"
+    )
+    print(
+        f"event_etl run --once --drain: {r['wall']:.1f} s wall, {args.events / r['wall']:,.0f} events/s, "
+        f"CPU {r['cpu']:.1f} s, peak RSS {r['peak_rss'] / 2**20:,.0f} MiB, {files} files, {records:,} records checked"
+    )
     if run:
-        print(f"  from query start to end: {float(run.group(1)):.1f} s, {args.events / float(run.group(1)):,.0f} events/s")
+        print(
+            f"  from query start to end: {float(run.group(1)):.1f} s, {args.events / float(run.group(1)):,.0f} events/s"
+        )
     if batches:
         n, secs = max(batches)
         print(f"  largest micro-batch: {n:,} events in {secs:.2f} s, {n / secs:,.0f} events/s (steady state)")

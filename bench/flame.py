@@ -51,9 +51,9 @@ CATEGORIES: list[tuple[str, _Test]] = [
     ("validation: event_etl payload checks", _any("payload.py")),
     ("judging (rules)", _any("/rules/")),
     ("reading input lines", _any("_file_lines", "_file_chunks", "_chunk_lines", "iter_payloads")),
-    ("file system (storage, fsspec, os)", _any("storage.py", "fsspec", "checkpoint.py", "posixpath", "shutil")),
-    ("event_etl driver (controller, ledger, markers)", _any("driver.py", "runner.py", "manifest.py", "lease.py",
-                                                           "metrics.py", "progress.py")),
+    ("file system (storage, fsspec, os)", _any("/storage/", "fsspec", "checkpoint.py", "posixpath", "shutil")),
+    ("event_etl driver (controller, ledger, markers)", _any("controller.py", "runner.py", "manifest.py", "lease.py",
+                                                           "/metrics/", "progress.py")),
     ("executor loop (executor.py own code)", _any("executor.py")),
 ]
 

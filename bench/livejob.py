@@ -72,7 +72,8 @@ def kill_tree(pid: int) -> None:
 
 
 def stop_child(proc: subprocess.Popen, *, timeout: float = 180.0) -> int:
-    """One SIGTERM (event-etl: stop at the batch boundary and drain), then wait; SIGKILL the tree after ``timeout`` s."""
+    """One SIGTERM (event-etl: stop at the batch boundary and drain), then wait;
+    SIGKILL the tree after ``timeout`` s."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
     try:

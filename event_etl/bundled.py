@@ -23,14 +23,17 @@ TYPES_DIR = "event_types"
 
 
 def package_archive() -> Path | None:
-    """The zip ``event_etl`` was imported from (``--py-files`` of a submitted job), or None when it is installed as files."""
+    """The zip ``event_etl`` was imported from (``--py-files`` of a submitted job),
+    or None when it is installed as files."""
     import event_etl
 
     archive = getattr(getattr(event_etl, "__loader__", None), "archive", None)  # a zipimport.zipimporter
     return Path(archive) if archive else None
 
 
-def bundled_event_types(archive: str | os.PathLike[str], *, cache_root: str | os.PathLike[str] | None = None) -> Path | None:
+def bundled_event_types(
+    archive: str | os.PathLike[str], *, cache_root: str | os.PathLike[str] | None = None
+) -> Path | None:
     """The ``event_types/`` folder of a bundle, extracted once to a local folder; None if the zip has none.
 
     The folder is ``<tmp>/event_etl-bundle-<sha256 of the zip>/event_types``: extracted to a
@@ -51,8 +54,10 @@ def bundled_event_types(archive: str | os.PathLike[str], *, cache_root: str | os
         for name in names:
             parts = Path(name).parts
             if ".." in parts or Path(name).is_absolute():
-                raise EventEtlError(f"bundle {archive} holds a suspicious path {name!r}",
-                                    fix="rebuild the bundle with `event-etl submit` (delete its .event_etl-submit/ folder)")
+                raise EventEtlError(
+                    f"bundle {archive} holds a suspicious path {name!r}",
+                    fix="rebuild the bundle with `event-etl submit` (delete its .event_etl-submit/ folder)",
+                )
             zf.extract(name, staging)
     try:
         os.rename(staging / TYPES_DIR, target)

@@ -305,7 +305,8 @@ def register_current_schema(et: EventType) -> tuple[str, str]:
 
 
 def resolve_event_types_dir(option: str | os.PathLike[str] | None = None) -> Path:
-    """Where event types live: ``--event-types``, else ``$EVENT_ETL_EVENT_TYPES``, else the project's ``event_types/``."""
+    """Where event types live: ``--event-types``, else ``$EVENT_ETL_EVENT_TYPES``, else the project's
+    ``event_types/``."""
     if option:
         return Path(option)
     env = settings.Settings.from_env().event_types
@@ -331,7 +332,8 @@ def load_event_types(root: str | os.PathLike[str]) -> dict[str, EventType]:
         raise ConfigError(
             "no such folder of event types",
             file=str(root),
-            fix=f"pass --event-types DIR (or set {ENV_EVENT_TYPES}) to a folder holding <name>/schema.avsc and <name>/etl.toml",
+            fix=f"pass --event-types DIR (or set {ENV_EVENT_TYPES}) to a folder holding <name>/schema.avsc and "
+                f"<name>/etl.toml",
         )
     types = {}
     for child in sorted(root.iterdir()):
@@ -353,7 +355,8 @@ def load_event_type(directory: str | os.PathLike[str], name: str | None = None) 
     for p, what in ((schema_path, "an Avro record schema"), (settings_path, "the type's settings")):
         if not p.is_file():
             raise ConfigError(
-                "file missing", file=str(p), fix=f"create {p.name} with {what} (see event_types/page_view for an example)"
+                "file missing", file=str(p),
+                fix=f"create {p.name} with {what} (see event_types/page_view for an example)"
             )
     schema = _load_schema(schema_path)
     settings = _load_settings(settings_path)
@@ -511,7 +514,8 @@ def _build(
         v = s.get(key, default)
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise ConfigError(
-                f"must be a whole number from {lo} to {hi}, got {v!r}", file=sp, field=key, fix=f"write {key} = {default}"
+                f"must be a whole number from {lo} to {hi}, got {v!r}", file=sp, field=key,
+                fix=f"write {key} = {default}"
             )
         ints[key] = v
     for key, default in _BOOL_KEYS.items():
@@ -525,7 +529,8 @@ def _build(
     time_field = get_str("time_field")
     if not time_field:
         raise ConfigError(
-            "missing", file=sp, field="time_field", fix='name the schema field holding the event time: time_field = "event_time"'
+            "missing", file=sp, field="time_field",
+            fix='name the schema field holding the event time: time_field = "event_time"'
         )
     if time_field not in fields:
         close = difflib.get_close_matches(time_field, list(fields), n=1)
@@ -538,7 +543,8 @@ def _build(
     time_format = get_str("time_format")
     if time_format not in TIME_FORMATS:
         raise ConfigError(
-            f"unknown time format {time_format!r}", file=sp, field="time_format", fix=f"use one of {', '.join(TIME_FORMATS)}"
+            f"unknown time format {time_format!r}", file=sp, field="time_format",
+            fix=f"use one of {', '.join(TIME_FORMATS)}"
         )
     base, logical = _base_and_logical(fields[time_field])
     divisor = None
@@ -552,7 +558,8 @@ def _build(
                 fix="use logicalType timestamp-millis or timestamp-micros (UTC)",
             )
     else:
-        wanted = {"epoch_millis": ("long",), "epoch_seconds": ("long", "int", "double", "float"), "iso8601": ("string",)}[
+        wanted = {"epoch_millis": ("long",), "epoch_seconds": ("long", "int", "double", "float"),
+                  "iso8601": ("string",)}[
             time_format
         ]
         if base not in wanted:
@@ -567,7 +574,8 @@ def _build(
     if id_field is not None:
         if id_field not in fields:
             raise ConfigError(
-                f"no field {id_field!r} in {schema_path.name}", file=sp, field="id_field", fix=f"fields are: {', '.join(fields)}"
+                f"no field {id_field!r} in {schema_path.name}", file=sp, field="id_field",
+                fix=f"fields are: {', '.join(fields)}"
             )
         if _base_and_logical(fields[id_field])[0] not in ("string", "long", "int", "bytes", "fixed"):
             raise ConfigError(

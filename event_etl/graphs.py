@@ -357,8 +357,11 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
     recs = sorted(records, key=lambda r: r["t"])
     batches = [r for r in recs if r["kind"] == "batch"]
     in_range = lambda t: a <= t <= b  # noqa: E731
-    lag = tuple((r["t"], r["watermark_lag_seconds"]) for r in recs
-                if r["kind"] in ("batch", "watermark") and r.get("watermark_lag_seconds") is not None and in_range(r["t"]))
+    lag = tuple(
+        (r["t"], r["watermark_lag_seconds"])
+        for r in recs
+        if r["kind"] in ("batch", "watermark") and r.get("watermark_lag_seconds") is not None and in_range(r["t"])
+    )
     marker = tuple((r["t"], r["marker_delay_seconds"]) for r in recs if r["kind"] == "marker" and in_range(r["t"]))
     timely = late = files = ()
     delay: list[Series] = []

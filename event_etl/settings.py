@@ -34,7 +34,8 @@ ENV_SPARK_LOG_LEVEL = "EVENT_ETL_SPARK_LOG_LEVEL"
 ENV_SPARK_SUBMIT = "EVENT_ETL_SPARK_SUBMIT"
 ENV_DRIVER_PIDFILE = "EVENT_ETL_DRIVER_PIDFILE"
 PUBSUB_PREFIX = "EVENT_ETL_PUBSUB_"
-"""The Pub/Sub fetcher's settings (:class:`event_etl.sources.pubsub_fetch.FetchSettings`) are ``EVENT_ETL_PUBSUB_<FIELD>``."""
+"""The Pub/Sub fetcher's settings (:class:`event_etl.sources.pubsub_fetch.FetchSettings`) are
+``EVENT_ETL_PUBSUB_<FIELD>``."""
 
 LOCAL_ONLY = frozenset({ENV_EVENT_TYPES, ENV_DRIVER_PIDFILE, "EVENT_ETL_VENV", "EVENT_ETL_PYTHON"})
 """Variables of this machine only: ``event-etl submit`` does not pass them on to the cluster."""

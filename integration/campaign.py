@@ -153,7 +153,8 @@ def make_events(et, *, events: int, files: int, seed: int, start: int, future_fr
                 evs.append(valid("future", max(arrival, future_from or 0) + rng.randint(60, 180) * MINUTE_MS, "future"))
             elif u < 0.10 or (k == 0 and i < len(invalid_cycle)):
                 kind = invalid_cycle[(k * per + i) % len(invalid_cycle)]
-                evs.append(Event(None, None, kind, invalid_payload(kind, rec, schema, et, a_i, rng), INVALID_KINDS[kind]))
+                payload = invalid_payload(kind, rec, schema, et, a_i, rng)
+                evs.append(Event(None, None, kind, payload, INVALID_KINDS[kind]))
             elif u < 0.15:
                 evs.append(valid("out_of_order", a_i - rng.randint(60, 110) * 1000))
             else:
@@ -368,9 +369,9 @@ class Campaign:
     # -- running and killing ---------------------------------------------------------------
     def command(self, *extra: str) -> list[str]:
         types = ["--event-types", self.event_types_dir] if self.event_types_dir else []
-        return [EXE, "run", "page_view", *types, "--source", self.source, "--sink", self.sink, "--checkpoint", self.checkpoint,
-                "--max-files-per-batch", "1", "--max-events-per-batch", "400", "--trigger-interval", "500ms",
-                "--master", "local[2]", "--quiet", *extra]
+        return [EXE, "run", "page_view", *types, "--source", self.source, "--sink", self.sink,
+                "--checkpoint", self.checkpoint, "--max-files-per-batch", "1", "--max-events-per-batch", "400",
+                "--trigger-interval", "500ms", "--master", "local[2]", "--quiet", *extra]
 
     def faults_seen(self) -> list[tuple[str, int]]:
         if not self.fault_log.exists():
@@ -695,8 +696,8 @@ class Campaign:
 FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "misplaced (hour not open when it arrived)",
                 "dead-letter records missing", "dead-letter records extra", "hours without exactly one _COMPLETE",
                 "manifests not matching their folder", "hours changed after their marker (premature markers)",
-                "hours marked before the real clock passed their end", "timely events judged late (an hour closed early)",
-                "final run exit code")
+                "hours marked before the real clock passed their end",
+                "timely events judged late (an hour closed early)", "final run exit code")
 
 
 def failures(result: dict) -> list[str]:

@@ -91,7 +91,8 @@ def test_sigkill_then_restart_loses_and_duplicates_nothing(tmp_path):
         lines += batch
         f.write_text("\n".join(batch) + "\n")
         os.utime(f, ((base + (k + 1) * 900_000) / 1000,) * 2)
-    args = [EXE, "run", "click", "--event-types", str(tmp_path / "types"), "--source", f"dir:{src}", "--sink", str(sink),
+    args = [EXE, "run", "click", "--event-types", str(tmp_path / "types"), "--source", f"dir:{src}", "--sink",
+            str(sink),
             "--checkpoint", str(ck), "--max-files-per-batch", "1", "--trigger-interval", "1s", "--master", "local[2]"]
     proc = subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -120,7 +121,8 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_one_does_not_block_its_
     first = subprocess.Popen([*base, "--checkpoint", str(tmp_path / "ck1")], env=_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     try:
-        wait_for(lambda: (tmp_path / "ck1" / "spark" / "commits" / "0").exists(), 120, "the first job's first batch", first)
+        wait_for(lambda: (tmp_path / "ck1" / "spark" / "commits" / "0").exists(), 120, "the first job's first batch",
+                 first)
         started = time.monotonic()
         r = subprocess.run([*base, "--checkpoint", str(tmp_path / "ck2")], capture_output=True, text=True, env=_env(),
                            timeout=120)
@@ -141,7 +143,8 @@ def test_a_second_writer_is_refused_at_once_and_a_killed_one_does_not_block_its_
 def test_every_listening_port_of_a_running_job_is_on_loopback(tmp_path):
     import psutil
 
-    proc = subprocess.Popen([EXE, "run", "page_view", "--sink", str(tmp_path / "data"), "--checkpoint", str(tmp_path / "ck"),
+    proc = subprocess.Popen([EXE, "run", "page_view", "--sink", str(tmp_path / "data"), "--checkpoint",
+                             str(tmp_path / "ck"),
                              "--metrics-port", "0", "--master", "local[2]"], env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:

@@ -135,7 +135,9 @@ def check_every_event_once(sink: Path, et, batches: list[list]) -> None:
 
 
 def _ok(r: subprocess.CompletedProcess) -> str:
-    assert r.returncode == 0, f"exit code {r.returncode}\n--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-6000:]}"
+    assert r.returncode == 0, (
+        f"exit code {r.returncode}\n--- stdout\n{r.stdout[-4000:]}\n--- stderr\n{r.stderr[-6000:]}"
+    )
     assert "run finished" in r.stdout, r.stdout[-3000:]
     return r.stdout
 
@@ -222,7 +224,9 @@ def test_a_worker_killed_mid_batch_loses_and_duplicates_nothing(cluster, node_py
                 f"no executor task wrote a file before the job ended or timed out:\n{proc.communicate()}")
             trees = {w: set(cluster.processes(w)) for w in cluster.workers()}
             lines = _fault_lines(log)
-            writing = sorted({w for p, pid, _ in lines if p == "write_file" for w, tree in trees.items() if pid in tree})
+            writing = sorted(
+                {w for p, pid, _ in lines if p == "write_file" for w, tree in trees.items() if pid in tree}
+            )
             if writing:
                 victim, killed_at = writing[0], len(lines)
                 cluster.kill_worker(victim)

@@ -122,7 +122,8 @@ sink = {sc.sink!r}
 m = wait_for_hour(sink, "click", "2026-11-21T14", timeout=5)
 t = read_table(sink, "click", "2026-11-21T13", until="2026-11-21T15")
 print(json.dumps({{"records": m.records, "rows": t.num_rows, "ok": verify_hour(sink, "click", "2026-11-21T13").ok,
-                  "uris": len(hour_uris(sink, "click", "2026-11-21T14")), "poke": poke(sink, "click", "2026-11-21T15").done}}))
+                  "uris": len(hour_uris(sink, "click", "2026-11-21T14")),
+                  "poke": poke(sink, "click", "2026-11-21T15").done}}))
 """
     out = json.loads(_run([venv / "bin" / "python", "-c", code], env=_env(), cwd=tmp_path).stdout)
     assert out == {"records": 2, "rows": 4, "ok": True, "uris": 2, "poke": False}

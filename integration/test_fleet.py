@@ -94,7 +94,9 @@ def test_a_failing_query_is_restarted_with_backoff_and_the_others_keep_going(spa
         assert "flaky" in status["last_error"] or "cannot list" in status["last_error"], status
         # the other type keeps going meanwhile
         more = src_good / "f999.jsonl"
-        more.write_text("\n".join(json.dumps({"id": f"more-{i}", "ts": BASE + 3 * 900_000 + i}) for i in range(5)) + "\n")
+        more.write_text(
+            "\n".join(json.dumps({"id": f"more-{i}", "ts": BASE + 3 * 900_000 + i}) for i in range(5)) + "\n"
+        )
         os.utime(more, ((BASE + 4 * 900_000) / 1000,) * 2)
         wait(lambda: placed("steady") >= set(ids_good) | {f"more-{i}" for i in range(5)}, "the healthy type's new file")
         # the folder comes back: the restarted query picks up new input

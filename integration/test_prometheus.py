@@ -142,7 +142,9 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
         assert reasons == {"invalid_json": 3.0, "future": 2.0, "too_late": 2.0}
 
         assert scalar(prom, f"event_etl_watermark_timestamp_seconds{{{sel}}}") == local_watermark / 1000
-        assert scalar(prom, f"event_etl_watermark_seconds{{{sel}}}") == local_watermark / 1000  # 0.1's name, one release
+        assert (
+            scalar(prom, f"event_etl_watermark_seconds{{{sel}}}") == local_watermark / 1000
+        )  # 0.1's name, one release
         lag = scalar(prom, f"event_etl_watermark_lag_seconds{{{sel}}}")
         assert abs(lag - (now_millis() - local_watermark) / 1000) < 30, lag
         assert scalar(prom, f"event_etl_markers_written_total{{{sel}}}") == 1  # H0 only
@@ -162,7 +164,9 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
         assert scalar(prom, f"event_etl_batch_duration_seconds_count{{{sel}}}") == 4
         assert 0 < scalar(prom, f"time() - event_etl_heartbeat_timestamp_seconds{{{sel}}}") < 120
         assert scalar(prom, f"event_etl_marker_pending_seconds{{{sel}}}") > 3600  # H1 is over, and still open
-        # The backlog comes from Spark's progress, read once a tick: it reaches 0 within a tick or two of the last batch.
+
+        # The backlog comes from Spark's progress, read once a tick:
+        # it reaches 0 within a tick or two of the last batch.
         def drained():
             rows = prom.query(f"event_etl_input_backlog_files{{{sel}}}")  # a directory source counts files
             return rows if rows and all(float(r["value"][1]) == 0 for r in rows) else None

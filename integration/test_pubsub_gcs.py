@@ -56,7 +56,8 @@ class Scenario:
 
     def setup(self, ack_deadline: int = 10) -> None:
         r = subprocess.run([EXE, "setup", "page_view", "--topic", self.topic, "--subscription", self.subscription,
-                            "--ack-deadline", str(ack_deadline)], env=self.env, capture_output=True, text=True, timeout=60)
+                            "--ack-deadline", str(ack_deadline)], env=self.env, capture_output=True, text=True,
+                            timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
 
     def event(self, event_time: int, kind: str, *, eid: str | None = None) -> dict:

@@ -115,7 +115,8 @@ def test_every_event_once_and_the_same_result_as_without_spark(spark, tmp_path, 
     for g in groups:
         _batch_with_arrivals(ref, [(batches[k], arrivals[f"events-{k:04d}.jsonl"]) for k in g])
     assert placement(ref.sink, et.name) == got
-    ref_markers = {h: (hc.marker.records, hc.marker.late_records) for h, hc in read_sink(ref.sink, et.name, et.id_field).items() if hc.marker}
+    ref_markers = {h: (hc.marker.records, hc.marker.late_records)
+                   for h, hc in read_sink(ref.sink, et.name, et.id_field).items() if hc.marker}
     assert ref_markers == {h: (content[h].marker.records, content[h].marker.late_records) for h in marked}
 
 
@@ -142,13 +143,16 @@ def test_a_crash_before_the_commit_replays_to_the_identical_sink(spark, tmp_path
     write_inputs(et, tmp_path / "in", files=6, per_file=300)
     shutil.copytree(tmp_path / "in", tmp_path / "clean" / "in")
     clock = FakeClock(t("14:00"))
-    run_job(et, opts(tmp_path / "clean", drain=True, max_files_per_batch=1), spark=spark, clock=clock, install_signals=False)
+    run_job(et, opts(tmp_path / "clean", drain=True, max_files_per_batch=1), spark=spark, clock=clock,
+            install_signals=False)
     reference = snapshot(tmp_path / "clean" / "sink")
     # Same job identity as the clean run (its writer id is part of every file name), another sink.
     clean_job = Checkpoint(tmp_path / "clean" / "ckpt").job()
-    Checkpoint(tmp_path / "ckpt").bind({**clean_job, "sink": str(tmp_path / "sink"), "source": f"dir:{tmp_path / 'in'}"})
+    Checkpoint(tmp_path / "ckpt").bind({**clean_job, "sink": str(tmp_path / "sink"),
+                                        "source": f"dir:{tmp_path / 'in'}"})
     # the same arrivals as the clean run: its source log, which records when each file was listed
-    shutil.copytree(tmp_path / "clean" / "ckpt" / "etl" / "source" / "dir", tmp_path / "ckpt" / "etl" / "source" / "dir")
+    shutil.copytree(tmp_path / "clean" / "ckpt" / "etl" / "source" / "dir",
+                    tmp_path / "ckpt" / "etl" / "source" / "dir")
     reference = {k: v.replace(str(tmp_path / "clean").encode(), str(tmp_path).encode()) for k, v in reference.items()}
 
     states = []
@@ -164,7 +168,8 @@ def test_a_crash_before_the_commit_replays_to_the_identical_sink(spark, tmp_path
     ck.save_state(states[last - 1])
     from event_etl.rules.buckets import parse_data_file_name
 
-    victims = [p for p in sink.rglob("*.avro") if "_deadletter" not in str(p) and parse_data_file_name(p.name).batch_id == last]
+    victims = [p for p in sink.rglob("*.avro")
+               if "_deadletter" not in str(p) and parse_data_file_name(p.name).batch_id == last]
     assert victims, "batch 5 wrote files"
     victims[0].unlink()
     (victims[0].parent / f".{victims[0].name}.deadbeef.tmp").write_bytes(b"half a file")
@@ -192,7 +197,8 @@ def test_restart_continues_and_a_second_sink_is_refused(spark, tmp_path, et):
     assert all(hc.marker is not None for hc in content.values()), "drain marked every hour holding data"
     assert content[last_hour].marker.watermark == last_hour + HOUR_MS
     with pytest.raises(CheckpointMismatchError, match="sink"):
-        run_job(et, opts(tmp_path, once=True, sink=str(tmp_path / "other")), spark=spark, clock=clock, install_signals=False)
+        run_job(et, opts(tmp_path, once=True, sink=str(tmp_path / "other")), spark=spark, clock=clock,
+                install_signals=False)
 
 
 def test_generator_source_once_with_count(spark, tmp_path):
@@ -209,5 +215,6 @@ def test_generator_source_once_with_count(spark, tmp_path):
     assert all(hc.marker for hc in content.values())
     # the same count again is nothing new: the offsets remember
     s2 = run_job(et, RunOptions(source="generate:count=6000,rate=1000,speedup=600,seed=3", sink=str(tmp_path / "sink"),
-                                checkpoint=str(tmp_path / "ckpt"), once=True, quiet=True), spark=spark, install_signals=False)
+                                checkpoint=str(tmp_path / "ckpt"), once=True, quiet=True), spark=spark,
+                                install_signals=False)
     assert s2["batches"] == 0

@@ -267,7 +267,8 @@ def dir_upgrade(tmp_path_factory, spark):
     """The dir fixture resumed by the current code, given new input, and drained."""
     exp = expected(RELEASE, "dir")
     root = materialize(RELEASE, "dir", tmp_path_factory.mktemp("upgrade") / "dir")
-    assert input_ids(root / "in") == set(exp["events"]) | set(exp["dropped_duplicates"]), "fixture input and expected.json agree"
+    assert input_ids(root / "in") == set(exp["events"]) | set(exp["dropped_duplicates"]), \
+        "fixture input and expected.json agree"
     fixture_sink = sink_files(root / "sink")
     # 1. the upgrade itself: same command, nothing new to read
     r1 = run_here(spark, root, "click", once=True)
@@ -418,7 +419,8 @@ def test_pubsub_spooled_batch_is_replayed_once_after_the_upgrade_and_a_rollback(
         placed = placement(root / "sink", "click")
         for i in exp["spooled_ids"]:
             assert len(placed.get(i, [])) == 1, f"spooled event {i} is in {placed.get(i)}: the replay wrote it once"
-        assert_unchanged(fixture_sink, sink_files(root / "sink"), "files the old release wrote (the killed batch's too)")
+        assert_unchanged(fixture_sink, sink_files(root / "sink"),
+                         "files the old release wrote (the killed batch's too)")
         assert_marked_hours_identical(fixture_sink, root / "sink", "click", exp["marked_hours"])
 
         # rolling back to 165ca81 on the checkpoint the current code has just written: it works or refuses
@@ -500,7 +502,8 @@ def old_release(tmp_path: Path) -> Path:
         tf.extractall(code, filter="data")
     probe = subprocess.run([sys.executable, "-c", "import event_etl; print(event_etl.__version__, event_etl.__file__)"],
                            env=job_env(PYTHONPATH=str(code)), cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert probe.stdout.split()[1].startswith(str(code) + os.sep), f"the old release's code runs: {probe.stdout}{probe.stderr}"
+    assert probe.stdout.split()[1].startswith(str(code) + os.sep), \
+        f"the old release's code runs: {probe.stdout}{probe.stderr}"
     return code
 
 
@@ -515,7 +518,8 @@ def roll_back(tmp_path: Path, root: Path, *flags: str, env: dict | None = None) 
     sink = root / "sink"
     before = sink_files(sink)
     old = subprocess.run([sys.executable, "-m", "event_etl", "run", "click", "--event-types", str(root / "types"),
-                          "--sink", str(sink), "--checkpoint", str(root / "ck"), "--once", "--master", "local[2]", *flags],
+                          "--sink", str(sink), "--checkpoint", str(root / "ck"), "--once", "--master", "local[2]",
+                          *flags],
                          env={**(env or job_env()), "PYTHONPATH": str(code)}, cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)
     after = sink_files(sink)

@@ -69,7 +69,8 @@ class LocalPipeline:
     """Batches through the real executor and controller, on local disk, without Spark."""
 
     def __init__(self, tmp: Path, event_type: EventType, clock: FakeClock, *, sink_url: str | None = None) -> None:
-        """``sink_url`` (e.g. ``gs://bucket/prefix``) replaces the local sink ``tmp/sink``; the checkpoint stays local."""
+        """``sink_url`` (e.g. ``gs://bucket/prefix``) replaces the local sink ``tmp/sink``;
+        the checkpoint stays local."""
         self.tmp = Path(tmp)
         self.et = event_type
         self.clock = clock

@@ -46,7 +46,8 @@ def test_data_file_name_table(hour, batch, shard, seq, late, expected):
     name = data_file_name(t(hour), batch, shard, seq, late=late)
     assert name == expected
     parsed = parse_data_file_name(name)
-    assert (parsed.hour_start, parsed.batch_id, parsed.shard, parsed.seq, parsed.late) == (t(hour), batch, shard, seq, late)
+    got = (parsed.hour_start, parsed.batch_id, parsed.shard, parsed.seq, parsed.late)
+    assert got == (t(hour), batch, shard, seq, late)
 
 
 def test_only_late_files_contain_late():
@@ -76,7 +77,8 @@ def test_event_type_names_that_could_leave_the_sink_are_refused(bad):
         hour_dir(bad, t("13:00"))
 
 
-@pytest.mark.parametrize("bad", ["page_view/dt=2026-11-21/hour=24", "page_view/dt=2026-02-30/hour=01", "../x/dt=2026-11-21/hour=01",
+@pytest.mark.parametrize("bad", ["page_view/dt=2026-11-21/hour=24", "page_view/dt=2026-02-30/hour=01",
+                                 "../x/dt=2026-11-21/hour=01",
                                  "page_view/dt=2026-11-21"])
 def test_parse_hour_dir_refuses_non_hours(bad):
     with pytest.raises(ValueError):
@@ -89,4 +91,5 @@ def test_refuses_a_time_that_is_not_an_hour_start():
 
 
 def test_deadletter_path_is_deterministic():
-    assert deadletter_file_path("page_view", t("13:17"), 12, 3) == "page_view/_deadletter/dt=2026-11-21/dl-b0000000012-s0003.avro"
+    assert deadletter_file_path("page_view", t("13:17"), 12, 3) == \
+        "page_view/_deadletter/dt=2026-11-21/dl-b0000000012-s0003.avro"

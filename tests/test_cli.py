@@ -25,7 +25,8 @@ def test_every_command_explains_itself(runner, command):
 
 def test_run_help_lists_the_contract_options(runner):
     out = runner.invoke(main, ["run", "--help"]).output
-    for opt in ("--source", "--sink", "--checkpoint", "--trigger-interval", "--max-files-per-batch", "--once", "--drain",
+    for opt in ("--source", "--sink", "--checkpoint", "--trigger-interval", "--max-files-per-batch", "--once",
+                "--drain",
                 "--master", "--conf", "--event-types"):
         assert opt in out
 
@@ -94,7 +95,8 @@ def test_a_fleet_ends_with_a_line_per_type():
     from event_etl.job.fleet import summary_lines
 
     lines = summary_lines({
-        "b": {"state": "stopped", "batches": 3, "restarts": 1, "hours_marked": ["2026-11-20T13:00:00Z", "2026-11-20T14:00:00Z"],
+        "b": {"state": "stopped", "batches": 3, "restarts": 1, "hours_marked": ["2026-11-20T13:00:00Z",
+                                                                                "2026-11-20T14:00:00Z"],
               "totals": {"timely": 10, "late": 2, "invalid": 1, "duplicate": 1, "files": 4}},
         "a": {"state": "stopped", "batches": 0, "restarts": 0, "hours_marked": [], "totals": {}},
     })

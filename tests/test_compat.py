@@ -72,20 +72,25 @@ CASES = [
     # -- logical types are carried by their underlying type; decimals need equal precision and scale ---
     ("timestamp-millis to long", x(logical("long", "timestamp-millis")), x("long"), "full", [], []),
     ("long to timestamp-millis", x("long"), x(logical("long", "timestamp-millis")), "full", [], []),
-    ("millis to micros", x(logical("long", "timestamp-millis")), x(logical("long", "timestamp-micros")), "full", [], []),
+    ("millis to micros", x(logical("long", "timestamp-millis")), x(logical("long", "timestamp-micros")), "full", [],
+     []),
     ("uuid to string", x(logical("string", "uuid")), x("string"), "full", [], []),
     ("date (int) to long", x(logical("int", "date")), x("long"), B, [], [("x", "type_changed")]),
-    ("date to string", x(logical("int", "date")), x("string"), "none", [("x", "type_changed")], [("x", "type_changed")]),
+    ("date to string", x(logical("int", "date")), x("string"), "none", [("x", "type_changed")],
+     [("x", "type_changed")]),
     ("decimal same", x(logical("bytes", "decimal", precision=10, scale=2)),
      x(logical("bytes", "decimal", precision=10, scale=2)), "full", [], []),
     ("decimal precision changed", x(logical("bytes", "decimal", precision=10, scale=2)),
-     x(logical("bytes", "decimal", precision=12, scale=2)), "none", [("x", "decimal_changed")], [("x", "decimal_changed")]),
+     x(logical("bytes", "decimal", precision=12, scale=2)), "none", [("x", "decimal_changed")],
+     [("x", "decimal_changed")]),
     ("decimal scale changed", x(logical("bytes", "decimal", precision=10, scale=2)),
-     x(logical("bytes", "decimal", precision=10, scale=3)), "none", [("x", "decimal_changed")], [("x", "decimal_changed")]),
+     x(logical("bytes", "decimal", precision=10, scale=3)), "none", [("x", "decimal_changed")],
+     [("x", "decimal_changed")]),
     # -- records: fields by name, defaults, aliases, nesting --------------------------------------------
     ("field added with default", rec(f("a", "string")), rec(f("a", "string"), f("b", ["null", "string"], default=None)),
      "full", [], []),
-    ("field added with a non-null default", rec(f("a", "string")), rec(f("a", "string"), f("b", "string", default="web")),
+    ("field added with a non-null default", rec(f("a", "string")), rec(f("a", "string"), f("b", "string",
+                                                                                           default="web")),
      "full", [], []),
     ("field added without default", rec(f("a", "string")), rec(f("a", "string"), f("b", "string")),
      F, [("b", "field_added_without_default")], []),
@@ -150,7 +155,8 @@ CASES = [
      rec(f("attrs", {"type": "map", "values": "string"})), "none", [("attrs{}", "type_changed")],
      [("attrs{}", "type_changed")]),
     ("array to map", rec(f("tags", {"type": "array", "items": "string"})),
-     rec(f("tags", {"type": "map", "values": "string"})), "none", [("tags", "type_changed")], [("tags", "type_changed")]),
+     rec(f("tags", {"type": "map", "values": "string"})), "none", [("tags", "type_changed")], [("tags",
+                                                                                                "type_changed")]),
     ("array of records gains a field without default", rec(f("lines", {"type": "array", "items": LINE})),
      rec(f("lines", {"type": "array", "items": LINE_QTY})), F, [("lines[].qty", "field_added_without_default")], []),
     ("array of records gains a field with default", rec(f("lines", {"type": "array", "items": LINE})),
@@ -274,11 +280,14 @@ def test_messages_name_the_field_and_the_change():
     c = compatibility(x("double"), x("long"))
     assert "readers of the old schema cannot read double as long" in str(c.forward[0])
     c = compatibility(x(enum("A", "B")), x(enum("A", "B", "C")))
-    assert str(c.backward[0]).startswith("field `x`: enum Status: symbol C removed, and the new enum has no usable default")
+    assert str(c.backward[0]).startswith("field `x`: enum Status: symbol C removed, and the new enum has no usable "
+                                         "default")
     c = compatibility(x(["null", "string"]), x(["null", "long"]))
-    assert str(c.backward[0]) == "field `x`: type changed from long to string, not promotable (now union [null, string])"
+    assert str(c.backward[0]) == (
+        "field `x`: type changed from long to string, not promotable (now union [null, string])")
     c = compatibility(rec(f("a", "string"), name="View"), rec(f("a", "string"), name="PageView"))
-    assert str(c.backward[0]) == 'record name changed from PageView to View; add "aliases": ["PageView"] to the new record'
+    assert str(c.backward[0]) == (
+        'record name changed from PageView to View; add "aliases": ["PageView"] to the new record')
     c = compatibility(x(fixed(32)), x(fixed(16)))
     assert str(c.backward[0]) == "field `x`: fixed Hash: size changed from 16 to 32 bytes"
     c = compatibility(rec(f("a", "string"), f("b", ["string", "null"], default=None)), rec(f("a", "string")))

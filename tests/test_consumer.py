@@ -153,7 +153,9 @@ def test_wait_returns_the_manifest_of_a_complete_hour_at_once(sc):
 def test_wait_times_out_on_an_open_hour_with_its_last_status(sc):
     fake = NoSleep()
     with pytest.raises(WaitTimeoutError) as err:
-        wait_for_hour(sc.sink, "click", "2026-11-21T15", timeout=10, poll_interval=3, clock=fake.clock, sleep=fake.sleep)
+        wait_for_hour(
+            sc.sink, "click", "2026-11-21T15", timeout=10, poll_interval=3, clock=fake.clock, sleep=fake.sleep
+        )
     assert fake.sleeps == [3, 3, 3, 1], "polls every 3s and once more at the deadline"
     assert err.value.exit_code == 3 and err.value.status.state is HourState.OPEN
     assert "still not complete after 10s" in err.value.message
@@ -373,7 +375,9 @@ def test_fewer_records_while_late_ones_can_still_come_is_not_recorded(sc):
     assert hour_status(sc.sink, "click", "2026-11-21T14").state is HourState.COMPLETE
 
 
-@pytest.mark.parametrize("expected, why", [(2, "more records than the source sent"), (4, "the lateness horizon passed")])
+@pytest.mark.parametrize(
+    "expected, why", [(2, "more records than the source sent"), (4, "the lateness horizon passed")]
+)
 def test_a_final_mismatch_is_recorded(sc, expected, why):
     rec = audit_hour(sc.sink, sc.et, "2026-11-21T13", expected=expected, now=NOW)
     assert rec.result is AuditResult.MISMATCH and rec.recorded, why

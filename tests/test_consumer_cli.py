@@ -1,4 +1,5 @@
-"""``event-etl wait | hours | verify | cat | audit`` in-process: output and exit codes (the contract with schedulers)."""
+"""``event-etl wait | hours | verify | cat | audit`` in-process:
+output and exit codes (the contract with schedulers)."""
 
 from __future__ import annotations
 

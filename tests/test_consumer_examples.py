@@ -67,7 +67,9 @@ def _render_strftime(template: str, when) -> str:
     """Airflow's Jinja for the one form the example uses: {{ data_interval_start.strftime('...') }}."""
     import re
 
-    return re.sub(r"\{\{ data_interval_start\.strftime\('([^']*)'\) \}\}", lambda m: when.strftime(m.group(1)), template)
+    return re.sub(
+        r"\{\{ data_interval_start\.strftime\('([^']*)'\) \}\}", lambda m: when.strftime(m.group(1)), template
+    )
 
 
 def test_the_gcs_sensor_example_watches_the_marker_event_etl_writes(tmp_path):
@@ -88,7 +90,9 @@ def test_the_gcs_sensor_example_watches_the_marker_event_etl_writes(tmp_path):
 
 def test_the_deferrable_sensor_example_passes_what_the_sensor_takes():
     tree = ast.parse(EXAMPLE.with_name("airflow_dag_sensor.py").read_text())
-    (call,) = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "HourCompleteSensor"]
+    (call,) = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "HourCompleteSensor"
+    ]
     given = {k.arg for k in call.keywords}
     assert {"sink", "event_type", "hour", "deferrable"} <= given
     assert any(isinstance(n, ast.ImportFrom) and n.module == "event_etl.airflow" for n in ast.walk(tree))

@@ -141,8 +141,11 @@ def test_a_bad_count_file_says_what_is_wrong(data, what):
 # -- verification --------------------------------------------------------------------------
 def _avro(n: int) -> bytes:
     buf = io.BytesIO()
-    fastavro.writer(buf, fastavro.parse_schema({"type": "record", "name": "R", "fields": [{"name": "x", "type": "long"}]}),
-                    [{"x": i} for i in range(n)])
+    fastavro.writer(
+        buf,
+        fastavro.parse_schema({"type": "record", "name": "R", "fields": [{"name": "x", "type": "long"}]}),
+        [{"x": i} for i in range(n)],
+    )
     return buf.getvalue()
 
 
@@ -163,8 +166,13 @@ def test_compare_hour_names_missing_extra_and_corrupted_files():
     a, b, c = "part-2026112113-b0000000000-s0000-0000.avro", "part-2026112113-b0000000000-s0000-0001.avro", \
         "late-2026112113-b0000000001-s0000-0000.avro"
     da, db, dc = _avro(1), _avro(2), _avro(3)
-    m = build_manifest(event_type="click", hour=hour("13"), files=[_entry(a, da), _entry(b, db), _entry(c, dc, late=True)],
-                       watermark=t("14:03"), completed_at=t("14:10"))
+    m = build_manifest(
+        event_type="click",
+        hour=hour("13"),
+        files=[_entry(a, da), _entry(b, db), _entry(c, dc, late=True)],
+        watermark=t("14:03"),
+        completed_at=t("14:10"),
+    )
     intact = {a: file_facts(da), b: file_facts(db), c: file_facts(dc)}
     listing = {a: len(da), b: len(db), c: len(dc), "_COMPLETE": 100}
     assert compare_hour(m, listing, intact) == ((), (), ())

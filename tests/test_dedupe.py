@@ -132,8 +132,10 @@ def test_find_duplicates_agrees_with_the_rule_spelled_out():
     from hypothesis import strategies as st
 
     @settings(max_examples=200, deadline=None)
-    @given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 2), st.integers(0, 3), st.integers(0, 5)), max_size=30),
-           st.lists(st.integers(0, 12), max_size=5))
+    @given(
+        st.lists(st.tuples(st.integers(0, 12), st.integers(0, 2), st.integers(0, 3), st.integers(0, 5)), max_size=30),
+        st.lists(st.integers(0, 12), max_size=5),
+    )
     def check(items, seen_list):
         uniq = {}
         for key, shard, file, rec in items:
@@ -164,7 +166,9 @@ def test_incremental_state_equals_a_state_rebuilt_from_its_batches():
         probe = np.arange(200, dtype=np.uint64)
         assert st_.known_before(b + 1)(probe).tolist() == again.known_before(b + 1)(probe).tolist()
         # nothing within the window is forgotten
-        recent = np.concatenate([v["key"][(v["kind"] == ID_KEY) & (v["time"] >= b * 400 - 1000)] for v in kept.values()])
+        recent = np.concatenate(
+            [v["key"][(v["kind"] == ID_KEY) & (v["time"] >= b * 400 - 1000)] for v in kept.values()]
+        )
         assert st_.known_before(b + 1)(recent).all()
 
 

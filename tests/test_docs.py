@@ -28,7 +28,9 @@ def test_every_event_etl_variable_the_code_reads_is_in_the_one_table():
     for base in ("event_etl", "bin"):
         for path in (ROOT / base).rglob("*"):
             if path.is_file() and path.suffix in ("", ".py", ".sh") and "__pycache__" not in path.parts:
-                names |= set(re.findall(r"EVENT_ETL_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*{])", path.read_text(errors="replace")))
+                names |= set(
+                    re.findall(r"EVENT_ETL_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_*{])", path.read_text(errors="replace"))
+                )
     # the Pub/Sub fetcher builds its names from its settings' fields: EVENT_ETL_PUBSUB_<FIELD>
     from dataclasses import fields
 

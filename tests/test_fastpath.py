@@ -1,4 +1,5 @@
-"""The columnar fast path gives exactly what the record path gives: same files (byte for byte), counts, dead-letter, keys."""
+"""The columnar fast path gives exactly what the record path gives:
+same files (byte for byte), counts, dead-letter, keys."""
 
 from __future__ import annotations
 
@@ -106,7 +107,9 @@ def lines(draw):
             dump(rec) + dump(rec),
             dump(rec).replace(b'"text":', b'"text":"\\ud800","t2":', 1),  # a lone surrogate
         ]))
-    rec["ts"] = draw(st.sampled_from([BASE + 400 * HOUR, -(2**62), 2**62, BASE - 900 * HOUR]))  # future, out of range, too late
+    rec["ts"] = draw(
+        st.sampled_from([BASE + 400 * HOUR, -(2**62), 2**62, BASE - 900 * HOUR])
+    )  # future, out of range, too late
     return dump(rec)
 
 
@@ -155,7 +158,9 @@ def executor_key_dtype():
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.lists(lines(), min_size=1, max_size=60), wm=st.sampled_from([None, BASE + 2 * HOUR + 60_000]),
        chunk=st.sampled_from([256, 1 << 20]), last_newline=st.booleans())
-def test_fast_and_record_paths_write_the_same_bytes(tmp_path_factory, event_type, monkeypatch, body, wm, chunk, last_newline):
+def test_fast_and_record_paths_write_the_same_bytes(
+    tmp_path_factory, event_type, monkeypatch, body, wm, chunk, last_newline
+):
     monkeypatch.setattr(executor, "_READ_BYTES", chunk)  # small chunks: some fast, some not, in one split
     data = b"\n".join(body) + (b"\n" if last_newline else b"")
     assert_same(run_both(tmp_path_factory.mktemp("run"), event_type, data, wm))

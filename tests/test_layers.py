@@ -91,7 +91,9 @@ def test_no_module_imports_a_higher_layer(module):
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if layer_of(m) != CLI))
 def test_only_the_command_line_imports_the_cli(module):
-    cli = sorted(t for t in imports_of(module, MODULES[module]) if t == "event_etl.cli" or t.startswith("event_etl.cli."))
+    cli = sorted(
+        t for t in imports_of(module, MODULES[module]) if t == "event_etl.cli" or t.startswith("event_etl.cli.")
+    )
     assert not cli, f"{module} imports the command line: {', '.join(cli)}"
 
 

@@ -96,7 +96,8 @@ def test_counters_equal_the_events_fed_through_the_real_executor_and_controller(
     expected = feed_known_mix(job)
     s = job.scrape()
     for outcome in OUTCOMES:
-        assert value(s, "event_etl_events_total", event_type="click", outcome=outcome) == expected.get(outcome, 0), outcome
+        assert value(s, "event_etl_events_total", event_type="click", outcome=outcome) == expected.get(outcome,
+                                                                                                       0), outcome
     # What the counters say is what is on disk.
     content = read_sink(job.p.sink, "click")
     assert sum(len(hc.timely) for hc in content.values()) == expected["timely"]
@@ -104,7 +105,8 @@ def test_counters_equal_the_events_fed_through_the_real_executor_and_controller(
     dl = Counter(r["reason"] for r in read_deadletter(job.p.sink, "click"))
     assert sum(dl.values()) == expected["too_late"] + expected["future"] + expected["invalid"]
     for reason in Reason:
-        assert value(s, "event_etl_deadletter_records_total", event_type="click", reason=reason.value) == dl[reason.value]
+        assert value(s, "event_etl_deadletter_records_total", event_type="click",
+                     reason=reason.value) == dl[reason.value]
     files = [f for f in (job.p.sink / "click").glob("dt=*/hour=*/*.avro")]
     assert value(s, "event_etl_written_files_total", event_type="click") == len(files)
     assert value(s, "event_etl_written_bytes_total", event_type="click") == sum(f.stat().st_size for f in files)
@@ -130,7 +132,8 @@ def test_delay_histogram_buckets_and_sum_are_exact(tmp_path):
     def le(bound: str) -> float:
         return value(s, "event_etl_event_delay_seconds_bucket", event_type="click", le=bound)
 
-    assert [le(b) for b in ("0.1", "2.5", "5", "30", "60", "600", "1800", "86400", "+Inf")] == [1, 1, 2, 2, 4, 4, 5, 5, 5]
+    assert [le(b) for b in ("0.1", "2.5", "5", "30", "60", "600", "1800", "86400", "+Inf")] == [1, 1, 2, 2, 4, 4, 5,
+                                                                                                5, 5]
     assert value(s, "event_etl_event_delay_seconds_sum", event_type="click") == pytest.approx(0.05 + 3 + 45 + 45 + 1200)
     assert len([k for k in s if k[0] == "event_etl_event_delay_seconds_bucket"]) == len(DELAY_BUCKETS_S) + 1
     job.metrics.shutdown()

@@ -30,7 +30,8 @@ def test_json_object(decoder):
 
 
 def test_avro_single_object(decoder):
-    soe = encode_single_object(decoder.schema, decoder.event_type.fingerprint, {"id": "z", "ts": t("13:00"), "page": "/p"})
+    soe = encode_single_object(decoder.schema, decoder.event_type.fingerprint, {"id": "z", "ts": t("13:00"),
+                                                                                "page": "/p"})
     assert soe[:2] == b"\xc3\x01"
     rec, ms = ok(decoder, soe)
     assert (rec["id"], ms, rec["page"]) == ("z", t("13:00"), "/p")
@@ -42,7 +43,8 @@ GOOD = {"id": "a", "ts": 1795266600000}
 
 
 def soe(decoder, rec=None):
-    return encode_single_object(decoder.schema, decoder.event_type.fingerprint, rec or {"id": "a", "ts": t("13:00"), "page": None})
+    return encode_single_object(decoder.schema, decoder.event_type.fingerprint, rec or {"id": "a", "ts": t("13:00"),
+                                                                                        "page": None})
 
 
 @pytest.mark.parametrize(
@@ -91,7 +93,8 @@ def test_avro_with_trailing_bytes(decoder):
 
 def test_time_formats(tmp_path):
     sec = make_event_type(tmp_path / "a", schema={"type": "record", "name": "S", "fields": [
-        {"name": "id", "type": "string"}, {"name": "at", "type": "double"}]}, time_field="at", time_format="epoch_seconds")
+        {"name": "id", "type": "string"}, {"name": "at", "type": "double"}]}, time_field="at",
+        time_format="epoch_seconds")
     assert Decoder(sec).decode(b'{"id": "a", "at": 1795266600.25}')[2] == 1795266600250
     iso = make_event_type(tmp_path / "b", schema={"type": "record", "name": "S", "fields": [
         {"name": "id", "type": "string"}, {"name": "at", "type": "string"}]}, time_field="at", time_format="iso8601")
@@ -128,7 +131,8 @@ def test_rfc3339_times_that_fromisoformat_refuses(tmp_path, text, want):
 ])
 def test_epoch_seconds_floor_to_the_millisecond(tmp_path, value, want):
     sec = make_event_type(tmp_path / "a", schema={"type": "record", "name": "S", "fields": [
-        {"name": "id", "type": "string"}, {"name": "at", "type": "double"}]}, time_field="at", time_format="epoch_seconds")
+        {"name": "id", "type": "string"}, {"name": "at", "type": "double"}]}, time_field="at",
+        time_format="epoch_seconds")
     ok, _, ms = Decoder(sec).decode(b'{"id": "a", "at": %s}' % value.encode())
     assert ok and ms == t(want)
 

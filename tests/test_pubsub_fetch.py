@@ -73,7 +73,9 @@ class RealServiceLike:
                 ack = f"ack-{mid}-{self.calls['pull']}"
                 self.leased[ack] = (mid, data, pub, now + self.deadline_s)
                 ts = timestamp_pb2.Timestamp(seconds=pub // 1000, nanos=(pub % 1000) * 1_000_000)
-                out.append(ReceivedMessage(ack_id=ack, message=PubsubMessage(data=data, message_id=mid, publish_time=ts)))
+                out.append(
+                    ReceivedMessage(ack_id=ack, message=PubsubMessage(data=data, message_id=mid, publish_time=ts))
+                )
         if not out:
             time.sleep(self.wait)
             raise ex.DeadlineExceeded("Deadline Exceeded")
@@ -265,12 +267,16 @@ def test_through_the_job_redeliveries_are_dropped_and_saved_batches_acknowledged
         svc.publish(click("b", "13:11"), t("13:20"))
         wait_until(lambda: len(segments(tmp_path)) == 1, what="a segment")
         first = segments(tmp_path)[0]
-        ev = p.controller.run_batch(0, p.task_runner([Split(0, "seg", "", 0, 2, 0, json.dumps([[str(first), 0, 2, 0]]))]))
+        ev = p.controller.run_batch(
+            0, p.task_runner([Split(0, "seg", "", 0, 2, 0, json.dumps([[str(first), 0, 2, 0]]))])
+        )
         assert ev.result.counts == {"timely": 2} and len(svc.acked) == 2, "acknowledged when saved"
         # the same two messages again (a redelivery after a crash before the acknowledgement)
         redelivered = tmp_path / "again.seg"
         redelivered.write_bytes(first.read_bytes())
-        ev = p.controller.run_batch(1, p.task_runner([Split(0, "seg", "", 0, 2, 0, json.dumps([[str(redelivered), 0, 2, 0]]))]))
+        ev = p.controller.run_batch(
+            1, p.task_runner([Split(0, "seg", "", 0, 2, 0, json.dumps([[str(redelivered), 0, 2, 0]]))])
+        )
         assert ev.result.counts == {"duplicate": 2}
         assert sorted(i for hc in read_sink(p.sink, "click").values() for i in hc.timely) == ["a", "b"]
         assert ack_ids(first)

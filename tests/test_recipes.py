@@ -58,7 +58,12 @@ def test_gs_sinks_give_gs_uris():
                    "ds.page_view$2026112113",
                    "gs://b/p/page_view/dt=2026-11-21/hour=13/part-a.avro,gs://b/p/page_view/dt=2026-11-21/hour=13/part-b.avro"]
     assert "'ds.page_view$2026112113'" in shell(cmd)
-    for bad in (["gs://b/p/page_view/*.avro"], ["gs://b/p/page_view/_deadletter/dt=2026-11-21/dl.avro"], ["/local.avro"], []):
+    for bad in (
+        ["gs://b/p/page_view/*.avro"],
+        ["gs://b/p/page_view/_deadletter/dt=2026-11-21/dl.avro"],
+        ["/local.avro"],
+        [],
+    ):
         with pytest.raises(UsageError):
             bq_load_command(bad, "ds.t")
 

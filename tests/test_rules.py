@@ -50,7 +50,9 @@ def test_judge_table(event, arrival, wm, outcome, hour):
 
 
 def test_first_batch_measures_too_late_against_its_own_watermark():
-    assert judge(t("1970-01-01T00:00"), t("13:00"), None, **J, too_late_reference=t("12:58")).outcome is Outcome.TOO_LATE
+    assert (
+        judge(t("1970-01-01T00:00"), t("13:00"), None, **J, too_late_reference=t("12:58")).outcome is Outcome.TOO_LATE
+    )
     assert judge(t("12:10"), t("13:00"), None, **J, too_late_reference=t("12:58")).outcome is Outcome.TIMELY
 
 

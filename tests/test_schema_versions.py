@@ -133,7 +133,9 @@ def test_a_compatible_current_schema_passes_and_an_unregistered_one_is_a_warning
     check_schema_versions(versioned_type(tmp_path / "a", V2, V1, V2), warn=warnings.append)
     assert warnings == []
     check_schema_versions(versioned_type(tmp_path / "b", V2, V1), warn=warnings.append)
-    assert len(warnings) == 1 and "is not registered" in warnings[0] and "event-etl schema register click" in warnings[0]
+    assert (
+        len(warnings) == 1 and "is not registered" in warnings[0] and "event-etl schema register click" in warnings[0]
+    )
 
 
 def test_a_current_schema_that_cannot_read_a_version_is_refused_with_the_fields_and_the_fix(tmp_path):
@@ -273,7 +275,10 @@ def test_one_read_table_reads_hours_before_and_after_the_change_into_the_current
     one = read_table(p.sink, "click", "2026-11-21T13")
     assert one.column_names == ["id", "ts", "page", "channel"] and one.num_rows == 4
     assert sorted(r["id"] for r in read_records(p.sink, "click", "2026-11-21T13")) == ["b", "c", "d", "e"]
-    assert {r["channel"] for r in read_records(p.sink, "click", "2026-11-21T12", until="2026-11-21T14")} == {"web", "app"}
+    assert {r["channel"] for r in read_records(p.sink, "click", "2026-11-21T12", until="2026-11-21T14")} == {
+        "web",
+        "app",
+    }
 
 
 def test_an_hour_of_a_version_1_manifest_spanning_a_change_still_reads_as_one_table(spanning):

@@ -95,7 +95,8 @@ def test_imported_from_the_bundle_the_default_types_are_the_bundled_ones(tmp_pat
     """As on a cluster driver: event_etl comes from the zip, the project's event_types/ is not next to it."""
     path, _ = build_bundle(types, tmp_path / "b")
     code = ("import event_etl, event_etl.eventtypes as e; from event_etl.cluster.bundle import package_archive; "
-            "print(event_etl.__file__); print(package_archive()); print(sorted(e.load_event_types(e.resolve_event_types_dir())))")
+            "print(event_etl.__file__); print(package_archive()); "
+            "print(sorted(e.load_event_types(e.resolve_event_types_dir())))")
     env = {k: v for k, v in os.environ.items() if k != "EVENT_ETL_EVENT_TYPES"}
     env.update(PYTHONPATH=str(path), TMPDIR=str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
@@ -156,7 +157,8 @@ def test_driver_args_carry_every_run_option_as_parsed():
 
 def test_driver_args_leave_defaults_out():
     job = _parse_run(["page_view"])
-    job.pop("master"), job.pop("event_types_dir"), job.pop("event_types"), job.pop("all_types"), job.pop("checkpoint_root")
+    for name in ("master", "event_types_dir", "event_types", "all_types", "checkpoint_root"):
+        job.pop(name)
     assert driver_args("page_view", job, driver.params) == ["page_view"]
 
 
@@ -171,7 +173,8 @@ def test_run_and_the_driver_build_the_same_run_options():
 
 def test_run_keeps_its_options_in_their_order():
     names = [p.name for p in main.commands["run"].params]
-    assert names == ["event_types", "all_types", "source", "sink", "checkpoint", "trigger_interval", "max_files_per_batch",
+    assert names == ["event_types", "all_types", "source", "sink", "checkpoint", "trigger_interval",
+                     "max_files_per_batch",
                      "max_events_per_batch", "once", "drain", "master", "conf", "quiet", "metrics_port",
                      "metrics_host", "otlp_endpoint", "metrics_history", "checkpoint_root", "event_types_dir"]
 
@@ -298,7 +301,8 @@ def test_the_driver_takes_the_options_of_run_but_the_master_from_spark_submit(mo
     assert res.exit_code == 0 and "--source" in res.output and "--master" not in res.output
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     res = CliRunner().invoke(driver, ["page_view"])
-    assert res.exit_code == 2 and "runs under spark-submit only" in res.output and "event-etl submit page_view" in res.output
+    assert res.exit_code == 2
+    assert "runs under spark-submit only" in res.output and "event-etl submit page_view" in res.output
 
 
 # -- the driver's preflight ------------------------------------------------------------------
@@ -311,7 +315,8 @@ def test_shared_folders_of_each_source_and_sink(tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_text("{}\n")
     folders = shared_folders(et, _opts(source=f"dir:{tmp_path / 'in'}", sink=str(tmp_path / "out")), token="t1")
-    assert [(f.what, f.path) for f in folders] == [("sink", str(tmp_path / "out")), ("input folder", str(tmp_path / "in"))]
+    assert [(f.what, f.path) for f in folders] == [("sink", str(tmp_path / "out")), ("input folder",
+                                                                                     str(tmp_path / "in"))]
     assert folders[0].probe == ".event_etl-probe-t1" and folders[1].names == ("a.jsonl",)
     folders = shared_folders(et, _opts(source="pubsub:projects/my-project/subscriptions/sub-1", sink="gs://b/p",
                                        checkpoint=str(tmp_path / "ck")), token="t")
@@ -351,7 +356,8 @@ def test_the_cluster_daemons_get_a_clean_environment(monkeypatch):
                  "PYTHONPATH": "/p", "SPARK_CONF_DIR": "/c"}.items():
         monkeypatch.setenv(k, v)
     env = _daemon_env()
-    assert not {"EVENT_ETL_FAULT_PAUSE", "STORAGE_EMULATOR_HOST", "PYSPARK_PYTHON", "PYTHONPATH", "SPARK_CONF_DIR"} & set(env)
+    assert not {"EVENT_ETL_FAULT_PAUSE", "STORAGE_EMULATOR_HOST", "PYSPARK_PYTHON", "PYTHONPATH",
+                "SPARK_CONF_DIR"} & set(env)
     assert env["SPARK_LOCAL_IP"] == "127.0.0.1" and Path(env["SPARK_HOME"], "bin", "spark-class").is_file()
 
 

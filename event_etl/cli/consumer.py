@@ -114,7 +114,8 @@ class _ChangesPrinter:
 @click.argument("event_type")
 @click.argument("hour", type=HOUR)
 @click.option("--timeout", type=DURATION, default=None,
-              help="Give up after this long (90s, 5m, 2h, or seconds) with exit code 3. Default: no limit; 0: look once.")
+              help="Give up after this long (90s, 5m, 2h, or seconds) with exit code 3. Default: no limit; 0: look "
+                   "once.")
 @click.option("--poll-interval", type=DURATION, default="2s", show_default=True, help="Time between two looks.")
 @JSON_OPTION
 @sink_option
@@ -280,7 +281,8 @@ def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, until: dateti
     if fmt == "avro":
         out = sys.stdout.buffer
         if out.isatty():
-            raise UsageError("--format avro writes binary data", fix="redirect it: event-etl cat ... --format avro > hour.avro")
+            raise UsageError("--format avro writes binary data",
+                             fix="redirect it: event-etl cat ... --format avro > hour.avro")
         write_avro(sink, et, hour, out, include_late=late, until=until, reader_schema=schema)
         out.flush()
     else:
@@ -336,7 +338,8 @@ def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file:
         return
     late = "not attributable" if rec.late_records_found is None else (
         f"{rec.late_records_found:,} found in {rec.late_hours_checked} later hours")
-    click.echo(f"{et.name} {hour_text(hour)} {rec.result}: counted {rec.counted:,} (timely {rec.timely_records:,}, late "
+    click.echo(f"{et.name} {hour_text(hour)} {rec.result}: counted {rec.counted:,} (timely {rec.timely_records:,}, "
+               f"late "
                f"{late}), expected {rec.expected:,}, difference {rec.difference:+,}")
     if rec.result is AuditResult.INCONCLUSIVE:
         click.echo(f"not recorded: late records of this hour can still arrive until the hour "
@@ -359,7 +362,8 @@ def _audit_type(et, sink: str, hour: datetime, time_field: str | None, time_form
              if v is not None}
     if not isinstance(et, str):
         if given:
-            raise UsageError(f"{et.name}'s settings come from {et.settings_file}; --{next(iter(given)).replace('_', '-')} "
+            option = next(iter(given)).replace("_", "-")
+            raise UsageError(f"{et.name}'s settings come from {et.settings_file}; --{option} "
                              "is for a sink read without the event types folder",
                              fix="leave out --time-field, --time-format and --allowed-lateness")
         return et

@@ -40,7 +40,9 @@ def types_cmd(event_types_dir: str | None, as_json: bool) -> None:
         except ConfigError as err:  # shown, and the command fails at the end; the other types still list
             broken[name] = err
     if as_json:
-        click.echo(json.dumps({n: {"directory": t.directory, **t.settings_summary()} for n, t in types.items()}, indent=2))
+        click.echo(
+            json.dumps({n: {"directory": t.directory, **t.settings_summary()} for n, t in types.items()}, indent=2)
+        )
     else:
         _print_types(root, types, broken)
     if broken:

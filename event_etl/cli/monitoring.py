@@ -20,7 +20,8 @@ __all__ = ["graphs_cmd"]
 @click.command("graphs")
 @click.argument("event_type")
 @click.option("--prometheus", "prometheus_url", envvar=ENV_PROMETHEUS_URL, default=None, metavar="URL",
-              help="Prometheus server to ask (its root, e.g. http://127.0.0.1:9090). Default: $EVENT_ETL_PROMETHEUS_URL.")
+              help="Prometheus server to ask (its root, e.g. http://127.0.0.1:9090). Default: "
+                   "$EVENT_ETL_PROMETHEUS_URL.")
 @click.option("--history", "history_file", default=None, type=click.Path(dir_okay=False), metavar="FILE",
               help="Draw from the file a job wrote with --metrics-history instead (no Prometheus needed).")
 @click.option("--last", default=None, type=DURATION, help="The range ends now (or at --until) and lasts this long. "
@@ -28,7 +29,8 @@ __all__ = ["graphs_cmd"]
 @click.option("--since", default=None, metavar="TIME", help="Start of the range: ISO-8601 (UTC if no offset), or -2h.")
 @click.option("--until", default=None, metavar="TIME", help="End of the range (default: now).")
 @click.option("--step", default="1m", show_default=True, type=DURATION, help="A point every STEP.")
-@click.option("--window", default="5m", show_default=True, type=DURATION, help="Rates and percentiles over the WINDOW before each "
+@click.option("--window", default="5m", show_default=True, type=DURATION,
+              help="Rates and percentiles over the WINDOW before each "
               "point (at least two scrape intervals).")
 @click.option("--out", "out_dir", default="./graphs", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the PNG files.")

@@ -180,7 +180,8 @@ JOB_OPTIONS: dict[str, Callable] = {
                                  help="Serve Prometheus metrics on this port (0: any free port)."),
     "metrics_host": click.option("--metrics-host", default="127.0.0.1", show_default=True,
                                  help="Address the metrics endpoint binds to (0.0.0.0 to expose it)."),
-    "otlp_endpoint": click.option("--otlp-endpoint", default=None, help="Also push metrics over OTLP to this endpoint."),
+    "otlp_endpoint": click.option("--otlp-endpoint", default=None,
+                                  help="Also push metrics over OTLP to this endpoint."),
     "metrics_history": click.option("--metrics-history", default=None, type=click.Path(dir_okay=False),
                                     help="Also append a snapshot of the metrics to this local file after every batch "
                                     "(for `event-etl graphs` without Prometheus)."),

@@ -30,7 +30,9 @@ def _dir_option(fn):
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 16), help="How many workers.")
 @click.option("--cores", default=1, show_default=True, type=click.IntRange(1), help="Cores of each worker.")
 @click.option("--memory", default="1g", show_default=True, help="Memory of each worker for its executors.")
-@click.option("--port", default=7077, show_default=True, type=click.IntRange(0, 65535), help="Master port (0: any free).")
+@click.option(
+    "--port", default=7077, show_default=True, type=click.IntRange(0, 65535), help="Master port (0: any free)."
+)
 @click.option("--webui-port", default=8080, show_default=True, type=click.IntRange(0, 65535),
               help="Master web UI port (0: any free).")
 @handles_errors
@@ -57,8 +59,10 @@ def status_cmd(state_dir) -> None:
     try:
         s = c.status()
     except (urllib.error.URLError, OSError, ValueError) as err:
-        raise EventEtlError(f"the master (pid {c.pid('master')}) runs but its web UI {c.webui_url} does not answer: {err}",
-                            fix=f"see {c.dir}/master.log; bin/spark-cluster stop, then start again") from err
+        raise EventEtlError(
+            f"the master (pid {c.pid('master')}) runs but its web UI {c.webui_url} does not answer: {err}",
+            fix=f"see {c.dir}/master.log; bin/spark-cluster stop, then start again",
+        ) from err
     click.echo(f"master {c.master_url}  {s.get('status')}  web UI {c.webui_url}")
     for w in s.get("workers", []):
         click.echo(f"  worker {w['host']}:{w['port']}  {w['state']}  cores {w['coresused']}/{w['cores']}  "

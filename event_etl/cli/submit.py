@@ -51,7 +51,14 @@ def submit_cmd(event_type: str, event_types_dir: str | None, deploy_mode: str, p
                          spark_submit=spark_submit, bundle_dir=bundle_dir)
     from event_etl.cli.submitted import main as driver
 
-    code = submit_job(et, resolve_event_types_dir(event_types_dir), job, opts, driver_params=driver.params, dry_run=dry_run,
-                      echo=lambda line: click.echo(line, err=True))
+    code = submit_job(
+        et,
+        resolve_event_types_dir(event_types_dir),
+        job,
+        opts,
+        driver_params=driver.params,
+        dry_run=dry_run,
+        echo=lambda line: click.echo(line, err=True),
+    )
     if code:
         sys.exit(code)

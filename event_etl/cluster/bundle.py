@@ -58,7 +58,9 @@ def _files_under(root: Path) -> list[Path]:
     return out
 
 
-def bundle_members(event_types_dir: str | os.PathLike[str], *, package_dir: Path | None = None) -> list[tuple[str, Path]]:
+def bundle_members(
+    event_types_dir: str | os.PathLike[str], *, package_dir: Path | None = None
+) -> list[tuple[str, Path]]:
     """``(name in the zip, file)`` of every file of the bundle, sorted by name.
 
     The package's files go under ``event_etl/``; the type folders of ``event_types_dir`` (as

@@ -1,7 +1,8 @@
 """A Spark standalone cluster on this machine: one master and N workers, all on 127.0.0.1.
 
 For trying ``event-etl submit`` without a cluster (``bin/spark-cluster start``, whose commands
-are :mod:`event_etl.cli.spark_cluster`) and for the integration tests.  It runs the daemons of the pip ``pyspark`` distribution
+are :mod:`event_etl.cli.spark_cluster`) and for the integration tests.  It runs the daemons of the pip ``pyspark``
+distribution
 (``spark-class org.apache.spark.deploy.master.Master`` and ``...worker.Worker``, with
 SPARK_HOME the pyspark package).  Everything binds to 127.0.0.1; the master's REST
 submission server is off; each worker has its own work folder.  The state (ports, pids)
@@ -48,7 +49,9 @@ def spark_home() -> Path:
 
     home = Path(pyspark.__file__).resolve().parent
     if not (home / "bin" / "spark-class").is_file():
-        raise EventEtlError(f"pyspark at {home} has no bin/spark-class", fix="reinstall pyspark: pip install --force-reinstall pyspark")
+        raise EventEtlError(
+            f"pyspark at {home} has no bin/spark-class", fix="reinstall pyspark: pip install --force-reinstall pyspark"
+        )
     return home
 
 

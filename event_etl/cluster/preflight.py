@@ -33,7 +33,8 @@ from event_etl.errors import EventEtlError, UsageError
 
 __all__ = ["EXECUTOR_MODULES", "SharedFolder", "shared_folders", "executor_report", "preflight"]
 
-EXECUTOR_MODULES = ("event_etl.task.executor", "event_etl.task.payload", "event_etl.task.dedupe", "pyarrow", "pandas", "numpy",
+EXECUTOR_MODULES = ("event_etl.task.executor", "event_etl.task.payload", "event_etl.task.dedupe", "pyarrow", "pandas",
+                    "numpy",
                     "fastavro", "orjson", "xxhash", "cramjam", "fsspec")
 """What an executor task imports: event_etl (from the bundle) and the dependencies it needs installed."""
 
@@ -85,7 +86,8 @@ def shared_folders(event_type, options, *, token: str) -> list[SharedFolder]:
                                 fix="the executors read the input files themselves: mount the folder at the same "
                                     "path on every node"))
     elif shared == "checkpoint":
-        out.append(SharedFolder("checkpoint", os.path.abspath(options.checkpoint or default_checkpoint(event_type.name)),
+        out.append(SharedFolder("checkpoint",
+                                os.path.abspath(options.checkpoint or default_checkpoint(event_type.name)),
                                 probe=probe,
                                 fix="the executors read the Pub/Sub spool (etl/source/pubsub/spool/) from the "
                                     "checkpoint: put --checkpoint on a shared mount (NFS, Filestore...) at the same "
@@ -108,7 +110,8 @@ def executor_report(modules: tuple[str, ...], folders: tuple[SharedFolder, ...],
 
 
 def preflight(spark, event_type, options) -> list[dict]:
-    """Ask the executors running now whether they can run this job; raise with the fix if not.  Returns their reports."""
+    """Ask the executors running now whether they can run this job; raise with the fix if not.
+    Returns their reports."""
     folders = shared_folders(event_type, options, token=uuid.uuid4().hex)
     modules = EXECUTOR_MODULES + (("gcsfs",) if options.sink.startswith("gs://") else ())
     written = []

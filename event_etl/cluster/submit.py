@@ -102,7 +102,9 @@ def check_submit_options(opts: SubmitOptions) -> None:
         raise UsageError("Spark standalone runs Python drivers in client mode only",
                          fix="drop --deploy-mode cluster: the driver then runs on this machine")
     if opts.deploy_mode == "cluster" and opts.master.startswith("local"):
-        raise UsageError(f"--master {opts.master} has no cluster to run the driver on", fix="drop --deploy-mode cluster")
+        raise UsageError(
+            f"--master {opts.master} has no cluster to run the driver on", fix="drop --deploy-mode cluster"
+        )
     if opts.python_env:
         if not opts.python_env.endswith(_ARCHIVE_SUFFIXES):
             raise UsageError(f"--python-env {opts.python_env} is not an archive",
@@ -217,7 +219,8 @@ def _driver_env_prefix(opts: SubmitOptions) -> str | None:
 
 
 def check_python_here(opts: SubmitOptions, conf: Mapping[str, str]) -> None:
-    """In client mode Spark starts the executors' Python on this machine too (the source's planner): it must exist here."""
+    """In client mode Spark starts the executors' Python on this machine too (the source's planner):
+    it must exist here."""
     python = conf.get("spark.pyspark.python")
     if opts.deploy_mode != "client" or not python:
         return
@@ -237,8 +240,10 @@ def spark_submit_path() -> str:
 
     path = os.path.join(os.path.dirname(os.path.abspath(pyspark.__file__)), "bin", "spark-submit")
     if not os.path.isfile(path):
-        raise EventEtlError(f"pyspark has no spark-submit at {path}",
-                            fix="reinstall pyspark (pip install --force-reinstall pyspark), or pass --spark-submit PATH")
+        raise EventEtlError(
+            f"pyspark has no spark-submit at {path}",
+            fix="reinstall pyspark (pip install --force-reinstall pyspark), or pass --spark-submit PATH",
+        )
     return path
 
 
@@ -295,7 +300,8 @@ def submit_job(event_type, event_types_dir: str | os.PathLike[str], job: Mapping
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: spark-submit gets SIGTERM when this process dies, however it dies (the job runs *here*, in client mode)."""
+    """Linux: spark-submit gets SIGTERM when this process dies, however it dies (the job runs *here*,
+    in client mode)."""
     try:
         import ctypes
 

@@ -203,6 +203,7 @@ def audit_hour(sink: SinkLike, event_type: EventType, hour: HourLike, *, expecte
         return record
     folder = HourFolder(storage, name, h)
     if not folder.create_only(AUDIT_NAME, record.to_bytes()):  # another audit won the race
-        return _recorded(AuditRecord.from_bytes(folder.read_optional(AUDIT_NAME) or b"", path=folder.display(AUDIT_NAME)),
-                         expected)
+        return _recorded(
+            AuditRecord.from_bytes(folder.read_optional(AUDIT_NAME) or b"", path=folder.display(AUDIT_NAME)), expected
+        )
     return replace(record, recorded=True)

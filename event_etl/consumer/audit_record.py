@@ -120,5 +120,8 @@ class AuditRecord:
                 recorded=True,
             )
         except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise CorruptHourError(f"{path} is not an audit record: {err}", path=path,
-                                   fix="it was damaged or not written by event_etl; move it aside and audit again") from err
+            raise CorruptHourError(
+                f"{path} is not an audit record: {err}",
+                path=path,
+                fix="it was damaged or not written by event_etl; move it aside and audit again",
+            ) from err

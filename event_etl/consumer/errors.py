@@ -81,7 +81,9 @@ class HourNotCompleteError(EventEtlError):
 class WaitTimeoutError(HourNotCompleteError):
     """``wait`` gave up: the hour was never seen complete within the timeout.  ``status`` is the last one seen."""
 
-    def __init__(self, message: str, *, event_type: str, hour: datetime, timeout: float, status, fix: str | None = None):
+    def __init__(
+        self, message: str, *, event_type: str, hour: datetime, timeout: float, status, fix: str | None = None
+    ):
         self.timeout = timeout
         self.status = status
         super().__init__(message, event_type=event_type, hour=hour, fix=fix)

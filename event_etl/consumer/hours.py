@@ -47,7 +47,9 @@ def hour_ms(value: HourLike, *, what: str = "hour") -> int:
         try:
             return parse_hour(value)
         except ValueError as err:
-            raise UsageError(f"{what}: {err}", fix="write the hour in UTC, e.g. 2026-11-21T13 or 2026-11-21T13:00Z") from err
+            raise UsageError(
+                f"{what}: {err}", fix="write the hour in UTC, e.g. 2026-11-21T13 or 2026-11-21T13:00Z"
+            ) from err
     raise UsageError(
         f"{what} {value!r} is a {type(value).__name__}, not an hour",
         fix="pass an aware datetime or an ISO-8601 string such as '2026-11-21T13:00Z'",

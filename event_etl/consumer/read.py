@@ -55,7 +55,8 @@ from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import parse_data_file_name
 from event_etl.rules.manifest import FileEntry, Manifest
 
-__all__ = ["hour_files", "writer_schema", "read_records", "records_of", "read_table", "record_json", "write_avro", "write_jsonl",
+__all__ = ["hour_files", "writer_schema", "read_records", "records_of", "read_table", "record_json", "write_avro",
+           "write_jsonl",
            "ReaderSchemaLike"]
 
 ReaderSchemaLike = Union[dict, str, "os.PathLike[str]", None]
@@ -334,7 +335,8 @@ def _json_value(v: Any) -> Any:
 
 
 def write_jsonl(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, out: TextIO, *,
-                include_late: bool = True, until: HourLike | None = None, reader_schema: ReaderSchemaLike = None) -> int:
+                include_late: bool = True, until: HourLike | None = None,
+                reader_schema: ReaderSchemaLike = None) -> int:
     """Write the records of a complete hour (or of ``[hour, until)``) to ``out``, one JSON object per line.
 
     Records are in the reader schema, as :func:`read_records` gives them.  Returns the number of records."""

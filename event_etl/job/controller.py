@@ -440,7 +440,9 @@ class Controller:
         return state.event_clock - self.et.out_of_orderness
 
     # -- markers ---------------------------------------------------------------------------
-    def _mark(self, state: WatermarkState, now: int, closed_by: str = "watermark") -> tuple[WatermarkState, list[Manifest]]:
+    def _mark(
+        self, state: WatermarkState, now: int, closed_by: str = "watermark"
+    ) -> tuple[WatermarkState, list[Manifest]]:
         """Mark the hours ``state`` completes (at most a step's worth, oldest first).
 
         ``closed_by`` (recorded in each manifest) says what moved the watermark past the hour:

@@ -198,8 +198,12 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
         "max_files_per_batch": options.max_files_per_batch,
         "max_events_per_batch": options.max_events_per_batch,
     }
-    printer = ProgressPrinter(et.name, clock, quiet=options.quiet,
-                              event_clock=GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None)
+    printer = ProgressPrinter(
+        et.name,
+        clock,
+        quiet=options.quiet,
+        event_clock=GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None,
+    )
     from event_etl.sources.activity import read_activity
 
     log_dir = source_spec["log_dir"]

@@ -153,7 +153,8 @@ class _JvmPopenKwargs(dict):
 
 
 def _off_the_main_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a helper thread: PySpark installs its SIGINT handler only when a context starts on the main thread."""
+    """Run ``fn`` in a helper thread:
+    PySpark installs its SIGINT handler only when a context starts on the main thread."""
     box: dict[str, Any] = {}
 
     def target() -> None:

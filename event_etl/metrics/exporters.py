@@ -111,7 +111,8 @@ class PrometheusEndpoint:
         params = inspect.signature(PrometheusMetricReader.__init__).parameters
         if "registry" not in params or "scope_info_enabled" not in params:
             raise EventEtlError(
-                "the installed opentelemetry-exporter-prometheus is too old: it cannot export to a registry of the job's own",
+                "the installed opentelemetry-exporter-prometheus is too old: it cannot export to a registry of the "
+                "job's own",
                 fix="pip install -U 'opentelemetry-exporter-prometheus>=0.64b0' (or re-run bin/test or bin/event-etl)",
             )
         reader = PrometheusMetricReader(registry=self.registry, scope_info_enabled=False)
@@ -172,7 +173,9 @@ class OtlpExport:
             raise EventEtlError("--otlp-endpoint needs opentelemetry-exporter-otlp-proto-http",
                                 fix="pip install opentelemetry-exporter-otlp-proto-http") from err
         inner = OTLPMetricExporter(endpoint=self.endpoint, preferred_temporality=_CUMULATIVE)
-        return PeriodicExportingMetricReader(_WithPreBucketed(inner, histograms), export_interval_millis=self.interval_ms)
+        return PeriodicExportingMetricReader(
+            _WithPreBucketed(inner, histograms), export_interval_millis=self.interval_ms
+        )
 
     def close(self) -> None:
         pass

@@ -140,7 +140,8 @@ class JobMetrics:
             for e in self.exports:
                 readers.append(e.open([self.delay]))
             self.provider = MeterProvider(
-                resource=Resource.create({"service.name": Settings.from_env().metrics_job, "service.version": __version__,
+                resource=Resource.create({"service.name": Settings.from_env().metrics_job,
+                                          "service.version": __version__,
                                           "event_etl.event_type": event_type}),
                 metric_readers=readers,
                 views=[

@@ -15,8 +15,9 @@ from event_etl.rules.judge import OUTCOMES
 from event_etl.settings import ENV_METRICS_JOB, ENV_METRICS_OLD_NAMES, Settings
 from event_etl.task.report import DELAY_BUCKETS_S
 
-__all__ = ["METRICS", "MetricSpec", "MetricKind", "RENAMED", "BY_OTEL_NAME", "OUTCOMES", "SCOPE", "BATCH_DURATION_BUCKETS_S",
-           "MARKER_DELAY_BUCKETS_S", "DELAY_BUCKETS_S", "ENV_OLD_NAMES", "ENV_JOB", "old_names_exported", "exported_series"]
+__all__ = ["METRICS", "MetricSpec", "MetricKind", "RENAMED", "BY_OTEL_NAME", "OUTCOMES", "SCOPE",
+           "BATCH_DURATION_BUCKETS_S", "MARKER_DELAY_BUCKETS_S", "DELAY_BUCKETS_S", "ENV_OLD_NAMES", "ENV_JOB",
+           "old_names_exported", "exported_series"]
 
 SCOPE = "event_etl"
 """The instrumentation scope of the job's metrics."""
@@ -75,7 +76,8 @@ METRICS: tuple[MetricSpec, ...] = (
                "Avro data files written into hour folders."),
     MetricSpec("event_etl_written_bytes_total", "event_etl.written.bytes", MetricKind.COUNTER, "By", _ET,
                "Bytes of the Avro data files written."),
-    MetricSpec("event_etl_batches_total", "event_etl.batches", MetricKind.COUNTER, "{batch}", ("event_type", "replayed"),
+    MetricSpec("event_etl_batches_total", "event_etl.batches", MetricKind.COUNTER, "{batch}",
+               ("event_type", "replayed"),
                "Micro-batches finished; replayed=\"true\" for a batch Spark replayed after a restart."),
     MetricSpec("event_etl_markers_written_total", "event_etl.markers.written", MetricKind.COUNTER, "{marker}", _ET,
                "_COMPLETE markers written: hours closed."),

@@ -124,7 +124,8 @@ def reader_problems(reader: Any, writer: Any, *, reader_is_new: bool = True) -> 
 
 
 def describe_type(t: Any) -> str:
-    """A short name of an Avro type for messages: ``long``, ``long (timestamp-millis)``, ``record Money``, ``array<string>``."""
+    """A short name of an Avro type for messages: ``long``, ``long (timestamp-millis)``, ``record Money``,
+    ``array<string>``."""
     return _describe(t, {}, "")
 
 

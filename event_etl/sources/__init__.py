@@ -66,12 +66,15 @@ def parse_source(url: str, *, now: int, default_subscription: str | None = None)
         if not path:
             raise UsageError(
                 "--source pubsub: names no subscription and the event type has no [pubsub] subscription",
-                fix="write --source pubsub:projects/PROJECT/subscriptions/NAME, or set subscription in [pubsub] of etl.toml",
+                fix="write --source pubsub:projects/PROJECT/subscriptions/NAME, or set subscription in [pubsub] of "
+                "etl.toml",
             )
         try:
             parse_subscription(path)
         except ValueError as err:
-            raise UsageError(f"--source {url}: {err}", fix="e.g. --source pubsub:projects/my-project/subscriptions/page-view-etl") from err
+            raise UsageError(
+                f"--source {url}: {err}", fix="e.g. --source pubsub:projects/my-project/subscriptions/page-view-etl"
+            ) from err
         return SourceSpec("pubsub", {"subscription": path}, f"pubsub:{path}")
     if url.startswith("dir:"):
         path = url[4:]

@@ -146,7 +146,9 @@ class DirectoryPlanner:
         try:
             names = os.listdir(self.path)
         except OSError as err:
-            raise SourceError(f"cannot list source folder {self.path}: {err}", fix="check that it exists and is readable") from err
+            raise SourceError(
+                f"cannot list source folder {self.path}: {err}", fix="check that it exists and is readable"
+            ) from err
         now = self.clock()
         new = []
         for name in sorted(names):

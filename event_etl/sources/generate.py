@@ -24,7 +24,9 @@ FIRST_BATCH_ROWS = 20_000
 
 
 class GeneratorPlanner:
-    def __init__(self, params: GeneratorParams, *, max_rows: int, clock: Callable[[], int], tasks_per_batch: int = 2) -> None:
+    def __init__(
+        self, params: GeneratorParams, *, max_rows: int, clock: Callable[[], int], tasks_per_batch: int = 2
+    ) -> None:
         self.params = params
         self.tasks_per_batch = max(1, tasks_per_batch)
         self.max_rows = max_rows

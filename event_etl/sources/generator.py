@@ -166,7 +166,11 @@ class _Values:
             if kind == "enum":
                 return rng.choice(t["symbols"])
             if kind == "array":
-                return [self.value(t["items"], name, rng, depth + 1) for _ in range(rng.randint(0, 3))] if depth < 3 else []
+                return (
+                    [self.value(t["items"], name, rng, depth + 1) for _ in range(rng.randint(0, 3))]
+                    if depth < 3
+                    else []
+                )
             if kind == "map":
                 return {
                     f"{name}_{j}": self.value(t["values"], name, rng, depth + 1) for j in range(rng.randint(1, 3))

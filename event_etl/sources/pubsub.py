@@ -50,7 +50,9 @@ __all__ = ["PubSubPlanner", "SPOOL_SCHEMA", "read_spool", "parse_subscription", 
 
 log = logging.getLogger(__name__)
 
-_SUB_RE = re.compile(r"^projects/([a-z][a-z0-9-]{4,28}[a-z0-9]|[a-zA-Z][\w.-]{2,})/subscriptions/([a-zA-Z][\w.~+%-]{2,254})$")
+_SUB_RE = re.compile(
+    r"^projects/([a-z][a-z0-9-]{4,28}[a-z0-9]|[a-zA-Z][\w.-]{2,})/subscriptions/([a-zA-Z][\w.~+%-]{2,254})$"
+)
 ERROR_FILE = "error.json"
 SPLIT_MESSAGES = 100_000
 
@@ -138,8 +140,10 @@ def read_spool(path: str, start: int, end: int) -> Iterator[tuple[int, dict[str,
     try:
         fh = open(path, "rb")
     except OSError as err:
-        raise SourceError(f"spool file {path} is missing: {err}",
-                          fix="the checkpoint's etl/source/pubsub/spool must stay until its batch is committed") from err
+        raise SourceError(
+            f"spool file {path} is missing: {err}",
+            fix="the checkpoint's etl/source/pubsub/spool must stay until its batch is committed",
+        ) from err
     with fh:
         for i, m in enumerate(fastavro.reader(fh)):
             if i >= end:

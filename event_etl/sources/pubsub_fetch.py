@@ -468,7 +468,11 @@ class Fetcher:
         st = self.stats()
         req = st["requests"]
         total = sum(req.values())
-        per = f"{st['requests_per_1000']:,.1f} per 1,000 messages" if st["requests_per_1000"] is not None else "no messages"
+        per = (
+            f"{st['requests_per_1000']:,.1f} per 1,000 messages"
+            if st["requests_per_1000"] is not None
+            else "no messages"
+        )
         parts = ", ".join(f"{label} {req.get(key, 0):,}" for key, label in (
             ("pull", "pull"), ("acknowledge", "acknowledge"), ("modify_ack_deadline", "modifyAckDeadline"),
             ("get_subscription", "getSubscription")))

@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["MAGIC", "SegmentName", "write_segment", "read_messages", "raw_messages", "message_runs", "ack_ids", "segment_count"]
+__all__ = [
+    "MAGIC",
+    "SegmentName",
+    "write_segment",
+    "read_messages",
+    "raw_messages",
+    "message_runs",
+    "ack_ids",
+    "segment_count",
+]
 
 MAGIC = b"EESEG1\n"
 _NAME_RE = re.compile(r"^([0-9a-f]{8})-(\d{2,})-(\d{8,})-n(\d+)\.seg$")

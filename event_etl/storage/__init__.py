@@ -152,7 +152,8 @@ class Storage:
                     raise
                 if time.monotonic() + delay > deadline:
                     raise StorageError(
-                        f"{what}: the storage was unreachable for {self.retry_seconds:.0f}s ({type(err).__name__}: {err})",
+                        f"{what}: the storage was unreachable for {self.retry_seconds:.0f}s "
+                        f"({type(err).__name__}: {err})",
                         fix="check the network and the bucket; the job can be restarted on the same checkpoint "
                             "and loses nothing",
                     ) from err
@@ -185,7 +186,8 @@ class Storage:
             else:
                 self._retry(f"writing {self.display(rel)}", lambda: self.fs.pipe_file(target, data))
         except OSError as err:
-            raise StorageError(f"cannot write {self.display(rel)}: {err}", fix="check the sink's space and permissions") from err
+            raise StorageError(f"cannot write {self.display(rel)}: {err}",
+                               fix="check the sink's space and permissions") from err
 
     def create_only(self, rel: str, data: bytes) -> bool:
         """Create ``rel`` with ``data`` unless it exists.  ``True`` if created, ``False`` if it already existed."""
@@ -252,7 +254,8 @@ class Storage:
                 self.write_atomic(rel, data)
                 return True
         try:
-            self._retry(f"replacing {self.display(rel)}", lambda: _gcs_upload_if_generation(self.fs, target, data, version))
+            self._retry(f"replacing {self.display(rel)}",
+                        lambda: _gcs_upload_if_generation(self.fs, target, data, version))
         except FileExistsError:  # 412: the generation changed
             return False
         except FileNotFoundError:
@@ -329,7 +332,8 @@ class Storage:
         except FileNotFoundError:
             return {}
         except OSError as err:
-            raise StorageError(f"cannot list {self.display(rel_dir)}: {err}", fix="check credentials and network") from err
+            raise StorageError(f"cannot list {self.display(rel_dir)}: {err}",
+                               fix="check credentials and network") from err
 
     def list_dirs(self, rel_dir: str) -> list[str]:
         """Names of the sub-folders of ``rel_dir`` (sorted); ``[]`` if it does not exist."""
@@ -348,7 +352,8 @@ class Storage:
         except FileNotFoundError:
             return []
         except OSError as err:
-            raise StorageError(f"cannot list {self.display(rel_dir)}: {err}", fix="check credentials and network") from err
+            raise StorageError(f"cannot list {self.display(rel_dir)}: {err}",
+                               fix="check credentials and network") from err
 
 
 def _gcs_upload_if_generation(fs, path: str, data: bytes, generation: str) -> None:

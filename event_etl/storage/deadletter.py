@@ -31,8 +31,16 @@ DEADLETTER_SCHEMA = fastavro.parse_schema(
             {"name": "reason", "type": "string", "doc": "see event_etl.rules.reasons.Reason"},
             {"name": "detail", "type": "string"},
             {"name": "arrived_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-            {"name": "event_time", "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}], "default": None},
-            {"name": "source", "type": "string", "doc": "where the payload came from (file@offset, gen:index, message id)"},
+            {
+                "name": "event_time",
+                "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}],
+                "default": None,
+            },
+            {
+                "name": "source",
+                "type": "string",
+                "doc": "where the payload came from (file@offset, gen:index, message id)",
+            },
             {"name": "batch_id", "type": "long"},
             {"name": "payload", "type": "bytes", "doc": "the original bytes, unchanged"},
         ],

@@ -248,7 +248,8 @@ class DedupeState:
         return known
 
     def seen_before(self, batch_id: int) -> np.ndarray:
-        """The sorted keys of the batches before ``batch_id`` (for inspection and tests; lookups use :meth:`known_before`)."""
+        """The sorted keys of the batches before ``batch_id`` (for inspection and tests; lookups use
+        :meth:`known_before`)."""
         arrays = list(self.runs.values()) + [k for k, _ in self.unacked.values()]
         if self.latest is not None and self.latest[0] < batch_id:
             arrays.append(self.latest[1]["key"])

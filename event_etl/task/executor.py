@@ -97,7 +97,9 @@ def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:
     try:
         fh = open(uri, "rb")
     except OSError as err:
-        raise SourceError(f"cannot read {uri}: {err}", fix="input files must stay until their batch is committed") from err
+        raise SourceError(
+            f"cannot read {uri}: {err}", fix="input files must stay until their batch is committed"
+        ) from err
     with fh:
         fh.seek(start)
         offset = start
@@ -305,7 +307,9 @@ class _Group:
         self.current = self._new()
 
     def _new(self) -> _OpenFile:
-        name = data_file_name(self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late, writer=self.ctx.writer)
+        name = data_file_name(
+            self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late, writer=self.ctx.writer
+        )
         self.skip = frozenset(self.ctx.drop.get(name, ()))
         return _OpenFile(name, self.schema, self.ctx.event_type.codec)
 
@@ -476,7 +480,9 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
     return best
 
 
-def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bool = True) -> tuple[dict[str, Any], bytes]:
+def process_split(
+    split: Split, ctx: BatchContext, storage: Storage, *, fast: bool = True
+) -> tuple[dict[str, Any], bytes]:
     """Process one split; returns its report (JSON-able) and its dedupe key rows (``KEY_DTYPE`` bytes).
 
     ``fast``: let chunks of valid JSON lines take the columnar path (:mod:`event_etl.task.fastpath`);
@@ -549,11 +555,14 @@ def process_split(split: Split, ctx: BatchContext, storage: Storage, *, fast: bo
                 delay_sum[0] += d
         else:
             reason = Reason.FUTURE if outcome is Outcome.FUTURE else Reason.TOO_LATE
-            rejects.append((reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t))
+            rejects.append(
+                (reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t)
+            )
         counts[outcome.value] += 1
 
     def chunk(fc, data: bytes, arrival: "int | np.ndarray", position, mids: list[str] | None = None) -> None:
-        """The fast path: a chunk of valid JSON lines (:mod:`event_etl.task.fastpath`), the same outcome as :func:`one` on each.
+        """The fast path: a chunk of valid JSON lines (:mod:`event_etl.task.fastpath`), the same outcome as
+        :func:`one` on each.
 
         ``arrival``: one arrival for the chunk (the lines of a file) or one per line (Pub/Sub
         messages: their publish times); ``position(i)``: the position of line ``i`` (``where + offset``);

@@ -235,14 +235,15 @@ class FastPlan:
                 idx = pc.index_in(c, value_set=self.symbols[f.name])
                 if idx.null_count != c.null_count:
                     return None  # a symbol the enum does not have
-                pending.append((idx.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64) << np.uint64(1), valid))
+                pending.append((idx.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64) << np.uint64(1),
+                                valid))
             elif f.kind in ("long", "int"):
-                v = c.fill_null(0).to_numpy(zero_copy_only=False) if valid is not None else c.to_numpy(zero_copy_only=False)
+                v = (c.fill_null(0) if valid is not None else c).to_numpy(zero_copy_only=False)
                 if f.kind == "int" and len(v) and (v.min() < _INT32[0] or v.max() > _INT32[1]):
                     return None
                 pending.append((_zigzag(v), valid))
             elif f.kind == "boolean":
-                v = c.fill_null(False).to_numpy(zero_copy_only=False) if valid is not None else c.to_numpy(zero_copy_only=False)
+                v = (c.fill_null(False) if valid is not None else c).to_numpy(zero_copy_only=False)
                 pending.append((v.astype(np.uint64), valid))
         if pending:
             pieces.append(_varints(pending, n, pa))
@@ -302,7 +303,8 @@ def _varints(cols: list[tuple[np.ndarray, np.ndarray | None]], n: int, pa) -> An
         pos += s
     if offsets[-1] >= 2**31:
         return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
-    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
+    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)),
+                                                        pa.py_buffer(out)])
 
 
 _PLANS: dict[int, FastPlan | None] = {}

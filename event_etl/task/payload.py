@@ -127,7 +127,9 @@ class Decoder:
             return False, Reason.NOT_AN_OBJECT, f"JSON {type(rec).__name__}, expected an object"
         return self._check(rec, override, fallback)
 
-    def decode_message(self, payload: bytes, attributes: dict[str, str] | None, publish_time: int) -> tuple[bool, Any, Any]:
+    def decode_message(
+        self, payload: bytes, attributes: dict[str, str] | None, publish_time: int
+    ) -> tuple[bool, Any, Any]:
         """Decode a Pub/Sub message: the event time may come from an attribute or the publish time (per the type)."""
         fallback = publish_time if self.event_type.publish_time_fallback else None
         name = self.event_type.time_attribute
@@ -173,7 +175,9 @@ class Decoder:
             return False, Reason.OVERSIZED, f"{n} bytes > max_payload_bytes {self.max_bytes}"
         return self._decode_avro(payload, override, fallback)
 
-    def _not_json(self, payload: bytes, err: Exception, override: int | None, fallback: int | None) -> tuple[bool, Any, Any]:
+    def _not_json(
+        self, payload: bytes, err: Exception, override: int | None, fallback: int | None
+    ) -> tuple[bool, Any, Any]:
         try:
             text = payload.decode("utf-8")
         except UnicodeDecodeError as uerr:
@@ -202,7 +206,9 @@ class Decoder:
         except (ValueError, OverflowError, TypeError) as err:
             return False, Reason.INVALID_TIME, f"field {self.time_field!r}: {err}"
 
-    def _check(self, rec: dict[str, Any], override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
+    def _check(
+        self, rec: dict[str, Any], override: int | None = None, fallback: int | None = None
+    ) -> tuple[bool, Any, Any]:
         if override is None and fallback is None:  # the common case, inline
             v = rec.get(self.time_field)
             if v is None:
@@ -230,7 +236,9 @@ class Decoder:
             return False, Reason.SCHEMA_MISMATCH, f"field {why}"
         return True, rec, ms
 
-    def _decode_avro(self, payload: bytes, override: int | None = None, fallback: int | None = None) -> tuple[bool, Any, Any]:
+    def _decode_avro(
+        self, payload: bytes, override: int | None = None, fallback: int | None = None
+    ) -> tuple[bool, Any, Any]:
         if len(payload) < 10 or payload[:2] != SOE_MAGIC:
             return False, Reason.INVALID_AVRO, "not an Avro single-object message (header C3 01 + 8-byte fingerprint)"
         fp = payload[2:10].hex()

@@ -61,9 +61,17 @@ class SplitReport:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> "SplitReport":
-        return cls(shard=doc.get("shard", 0), counts=dict(doc.get("counts") or {}), reasons=dict(doc.get("reasons") or {}),
-                   files=list(doc.get("files") or []), deadletter=doc.get("deadletter"),
-                   max_event_time=doc.get("max_event_time"), max_counted_time=doc.get("max_counted_time", _ABSENT),
-                   min_hour=doc.get("min_hour"), max_hour=doc.get("max_hour"),
-                   delay_buckets=list(doc.get("delay_buckets") or []), delay_sum_ms=int(doc.get("delay_sum_ms") or 0),
-                   inputs=doc.get("inputs"))
+        return cls(
+            shard=doc.get("shard", 0),
+            counts=dict(doc.get("counts") or {}),
+            reasons=dict(doc.get("reasons") or {}),
+            files=list(doc.get("files") or []),
+            deadletter=doc.get("deadletter"),
+            max_event_time=doc.get("max_event_time"),
+            max_counted_time=doc.get("max_counted_time", _ABSENT),
+            min_hour=doc.get("min_hour"),
+            max_hour=doc.get("max_hour"),
+            delay_buckets=list(doc.get("delay_buckets") or []),
+            delay_sum_ms=int(doc.get("delay_sum_ms") or 0),
+            inputs=doc.get("inputs"),
+        )

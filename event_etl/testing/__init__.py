@@ -1,1 +1,2 @@
-"""Tools for testing event_etl and jobs built on it: the event-time transcripts (:mod:`event_etl.testing.transcripts`)."""
+"""Tools for testing event_etl and jobs built on it: the event-time transcripts
+(:mod:`event_etl.testing.transcripts`)."""

@@ -120,7 +120,9 @@ def check_manifest_matches_folder(sink: Path, event_type: str, h: int) -> Manife
     folder = Path(sink) / hour_dir(event_type, h)
     m = Manifest.from_bytes((folder / MARKER_NAME).read_bytes())
     names = sorted(p.name for p in folder.iterdir() if p.name.endswith(".avro"))
-    assert [f.name for f in m.files] == names, f"manifest of {folder} lists {[f.name for f in m.files]}, folder has {names}"
+    assert [f.name for f in m.files] == names, (
+        f"manifest of {folder} lists {[f.name for f in m.files]}, folder has {names}"
+    )
     for f in m.files:
         data = (folder / f.name).read_bytes()
         assert f.bytes == len(data)
