@@ -43,6 +43,30 @@ def test_every_event_etl_variable_the_code_reads_is_in_the_one_table():
     assert table - names == set(), "docs/environment.md lists variables the code no longer reads"
 
 
+def test_only_the_settings_object_names_the_variables_it_reads():
+    """event_etl/settings.py reads every EVENT_ETL_* variable; elsewhere no code spells one out to read it
+    (a docstring or help text may name it).  Exceptions: the fault points of the test campaigns
+    (faults.py) and the Pub/Sub fetcher's settings, named after their fields (EVENT_ETL_PUBSUB_<FIELD>)."""
+    import ast
+
+    allowed = {"settings.py", "faults.py", "pubsub_fetch.py"}
+    spelled = []
+    for path in sorted((ROOT / "event_etl").rglob("*.py")):
+        if path.name in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"EVENT_ETL_\w+",
+                                                                                               node.value):
+                spelled.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value}")
+    assert spelled == [], "read it through event_etl.settings.Settings"
+    from event_etl import settings
+
+    constants = {v for k, v in vars(settings).items() if k.startswith("ENV_")}
+    documented = {n for n in _env_table() if not n.startswith(("EVENT_ETL_PUBSUB_", "EVENT_ETL_FAULT_"))}
+    assert documented - constants == {"EVENT_ETL_PYTHON", "EVENT_ETL_VENV"}, \
+        "every variable but the bin/ scripts' is a constant of event_etl.settings"
+
+
 def test_no_dangling_pitfalls_reference():
     for path in [ROOT / "event_etl" / "storage" / "__init__.py", *DOCS.glob("*.md"), ROOT / "README.md"]:
         for m in re.finditer(r'see ([^,()]*?), "Pitfalls"', path.read_text()):

@@ -68,9 +68,11 @@ def _pubsub_check(spec: "SourceSpec") -> None:
 
 
 def _pubsub_fetcher(spec: "SourceSpec", log_dir: str, *, once: bool):
-    from event_etl.sources.pubsub_fetch import Fetcher
+    from event_etl.settings import Settings
+    from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 
-    return Fetcher(spec.params["subscription"], log_dir, once=once)
+    settings = FetchSettings.from_env(dict(Settings.from_env().pubsub))  # the EVENT_ETL_PUBSUB_* variables
+    return Fetcher(spec.params["subscription"], log_dir, once=once, settings=settings)
 
 
 def _clock() -> Callable[[], int]:
