@@ -9,6 +9,7 @@
       etl/state.json               WatermarkState after the last finished batch
       etl/batches/<id>.json        a batch's intent: the watermark and settings it is judged with
       etl/ledger/<hour>/<id>.json  files batch <id> wrote into <hour> (sizes, sha256)
+      etl/ledger/<hour>/<gen>.merge  a merge of the hour's small files: members and merged files
       etl/source/...               the source's own durable logs (file list, message spool)
 
 The intent of a batch is written before any of its files, and never changed: a batch
@@ -312,12 +313,35 @@ class Checkpoint:
         write_json_atomic(self._ledger_dir(hour) / f"{batch_id:010d}.json", [e.to_json() for e in entries])
 
     def read_ledger(self, hour: int) -> list[FileEntry]:
+        """The hour's files: what its batches wrote, with its recorded merges applied (sorted by name)."""
+        from event_etl.rules.compaction import apply_merges
+
         d = self._ledger_dir(hour)
         out: list[FileEntry] = []
         if d.is_dir():
             for p in sorted(d.glob("*.json")):
                 out.extend(FileEntry.from_json(e) for e in _read_json(p))
+        merges = self.read_merges(hour)
+        return apply_merges(out, merges) if merges else out
+
+    def read_merges(self, hour: int) -> list[tuple[list[str], list[FileEntry]]]:
+        """The hour's merges, oldest first: ``(member names, merged files)``."""
+        d = self._ledger_dir(hour)
+        out = []
+        for p in sorted(d.glob("*.merge")) if d.is_dir() else []:
+            m = _read_json(p)
+            out.append(([str(n) for n in m["members"]], [FileEntry.from_json(e) for e in m["merged"]]))
         return out
+
+    def save_merge(self, hour: int, generation: int, members: list[str], merged: list[FileEntry]) -> None:
+        """Record a merge (after its files are durable, before its members are deleted)."""
+        write_json_atomic(self._ledger_dir(hour) / f"{generation:04d}.merge",
+                          {"members": list(members), "merged": [e.to_json() for e in merged]})
+
+    def ledger_hours(self) -> list[int]:
+        """The hours that have a ledger (open, or marked and not yet dropped)."""
+        d = self.etl / "ledger"
+        return sorted(int(p.name) for p in d.iterdir() if p.name.lstrip("-").isdigit()) if d.is_dir() else []
 
     def drop_ledger(self, hour: int) -> None:
         shutil.rmtree(self._ledger_dir(hour), ignore_errors=True)
