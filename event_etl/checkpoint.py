@@ -310,6 +310,9 @@ class Checkpoint:
         return self.etl / "ledger" / str(hour)
 
     def write_ledger(self, hour: int, batch_id: int, entries: list[FileEntry]) -> None:
+        away = {n for members, _ in self.read_merges(hour) for n in members}
+        if away:  # a replay of a batch whose files were merged since: the merged files stand for them
+            entries = [e for e in entries if e.name not in away]
         write_json_atomic(self._ledger_dir(hour) / f"{batch_id:010d}.json", [e.to_json() for e in entries])
 
     def read_ledger(self, hour: int) -> list[FileEntry]:
@@ -317,12 +320,12 @@ class Checkpoint:
         from event_etl.rules.compaction import apply_merges
 
         d = self._ledger_dir(hour)
-        out: list[FileEntry] = []
+        out: dict[str, FileEntry] = {}
         if d.is_dir():
-            for p in sorted(d.glob("*.json")):
-                out.extend(FileEntry.from_json(e) for e in _read_json(p))
+            for p in sorted(d.glob("*.json")):  # batches' files (and merged.json, 0.1.0's view of the merges)
+                out.update((e.name, e) for e in map(FileEntry.from_json, _read_json(p)))
         merges = self.read_merges(hour)
-        return apply_merges(out, merges) if merges else out
+        return apply_merges(out.values(), merges) if merges else [out[n] for n in sorted(out)]
 
     def read_merges(self, hour: int) -> list[tuple[list[str], list[FileEntry]]]:
         """The hour's merges, oldest first: ``(member names, merged files)``."""
@@ -337,6 +340,27 @@ class Checkpoint:
         """Record a merge (after its files are durable, before its members are deleted)."""
         write_json_atomic(self._ledger_dir(hour) / f"{generation:04d}.merge",
                           {"members": list(members), "merged": [e.to_json() for e in merged]})
+        self.project_merges(hour)
+
+    def project_merges(self, hour: int) -> None:
+        """Write the hour's merges into release 0.1.0's layout too (it reads every ``*.json`` of the ledger and
+        knows no ``.merge``): the batches' files without the merged-away members, and ``merged.json`` listing the
+        merged files, so that a job rolled back to 0.1.0 marks the hour with the files it holds.  Repeatable."""
+        d = self._ledger_dir(hour)
+        merges = self.read_merges(hour)
+        if not merges:
+            return
+        final = {e.name: e for e in self.read_ledger(hour)}
+        for p in sorted(d.glob("*.json")):
+            if p.name == "merged.json":
+                continue
+            entries = [FileEntry.from_json(e) for e in _read_json(p)]
+            kept = [e for e in entries if e.name in final]
+            if len(kept) != len(entries):
+                write_json_atomic(p, [e.to_json() for e in kept])
+        from event_etl.rules.compaction import is_merged_name
+
+        write_json_atomic(d / "merged.json", [e.to_json() for n, e in sorted(final.items()) if is_merged_name(n)])
 
     def ledger_hours(self) -> list[int]:
         """The hours that have a ledger (open, or marked and not yet dropped)."""

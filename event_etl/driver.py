@@ -592,6 +592,7 @@ class Controller:
         """Finish what a merge killed midway left: delete merged-away members still there, and merged files no
         merge recorded (written by a merge that died before recording it).  True if anything was deleted."""
         rel_dir = hour_dir(self.et.name, hour)
+        self.ckpt.project_merges(hour)  # a kill may have come between recording a merge and projecting it
         current = {e.name for e in self.ckpt.read_ledger(hour)}
         away = {n for members, _ in self.ckpt.read_merges(hour) for n in members}
         gone = [n for n in sorted(listing) if n not in current and (n in away or is_merged_name(n))]

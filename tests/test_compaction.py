@@ -237,3 +237,21 @@ def test_a_replay_after_its_files_were_merged_in_the_open_hour_does_not_bring_th
     p.restart()
     p.batch([], batch_id=3)  # Spark replays batch 3 (its commit was not recorded)
     assert sorted(f.name for f in folder.glob("*.avro")) == names
+
+
+def test_release_0_1_0_reads_the_merged_hour_from_the_ledger(tmp_path):
+    """0.1.0 reads every ``*.json`` of an hour's ledger and knows no merge: after a rollback it must find the
+    files the hour holds (the merged ones), not the deleted members."""
+    import json as _json
+
+    from event_etl.rules.manifest import FileEntry as FE
+
+    et = small_type(tmp_path)
+    clock = FakeClock(t("13:00"))
+    p = LocalPipeline(tmp_path, et, clock)
+    trickle(p, clock, 9, 3)
+    ledger = p.ckpt.etl / "ledger" / str(H13)
+    as_0_1_0 = sorted(FE.from_json(e).name for f in sorted(ledger.glob("*.json")) for e in _json.loads(f.read_text()))
+    folder = p.sink / "click" / "dt=2026-11-21" / "hour=13"
+    assert as_0_1_0 == sorted(f.name for f in folder.glob("*.avro"))
+    assert any(is_merged_name(n) for n in as_0_1_0)
