@@ -37,10 +37,15 @@ class _Block:
 
 
 def _blocks(data: bytes, name: str):
+    """``((schema text, codec), header bytes without the sync marker, writer schema, block reader)``."""
     try:
         reader = fastavro.block_reader(io.BytesIO(data))
         header = (reader.metadata.get("avro.schema"), reader.metadata.get("avro.codec", "null"))
-        return header, reader.writer_schema, reader
+        sync = reader._header["sync"]
+        end = data.find(sync)  # the header is magic, metadata, then the file's sync marker
+        if end < 0:
+            raise ValueError("no sync marker after the header")
+        return header, data[:end], reader.writer_schema, reader
     except Exception as err:  # noqa: BLE001 - named with the file
         raise MergeError(f"{name}: not a readable Avro container file ({err})") from err
 
@@ -66,26 +71,30 @@ def merge_containers(members: Sequence[tuple[str, bytes]], max_events: int, name
         return []
     first_header = None
     schema = None
+    head = b""
     out: list[tuple[str, bytes, int]] = []
-    state: dict = {"writer": None, "buf": None, "n": 0, "name": None}
+    state: dict = {"writer": None, "buf": None, "n": 0, "name": None, "sync": b""}
 
     def open_next(codec: str) -> None:
         name = name_of(len(out))
         buf = io.BytesIO()
-        state.update(buf=buf, n=0, name=name,
-                     writer=Writer(buf, schema, codec=codec, sync_marker=sync_marker_for(name),
-                                   compression_level=1 if codec == "deflate" else None))
+        writer = Writer(buf, schema, codec=codec, sync_marker=sync_marker_for(name),
+                        compression_level=1 if codec == "deflate" else None)
+        state.update(buf=buf, n=0, name=name, writer=writer, sync=sync_marker_for(name))
 
     def close() -> None:
         if state["writer"] is not None and state["n"]:
             state["writer"].flush()
-            out.append((state["name"], state["buf"].getvalue(), state["n"]))
+            # the members' header as it is (fastavro would write the schema's text its own way), then this
+            # file's sync marker and blocks
+            data = state["buf"].getvalue()
+            out.append((state["name"], head + data[data.find(state["sync"]):], state["n"]))
         state["writer"] = None
 
     for mname, data in members:
-        header, writer_schema, reader = _blocks(data, mname)
+        header, member_head, writer_schema, reader = _blocks(data, mname)
         if first_header is None:
-            first_header, schema = header, writer_schema
+            first_header, head, schema = header, member_head, writer_schema
             open_next(header[1])
         elif header != first_header:
             raise MergeError(f"{mname} has another schema or codec than {members[0][0]}")
@@ -99,11 +108,11 @@ def merge_containers(members: Sequence[tuple[str, bytes]], max_events: int, name
                         state["n"] += n
                         n = 0
                     else:
-                        head, tail = _cut(block, schema, room)
+                        first, rest = _cut(block, schema, room)
                         if room:
-                            state["writer"].write_block(_Block(head, room))
+                            state["writer"].write_block(_Block(first, room))
                             state["n"] += room
-                        block = _Block(tail, n - room)
+                        block = _Block(rest, n - room)
                         n -= room
                     if state["n"] >= max_events:
                         close()

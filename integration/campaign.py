@@ -549,6 +549,15 @@ class Campaign:
         placed = Counter(i for h in content.values() for i, _, _ in h["records"])
         lost = sorted(set(valid) - set(placed))
         duplicated = sorted(i for i, n in placed.items() if n > 1)
+        where = {}
+        for h, entry in content.items():
+            for name, data in entry["data"].items():
+                if duplicated:
+                    import fastavro
+
+                    for r in fastavro.reader(io.BytesIO(data)):
+                        if str(r["event_id"]) in duplicated[:5]:
+                            where.setdefault(str(r["event_id"]), []).append(f"{entry['rel']}/{name}")
         not_valid_in_buckets = sorted(set(placed) - set(valid))
         # placement by the hour that was open when the record's batch ran
         marker_batch = {h: e["marker"].extra.get("last_batch") for h, e in content.items() if e["marker"]}
@@ -651,7 +660,7 @@ class Campaign:
              "timely events judged late (Pub/Sub reorders waves: shown, not judged)"): len(judged_late),
             "hours closed by watermark / idle / drain": "{} / {} / {}".format(
                 *(sum(1 for v in closed_by.values() if v == k) for k in ("watermark", "idle", "drain"))),
-            "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "misplaced": misplaced[:10],
+            "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "duplicated where": where, "misplaced": misplaced[:10],
                          "unmarked": unmarked[:10], "bad_manifests": bad_manifests[:10], "changed": changed[:10],
                          "early": early[:10], "too many files": too_many_files[:10], "judged_late": judged_late[:10], "dead letters": dl_detail},
         }

@@ -255,3 +255,44 @@ def test_release_0_1_0_reads_the_merged_hour_from_the_ledger(tmp_path):
     folder = p.sink / "click" / "dt=2026-11-21" / "hour=13"
     assert as_0_1_0 == sorted(f.name for f in folder.glob("*.avro"))
     assert any(is_merged_name(n) for n in as_0_1_0)
+
+
+def test_merged_files_keep_their_members_header_so_they_merge_again():
+    """fastavro writes a schema's text its own way: a merged file must keep the members' header text, or a
+    later merge would find 'another schema' in it."""
+    members = [(f"m{k}", container(f"m{k}", 10 * k, 4)) for k in range(3)]
+    out = merge_containers(members, 5, lambda seq: f"a-{seq}.avro")
+    head = members[0][1][:members[0][1].find(b"\x01" * 16)]
+    assert all(data.startswith(head) for _, data, _ in out)
+    again = merge_containers([(n, d) for n, d, _ in out] + [("m9", container("m9", 90, 2))], 100, lambda s: f"b-{s}")
+    assert [r["i"] for r in fastavro.reader(io.BytesIO(again[0][1]))] == \
+        [*range(0, 4), *range(10, 14), *range(20, 24), 90, 91]
+
+
+def test_the_shipped_page_view_type_merges_its_merged_files_again(tmp_path):
+    """A rich schema (docs, logical types): merged files merge again, so a trickling hour still ends merged."""
+    import json as _json
+    import random
+    import shutil
+    from pathlib import Path
+
+    from bench.datagen import make_record
+    from event_etl.eventtypes import load_event_type
+
+    root = Path(__file__).resolve().parent.parent / "event_types" / "page_view"
+    shutil.copytree(root, tmp_path / "types" / "page_view")
+    toml = tmp_path / "types" / "page_view" / "etl.toml"
+    toml.write_text(toml.read_text().replace("max_events_per_file = 500000", "max_events_per_file = 10"))
+    et = load_event_type(tmp_path / "types" / "page_view")
+    assert et.max_events_per_file == 10
+    clock = FakeClock(t("13:00"))
+    p = LocalPipeline(tmp_path, et, clock)
+    rng = random.Random(5)
+    for b in range(12):
+        clock.now = t("13:01") + 60_000 * b
+        p.batch([_json.dumps(make_record("page_view", 4 * b + i, clock.now - 1000 - i, rng)).encode() for i in range(4)])
+    clock.now = t("14:10")
+    p.batch([_json.dumps(make_record("page_view", 999, t("14:09"), rng)).encode()])
+    check_manifest_matches_folder(p.sink, "page_view", H13)
+    names = sorted(f.name for f in (p.sink / "page_view" / "dt=2026-11-21" / "hour=13").glob("*.avro"))
+    assert len(names) == 5 and all(is_merged_name(n) for n in names), names
