@@ -66,16 +66,19 @@ sys.path.insert(0, str(ROOT))
 
 from event_etl.eventtypes import load_event_type  # noqa: E402
 from event_etl.rules.buckets import MARKER_NAME, parse_data_file_name, parse_hour_dir  # noqa: E402
+from event_etl.rules.compaction import is_merged_name  # noqa: E402
 from event_etl.rules.manifest import Manifest  # noqa: E402
 from event_etl.storage import Storage  # noqa: E402
 from event_etl.storage.avroio import encode_single_object  # noqa: E402
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
-FAULT_POINTS = ("write_file", "files_written", "duplicates_rewritten", "before_marker", "after_marker", "state_saved")
+FAULT_POINTS = ("write_file", "files_written", "duplicates_rewritten", "before_marker", "after_marker", "state_saved",
+                "merge_write", "merged_written", "merge_recorded")  # the last three: merging an hour's small files
 PUBSUB_POINTS = ("pulled", "spooled", "acknowledging")  # pulled, not spooled; spooled, not offered; acking a batch
 PAUSES = ("write_file=0.02,files_written=0.15,duplicates_rewritten=0.3,before_marker=0.25,after_marker=0.25,"
-          "state_saved=0.1,drain=0.5,idle_advance=0.5,pulled=0.05,spooled=0.1,acknowledging=0.2")
+          "state_saved=0.1,merge_write=0.05,merged_written=0.2,merge_recorded=0.2,drain=0.5,idle_advance=0.5,pulled=0.05,spooled=0.1,acknowledging=0.2")
+MAX_EVENTS_PER_FILE = 40  # the campaign's type: batches of a few dozen events write small files, merged
 IDLE_TIMEOUT_S = 20  # the campaign's type: longer than a run waits for input, shorter than its downtimes
 FAST_CLOCK_MS = 8 * MINUTE_MS
 AHEAD = 4  # batches of input made available ahead of the job
@@ -275,7 +278,9 @@ class Campaign:
         extra = f'idle_timeout = "{IDLE_TIMEOUT_S}s"\n'
         if self.args.source == "pubsub":
             extra += 'dedupe_window = "2h"\n'
-        text = toml.read_text().replace('idle_timeout = "5m"\n', "")
+        # small files merge: a few dozen events a batch, files of MAX_EVENTS_PER_FILE
+        extra += f"max_events_per_file = {MAX_EVENTS_PER_FILE}\n"
+        text = toml.read_text().replace('idle_timeout = "5m"\n', "").replace("max_events_per_file = 500000\n", "")
         toml.write_text(extra + text)  # top-level keys: before any table
         self.et = load_event_type(types / "page_view")
         self.event_types_dir = str(types)
@@ -545,6 +550,15 @@ class Campaign:
         placed = Counter(i for h in content.values() for i, _, _ in h["records"])
         lost = sorted(set(valid) - set(placed))
         duplicated = sorted(i for i, n in placed.items() if n > 1)
+        where = {}
+        for h, entry in content.items():
+            for name, data in entry["data"].items():
+                if duplicated:
+                    import fastavro
+
+                    for r in fastavro.reader(io.BytesIO(data)):
+                        if str(r["event_id"]) in duplicated[:5]:
+                            where.setdefault(str(r["event_id"]), []).append(f"{entry['rel']}/{name}")
         not_valid_in_buckets = sorted(set(placed) - set(valid))
         # placement by the hour that was open when the record's batch ran
         marker_batch = {h: e["marker"].extra.get("last_batch") for h, e in content.items() if e["marker"]}
@@ -594,6 +608,12 @@ class Campaign:
                 1 for r in entry["records"] if r[2])
             if not good:
                 bad_manifests.append(iso(h))
+        # few files per complete hour: at most ceil(records / max_events_per_file) + 2
+        too_many_files = [
+            (iso(h), len([n for n in entry["files"] if n.endswith(".avro")]), len(entry["records"]))
+            for h, entry in content.items() if entry["marker"] is not None
+            and len([n for n in entry["files"] if n.endswith(".avro")])
+            > -(-len(entry["records"]) // MAX_EVENTS_PER_FILE) + 2]
         # markers never written twice: create-only; folders never changed after their marker
         changed = [rel for rel, snap in watcher.snapshots.items() if watcher.snapshot(rel) != snap]
         # no hour closed before the real clock passed its end (the fast producer clock), but by a drain
@@ -631,6 +651,10 @@ class Campaign:
             "hours without exactly one _COMPLETE": len(unmarked),
             "manifests not matching their folder": len(bad_manifests),
             "hours changed after their marker (premature markers)": len(changed),
+            "complete hours with more than ceil(records / max_events_per_file) + 2 files": len(too_many_files),
+            "data files in complete hours (of them merged)": "{} ({})".format(
+                sum(1 for e in content.values() if e["marker"] for n in e["files"] if n.endswith(".avro")),
+                sum(1 for e in content.values() if e["marker"] for n in e["files"] if is_merged_name(n))),
             "hours marked before the real clock passed their end": len(early),
             # Pub/Sub delivers the waves the campaign publishes ahead in any order: there a timely event may be
             # late for real, and the figure is shown, not judged.  Files arrive in order.
@@ -638,9 +662,11 @@ class Campaign:
              "timely events judged late (Pub/Sub reorders waves: shown, not judged)"): len(judged_late),
             "hours closed by watermark / idle / drain": "{} / {} / {}".format(
                 *(sum(1 for v in closed_by.values() if v == k) for k in ("watermark", "idle", "drain"))),
-            "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "misplaced": misplaced[:10],
+            "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "duplicated where": where,
+                         "misplaced": misplaced[:10],
                          "unmarked": unmarked[:10], "bad_manifests": bad_manifests[:10], "changed": changed[:10],
-                         "early": early[:10], "judged_late": judged_late[:10], "dead letters": dl_detail},
+                         "early": early[:10], "too many files": too_many_files[:10], "judged_late": judged_late[:10],
+                         "dead letters": dl_detail},
         }
 
     # -- the campaign ----------------------------------------------------------------------
@@ -697,6 +723,7 @@ FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "mis
                 "dead-letter records missing", "dead-letter records extra", "hours without exactly one _COMPLETE",
                 "manifests not matching their folder", "hours changed after their marker (premature markers)",
                 "hours marked before the real clock passed their end",
+                "complete hours with more than ceil(records / max_events_per_file) + 2 files",
                 "timely events judged late (an hour closed early)", "final run exit code")
 
 

@@ -151,8 +151,11 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
         assert scalar(prom, f"event_etl_hours_completed_total{{{sel}}}") == 1  # 0.1's name, kept one release
         assert (tmp_path / "sink" / "click").glob("dt=*/hour=*/_COMPLETE")
         avro = list((tmp_path / "sink" / "click").glob("dt=*/hour=*/*.avro"))
-        assert scalar(prom, f"event_etl_written_files_total{{{sel}}}") == len(avro)
-        assert scalar(prom, f"event_etl_written_bytes_total{{{sel}}}") == sum(f.stat().st_size for f in avro)
+        merged = (scalar(prom, f"event_etl_merged_files_total{{{sel}}}"),
+                  scalar(prom, f"event_etl_merged_bytes_total{{{sel}}}"))
+        assert scalar(prom, f"event_etl_written_files_total{{{sel}}}") - merged[0] == len(avro)
+        written_bytes = scalar(prom, f"event_etl_written_bytes_total{{{sel}}}")
+        assert written_bytes - merged[1] == sum(f.stat().st_size for f in avro)
         written = expected["timely"] + expected["late"]
         assert scalar(prom, f"event_etl_event_delay_seconds_count{{{sel}}}") == written
         assert scalar(prom, f'event_etl_event_delay_seconds_bucket{{{sel},le="+Inf"}}') == written

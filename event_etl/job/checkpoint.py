@@ -9,6 +9,7 @@
       etl/state.json               WatermarkState after the last finished batch
       etl/batches/<id>.json        a batch's intent: the watermark and settings it is judged with
       etl/ledger/<hour>/<id>.json  files batch <id> wrote into <hour> (sizes, sha256)
+      etl/ledger/<hour>/<gen>.merge  a merge of the hour's small files: members and merged files
       etl/source/...               the source's own durable logs (file list, message spool)
 
 The intent of a batch is written before any of its files, and never changed: a batch
@@ -297,15 +298,62 @@ class Checkpoint:
         return self.etl / "ledger" / str(hour)
 
     def write_ledger(self, hour: int, batch_id: int, entries: list[FileEntry]) -> None:
+        away = {n for members, _ in self.read_merges(hour) for n in members}
+        if away:  # a replay of a batch whose files were merged since: the merged files stand for them
+            entries = [e for e in entries if e.name not in away]
         write_json_atomic(self._ledger_dir(hour) / f"{batch_id:010d}.json", [e.to_json() for e in entries])
 
     def read_ledger(self, hour: int) -> list[FileEntry]:
+        """The hour's files: what its batches wrote, with its recorded merges applied (sorted by name)."""
+        from event_etl.rules.compaction import apply_merges
+
         d = self._ledger_dir(hour)
-        out: list[FileEntry] = []
+        out: dict[str, FileEntry] = {}
         if d.is_dir():
-            for p in sorted(d.glob("*.json")):
-                out.extend(FileEntry.from_json(e) for e in _read_json(p))
+            for p in sorted(d.glob("*.json")):  # batches' files (and merged.json, 0.1.0's view of the merges)
+                out.update((e.name, e) for e in map(FileEntry.from_json, _read_json(p)))
+        merges = self.read_merges(hour)
+        return apply_merges(out.values(), merges) if merges else [out[n] for n in sorted(out)]
+
+    def read_merges(self, hour: int) -> list[tuple[list[str], list[FileEntry]]]:
+        """The hour's merges, oldest first: ``(member names, merged files)``."""
+        d = self._ledger_dir(hour)
+        out = []
+        for p in sorted(d.glob("*.merge")) if d.is_dir() else []:
+            m = _read_json(p)
+            out.append(([str(n) for n in m["members"]], [FileEntry.from_json(e) for e in m["merged"]]))
         return out
+
+    def save_merge(self, hour: int, generation: int, members: list[str], merged: list[FileEntry]) -> None:
+        """Record a merge (after its files are durable, before its members are deleted)."""
+        write_json_atomic(self._ledger_dir(hour) / f"{generation:04d}.merge",
+                          {"members": list(members), "merged": [e.to_json() for e in merged]})
+        self.project_merges(hour)
+
+    def project_merges(self, hour: int) -> None:
+        """Write the hour's merges into release 0.1.0's layout too (it reads every ``*.json`` of the ledger and
+        knows no ``.merge``): the batches' files without the merged-away members, and ``merged.json`` listing the
+        merged files, so that a job rolled back to 0.1.0 marks the hour with the files it holds.  Repeatable."""
+        d = self._ledger_dir(hour)
+        merges = self.read_merges(hour)
+        if not merges:
+            return
+        final = {e.name: e for e in self.read_ledger(hour)}
+        for p in sorted(d.glob("*.json")):
+            if p.name == "merged.json":
+                continue
+            entries = [FileEntry.from_json(e) for e in _read_json(p)]
+            kept = [e for e in entries if e.name in final]
+            if len(kept) != len(entries):
+                write_json_atomic(p, [e.to_json() for e in kept])
+        from event_etl.rules.compaction import is_merged_name
+
+        write_json_atomic(d / "merged.json", [e.to_json() for n, e in sorted(final.items()) if is_merged_name(n)])
+
+    def ledger_hours(self) -> list[int]:
+        """The hours that have a ledger (open, or marked and not yet dropped)."""
+        d = self.etl / "ledger"
+        return sorted(int(p.name) for p in d.iterdir() if p.name.lstrip("-").isdigit()) if d.is_dir() else []
 
     def drop_ledger(self, hour: int) -> None:
         shutil.rmtree(self._ledger_dir(hour), ignore_errors=True)

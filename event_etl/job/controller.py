@@ -43,6 +43,7 @@ from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
 from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir, parse_data_file_name
+from event_etl.rules.compaction import MAX_GENERATION, is_merged_name, merge_groups, merged_file_name
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import FileEntry, Manifest, build_manifest, compare_listing
 from event_etl.rules.watermark import (
@@ -156,6 +157,17 @@ class BatchEvent:
     """When this attempt began (``started_at`` is the first attempt's, from the batch's intent)."""
 
 
+@dataclass(frozen=True)
+class Merge:
+    """What a merge of an hour's small files did (the ``merged`` event)."""
+
+    hour: int
+    files_written: int
+    bytes_written: int
+    files_merged: int
+    bytes_merged: int
+
+
 class Controller:
     """Drives one event type's job on the driver.  See the module docstring."""
 
@@ -204,6 +216,11 @@ class Controller:
         self.hours_marked: list[int] = []
         self.adopted: list[Manifest] = []
         self.last_batch_at: int | None = None
+        self._replaying = False
+        # records in small files written to an open hour since its last merge (by hour; a rolling merge is
+        # tried when they could fill a file)
+        self._unmerged: Counter = Counter()
+        self.merges = 0
         self.dedupe = None
         if self.pending_batch is None:
             self.adopted = self._adopt_markers()
@@ -259,6 +276,7 @@ class Controller:
         self._guard()
         self._attempt_started = self.clock()
         intent, replayed = self.begin_batch(batch_id, run_tasks)
+        self._replaying = replayed
         drop = self.ckpt.load_drops(batch_id) if replayed else {}
         outputs = run_tasks(self.batch_context(intent, drop), None)
         rows = None
@@ -376,9 +394,16 @@ class Controller:
     def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None, *,
                       mode: str = "write") -> BatchContext:
         """What the executor tasks of the batch are handed."""
+        sealed, merged_away = None, frozenset()
+        if self._replaying and mode == "write":
+            # A replay (its first attempt died after writing) leaves alone what became of its files since:
+            # hours marked complete, and files merged into larger ones (see event_etl.rules.compaction).
+            sealed = self.state.marked_through
+            merged_away = frozenset(n for h in self.ckpt.ledger_hours() for members, _ in self.ckpt.read_merges(h)
+                                    for n in members)
         return BatchContext(self.event_type_of(intent), self.storage.url, intent.batch_id, intent.wm_start,
                             intent.started_at, dict(drop or {}), self.writer, reference=intent.reference, mode=mode,
-                            fence=self.fence)
+                            fence=self.fence, sealed_through=sealed, merged_away=merged_away)
 
     def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False,
                      dedupe_rows: np.ndarray | None = None) -> BatchEvent:
@@ -405,6 +430,7 @@ class Controller:
             self.ckpt.save_dedupe_rows(batch_id, dedupe_rows)
             self.dedupe.add(batch_id, dedupe_rows, acked=False)
         self._commit_state(new, marked)
+        self._rolling_merges(result, self.event_type_of(intent).max_events_per_file)
         if result.inputs and self.source_done is not None:
             acked = self.source_done(result.inputs)  # Pub/Sub: acknowledged now, not at the next batch
             if self.dedupe is not None and acked:
@@ -500,16 +526,19 @@ class Controller:
 
     def _write_marker(self, hour: int, watermark: int, now: int, last_batch: int, closed_by: str) -> Manifest:
         rel_dir = hour_dir(self.et.name, hour)
-        entries = self.ckpt.read_ledger(hour)
         listing = self.storage.list_files(rel_dir)
-        for name in list(listing):
-            if name.startswith(".") and name.endswith(".tmp"):
-                self.storage.delete(f"{rel_dir}/{name}")  # leftovers of attempts killed mid-write
-                del listing[name]
         marker_rel = f"{rel_dir}/{MARKER_NAME}"
         existing = None
         if MARKER_NAME in listing:
             existing = Manifest.from_bytes(self.storage.read(marker_rel))
+        else:
+            for name in list(listing):
+                if name.startswith(".") and name.endswith(".tmp"):
+                    self.storage.delete(f"{rel_dir}/{name}")  # leftovers of attempts killed mid-write
+                    del listing[name]
+            if self._merge_hour(hour, listing, final=True):
+                listing = self.storage.list_files(rel_dir)
+        entries = self.ckpt.read_ledger(hour)
         if existing is not None:  # written before a crash; the replayed batch must agree with it
             if set(existing.files) != set(entries):
                 raise IntegrityError(
@@ -544,6 +573,82 @@ class Controller:
                 )
             return other
         return manifest
+
+    # -- merging small files ----------------------------------------------------------------
+    def _rolling_merges(self, result: "BatchResult", per_file: int) -> None:
+        """After a batch is saved: merge an open hour's small files once they could fill a file (of the batch's
+        ``max_events_per_file``: a replay merges as its first attempt did)."""
+        for hour, entries in sorted(result.files.items()):
+            if self.state.marked_through is not None and hour <= self.state.marked_through:
+                continue
+            self._unmerged[hour] += sum(e.records for e in entries if e.records < per_file)
+            if self._unmerged[hour] >= per_file:
+                self._merge_hour(hour, self.storage.list_files(hour_dir(self.et.name, hour)), final=False,
+                                 per_file=per_file)
+                self._unmerged[hour] = 0
+        for hour in [h for h in self._unmerged if self.state.marked_through is not None
+                     and h <= self.state.marked_through]:
+            del self._unmerged[hour]
+
+    def _settle_merges(self, hour: int, listing: dict[str, int]) -> bool:
+        """Finish what a merge killed midway left: delete merged-away members still there, and merged files no
+        merge recorded (written by a merge that died before recording it).  True if anything was deleted."""
+        rel_dir = hour_dir(self.et.name, hour)
+        self.ckpt.project_merges(hour)  # a kill may have come between recording a merge and projecting it
+        current = {e.name for e in self.ckpt.read_ledger(hour)}
+        away = {n for members, _ in self.ckpt.read_merges(hour) for n in members}
+        gone = [n for n in sorted(listing) if n not in current and (n in away or is_merged_name(n))]
+        for name in gone:
+            self._guard()
+            self.storage.delete(f"{rel_dir}/{name}")
+        return bool(gone)
+
+    def _merge_hour(self, hour: int, listing: dict[str, int], *, final: bool, per_file: int | None = None) -> bool:
+        """Merge the hour's small files (all of them when ``final``, before its marker; else only when they fill
+        a file).  True if the hour's files changed.  A merge that cannot be done is skipped, never fatal: the
+        hour keeps its files."""
+        import hashlib
+
+        from event_etl.storage.compaction import MergeError, merge_containers
+
+        rel_dir = hour_dir(self.et.name, hour)
+        changed = self._settle_merges(hour, listing)
+        per_file = per_file or self.et.max_events_per_file
+        for members in merge_groups(self.ckpt.read_ledger(hour), per_file, final=final):
+            generation = len(self.ckpt.read_merges(hour))
+            if generation > MAX_GENERATION:
+                return changed
+            datas = []
+            for e in members:
+                data = self.storage.read(f"{rel_dir}/{e.name}")
+                if len(data) != e.bytes or hashlib.sha256(data).hexdigest() != e.sha256:
+                    self._emit("merge_skipped", (hour, f"{e.name} is not as written"))
+                    return changed
+                datas.append((e.name, data))
+            try:
+                outputs = merge_containers(datas, per_file,
+                                           lambda seq: merged_file_name(members, generation, seq, self.writer))
+            except MergeError as err:
+                self._emit("merge_skipped", (hour, str(err)))
+                continue
+            merged = []
+            for name, data, n in outputs:
+                self._guard()
+                faults.point("merge_write", f"{rel_dir}/{name}")
+                self.storage.write_atomic(f"{rel_dir}/{name}", data)
+                merged.append(FileEntry(name, n, len(data), hashlib.sha256(data).hexdigest(), members[0].late,
+                                        members[0].schema_fingerprint))
+            faults.point("merged_written", str(hour))
+            self.ckpt.save_merge(hour, generation, [e.name for e in members], merged)
+            faults.point("merge_recorded", str(hour))
+            for e in members:
+                self._guard()
+                self.storage.delete(f"{rel_dir}/{e.name}")
+            self.merges += 1
+            changed = True
+            self._emit("merged", Merge(hour, len(merged), sum(e.bytes for e in merged), len(members),
+                                       sum(e.bytes for e in members)))
+        return changed
 
     def unmarked_complete_hours(self) -> bool:
         """Whether hours the watermark has passed still wait for their marker (a jump of event time)."""

@@ -173,6 +173,8 @@ class JobMetrics:
         self.deadletter = meter.create_counter(**spec("event_etl.deadletter.records"))
         self.files = meter.create_counter(**spec("event_etl.written.files"))
         self.bytes = meter.create_counter(**spec("event_etl.written.bytes"))
+        self.merged_files = meter.create_counter(**spec("event_etl.merged.files"))
+        self.merged_bytes = meter.create_counter(**spec("event_etl.merged.bytes"))
         self.batches = meter.create_counter(**spec("event_etl.batches"))
         self.hours = meter.create_counter(**spec("event_etl.markers.written"))
         self.old_names = old_names_exported()
@@ -255,10 +257,18 @@ class JobMetrics:
                 self._on_marker(payload)
             elif kind in ("idle", "drain"):
                 self._on_watermark(kind, payload)
+            elif kind == "merged":
+                self._on_merged(payload)
         except Exception:  # noqa: BLE001 - the data is safe; the numbers are not worth a failed batch
             self.errors += 1
             if self.errors <= 3:
                 _log.exception("event_etl metrics: could not record a %s event of %s", kind, self.event_type)
+
+    def _on_merged(self, m) -> None:
+        self.files.add(m.files_written, self.attrs)
+        self.bytes.add(m.bytes_written, self.attrs)
+        self.merged_files.add(m.files_merged, self.attrs)
+        self.merged_bytes.add(m.bytes_merged, self.attrs)
 
     def _on_batch(self, ev) -> None:
         r = ev.result

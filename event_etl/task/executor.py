@@ -61,7 +61,11 @@ class BatchContext:
       measure "too late" against (fixed in the batch's intent);
     - ``mode``: ``write``, or ``reference`` to only report the split's largest acceptable
       counted event time (the first batch's reference is the largest over its splits);
-    - ``fence``: the lease the job must still hold when a task writes (see :mod:`event_etl.storage.lease`).
+    - ``fence``: the lease the job must still hold when a task writes (see :mod:`event_etl.storage.lease`);
+    - ``sealed_through``, ``merged_away`` (a replay only): hours marked complete since the first
+      attempt, and names of files merged into larger ones since (see
+      :mod:`event_etl.rules.compaction`): a replay does not write those again (their records are
+      there already).
     """
 
     event_type: EventType
@@ -74,6 +78,12 @@ class BatchContext:
     reference: int | None = None
     mode: str = "write"
     fence: dict[str, Any] | None = None
+    sealed_through: int | None = None
+    merged_away: frozenset[str] = frozenset()
+
+    def written_since(self, hour: int, name: str) -> bool:
+        """Whether a replay finds the file ``name`` of ``hour`` taken further already (marked or merged)."""
+        return (self.sealed_through is not None and hour <= self.sealed_through) or name in self.merged_away
 
 
 _DECODERS: dict[tuple[str, str], Any] = {}
@@ -656,7 +666,8 @@ def process_split(
                 "hour": hour, "name": name, "records": n, "bytes": len(data), "file_key": fk,
                 "sha256": hashlib.sha256(data).hexdigest(), "late": late,
                 "schema_fingerprint": f"crc64avro:{et.fingerprint}",  # the schema the file is written in
-                "written": _store_once(storage, f"{rel_dir}/{name}", data, hour, fence),
+                "written": _store_once(storage, f"{rel_dir}/{name}", data, hour, fence,
+                                       check_only=ctx.written_since(hour, name)),
             })
     dl_rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, shard, writer=ctx.writer)
     dl_skip = frozenset(ctx.drop.get(os.path.basename(dl_rel), ()))
@@ -694,13 +705,18 @@ def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: 
             f"(allowed_lateness {format_duration(et.allowed_lateness)})")
 
 
-def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence: "Fence | None" = None) -> bool:
+def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence: "Fence | None" = None, *,
+                check_only: bool = False) -> bool:
     """Write ``rel`` unless an earlier attempt of the same batch already did.  True if written now.
 
     An existing file counts as written only if it holds exactly these bytes (its sha256); a
-    replay that makes other bytes under the same name means its input changed.
+    replay that makes other bytes under the same name means its input changed.  ``check_only``:
+    the file was taken further since (its hour marked, or it was merged): only compared, if
+    still there, never written again.
     """
     folder, name = rel.rsplit("/", 1)
+    if check_only and not storage.exists(rel):
+        return False
     if storage.exists(rel):
         old = storage.read(rel)
         if hashlib.sha256(old).digest() == hashlib.sha256(data).digest():
@@ -712,6 +728,8 @@ def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence
                 f"{hashlib.sha256(data).hexdigest()[:12]}…), and its hour is already marked complete",
                 fix="the input of a finished batch changed; restore it, or move this hour aside and re-run",
             )
+        if check_only:
+            return False
     elif hour is not None and storage.exists(f"{folder}/{MARKER_NAME}"):
         # This job judged the hour open, yet it is marked: another writer marked it.
         raise IntegrityError(
