@@ -103,3 +103,9 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     path.write_text("def f():\n    from event_etl.job.runner import run_job\n\nfrom ..cli import options\n")
     found = imports_of("event_etl.storage.mod", path)
     assert "event_etl.job.runner" in found and "event_etl.cli.options" in found
+
+
+def test_every_package_has_an_init():
+    """``packages = find:`` (setup.cfg) and a job bundle's zip import see only folders with an ``__init__.py``."""
+    folders = {p.parent for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    assert sorted(str(f.relative_to(PACKAGE.parent)) for f in folders if not (f / "__init__.py").is_file()) == []

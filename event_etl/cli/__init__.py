@@ -147,5 +147,20 @@ def main() -> None:
     quiet_libraries()
 
 
+_MOVED = {name: "event_etl.cli.options" for name in (
+    "translate_error", "handles_errors", "event_types_option", "sink_option", "type_names", "consumer_type",
+    "job_options", "job_run_options", "ENV_DEBUG")}
+_MOVED.update({attr: module for module, _, attr in (v.partition(":") for v in COMMANDS.values())})
+
+
+def __getattr__(name: str):
+    """The helpers and commands that lived in ``event_etl/cli.py`` before it became this package, imported
+    from their modules when asked for (``from event_etl.cli import handles_errors`` keeps working)."""
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
