@@ -54,6 +54,26 @@ class StorageContract:
         assert len(winners) == 1
         assert storage.read("race/_COMPLETE") == f"writer {winners[0]}".encode()
 
+    def test_files_another_process_writes_are_seen_after_a_listing(self, storage):
+        """The driver lists a folder, executors (other processes) add files to it: exists() and a later
+        listing must see them, and delete() must remove them (a cached listing once hid them: files a
+        batch emptied of duplicates stayed, and were counted twice)."""
+        import subprocess
+        import sys
+
+        storage.write_atomic("t/h/a.avro", b"a")
+        assert storage.list_files("t/h") == {"a.avro": 1}
+        assert not storage.exists("t/h/b.avro")
+        code = ("import sys; from event_etl.storage import Storage; "
+                "Storage(sys.argv[1]).write_atomic('t/h/b.avro', b'bb')")
+        subprocess.run([sys.executable, "-c", code, storage.url], check=True, timeout=120)
+        assert storage.exists("t/h/b.avro")
+        assert storage.list_files("t/h") == {"a.avro": 1, "b.avro": 2}
+        storage.delete("t/h/b.avro")
+        assert not storage.exists("t/h/b.avro")
+        subprocess.run([sys.executable, "-c", code, storage.url], check=True, timeout=120)
+        assert storage.exists("t/h/b.avro"), "a file written again after a delete"
+
     def test_delete(self, storage):
         storage.write_atomic("t/d.avro", b"x")
         storage.delete("t/d.avro")

@@ -292,6 +292,8 @@ class Storage:
         try:
             if self.local:
                 return os.path.exists(target)
+            # never from a cached listing of its folder: other processes (executors) write there
+            self.fs.invalidate_cache(posixpath.dirname(target))
             self._retry(f"checking {self.display(rel)}", lambda: self.fs.info(target))
             return True
         except FileNotFoundError:
@@ -324,6 +326,9 @@ class Storage:
                 return out
             self.fs.invalidate_cache(target)
             entries = self._retry(f"listing {self.display(rel_dir)}", lambda: self.fs.ls(target, detail=True))
+            # a listing kept in gcsfs' cache would answer later exists() and info() calls from the past:
+            # executors (other processes) add files to these folders
+            self.fs.invalidate_cache(target)
             return {
                 posixpath.basename(e["name"].rstrip("/")): int(e.get("size") or 0)
                 for e in entries
@@ -344,6 +349,7 @@ class Storage:
                     return sorted(e.name for e in it if e.is_dir())
             self.fs.invalidate_cache(target)
             entries = self._retry(f"listing {self.display(rel_dir)}", lambda: self.fs.ls(target, detail=True))
+            self.fs.invalidate_cache(target)
             return sorted(
                 posixpath.basename(e["name"].rstrip("/"))
                 for e in entries
