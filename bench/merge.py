@@ -6,7 +6,7 @@
 Before an hour's ``_COMPLETE``, the driver merges its remaining small files (see
 docs/design.md, "Few files per hour").  Rolling merges keep those below one file's worth
 (``max_events_per_file`` records, 500,000 by default), so the final merge of any hour, however
-big, copies at most that many records.  This script times :func:`event_etl.compaction.merge_containers`
+big, copies at most that many records.  This script times :func:`event_etl.storage.compaction.merge_containers`
 plus the writes and deletes on local disk, for small files of page views (about 225 bytes
 each, the shipped type's schema and codec) in ``--files`` files, and prints the throughput
 and whether the merge alone fits the marker bound's 2 s of slack.
@@ -30,9 +30,9 @@ import fastavro  # noqa: E402
 from bench.datagen import make_record  # noqa: E402
 from bench.machine import describe, load_average  # noqa: E402
 from bench.results import machine_lines, markdown_table, publish  # noqa: E402
-from event_etl.avroio import sync_marker_for  # noqa: E402
-from event_etl.compaction import merge_containers  # noqa: E402
 from event_etl.eventtypes import load_event_type  # noqa: E402
+from event_etl.storage.avroio import sync_marker_for  # noqa: E402
+from event_etl.storage.compaction import merge_containers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,8 @@ def measure(et, records: int, files: int, per_file: int, seed: int, work: Path) 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", default="10000,50000,100000,250000,500000")
-    ap.add_argument("--files", type=int, default=720, help="small files the records are in (default 720: a 5-s trigger)")
+    ap.add_argument("--files", type=int, default=720,
+                    help="small files the records are in (default 720: a 5-s trigger)")
     ap.add_argument("--max-events-per-file", type=int, default=500_000)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
@@ -91,7 +92,8 @@ def main(argv=None) -> None:
             fits = "yes" if r["seconds"] <= 2.0 else "no"
             rows.append([f"{r['records']:,}", r["files"], f"{r['mb']:.1f}", f"{r['seconds']:.2f}", f"{r['mb_s']:.0f}",
                          r["outputs"], fits])
-            print(f"{r['records']:>9,} records in {r['files']} files ({r['mb']:.1f} MB): merged in {r['seconds']:.2f} s "
+            print(f"{r['records']:>9,} records in {r['files']} files ({r['mb']:.1f} MB): merged in "
+                  f"{r['seconds']:.2f} s "
                   f"({r['mb_s']:.0f} MB/s) into {r['outputs']} files; within 2 s: {fits}", flush=True)
     command = " ".join([".venv/bin/python bench/merge.py", *map(shlex.quote, sys.argv[1:] if argv is None else argv)])
     body = "\n".join([

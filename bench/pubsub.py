@@ -73,11 +73,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -399,7 +398,8 @@ def scenario_drain(kind: str, emu: Emulator, args, work: Path) -> dict:
     create(topic, [bare_sub, job_sub])
     now_ms = int(time.time() * 1000)
     clock = (Clock("now") if kind == "backlog" else
-             Clock("backfill", start_ms=now_ms - args.backfill_days * 24 * HOUR_MS, span_ms=args.backfill_hours * HOUR_MS))
+             Clock("backfill", start_ms=now_ms - args.backfill_days * 24 * HOUR_MS,
+                   span_ms=args.backfill_hours * HOUR_MS))
     pub = publish_all(emu.host, topic, n, args, clock)
     print("bare loop ...", flush=True)
     bare = bare_loop(bare_sub, n)
@@ -421,7 +421,8 @@ def scenario_drain(kind: str, emu: Emulator, args, work: Path) -> dict:
     run = re.search(r"run finished: (\d+) batches in ([\d.]+)s", r["output"])
     res = {"kind": kind, "messages": n, "publish": {"seconds": pub["seconds"]}, "bare": bare,
            "job": {"wall": r["wall"], "rate": n / r["wall"], "cpu": r["cpu"], "peak_pss": r["peak_pss"],
-                   "peak_rss": r["peak_rss"], "batches": len(batches), "query_seconds": float(run.group(2)) if run else None,
+                   "peak_rss": r["peak_rss"], "batches": len(batches),
+                   "query_seconds": float(run.group(2)) if run else None,
                    "largest_batch": max(batches, default=(0, 0.0)), "files": files, "hours": hours,
                    "stats": pubsub_stats(r["output"]), "totals": totals_of(r["output"]), "load": load}}
     res["ratio"] = res["job"]["rate"] / bare["rate"] if bare["rate"] else None
@@ -499,11 +500,11 @@ def consumed_at(job: LiveJob, total: int, timeout: float) -> float | None:
 
 def scenario_live(kind: str, emu: Emulator, args, work: Path) -> dict:
     """live / soak: a job with default settings, a publisher at a fixed rate, event time sped up."""
+    import psutil
+
     from bench.memory import summarize as memory_summary
     from bench.memory import take_sample
     from bench.sinkwatch import SinkWatcher
-
-    import psutil
 
     rate, seconds = (args.live_rate, args.live_seconds) if kind == "live" else (args.soak_rate, args.soak_minutes * 60)
     trigger = _trigger_s(args)
