@@ -159,8 +159,9 @@ def in_flight(ck: Path) -> int | None:
 
 
 def clean(out: str) -> None:
-    bad = [line for line in out.splitlines() if FAILURE_SIGNS.search(line)]
-    assert not bad, "the output looks like a failure:\n" + "\n".join(bad[:20])
+    lines = out.splitlines()
+    bad = [i for i, line in enumerate(lines) if FAILURE_SIGNS.search(line)]
+    assert not bad, "the output looks like a failure:\n" + "\n".join(lines[bad[0]:bad[0] + 40])
 
 
 def hours_with_data(sink: Path, name: str, id_field: str):

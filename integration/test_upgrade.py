@@ -219,6 +219,14 @@ def input_ids(folder: Path) -> set[str]:
 
 
 # -- checks shared by every fixture ----------------------------------------------------------------
+def settled(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The files of a sink snapshot that may never change: those of marked hours, and dead letters."""
+    def marked(rel: str) -> bool:
+        return rel.rsplit("/", 1)[0] + "/_COMPLETE" in files
+
+    return {rel: data for rel, data in files.items() if "/_deadletter/" in rel or marked(rel)}
+
+
 def assert_unchanged(before: dict[str, bytes], after: dict[str, bytes], what: str) -> None:
     gone = sorted(set(before) - set(after))
     changed = sorted(k for k in set(before) & set(after) if before[k] != after[k])
@@ -575,8 +583,10 @@ def test_rolling_back_to_165ca81_works_or_refuses_but_never_corrupts(tmp_path, s
     final = sink_files(sink)
     assert_marked_hours_identical(fixture_sink, sink, "click", exp["marked_hours"])
     assert_unchanged(fixture_sink, final, "files release 165ca81 wrote first")
-    assert_unchanged(upgraded, final, "files the current code wrote before the rollback")
-    assert_unchanged(rolled_back, final, "files present after the rollback")
+    # files of hours still open at a step may since have been merged into larger ones (by the current code:
+    # every event once is checked below); what was marked, and the dead letters, stay byte for byte
+    assert_unchanged(settled(upgraded), final, "files the current code wrote before the rollback")
+    assert_unchanged(settled(rolled_back), final, "files present after the rollback")
     assert_every_event_once(sink, "click", set(exp["events"]) | set(new.events))
     for retry in new.retries:
         assert len(placement(sink, "click")[retry]) == 1, f"retry of {retry} dropped"

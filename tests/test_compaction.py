@@ -31,7 +31,7 @@ from tests.harness import (
 H13 = hour("13")
 
 
-def entry(batch: int, records: int, *, late: bool = False, shard: int = 0, fp: str = "") -> FileEntry:
+def entry(batch: int, records: int, *, late: bool = False, shard: int = 0, fp: str = "crc64avro:a") -> FileEntry:
     return FileEntry(data_file_name(H13, batch, shard, 0, late=late, writer="abcdef"), records, 100, "x" * 64, late, fp)
 
 
@@ -44,6 +44,8 @@ def test_small_files_of_one_kind_merge_when_they_fill_a_file_or_the_hour_closes(
     assert final == [(files[0], files[1]), (files[3], files[4])]  # part and late apart; the full file stays
     assert merge_groups([entry(1, 3), entry(2, 4, fp="crc64avro:b")], 10, final=True) == []  # schemas apart
     assert merge_groups([entry(1, 3)], 10, final=True) == []  # one small file: nothing to merge
+    # files release 0.1.0 wrote before an upgrade (no fingerprint in their entry) stay byte for byte
+    assert merge_groups([entry(1, 3, fp=""), entry(2, 4, fp=""), entry(3, 2)], 10, final=True) == []
 
 
 def test_merged_names_are_data_file_names_in_the_hour_with_a_reserved_shard():

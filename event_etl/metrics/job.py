@@ -175,6 +175,8 @@ class JobMetrics:
         self.bytes = meter.create_counter(**spec("event_etl.written.bytes"))
         self.merged_files = meter.create_counter(**spec("event_etl.merged.files"))
         self.merged_bytes = meter.create_counter(**spec("event_etl.merged.bytes"))
+        self.merged_files.add(0, self.attrs)  # exported from the start: 0 until a merge happens
+        self.merged_bytes.add(0, self.attrs)
         self.batches = meter.create_counter(**spec("event_etl.batches"))
         self.hours = meter.create_counter(**spec("event_etl.markers.written"))
         self.old_names = old_names_exported()

@@ -50,14 +50,16 @@ def _kind(entry: FileEntry) -> tuple[bool, str]:
 def merge_groups(entries: Iterable[FileEntry], max_events: int, *, final: bool) -> list[tuple[FileEntry, ...]]:
     """The groups of an hour's files to merge now, each in name order (the order of their records).
 
-    Only small files (fewer than ``max_events`` records) are merged; full files stay as they
-    are.  A kind's small files are merged when there are two or more of them and, unless
+    Only small files (fewer than ``max_events`` records) are merged; full files, and files an
+    earlier release wrote (no schema fingerprint in their entry), stay as they are.  A kind's small files are merged when there are two or more of them and, unless
     ``final`` (the hour is about to be marked), when together they fill at least one file."""
     if max_events < 1:
         raise ValueError(f"max_events must be positive, not {max_events}")
     kinds: dict[tuple[bool, str], list[FileEntry]] = {}
     for e in entries:
-        if e.records < max_events:
+        # a file without a schema fingerprint in its entry was written by release 0.1.0 (before an upgrade):
+        # it stays as it is, byte for byte, as the upgrade promises
+        if e.records < max_events and e.schema_fingerprint:
             kinds.setdefault(_kind(e), []).append(e)
     out = []
     for kind in sorted(kinds):
