@@ -51,8 +51,9 @@ def merge_groups(entries: Iterable[FileEntry], max_events: int, *, final: bool) 
     """The groups of an hour's files to merge now, each in name order (the order of their records).
 
     Only small files (fewer than ``max_events`` records) are merged; full files, and files an
-    earlier release wrote (no schema fingerprint in their entry), stay as they are.  A kind's small files are merged when there are two or more of them and, unless
-    ``final`` (the hour is about to be marked), when together they fill at least one file."""
+    earlier release wrote (no schema fingerprint in their entry), stay as they are.  A kind's
+    small files are merged when there are two or more of them and, unless ``final`` (the hour
+    is about to be marked), when together they fill at least one file."""
     if max_events < 1:
         raise ValueError(f"max_events must be positive, not {max_events}")
     kinds: dict[tuple[bool, str], list[FileEntry]] = {}
