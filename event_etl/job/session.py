@@ -26,6 +26,7 @@ import threading
 from typing import Any, Callable, Mapping
 
 from event_etl.errors import EventEtlError, UsageError
+from event_etl.job.stopping import on_exit_now
 from event_etl.settings import Settings
 
 __all__ = ["check_java", "get_session", "stop_session", "parse_conf", "DEFAULT_MASTER"]
@@ -130,6 +131,18 @@ def _launch_own_jvm(settings: Mapping[str, str]) -> None:
                                                                     preexec_fn=_ignore_stop_signals))
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+        on_exit_now(_kill_own_jvm)
+
+
+def _kill_own_jvm() -> None:
+    """A stop at once: SIGKILL the JVM this process started and its session (PySpark's daemon and
+    workers, the source's Python process), all at the same instant.  Left to notice the driver's
+    end one by one, a worker in the middle of a handshake prints ``ConnectionResetError``."""
+    from pyspark.core.context import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is not None and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the JVM leads its own process group
 
 
 def _ignore_stop_signals() -> None:  # pragma: no cover - runs in the child between fork and exec

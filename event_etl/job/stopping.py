@@ -55,6 +55,7 @@ __all__ = [
     "run_watched",
     "say",
     "exit_now",
+    "on_exit_now",
 ]
 
 T = TypeVar("T")
@@ -232,12 +233,30 @@ def say(line: str, *, err: bool = False) -> None:
         pass
 
 
+_AT_ONCE: list[Callable[[], None]] = []
+
+
+def on_exit_now(fn: Callable[[], None]) -> None:
+    """Run ``fn`` when the process ends at once (:func:`exit_now`), before its last line.
+
+    :mod:`event_etl.job.session` registers the end of the JVM it started, with everything in
+    its session (PySpark's daemon and workers, the source's Python process): ended together by
+    SIGKILL, none of them is left to print the broken connections of the others as tracebacks."""
+    if fn not in _AT_ONCE:
+        _AT_ONCE.append(fn)
+
+
 def exit_now(code: int, line: str) -> None:
     """Print ``line`` on stderr and end the process at once (no cleanup: what was durable stays)."""
     try:
         sys.stdout.flush()
     except (OSError, ValueError):
         pass
+    for fn in _AT_ONCE:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - ending at once must not fail
+            pass
     say(line, err=True)
     os._exit(code)
 
