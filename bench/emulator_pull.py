@@ -1,0 +1,112 @@
+"""How fast Google's Pub/Sub emulator serves pulls while messages are held unacknowledged (issue 22).
+
+    .venv/bin/python bench/emulator_pull.py --messages 200000 --modes ack,hold,cap20000,cap50000
+
+A job acknowledges a message only after the batch holding it is durable, so it always holds
+messages it has pulled and not yet acknowledged; the bare loop of ``bench/pubsub.py``
+acknowledges each pull at once.  This script measures what that difference costs on the
+emulator alone (no Spark, no event_etl): ``--messages`` are published to a topic with one
+subscription per mode, then each subscription is drained by one synchronous pull loop
+(``max_messages=1000``; the emulator returns at most 100), one mode after the other:
+
+- ``ack``: acknowledge every pull at once (the bare loop);
+- ``hold``: acknowledge nothing (everything pulled stays outstanding);
+- ``capN``: keep the newest N outstanding, acknowledging older ones in requests of 2,500
+  (a job whose batches hold N messages).
+
+It starts the emulator on a free port of 127.0.0.1 and kills its process group at the end.
+Prints one line per mode; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import time
+
+EMULATOR = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"error: the emulator did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def drain(sub, path: str, mode: str, total: int) -> tuple[int, float]:
+    """Pull ``path`` until it is empty, acknowledging as ``mode`` says; (messages, seconds)."""
+    cap = int(mode[3:]) if mode.startswith("cap") else None
+    got, held = 0, []
+    start = time.monotonic()
+    while got < total:
+        resp = sub.pull(subscription=path, max_messages=1000, timeout=30)
+        ids = [m.ack_id for m in resp.received_messages]
+        if not ids:
+            break
+        got += len(ids)
+        if mode == "ack":
+            sub.acknowledge(subscription=path, ack_ids=ids)
+        elif cap is not None:
+            held.extend(ids)
+            if len(held) > cap:
+                old, held = held[:len(held) - cap], held[len(held) - cap:]
+                for i in range(0, len(old), 2500):
+                    sub.acknowledge(subscription=path, ack_ids=old[i:i + 2500])
+    return got, time.monotonic() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--modes", default="ack,hold,cap20000,cap50000")
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    for m in modes:
+        if m not in ("ack", "hold") and not (m.startswith("cap") and m[3:].isdigit()):
+            ap.error(f"unknown mode {m!r}: use ack, hold or capN (e.g. cap20000)")
+    if not os.path.exists(EMULATOR):
+        raise SystemExit(f"error: the Pub/Sub emulator is not at {EMULATOR}\n"
+                         "  fix: install it (apt-get install google-cloud-cli-pubsub-emulator)")
+    port = _free_port()
+    emu = subprocess.Popen([EMULATOR, "--host=127.0.0.1", f"--port={port}"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    os.environ["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{port}"
+    try:
+        _wait_for(port)
+        from google.cloud import pubsub_v1
+        from google.pubsub_v1.types import PubsubMessage
+
+        pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        topic = pub.topic_path("event-etl-bench", "emulator-pull")
+        pub.create_topic(name=topic)
+        paths = {}
+        for m in modes:
+            paths[m] = sub.subscription_path("event-etl-bench", f"pull-{m}")
+            sub.create_subscription(name=paths[m], topic=topic, ack_deadline_seconds=60)
+        for _ in range(0, args.messages, 1000):
+            pub.api.publish(topic=topic, messages=[PubsubMessage(data=b"x" * 225)] * 1000)
+        print(f"published {args.messages:,} messages of 225 bytes; load average {os.getloadavg()[0]:.2f}")
+        for m in modes:
+            got, secs = drain(sub, paths[m], m, args.messages)
+            print(f"{m:>10}: {got:,} in {secs:.1f} s = {got / secs:,.0f} msg/s", flush=True)
+    finally:
+        os.killpg(emu.pid, signal.SIGKILL)
+        emu.wait()
+
+
+if __name__ == "__main__":
+    main()
