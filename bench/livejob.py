@@ -9,7 +9,7 @@ the job stop at the next batch boundary and *drain* (mark every hour holding dat
 Every child of a benchmark (a job, the baseline) is started by :func:`start_child`: in a
 session of its own, so that Ctrl-C in the terminal reaches the benchmark only, which then
 stops its child with exactly one signal (a second one would make event-etl stop at once,
-see event_etl/stopping.py); and, on Linux, with SIGTERM as its parent-death signal, so a
+see event_etl/job/stopping.py); and, on Linux, with SIGTERM as its parent-death signal, so a
 benchmark that dies without cleaning up (SIGKILL, SIGTERM to it alone) still leaves its job
 a SIGTERM to drain on.  :func:`run_main` turns a benchmark's own Ctrl-C into one line and
 exit code 130 once its ``finally`` blocks have stopped what it started.
