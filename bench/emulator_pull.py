@@ -14,7 +14,8 @@ subscription per mode, then each subscription is drained by one synchronous pull
 - ``capN``: keep the newest N outstanding, acknowledging older ones in requests of 2,500
   (a job whose batches hold N messages).
 
-It starts the emulator on a free port of 127.0.0.1 and kills its process group at the end.
+It starts the emulator as ``bench/pubsub.py`` does (:class:`bench.pubsub.Emulator`, a free port of
+127.0.0.1, its process group stopped at the end).
 Prints one line per mode; nothing is written.
 """
 
@@ -22,29 +23,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import socket
-import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-EMULATOR = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(port: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            return
-        except OSError:
-            time.sleep(0.3)
-    raise SystemExit(f"error: the emulator did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+from bench.pubsub import PROJECT, Emulator, create  # noqa: E402
 
 
 def drain(sub, path: str, mode: str, total: int) -> tuple[int, float]:
@@ -78,34 +64,25 @@ def main(argv: list[str] | None = None) -> None:
     for m in modes:
         if m not in ("ack", "hold") and not (m.startswith("cap") and m[3:].isdigit()):
             ap.error(f"unknown mode {m!r}: use ack, hold or capN (e.g. cap20000)")
-    if not os.path.exists(EMULATOR):
-        raise SystemExit(f"error: the Pub/Sub emulator is not at {EMULATOR}\n"
-                         "  fix: install it (apt-get install google-cloud-cli-pubsub-emulator)")
-    port = _free_port()
-    emu = subprocess.Popen([EMULATOR, "--host=127.0.0.1", f"--port={port}"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
-    os.environ["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{port}"
-    try:
-        _wait_for(port)
-        from google.cloud import pubsub_v1
-        from google.pubsub_v1.types import PubsubMessage
+    with tempfile.TemporaryDirectory(prefix="event_etl-emulator-pull-") as work:
+        emu = Emulator(Path(work)).start()
+        os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
+        try:
+            from google.cloud import pubsub_v1
+            from google.pubsub_v1.types import PubsubMessage
 
-        pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-        topic = pub.topic_path("event-etl-bench", "emulator-pull")
-        pub.create_topic(name=topic)
-        paths = {}
-        for m in modes:
-            paths[m] = sub.subscription_path("event-etl-bench", f"pull-{m}")
-            sub.create_subscription(name=paths[m], topic=topic, ack_deadline_seconds=60)
-        for _ in range(0, args.messages, 1000):
-            pub.api.publish(topic=topic, messages=[PubsubMessage(data=b"x" * 225)] * 1000)
-        print(f"published {args.messages:,} messages of 225 bytes; load average {os.getloadavg()[0]:.2f}")
-        for m in modes:
-            got, secs = drain(sub, paths[m], m, args.messages)
-            print(f"{m:>10}: {got:,} in {secs:.1f} s = {got / secs:,.0f} msg/s", flush=True)
-    finally:
-        os.killpg(emu.pid, signal.SIGKILL)
-        emu.wait()
+            pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+            topic = pub.topic_path(PROJECT, "emulator-pull")
+            paths = {m: sub.subscription_path(PROJECT, f"pull-{m}") for m in modes}
+            create(topic, list(paths.values()))
+            for _ in range(0, args.messages, 1000):
+                pub.api.publish(topic=topic, messages=[PubsubMessage(data=b"x" * 225)] * 1000)
+            print(f"published {args.messages:,} messages of 225 bytes; load average {os.getloadavg()[0]:.2f}")
+            for m in modes:
+                got, secs = drain(sub, paths[m], m, args.messages)
+                print(f"{m:>10}: {got:,} in {secs:.1f} s = {got / secs:,.0f} msg/s", flush=True)
+        finally:
+            emu.stop()
 
 
 if __name__ == "__main__":
