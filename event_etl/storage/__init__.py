@@ -313,6 +313,16 @@ class Storage:
         except OSError as err:
             raise StorageError(f"cannot read {self.display(rel)}: {err}", fix="check credentials and network") from err
 
+    def _ls_fresh(self, rel_dir: str, target: str) -> list[dict]:
+        """The object store's listing of ``target`` as it is now, neither read from gcsfs' cache nor left in it:
+        a kept listing would answer later exists() and info() calls from the past, and executors (other
+        processes) add files to these folders."""
+        self.fs.invalidate_cache(target)
+        try:
+            return self._retry(f"listing {self.display(rel_dir)}", lambda: self.fs.ls(target, detail=True))
+        finally:
+            self.fs.invalidate_cache(target)
+
     def list_files(self, rel_dir: str) -> dict[str, int]:
         """``{name: size}`` of the files directly in ``rel_dir``; ``{}`` if the folder does not exist."""
         target = self.path(rel_dir)
@@ -324,14 +334,9 @@ class Storage:
                         if e.is_file():
                             out[e.name] = e.stat().st_size
                 return out
-            self.fs.invalidate_cache(target)
-            entries = self._retry(f"listing {self.display(rel_dir)}", lambda: self.fs.ls(target, detail=True))
-            # a listing kept in gcsfs' cache would answer later exists() and info() calls from the past:
-            # executors (other processes) add files to these folders
-            self.fs.invalidate_cache(target)
             return {
                 posixpath.basename(e["name"].rstrip("/")): int(e.get("size") or 0)
-                for e in entries
+                for e in self._ls_fresh(rel_dir, target)
                 if e.get("type") == "file"
             }
         except FileNotFoundError:
@@ -347,12 +352,9 @@ class Storage:
             if self.local:
                 with os.scandir(target) as it:
                     return sorted(e.name for e in it if e.is_dir())
-            self.fs.invalidate_cache(target)
-            entries = self._retry(f"listing {self.display(rel_dir)}", lambda: self.fs.ls(target, detail=True))
-            self.fs.invalidate_cache(target)
             return sorted(
                 posixpath.basename(e["name"].rstrip("/"))
-                for e in entries
+                for e in self._ls_fresh(rel_dir, target)
                 if e.get("type") == "directory"
             )
         except FileNotFoundError:
