@@ -282,3 +282,96 @@ def test_through_the_job_redeliveries_are_dropped_and_saved_batches_acknowledged
         assert ack_ids(first)
     finally:
         f.stop()
+
+
+# -- fetch partitions (pulling on executors): the task's side, with the real service's behaviour --------------
+def _run_partition(tmp_path, svc, *, partitions=2, max_held=2000, once=False, run="a1b2c3d4", partition=1):
+    from event_etl.sources.pubsub_partitions import fetch_partition
+
+    (tmp_path / "spool" / "segments").mkdir(parents=True, exist_ok=True)
+    settings = dict(streams=1, max_held_messages=max_held, segment_messages=200, segment_age=0.05, ack_deadline=60,
+                    outage_timeout=5.0, pull_timeout=0.2, once_quiet=0.5)
+    out: dict = {}
+
+    def body():
+        out["status"] = fetch_partition(SUB, str(tmp_path / "spool"), partition, partitions, settings, run, once,
+                                        client_factory=lambda: svc, report_every=0.05)
+
+    th = threading.Thread(target=body, daemon=True)
+    th.start()
+    return th, out
+
+
+def _spooled(tmp_path):
+    return sum(segment_count(p.name) for p in segments(tmp_path))
+
+
+def test_a_fetch_partition_holds_at_most_its_share_until_the_driver_acknowledges(tmp_path):
+    from event_etl.sources.pubsub_partitions import STOP, acknowledge_segments
+
+    svc = RealServiceLike()
+    for i in range(3000):
+        svc.publish(b'{"n": %d}' % i, t("13:00") + i)
+    th, out = _run_partition(tmp_path, svc, partitions=2, max_held=1000)  # its share: 500
+    try:
+        wait_until(lambda: _spooled(tmp_path) >= 500, what="the partition's share spooled")
+        time.sleep(0.5)
+        held = _spooled(tmp_path)
+        assert 500 <= held < 500 + 200 + 1000, "a partition stops pulling at its share (plus one pull in flight)"
+        assert svc.acked == set(), "nothing acknowledged before a batch saved it"
+        # segments carry stream numbers of their partition: partition 1 of streams=1 writes stream 01
+        assert {SegmentName_stream(p.name) for p in segments(tmp_path)} == {1}
+        acked_total = 0
+        deadline = time.monotonic() + 20
+        while len(svc.acked) < 3000 and time.monotonic() < deadline:  # the driver: batch saved -> acknowledge
+            names = [p.name for p in segments(tmp_path)]
+            n, ok = acknowledge_segments(svc, SUB, tmp_path / "spool" / "segments", names, Counter())
+            assert ok
+            acked_total += n
+            time.sleep(0.1)
+        assert len(svc.acked) == 3000, "once acknowledged, the partition pulls the rest"
+        assert acked_total == 3000, "a segment marked acknowledged is not acknowledged twice"
+        assert max(svc.ack_sizes) <= 2500 and len(svc.ack_sizes) < 3000 / 100, "acknowledged in bulk"
+    finally:
+        (tmp_path / "spool" / "segments" / STOP).write_text("stop")
+        th.join(10)
+    assert not th.is_alive(), "STOP ends the partition"
+    status = out["status"]
+    assert status["pulled"] == 3000 and status["partition"] == 1 and status["error"] is None
+    saved = json.loads((tmp_path / "spool" / "status" / "0001.json").read_text())
+    assert saved["pulled"] == 3000, "the partition reports to the driver through its status file"
+
+
+def SegmentName_stream(name):
+    from event_etl.sources.spool import SegmentName
+
+    return SegmentName.parse(name).stream
+
+
+def test_a_fetch_partition_with_once_ends_only_after_everything_it_pulled_was_acknowledged(tmp_path):
+    from event_etl.sources.pubsub_partitions import acknowledge_segments
+
+    svc = RealServiceLike()
+    for i in range(700):
+        svc.publish(b'{"n": %d}' % i, t("13:00") + i)
+    th, out = _run_partition(tmp_path, svc, once=True)
+    wait_until(lambda: _spooled(tmp_path) == 700, what="everything spooled")
+    time.sleep(1.5)  # the subscription has been quiet for longer than once_quiet (0.5 s)
+    assert th.is_alive(), "its messages are not acknowledged yet: it keeps extending their deadlines"
+    assert svc.calls["modify_ack_deadline"] >= 1
+    acknowledge_segments(svc, SUB, tmp_path / "spool" / "segments", [p.name for p in segments(tmp_path)], Counter())
+    th.join(10)
+    assert not th.is_alive() and out["status"]["pulled"] == 700 and len(svc.acked) == 700
+    assert not (tmp_path / "spool" / "segments" / DRAINED).exists(), "DRAINED is the driver's, once all partitions end"
+
+
+def test_a_fetch_partition_that_cannot_reach_the_spool_says_so_with_the_fix(tmp_path):
+    import pytest
+
+    from event_etl.errors import SourceError
+    from event_etl.sources.pubsub_partitions import fetch_partition
+
+    with pytest.raises(SourceError) as e:
+        fetch_partition(SUB, str(tmp_path / "not-mounted"), 0, 1, {}, "a1b2c3d4", False,
+                        client_factory=RealServiceLike)
+    assert "cannot reach the spool" in e.value.message and "shares at the same path" in e.value.fix

@@ -173,7 +173,8 @@ def start_fetcher(p: Prepared):
     kind = source_kind(p.spec.kind)
     if not kind.fetches:
         return None
-    return kind.fetcher(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once).start()
+    fetcher = kind.fetcher(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once)
+    return fetcher.start() if fetcher is not None else None  # None: it pulls on executors, once Spark runs
 
 
 def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
@@ -217,7 +218,7 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
     )
     if source_kind(p.spec.kind).fetches:  # Pub/Sub
         # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
-        fetcher = fetcher or source_kind(p.spec.kind).fetcher(p.spec, log_dir, once=options.once)
+        fetcher = fetcher or source_kind(p.spec.kind).fetcher(p.spec, log_dir, once=options.once, spark=spark)
         controller.source_activity = fetcher.activity
         controller.source_done = fetcher.ack
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)

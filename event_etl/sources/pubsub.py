@@ -316,6 +316,7 @@ class PubSubPlanner:
         k = self._position(end)
         for name in self.entries[:max(0, k - self.base)]:
             (self.segdir / name).unlink(missing_ok=True)
+            (self.segdir / (name + ".acked")).unlink(missing_ok=True)  # left by the driver for fetch partitions
         # forget log files whose segments are all committed (the first one stays: it holds the base)
         files = sorted((p for p in self.logdir.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
         for p, nxt in zip(files, files[1:]):

@@ -72,6 +72,9 @@ class FetchSettings:
     outage_timeout: float = 120.0
     pull_timeout: float = 10.0
     once_quiet: float = 3.0
+    fetch_partitions: int = 0
+    """0: pull in the driver (threads beside the query).  N: pull in N tasks on the cluster's executors
+    (:mod:`event_etl.sources.pubsub_partitions`), each with ``streams`` streams; they take N cores."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "FetchSettings":
@@ -79,7 +82,8 @@ class FetchSettings:
         s = cls()
         for name, conv in (("streams", int), ("max_held_messages", int), ("max_held_bytes", int),
                            ("segment_messages", int), ("segment_age", float), ("ack_deadline", int),
-                           ("outage_timeout", float), ("pull_timeout", float), ("once_quiet", float)):
+                           ("outage_timeout", float), ("pull_timeout", float), ("once_quiet", float),
+                           ("fetch_partitions", int)):
             key = f"EVENT_ETL_PUBSUB_{name.upper()}"
             if name == "outage_timeout":
                 key = "EVENT_ETL_PUBSUB_OUTAGE_SECONDS"
@@ -95,6 +99,7 @@ class _Held:
     ack_ids: list[str]
     count: int
     bytes: int
+    written: bool = True  # False while its segment is being written
 
 
 @dataclass
@@ -121,7 +126,8 @@ class Fetcher:
 
     def __init__(self, subscription: str, spool_dir: str | os.PathLike[str], *, settings: FetchSettings | None = None,
                  once: bool = False, client_factory: Callable[[], Any] | None = None,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, run: str | None = None, stream_base: int = 0,
+                 fresh: bool = True) -> None:
         from event_etl.timeutil import now_millis
 
         self.subscription = subscription
@@ -135,7 +141,7 @@ class Fetcher:
         self._client_factory = client_factory
         self._client = None
         self.clock = clock or now_millis
-        self.run = secrets.token_hex(4)
+        self.run = run or secrets.token_hex(4)
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)
         self.wake = threading.Condition(self.lock)  # parked streams wait here for the watcher to find messages
@@ -143,7 +149,7 @@ class Fetcher:
         self._watcher: int | None = None  # the one stream that keeps pulling while it is empty
         self.held: dict[str, _Held] = {}
         self.leftover = (0, 0)  # messages and bytes of segments of earlier runs still in the spool
-        self.streams = [_Stream(i) for i in range(max(1, self.settings.streams))]
+        self.streams = [_Stream(stream_base + i) for i in range(max(1, self.settings.streams))]
         self.requests: Counter = Counter()
         self.pulled = 0
         self.acked = 0
@@ -154,10 +160,11 @@ class Fetcher:
         self._stop = threading.Event()  # everything: pulling and extending deadlines
         self._no_more_pulls = threading.Event()  # pulling only (``once``: the subscription stayed empty)
         self._threads: list[threading.Thread] = []
-        (self.segdir / DRAINED).unlink(missing_ok=True)
-        from event_etl.sources.pubsub import ERROR_FILE
+        if fresh:  # a fetch partition leaves this to the driver's coordinator
+            (self.segdir / DRAINED).unlink(missing_ok=True)
+            from event_etl.sources.pubsub import ERROR_FILE
 
-        (self.dir / ERROR_FILE).unlink(missing_ok=True)  # an earlier run's error: this run tries again
+            (self.dir / ERROR_FILE).unlink(missing_ok=True)  # an earlier run's error: this run tries again
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
@@ -364,8 +371,9 @@ class Fetcher:
             s.buffer, s.ack_ids, s.count, s.bytes = [], [], 0, 0
             s.seq += 1
             # held before it is written: flow control and the extender count it from now on
-            self.held[name.name] = _Held(ids, count, size)
+            held = self.held[name.name] = _Held(ids, count, size, written=False)
         write_segment(self.segdir, name, buffer)
+        held.written = True
         faults.point("spooled", name.name)  # durable, not yet offered to Spark
         self._modify(ids, self.settings.ack_deadline)
 
@@ -403,9 +411,13 @@ class Fetcher:
             except Exception as err:  # noqa: BLE001 - a missed extension means a redelivery, which dedupe absorbs
                 log.warning("extending ack deadlines failed: %s", err)
 
+    def _forget_acked(self) -> None:
+        """Drop from :attr:`held` what someone else acknowledged (a fetch partition: the driver); here nothing."""
+
     def _extend_loop(self) -> None:
         period = max(1.0, self.settings.ack_deadline / 4)
         while not self._stop.wait(period):
+            self._forget_acked()
             with self.lock:
                 ids = [a for h in self.held.values() for a in h.ack_ids]
             if ids:

@@ -67,11 +67,17 @@ def _pubsub_check(spec: "SourceSpec") -> None:
     check_subscription(spec.params["subscription"])
 
 
-def _pubsub_fetcher(spec: "SourceSpec", log_dir: str, *, once: bool):
+def _pubsub_fetcher(spec: "SourceSpec", log_dir: str, *, once: bool, spark=None):
     from event_etl.settings import Settings
     from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 
     settings = FetchSettings.from_env(dict(Settings.from_env().pubsub))  # the EVENT_ETL_PUBSUB_* variables
+    if settings.fetch_partitions > 0:  # pulling on the executors: needs the session, so not before Spark starts
+        if spark is None:
+            return None
+        from event_etl.sources.pubsub_partitions import ExecutorFetcher
+
+        return ExecutorFetcher(spec.params["subscription"], log_dir, spark=spark, once=once, settings=settings)
     return Fetcher(spec.params["subscription"], log_dir, once=once, settings=settings)
 
 
@@ -90,7 +96,8 @@ class SourceKind:
     identity_of: Callable[["SourceSpec"], str]
     check_before_start: Callable[["SourceSpec"], None] | None = None
     fetcher: Callable[..., Any] | None = None
-    """Makes the fetcher the driver runs beside the query: ``fetcher(spec, log_dir, once=...)``; None: no fetcher."""
+    """Makes the fetcher the driver runs beside the query: ``fetcher(spec, log_dir, once=..., spark=None)``, which
+    may answer None without a session (one that pulls on executors); None here: no fetcher."""
     event_clock: bool = False
     shared: str | None = None
     requires: tuple[str, ...] = ()
