@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from event_etl.consumer import read_records, verify_hour
-from event_etl.rules.compaction import is_merged_name
+from event_etl.job.controller import MERGE_REQUESTS
+from event_etl.rules.compaction import ROLLING_FILES, is_merged_name
 from event_etl.storage import Storage
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
@@ -17,20 +18,21 @@ H13 = "2026-11-21T13:00Z"
 
 
 def test_an_hour_of_many_small_files_on_gcs_is_merged_whole_and_marked(tmp_path, gcs_bucket):
-    per_file = 1000  # no rolling merge: the final one takes all 40 small files
+    per_file = 1000  # no rolling merge by records: 3 events a batch never fill a file
     et = make_event_type(tmp_path / "types", out_of_orderness="2m", idle_timeout="1h", max_events_per_file=per_file)
     sink = f"{gcs_bucket}/data"
     clock = FakeClock(t("13:00"))
     p = LocalPipeline(tmp_path, et, clock, sink_url=sink)
     ids = set()
-    for b in range(40):  # 40 batches of 3 events: 40 small files, more than the merge's requests at a time
+    files = ROLLING_FILES - 1  # no rolling merge by count either: the final merge takes them all
+    for b in range(files):  # a batch of 3 events each: small files, more than the merge's requests at a time
         now = t("13:00:10") + 20 * b * 1000
         clock.now = now + 500
         batch = [f"e{b * 3 + i}" for i in range(3)]
         ids.update(batch)
         p.batch([click(i, now - k) for k, i in enumerate(batch)])
     folder = f"{et.name}/dt=2026-11-21/hour=13"
-    assert len(Storage(sink).list_files(folder)) >= 40, "the open hour holds one small file per batch"
+    assert len(Storage(sink).list_files(folder)) >= files > MERGE_REQUESTS, "the open hour holds a file per batch"
     clock.now = t("14:03")
     p.batch([click("x0", t("14:02:30"))])  # the watermark passes hour 13: merged, then marked
 

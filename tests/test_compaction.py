@@ -14,7 +14,14 @@ import pytest
 
 from event_etl import faults
 from event_etl.rules.buckets import data_file_name
-from event_etl.rules.compaction import apply_merges, file_bound, is_merged_name, merge_groups, merged_file_name
+from event_etl.rules.compaction import (
+    ROLLING_FILES,
+    apply_merges,
+    file_bound,
+    is_merged_name,
+    merge_groups,
+    merged_file_name,
+)
 from event_etl.rules.manifest import FileEntry
 from event_etl.storage.compaction import MergeError, merge_containers
 from tests.harness import (
@@ -46,6 +53,13 @@ def test_small_files_of_one_kind_merge_when_they_fill_a_file_or_the_hour_closes(
     assert merge_groups([entry(1, 3)], 10, final=True) == []  # one small file: nothing to merge
     # files release 0.1.0 wrote before an upgrade (no fingerprint in their entry) stay byte for byte
     assert merge_groups([entry(1, 3, fp=""), entry(2, 4, fp=""), entry(3, 2)], 10, final=True) == []
+
+
+def test_many_small_files_merge_while_the_hour_is_open_even_if_they_do_not_fill_a_file():
+    files = [entry(b, 1) for b in range(ROLLING_FILES)]
+    assert merge_groups(files[:-1], 1000, final=False) == []  # one short of the count, far from a full file
+    assert merge_groups(files, 1000, final=False) == [tuple(files)]
+    assert merge_groups(files, 1000, final=False, max_files=ROLLING_FILES + 1) == []
 
 
 def test_merged_names_are_data_file_names_in_the_hour_with_a_reserved_shard():
@@ -149,6 +163,23 @@ def test_a_trickling_type_ends_its_hour_with_a_handful_of_files(tmp_path):
     assert len(content.files) == 18
     assert all(is_merged_name(n) for n in content.files)
     assert p.controller.merges >= 1
+
+
+def test_a_quiet_type_keeps_its_open_hour_under_the_rolling_count_so_the_final_merge_stays_short(tmp_path):
+    # 5 events a batch never fill a file of 1,000: without merging by count the hour would reach its marker with
+    # 100 files for the final merge to read and delete, one request each on an object store
+    et = small_type(tmp_path, per_file=1000)
+    clock = FakeClock(t("13:00"))
+    p = LocalPipeline(tmp_path, et, clock)
+    folder = p.sink / "click" / "dt=2026-11-21" / "hour=13"
+    most = 0
+    for b in range(100):
+        trickle(p, clock, 1, 5, first=5 * b, minute0=b // 3)
+        most = max(most, len(list(folder.glob("*.avro"))))
+    assert most <= ROLLING_FILES + 1, f"the open hour held {most} files"
+    close_hour(p, clock, 0)
+    content = assert_hour_whole(p, {f"e{i}" for i in range(500)}, 1000)
+    assert len(content.files) == 1 and all(is_merged_name(n) for n in content.files)
 
 
 def test_late_records_merge_apart_in_the_open_hour(tmp_path):

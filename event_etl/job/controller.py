@@ -43,7 +43,7 @@ from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
 from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir, parse_data_file_name
-from event_etl.rules.compaction import MAX_GENERATION, is_merged_name, merge_groups, merged_file_name
+from event_etl.rules.compaction import MAX_GENERATION, ROLLING_FILES, is_merged_name, merge_groups, merged_file_name
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import FileEntry, Manifest, build_manifest, compare_listing
 from event_etl.rules.watermark import (
@@ -223,6 +223,7 @@ class Controller:
         # records in small files written to an open hour since its last merge (by hour; a rolling merge is
         # tried when they could fill a file)
         self._unmerged: Counter = Counter()
+        self._unmerged_files: Counter = Counter()  # small files batches added to each open hour since its last merge
         self.merges = 0
         self.dedupe = None
         if self.pending_batch is None:
@@ -584,14 +585,17 @@ class Controller:
         for hour, entries in sorted(result.files.items()):
             if self.state.marked_through is not None and hour <= self.state.marked_through:
                 continue
-            self._unmerged[hour] += sum(e.records for e in entries if e.records < per_file)
-            if self._unmerged[hour] >= per_file:
+            small = [e for e in entries if e.records < per_file]
+            self._unmerged[hour] += sum(e.records for e in small)
+            self._unmerged_files[hour] += len(small)
+            if self._unmerged[hour] >= per_file or self._unmerged_files[hour] >= ROLLING_FILES:
                 self._merge_hour(hour, self.storage.list_files(hour_dir(self.et.name, hour)), final=False,
                                  per_file=per_file)
-                self._unmerged[hour] = 0
+                self._unmerged[hour] = self._unmerged_files[hour] = 0
         for hour in [h for h in self._unmerged if self.state.marked_through is not None
                      and h <= self.state.marked_through]:
             del self._unmerged[hour]
+            self._unmerged_files.pop(hour, None)
 
     def _settle_merges(self, hour: int, listing: dict[str, int]) -> bool:
         """Finish what a merge killed midway left: delete merged-away members still there, and merged files no

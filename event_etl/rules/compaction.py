@@ -6,7 +6,10 @@ them (block by block, without decoding records; see :mod:`event_etl.storage.comp
 
 - **rolling**, after a batch is saved: when an open hour's *small* files (fewer records than
   ``max_events_per_file``) of one kind hold together at least ``max_events_per_file``
-  records, they are merged into full files (and one file for the remainder);
+  records, they are merged into full files (and one file for the remainder); and when they
+  are :data:`ROLLING_FILES` or more, whatever they hold, into one (still small, merged again
+  later): so the final merge never has more than that many files to read and delete, which
+  on an object store (tens of milliseconds a request) keeps a quiet type's marker in bound;
 - **final**, just before the hour's marker: its small files of one kind, if there are two
   or more, are merged.
 
@@ -33,11 +36,14 @@ from typing import Iterable, Sequence
 from event_etl.rules.buckets import MAX_SHARD, data_file_name, parse_data_file_name
 from event_etl.rules.manifest import FileEntry
 
-__all__ = ["MERGED_SHARD_BASE", "MAX_GENERATION", "merge_groups", "merged_file_name", "is_merged_name",
+__all__ = ["MERGED_SHARD_BASE", "MAX_GENERATION", "ROLLING_FILES", "merge_groups", "merged_file_name", "is_merged_name",
            "apply_merges", "file_bound"]
 
 MERGED_SHARD_BASE = 9000
 """Shard numbers from here up name merged files; tasks' shards stay below."""
+
+ROLLING_FILES = 32
+"""An open hour's small files of one kind are merged once there are this many, even if they do not fill a file."""
 
 MAX_GENERATION = MAX_SHARD - MERGED_SHARD_BASE
 """Merges an hour can have (the last shard number); an hour past it keeps its files as they are."""
@@ -47,13 +53,14 @@ def _kind(entry: FileEntry) -> tuple[bool, str]:
     return entry.late, entry.schema_fingerprint
 
 
-def merge_groups(entries: Iterable[FileEntry], max_events: int, *, final: bool) -> list[tuple[FileEntry, ...]]:
+def merge_groups(entries: Iterable[FileEntry], max_events: int, *, final: bool,
+                 max_files: int = ROLLING_FILES) -> list[tuple[FileEntry, ...]]:
     """The groups of an hour's files to merge now, each in name order (the order of their records).
 
     Only small files (fewer than ``max_events`` records) are merged; full files, and files an
     earlier release wrote (no schema fingerprint in their entry), stay as they are.  A kind's
     small files are merged when there are two or more of them and, unless ``final`` (the hour
-    is about to be marked), when together they fill at least one file."""
+    is about to be marked), when together they fill at least one file or are ``max_files`` or more."""
     if max_events < 1:
         raise ValueError(f"max_events must be positive, not {max_events}")
     kinds: dict[tuple[bool, str], list[FileEntry]] = {}
@@ -67,7 +74,7 @@ def merge_groups(entries: Iterable[FileEntry], max_events: int, *, final: bool) 
         small = sorted(kinds[kind], key=lambda e: e.name)
         if len(small) < 2:
             continue
-        if final or sum(e.records for e in small) >= max_events:
+        if final or sum(e.records for e in small) >= max_events or len(small) >= max_files:
             out.append(tuple(small))
     return out
 
