@@ -1,0 +1,43 @@
+"""PySpark's worker daemon of local jobs (event_etl.job.sparkdaemon): what it imports before forking workers.
+
+Workers are forked from the daemon; a module imported there is loaded in every worker without
+importing it again, but a thread running in the daemon at a fork would leave its locks held in
+the child.  So what the daemon imports must start no thread, and the daemon must still be
+single-threaded when it starts forking."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+PROBE = """
+import json, sys
+from event_etl.job import sparkdaemon
+done = sparkdaemon.warm()
+loaded = sorted(m for m in done if m in sys.modules)
+print(json.dumps({"done": done, "threads": sparkdaemon.threads(), "loaded": loaded}))
+"""
+
+
+def test_the_daemon_imports_the_task_modules_and_stays_single_threaded():
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["threads"] == 1, "a fork from a multi-threaded daemon could copy held locks into workers"
+    assert got["done"] == ["pyspark.worker", "event_etl.task.executor", "event_etl.sources.spark"], r.stderr
+    assert r.stderr == "", r.stderr
+
+
+def test_the_daemon_stops_importing_at_a_module_that_starts_a_thread(tmp_path):
+    (tmp_path / "threaded_mod.py").write_text("import threading, time\n"
+                                               "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n")
+    probe = ("import json; from event_etl.job import sparkdaemon\n"
+             "print(json.dumps(sparkdaemon.warm(('threaded_mod', 'event_etl.sources.spark'))))")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [], "nothing more is imported after a module that started a thread"
+    assert "importing threaded_mod started a thread" in r.stderr
