@@ -259,6 +259,8 @@ class Campaign:
         self.servers: list = []
         self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "EVENT_ETL_FAULT_LOG": str(self.fault_log),
                     "EVENT_ETL_FAULT_PAUSE": PAUSES}
+        if getattr(args, "fetch_partitions", 0):
+            self.env["EVENT_ETL_PUBSUB_FETCH_PARTITIONS"] = str(args.fetch_partitions)
         self.kills = Counter()
         self.runs = 0
         self.current: subprocess.Popen | None = None
@@ -732,7 +734,9 @@ def failures(result: dict) -> list[str]:
 
 
 def print_table(result: dict, args) -> None:
-    print(f"\nfault campaign: source {args.source}, {args.events} events, {args.files} batches, seed {args.seed}")
+    partitions = getattr(args, "fetch_partitions", 0)
+    print(f"\nfault campaign: source {args.source}, {args.events} events, {args.files} batches, seed {args.seed}"
+          + (f", {partitions} fetch partitions" if partitions else ""))
     width = max(len(k) for k in result if not k.startswith("_"))
     for k, v in result.items():
         if not k.startswith("_"):
@@ -754,6 +758,8 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     ap.add_argument("--verbose", action="store_true", help="a line per run")
+    ap.add_argument("--fetch-partitions", type=int, default=0,
+                    help="Pub/Sub: pull in N executor tasks (EVENT_ETL_PUBSUB_FETCH_PARTITIONS); 0: in the driver")
     args = ap.parse_args(argv)
     result = Campaign(args).run()
     print_table(result, args)
