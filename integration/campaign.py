@@ -2,7 +2,7 @@
 
     .venv/bin/python integration/campaign.py                      # directory source -> local disk
     .venv/bin/python integration/campaign.py --source pubsub      # Pub/Sub emulator -> GCS emulator
-    options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE
+    options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
 
 The event set spans more than six event-time hours, ending ten minutes before the real
 clock: timely, out-of-order, late, too-late, future (ahead of the real clock), duplicate
