@@ -45,3 +45,27 @@ def test_fetch_partitions_that_would_take_every_core_are_refused_with_the_fix(sc
     r = s.run("--once")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "EVENT_ETL_PUBSUB_FETCH_PARTITIONS=2" in r.stderr and "set it below 2" in r.stderr, r.stderr
+
+
+def test_the_fetch_partitions_of_a_fleet_count_together_against_the_cores(spark, tmp_path):
+    # two Pub/Sub types of one application (a fleet), one fetch partition each, on local[2]: the second would
+    # take the last core and the batches of every type would wait for ever
+    import pytest
+
+    from event_etl.errors import UsageError
+    from event_etl.sources.pubsub_fetch import FetchSettings
+    from event_etl.sources.pubsub_partitions import ExecutorFetcher
+
+    def fetcher(name):
+        return ExecutorFetcher(f"projects/p/subscriptions/{name}", tmp_path / name, spark=spark,
+                               settings=FetchSettings(fetch_partitions=1))
+
+    first = fetcher("a")
+    try:
+        with pytest.raises(UsageError) as e:
+            fetcher("b")
+        assert "other event types of this application take 1 more" in e.value.message
+        assert "set it to 0 (pull in the driver)" in e.value.fix
+    finally:
+        first.stop()
+    fetcher("c").stop()  # the first one's core is free again once it stopped

@@ -56,6 +56,10 @@ log = logging.getLogger(__name__)
 ACKED_SUFFIX = ".acked"
 STOP = "STOP"
 STATUS_DIR = "status"
+_TAKEN: dict[int, int] = {}
+"""Cores taken by the fetch partitions of each SparkContext (by its id), across the event types of a fleet."""
+_TAKEN_LOCK = threading.Lock()
+
 ATTEMPT_SEQ = 10_000_000
 """A retried task's segments are numbered from ``attempt * ATTEMPT_SEQ``: never the name of an earlier attempt's."""
 
@@ -222,11 +226,17 @@ class ExecutorFetcher:
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         cores = int(spark.sparkContext.defaultParallelism)
-        if self.partitions >= cores:
-            raise UsageError(
-                f"EVENT_ETL_PUBSUB_FETCH_PARTITIONS={self.partitions} takes {self.partitions} of the application's "
-                f"{cores} cores for good, leaving none for the batches",
-                fix=f"set it below {cores}, or give the application more executor cores")
+        with _TAKEN_LOCK:  # a fleet's Pub/Sub types share the application's cores: count them all
+            others = _TAKEN.get(id(spark.sparkContext), 0)
+            if others + self.partitions >= cores:
+                also = f" (and other event types of this application take {others} more)" if others else ""
+                raise UsageError(
+                    f"EVENT_ETL_PUBSUB_FETCH_PARTITIONS={self.partitions} takes {self.partitions} of the "
+                    f"application's {cores} cores for good{also}, leaving none for the batches",
+                    fix=(f"set it below {cores - others}" if cores - others > 1 else "set it to 0 (pull in the driver)")
+                    + ", or give the application more executor cores")
+            _TAKEN[id(spark.sparkContext)] = others + self.partitions
+        self._released = False
 
     @property
     def client(self):
@@ -283,8 +293,16 @@ class ExecutorFetcher:
         finally:
             self._done.set()
 
+    def _release_cores(self) -> None:
+        with _TAKEN_LOCK:
+            if not self._released:
+                self._released = True
+                key = id(self.spark.sparkContext)
+                _TAKEN[key] = max(0, _TAKEN.get(key, 0) - self.partitions)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the fetch partitions; messages pulled and not written are delivered again."""
+        self._release_cores()
         if self._thread is None:
             return
         (self.segdir / STOP).write_text("stop\n")
