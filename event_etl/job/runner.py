@@ -168,8 +168,8 @@ class Job:
 
 
 def start_fetcher(p: Prepared):
-    """Pub/Sub: the background puller of a prepared (and leased) job, started at once, so that it pulls while
-    Spark starts; ``None`` for other sources."""
+    """Pub/Sub: the background puller of a prepared (and leased) job, started at once (once Spark's JVM runs:
+    see :func:`run_job`); ``None`` for other sources."""
     kind = source_kind(p.spec.kind)
     if not kind.fetches:
         return None
@@ -276,7 +276,6 @@ def run_job(
     own_spark = spark is None
     fetcher = None
     try:
-        fetcher = start_fetcher(p)  # Pub/Sub: pulling while Spark starts
         if own_spark:
             from event_etl.job.session import get_session
 
@@ -287,6 +286,10 @@ def run_job(
                 exit_now(128 + esc.signum, f"[{name}] stopped at once while Spark was starting; nothing was processed")
             if install_signals:
                 stops.install()  # once more, now that the SparkContext exists
+        # Pub/Sub: pulling starts once the JVM runs, not while it is launched.  The JVM is forked with a
+        # preexec_fn; a fork while the puller's threads are inside gRPC calls makes gRPC skip its fork
+        # handlers, and the child could die before it ran Java (seen as JAVA_GATEWAY_EXITED at start-up).
+        fetcher = start_fetcher(p)
         job = open_job(p, spark, clock=clock, listeners=listeners, fetcher=fetcher)
         fetcher = None  # the job's now: it stops it
         try:
