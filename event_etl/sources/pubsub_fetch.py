@@ -50,13 +50,53 @@ from event_etl.errors import SourceError
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.spool import SegmentName, segment_count, write_segment
 
-__all__ = ["Fetcher", "FetchSettings", "DRAINED", "ACK_CHUNK"]
+__all__ = ["Fetcher", "FetchSettings", "DRAINED", "ACK_CHUNK", "subscriber", "acknowledge_in_bulk", "stats_line"]
 
 log = logging.getLogger(__name__)
 
 DRAINED = "DRAINED"
 ACK_CHUNK = 2500  # acknowledgement ids per Acknowledge / ModifyAckDeadline request (the client library's own limit)
 PULL_MAX = 1000
+
+
+def subscriber(factory: Callable[[], Any] | None) -> Any:
+    """A subscriber client: ``factory()`` (tests: a fake of the real service), else Google's, from the environment."""
+    if factory is not None:
+        return factory()
+    from event_etl.sources.pubsub import subscriber_client
+
+    return subscriber_client()
+
+
+def acknowledge_in_bulk(client, subscription: str, ids: list[str], requests: Counter) -> bool:
+    """Acknowledge ``ids`` up to :data:`ACK_CHUNK` a request; False if any request failed (those messages come
+    again, and dedupe drops them)."""
+    ok = True
+    for i in range(0, len(ids), ACK_CHUNK):
+        faults.point("acknowledging", str(i))  # the batch saved; its messages from here on not acknowledged
+        try:
+            requests["acknowledge"] += 1
+            client.acknowledge(subscription=subscription, ack_ids=ids[i:i + ACK_CHUNK], timeout=30)
+        except Exception as err:  # noqa: BLE001 - unacknowledged messages come again; dedupe drops them
+            log.warning("acknowledging %d messages failed: %s", len(ids[i:i + ACK_CHUNK]), err)
+            ok = False
+    return ok
+
+
+def stats_line(name: str, stats: dict[str, Any]) -> str:
+    """What a run asked of Pub/Sub, for the end of a run (API requests are what quotas and bills count)."""
+    req = stats["requests"]
+    total = sum(req.values())
+    per = (
+        f"{stats['requests_per_1000']:,.1f} per 1,000 messages"
+        if stats["requests_per_1000"] is not None
+        else "no messages"
+    )
+    parts = ", ".join(f"{label} {req.get(key, 0):,}" for key, label in (
+        ("pull", "pull"), ("acknowledge", "acknowledge"), ("modify_ack_deadline", "modifyAckDeadline"),
+        ("get_subscription", "getSubscription")))
+    return (f"[{name}] Pub/Sub: pulled {stats['pulled']:,}, acknowledged {stats['acked']:,}, {total:,} requests "
+            f"({per}: {parts})")
 
 
 @dataclass
@@ -170,12 +210,7 @@ class Fetcher:
     @property
     def client(self):
         if self._client is None:
-            if self._client_factory is not None:
-                self._client = self._client_factory()
-            else:
-                from event_etl.sources.pubsub import subscriber_client
-
-                self._client = subscriber_client()
+            self._client = subscriber(self._client_factory)
         return self._client
 
     def start(self) -> "Fetcher":
@@ -439,15 +474,7 @@ class Fetcher:
                     continue
                 ids.extend(h.ack_ids)
                 done.append(os.path.basename(name))
-        ok = True
-        for i in range(0, len(ids), ACK_CHUNK):
-            faults.point("acknowledging", str(i))  # the batch saved; its messages from here on not acknowledged
-            try:
-                self.requests["acknowledge"] += 1
-                self.client.acknowledge(subscription=self.subscription, ack_ids=ids[i:i + ACK_CHUNK], timeout=30)
-            except Exception as err:  # noqa: BLE001 - unacknowledged messages come again; dedupe drops them
-                log.warning("acknowledging %d messages failed: %s", len(ids[i:i + ACK_CHUNK]), err)
-                ok = False
+        ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
         with self.room:
             for name in done:
                 h = self.held.pop(name, None)
@@ -476,20 +503,8 @@ class Fetcher:
                 "requests": requests, "requests_per_1000": (1000 * total / self.pulled) if self.pulled else None}
 
     def summary_line(self, name: str) -> str:
-        """What this run asked of Pub/Sub, for the end of a run (API requests are what quotas and bills count)."""
-        st = self.stats()
-        req = st["requests"]
-        total = sum(req.values())
-        per = (
-            f"{st['requests_per_1000']:,.1f} per 1,000 messages"
-            if st["requests_per_1000"] is not None
-            else "no messages"
-        )
-        parts = ", ".join(f"{label} {req.get(key, 0):,}" for key, label in (
-            ("pull", "pull"), ("acknowledge", "acknowledge"), ("modify_ack_deadline", "modifyAckDeadline"),
-            ("get_subscription", "getSubscription")))
-        return (f"[{name}] Pub/Sub: pulled {st['pulled']:,}, acknowledged {st['acked']:,}, {total:,} requests "
-                f"({per}: {parts})")
+        """What this run asked of Pub/Sub (:func:`stats_line`)."""
+        return stats_line(name, self.stats())
 
     def describe(self) -> str:
         s = self.settings

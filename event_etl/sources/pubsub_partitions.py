@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
-from event_etl.sources.pubsub_fetch import ACK_CHUNK, DRAINED, Fetcher, FetchSettings
+from event_etl.sources.pubsub_fetch import DRAINED, Fetcher, FetchSettings, acknowledge_in_bulk, stats_line, subscriber
 from event_etl.sources.spool import SegmentName, ack_ids, segment_count
 
 __all__ = ["ExecutorFetcher", "PartitionFetcher", "fetch_partition", "acknowledge_segments", "ACKED_SUFFIX", "STOP"]
@@ -154,8 +154,6 @@ def acknowledge_segments(client, subscription: str, segdir: Path, names, request
 
     Returns the messages acknowledged and whether every request succeeded.  A segment already marked,
     or gone, is skipped."""
-    from event_etl import faults
-
     ids: list[str] = []
     done: list[str] = []
     for name in names:
@@ -167,16 +165,7 @@ def acknowledge_segments(client, subscription: str, segdir: Path, names, request
         except FileNotFoundError:
             continue
         done.append(base)
-    ok = True
-    for i in range(0, len(ids), ACK_CHUNK):
-        faults.point("acknowledging", str(i))  # the batch saved; its messages from here on not acknowledged
-        try:
-            requests["acknowledge"] += 1
-            client.acknowledge(subscription=subscription, ack_ids=ids[i:i + ACK_CHUNK], timeout=30)
-        except Exception as err:  # noqa: BLE001 - unacknowledged messages come again; dedupe drops them
-            log.warning("acknowledging %d messages failed: %s", len(ids[i:i + ACK_CHUNK]), err)
-            ok = False
-    if not ok:
+    if not acknowledge_in_bulk(client, subscription, ids, requests):
         return 0, False
     for base in done:
         (segdir / (base + ACKED_SUFFIX)).touch()
@@ -241,12 +230,7 @@ class ExecutorFetcher:
     @property
     def client(self):
         if self._client is None:
-            if self._client_factory is not None:
-                self._client = self._client_factory()
-            else:
-                from event_etl.sources.pubsub import subscriber_client
-
-                self._client = subscriber_client()
+            self._client = subscriber(self._client_factory)
         return self._client
 
     # -- the fetch job -------------------------------------------------------------------------
@@ -368,16 +352,7 @@ class ExecutorFetcher:
                 "partitions": len(st)}
 
     def summary_line(self, name: str) -> str:
-        st = self.stats()
-        req = st["requests"]
-        total = sum(req.values())
-        per = f"{st['requests_per_1000']:,.1f} per 1,000 messages" if st["requests_per_1000"] is not None \
-            else "no messages"
-        parts = ", ".join(f"{label} {req.get(key, 0):,}" for key, label in (
-            ("pull", "pull"), ("acknowledge", "acknowledge"), ("modify_ack_deadline", "modifyAckDeadline"),
-            ("get_subscription", "getSubscription")))
-        return (f"[{name}] Pub/Sub: pulled {st['pulled']:,}, acknowledged {st['acked']:,}, {total:,} requests "
-                f"({per}: {parts}); {self.partitions} fetch partitions on executors")
+        return f"{stats_line(name, self.stats())}; {self.partitions} fetch partitions on executors"
 
     def describe(self) -> str:
         s = self.settings
