@@ -73,6 +73,7 @@ class FleetMember:
     job: Job | None = None
     query: Any = None
     state: str = "starting"
+    lane: Any = None  # the shared engine's hold on its source (event_etl.job.shared.Lane)
     failures: int = 0
     restart_at: float | None = None
     last_error: str | None = None
@@ -128,9 +129,10 @@ def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, 
             p = prepare_job(et, options, clock=clock, checkpoint=_member_checkpoint(options, et.name))
             members.append(FleetMember(et, p))
             acquire_lease(p)
-        return _run(members, options, spark=spark, clock=clock, install_signals=install_signals,
-                    status_every_s=status_every_s, stop_event=stop_event,
-                    stops=stops if stops is not None else StopSignals())
+        run = _run_shared if options.engine == "shared" else _run
+        return run(members, options, spark=spark, clock=clock, install_signals=install_signals,
+                   status_every_s=status_every_s, stop_event=stop_event,
+                   stops=stops if stops is not None else StopSignals())
     finally:
         for m in members:
             if m.prepared.lease is not None:
@@ -148,16 +150,7 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
         if options.metrics_port is not None else None
     try:
         if own_spark:
-            from event_etl.job.session import get_session
-
-            try:
-                spark = run_watched(lambda: get_session(options.master, options.conf,
-                                                        app_name=f"event_etl fleet ({len(members)} types)"),
-                                    stops, name="event_etl-spark-start")
-            except Escalated as esc:
-                exit_now(128 + esc.signum, "[fleet] stopped at once while Spark was starting; nothing was processed")
-            if install_signals:
-                stops.install()  # once more, now that the SparkContext exists
+            spark = _start_session(len(members), options, stops, install_signals)
         for m in members:
             m.job = open_job(m.prepared, spark, clock=clock, serve_metrics=False)
             if endpoint:
@@ -195,19 +188,7 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
             _stop_at_boundary(running, stops, drain=drain)
         except Escalated as esc:
             _stop_at_once(running, stops, esc.signum)  # raises Interrupted
-        for m in members:
-            if m.state in ("running", "restarting"):
-                m.state = "stopped"
-        if drain:
-            drain_all(members, stops, clock)
-        for m in members:
-            _write_status(m, clock)
-        seconds = time.monotonic() - started
-        summary = {m.name: _member_summary(m, seconds, clock) for m in members}
-        for m in members:
-            summary[m.name]["stopped_by"] = signal_name(stops.first) if stops.first is not None else None
-            summary[m.name]["drained"] = drain and m.drain_error is None
-        return summary
+        return _finish(members, stops, clock, drain, started)
     finally:
         try:
             for m in members:
@@ -222,6 +203,178 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
         finally:
             if install_signals:
                 stops.restore()
+
+
+def _start_session(n: int, options: RunOptions, stops: StopSignals, install_signals: bool):
+    from event_etl.job.session import get_session
+
+    try:
+        spark = run_watched(lambda: get_session(options.master, options.conf, app_name=f"event_etl fleet ({n} types)"),
+                            stops, name="event_etl-spark-start")
+    except Escalated as esc:
+        exit_now(128 + esc.signum, "[fleet] stopped at once while Spark was starting; nothing was processed")
+    if install_signals:
+        stops.install()  # once more, now that the SparkContext exists
+    return spark
+
+
+def _finish(members: list[FleetMember], stops: StopSignals, clock, drain: bool, started: float) -> dict[str, Any]:
+    """After the loop: drain (if asked), write every status, and the summary per type."""
+    for m in members:
+        if m.state in ("running", "restarting"):
+            m.state = "stopped"
+    if drain:
+        drain_all(members, stops, clock)
+    for m in members:
+        _write_status(m, clock)
+    seconds = time.monotonic() - started
+    summary = {m.name: _member_summary(m, seconds, clock) for m in members}
+    for m in members:
+        summary[m.name]["stopped_by"] = signal_name(stops.first) if stops.first is not None else None
+        summary[m.name]["drained"] = drain and m.drain_error is None
+    return summary
+
+
+def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s,
+                stop_event, stops: StopSignals):
+    """The fleet through one shared micro-batch loop (:mod:`event_etl.job.shared`)."""
+    from event_etl.job.shared import SharedEngine, interrupted_line, run_rounds
+    from event_etl.job.stopping import Interrupted
+    from event_etl.metrics import FleetEndpoint
+
+    if install_signals:
+        stops.install()
+    own_spark = spark is None
+    endpoint = FleetEndpoint(host=options.metrics_host, port=options.metrics_port) \
+        if options.metrics_port is not None else None
+    try:
+        if own_spark:
+            spark = _start_session(len(members), options, stops, install_signals)
+        for m in members:
+            _open_shared(m, spark, options, clock, endpoint)
+        engine = SharedEngine(spark, members, {m.name: m.lane for m in members}, clock=clock)
+        if endpoint:
+            endpoint.serve()
+            print(f"[fleet] Prometheus metrics {endpoint.url}", flush=True)
+        started = time.monotonic()
+        for m in members:
+            m.state = "running"
+            _write_status(m, clock)
+        last_status = [time.monotonic()]
+
+        def supervise() -> None:
+            for m in members:
+                _supervise_shared(m, options, clock, spark, endpoint, stops)
+            if time.monotonic() - last_status[0] >= status_every_s:
+                last_status[0] = time.monotonic()
+                for m in members:
+                    say(_status_line(m.status(clock)))
+
+        def done(m: FleetMember) -> None:
+            m.state = "stopped"  # --once: its input ended
+            _write_status(m, clock)
+
+        deadline = None if options.max_seconds is None else started + options.max_seconds
+        trigger_ms = min(m.prepared.trigger_ms for m in members)
+        try:
+            run_rounds(engine, members, options, stops, trigger_ms=trigger_ms,
+                       on_failure=lambda m, err: _quarantine(m, err, clock), on_done=done, supervise=supervise,
+                       deadline=deadline, stop_event=stop_event)
+            drain = stops.drain if stops.first is not None else options.drain
+            replay = [m.name for m in members if m.state == "running" and m.lane.pending is not None]
+            if drain and replay:  # a drain first finishes what a crash left unfinished
+                rnd = run_watched(lambda: engine.run(engine.plan(replay)), stops, name="event_etl-round")
+                for name, err in rnd.failed.items():
+                    _quarantine(engine.members[name], err, clock)
+        except Escalated as esc:
+            engine.cancel()
+            raise Interrupted(esc.signum, interrupted_line(members, esc.signum)) from None
+        return _finish(members, stops, clock, drain, started)
+    finally:
+        try:
+            for m in members:
+                if m.job is not None:
+                    _close_shared(m)
+            if endpoint:
+                endpoint.close()
+            if own_spark and spark is not None:
+                from event_etl.job.session import stop_session
+
+                stop_session(spark)
+        finally:
+            if install_signals:
+                stops.restore()
+
+
+def _open_shared(m: FleetMember, spark, options: RunOptions, clock, endpoint) -> None:
+    """Open a member for the shared engine: controller, metrics and printer (no query), and its source's lane."""
+    from event_etl.job.runner import open_parts, start_fetcher
+    from event_etl.job.shared import Lane, SparkLog
+    from event_etl.sources.registry import make_planner
+
+    fetcher = start_fetcher(m.prepared)
+    try:
+        job, spec = open_parts(m.prepared, spark, clock=clock, serve_metrics=False, fetcher=fetcher)
+    except BaseException:
+        if fetcher is not None:
+            fetcher.stop()
+        raise
+    m.job = job
+    cap = int(spec["max_files_per_batch"] if spec["kind"] == "dir" else spec["max_events_per_batch"])
+    m.lane = Lane.open(make_planner(spec), SparkLog(m.prepared.ckpt.spark_dir), cap=cap, once=options.once)
+    if job.fetcher is None:  # the lane reports what it saw; Pub/Sub's fetcher reports for itself
+        job.controller.source_activity = lambda lane=m.lane: lane.activity
+    if endpoint:
+        endpoint.add(job.metrics)
+
+
+def _close_shared(m: FleetMember) -> None:
+    try:
+        stop = getattr(m.lane.planner, "stop", None) if m.lane is not None else None
+        if stop is not None:
+            stop()
+    finally:
+        m.job.close()
+
+
+def _supervise_shared(m: FleetMember, options: RunOptions, clock, spark, endpoint, stops: StopSignals | None) -> None:
+    """Between rounds: try a quarantined member again after its backoff; tick a running one (idle watermark)."""
+    if m.state == "quarantined":
+        if time.monotonic() >= (m.restart_at or 0):
+            try:
+                _close_shared(m)
+                _open_shared(m, spark, options, clock, endpoint)
+                m.state = "running"
+                m.restart_at = None
+                _write_status(m, clock)
+            except Exception as err:  # noqa: BLE001 - another failure, tried again later
+                _quarantine(m, err, clock)
+        return
+    if m.state != "running" or options.once:
+        return
+    try:
+        run_watched(m.job.controller.tick, stops, name="event_etl-tick")
+    except Escalated:
+        raise
+    except Exception as err:  # noqa: BLE001 - e.g. a marker the sink refuses: this type only
+        _quarantine(m, err, clock)
+
+
+def _quarantine(m: FleetMember, err: BaseException, clock) -> None:
+    """A member's source or batch failed: it waits out a backoff while the others go on (its batch stays pending)."""
+    from event_etl.job.controller import unwrap_task_error
+
+    err = unwrap_task_error(err)
+    msg = err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
+    m.failures += 1
+    m.last_error = msg[:500]
+    wait = backoff_seconds(m.failures)
+    m.restart_at = time.monotonic() + wait
+    m.state = "quarantined"
+    fix = f" (fix: {err.fix})" if isinstance(err, EventEtlError) and err.fix else ""
+    print(f"[{m.name}] quarantined ({m.failures} so far): {m.last_error}{fix}; the others go on; tried again in "
+          f"{wait:.0f}s", file=sys.stderr, flush=True)
+    _write_status(m, clock)
 
 
 def drain_all(members: list[FleetMember], stops: StopSignals | None, clock) -> None:

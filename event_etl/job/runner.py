@@ -72,6 +72,7 @@ class RunOptions:
     metrics_host: str = "127.0.0.1"
     otlp_endpoint: str | None = None
     metrics_history: str | None = None
+    engine: str = "shared"  # a fleet's: one shared micro-batch loop, or "queries" (one streaming query per type)
 
 
 def _check_checkpoint_location(path: str) -> None:
@@ -146,7 +147,7 @@ class Job:
     controller: Controller
     metrics: Any
     source_dir: str
-    writer: Any  # DataStreamWriter, ready to start
+    writer: Any  # DataStreamWriter, ready to start (None in a shared engine: event_etl.job.shared)
     gate: BatchGate | None = None  # the foreachBatch function, as the stop needs it (event_etl.job.stopping)
     printer: ProgressPrinter | None = None
     fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
@@ -180,10 +181,33 @@ def start_fetcher(p: Prepared):
 def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
              fetcher=None) -> Job:
     """Bind the checkpoint, build the controller, metrics and the (not yet started) query of a prepared job."""
-    from event_etl.metrics import job_metrics
     from event_etl.sources.spark import EtlSource
 
     spark.dataSource.register(EtlSource)
+    job, source_spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics,
+                                  fetcher=fetcher)
+    gate = BatchGate(job.controller.handle_batch)
+    writer = (
+        spark.readStream.format("event_etl")
+        .option("spec", json.dumps(source_spec))
+        .load()
+        .writeStream.foreachBatch(gate)
+        .option("checkpointLocation", str(p.ckpt.spark_dir))
+        .queryName(f"event_etl_{p.event_type.name}")
+    )
+    writer = (writer.trigger(availableNow=True) if p.options.once
+              else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
+    job.writer, job.gate = writer, gate
+    return job
+
+
+def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
+               fetcher=None) -> tuple[Job, dict[str, Any]]:
+    """Bind the checkpoint; build the controller, metrics and progress printer of a prepared job, and the spec of
+    its source.  The job has no query yet: :func:`open_job` adds one; a shared engine
+    (:mod:`event_etl.job.shared`) plans the source itself."""
+    from event_etl.metrics import job_metrics
+
     et, options, ckpt = p.event_type, p.options, p.ckpt
     # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch
     # must get the same tasks, hence the same file names, whatever the cluster is now.
@@ -223,18 +247,7 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
         controller.source_done = fetcher.ack
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
     controller.listeners.extend(metrics.listeners)
-    gate = BatchGate(controller.handle_batch)
-    writer = (
-        spark.readStream.format("event_etl")
-        .option("spec", json.dumps(source_spec))
-        .load()
-        .writeStream.foreachBatch(gate)
-        .option("checkpointLocation", str(ckpt.spark_dir))
-        .queryName(f"event_etl_{et.name}")
-    )
-    writer = (writer.trigger(availableNow=True) if options.once
-              else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
-    return Job(p, controller, metrics, source_spec["log_dir"], writer, gate, printer, fetcher)
+    return Job(p, controller, metrics, source_spec["log_dir"], None, None, printer, fetcher), source_spec
 
 
 PENDING_REPLAY_TIMEOUT_S = 300.0

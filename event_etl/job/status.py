@@ -26,8 +26,8 @@ def read_status(checkpoint_dir: str | Path) -> dict[str, Any] | None:
 
 
 def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: int) -> dict[str, Any]:
-    """State of one type's job: ``running`` (a valid lease), ``restarting``/``failed`` (its fleet says so),
-    ``stopped`` (a checkpoint, no lease) or ``never run``."""
+    """State of one type's job: ``running`` (a valid lease), ``restarting``/``quarantined``/``failed`` (its fleet
+    says so), ``stopped`` (a checkpoint, no lease) or ``never run``."""
     ck = Checkpoint(checkpoint_dir)
     state = ck.load_state() if (ck.etl / "state.json").exists() else None
     fleet = read_status(checkpoint_dir) or {}
@@ -40,7 +40,7 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
         lease = {}
     live = bool(lease) and int(lease.get("expires_at_ms", 0)) > now
     if live:
-        st = fleet.get("state") if fleet.get("state") in ("restarting", "failed") else "running"
+        st = fleet.get("state") if fleet.get("state") in ("restarting", "quarantined", "failed") else "running"
     elif state is None:
         st = "never run"
     else:

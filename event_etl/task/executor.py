@@ -30,7 +30,7 @@ from fastavro import schemaless_writer
 from fastavro.write import Writer
 
 from event_etl import faults
-from event_etl.errors import IntegrityError, SourceError
+from event_etl.errors import EventEtlError, IntegrityError, SourceError
 from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import MARKER_NAME, data_file_name, deadletter_file_path, hour_dir
 from event_etl.rules.judge import OUTCOME_CODES, Outcome, judge_array, make_judge
@@ -43,7 +43,7 @@ from event_etl.storage.lease import Fence
 from event_etl.task.fastpath import plan_for
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
 
-__all__ = ["BatchContext", "process_split", "make_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
+__all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
 
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
 _BLOCK_BYTES = 64 * 1024
@@ -769,5 +769,32 @@ def make_task(ctx: BatchContext):
             for row in rb.to_pylist():
                 report, keys = process_split(Split(**row), ctx, storage)
                 yield pa.RecordBatch.from_pylist([{"report": json.dumps(report), "keys": keys}])
+
+    return task
+
+
+def make_shared_task(contexts: dict[str, BatchContext]):
+    """The ``mapPartitions`` function of a shared engine's Spark job (:mod:`event_etl.job.shared`).
+
+    Its rows are ``(type name, split row)`` of several types' batches; it yields one
+    ``(type name, shard, report JSON, keys, None)`` per split, or ``(type name, shard, None, None,
+    (error class, message, fix))`` for a split that failed: that type's batch fails, the other
+    types' splits go on."""
+
+    def task(rows):
+        stores: dict[str, Storage] = {}
+        for name, row in rows:
+            split = Split(*row)
+            ctx = contexts[name]
+            try:
+                if ctx.sink not in stores:
+                    stores[ctx.sink] = open_storage(ctx.sink)
+                report, keys = process_split(split, ctx, stores[ctx.sink])
+            except Exception as err:  # noqa: BLE001 - handed to the driver, as this type's failure
+                fix = err.fix if isinstance(err, EventEtlError) else None
+                message = err.message if isinstance(err, EventEtlError) else f"{type(err).__name__}: {err}"
+                yield name, split.shard, None, None, (type(err).__name__, message, fix)
+                continue
+            yield name, split.shard, json.dumps(report), keys or b"", None
 
     return task

@@ -1,0 +1,458 @@
+"""A fleet's shared engine: many event types through one micro-batch loop, one Spark job per trigger.
+
+``event-etl run --all`` (and ``run T1 T2 ...``, ``submit --all``) runs a fleet here unless
+``--engine queries`` asks for one streaming query per type (:mod:`event_etl.job.fleet`).
+There is no streaming query and no Python source process per type: every trigger interval
+the driver asks each type's source planner (the planners a type's own query uses,
+:mod:`event_etl.sources.registry`) what is new, writes that type's offsets, and then runs
+**one** Spark job over the splits of every type that has input.  Each type's controller
+then finishes its own batch (ledger, watermark, markers, state) exactly as in a query of
+its own.  Each type keeps everything of its own: checkpoint, batch numbers, watermark,
+markers, dead-letter area, lease, metrics label and status.
+
+**Offsets.**  A type's offsets and commits are kept in its ``spark/offsets`` and
+``spark/commits``, in Spark's own format (:class:`SparkLog`), under the rule of Spark's
+micro-batch engine: a batch's end offset is durable before its splits are planned, its
+commit is written after the controller saved its state, and a batch with an offset and no
+commit is replayed -- over the same range, under the same number -- when the type runs
+next.  So a type moves between a query of its own (``event-etl run TYPE``) and a shared
+application, both ways, and nothing is read twice or skipped.
+
+**Quarantine.**  A type whose source or batch fails is quarantined: its status says
+``quarantined`` with the error, its unfinished batch stays pending, and the other types go
+on.  It is tried again after a backoff (5 s, doubled up to 5 minutes:
+:func:`event_etl.job.fleet.backoff_seconds`); its pending batch is replayed first, so once
+the cause is fixed (the folder back, the sink writable again) nothing is lost.
+
+**Stopping** follows :mod:`event_etl.job.stopping`, as for one type: SIGINT stops after the
+round in flight (every type's batch in it finishes); SIGTERM and SIGHUP also drain every
+type, each on its own; a second SIGINT or SIGTERM cancels the round's Spark jobs and stops
+at once (its batches are replayed on the next run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from event_etl import faults
+from event_etl.errors import EventEtlError
+from event_etl.job.stopping import POLL_S, Escalated, StopSignals, run_watched
+from event_etl.rules.watermark import SourceActivity
+from event_etl.sources.splits import Split
+
+__all__ = ["SparkLog", "Lane", "Rendezvous", "SharedEngine", "ENGINES", "run_rounds", "interrupted_line"]
+
+ENGINES = ("shared", "queries")
+"""How a fleet runs: one shared micro-batch loop (this module), or one streaming query per type."""
+
+RETAIN_BATCHES = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
+
+# The SQL settings Spark records with every offset (OffsetSeqMetadata.relevantSQLConfs): a query of the
+# type's own that takes over the log reads them back.
+_RECORDED_CONFS = (
+    "spark.sql.shuffle.partitions",
+    "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.multipleWatermarkPolicy",
+    "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion",
+    "spark.sql.streaming.aggregation.stateFormatVersion",
+    "spark.sql.streaming.join.stateFormatVersion",
+    "spark.sql.streaming.stateStore.compression.codec",
+)
+
+
+class SparkLog:
+    """A type's Spark offset and commit logs (``<checkpoint>/spark/offsets/<n>``, ``commits/<n>``).
+
+    Written in Spark's format (``v1``, the batch's metadata, the source's end offset; a commit is
+    ``v1`` and ``{"nextBatchWatermarkMs":0}``), replaced whole by a rename, so that a query of the
+    type's own reads them as its own and the other way round."""
+
+    def __init__(self, spark_dir: str | os.PathLike[str]) -> None:
+        self.root = Path(spark_dir)
+        self.offsets = self.root / "offsets"
+        self.commits = self.root / "commits"
+
+    @staticmethod
+    def _batches(d: Path) -> list[int]:
+        try:
+            return sorted(int(f.name) for f in d.iterdir() if f.name.isdigit())
+        except FileNotFoundError:
+            return []
+
+    def latest_offset_batch(self) -> int | None:
+        b = self._batches(self.offsets)
+        return b[-1] if b else None
+
+    def latest_commit(self) -> int | None:
+        b = self._batches(self.commits)
+        return b[-1] if b else None
+
+    def end_offset(self, batch: int) -> dict[str, Any] | None:
+        """The source's end offset of ``batch`` (the last line of its offset file), or None if there is none."""
+        try:
+            lines = (self.offsets / str(batch)).read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return None
+        if len(lines) < 3 or not lines[-1].startswith("{"):
+            raise EventEtlError(f"{self.offsets / str(batch)} is not an offset of one source",
+                                fix="the checkpoint's spark/ folder was changed by hand; restore it")
+        return json.loads(lines[-1])
+
+    @staticmethod
+    def _write(path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def write_offset(self, batch: int, end: dict[str, Any], *, now: int, conf: dict[str, str]) -> None:
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": int(now), "conf": conf}
+        self._write(self.offsets / str(batch),
+                    "v1\n" + json.dumps(meta, separators=(",", ":")) + "\n" + json.dumps(end, sort_keys=True))
+
+    def write_commit(self, batch: int) -> None:
+        self._write(self.commits / str(batch), 'v1\n{"nextBatchWatermarkMs":0}')
+        for d in (self.offsets, self.commits):
+            for b in self._batches(d):
+                if b <= batch - RETAIN_BATCHES:
+                    (d / str(b)).unlink(missing_ok=True)
+
+
+@dataclass
+class Lane:
+    """Where one type's source stands: its planner, the offset the next batch starts at, a batch to replay."""
+
+    planner: Any
+    log: SparkLog
+    cap: int | None
+    next_batch: int = 0
+    start: dict[str, Any] | None = None
+    pending: tuple[int, dict[str, Any], dict[str, Any]] | None = None  # (batch, start, end) offered, not committed
+    exhausted: bool = False  # --once: nothing more to read
+    delivered_at: int | None = None
+    activity: SourceActivity | None = None
+
+    @classmethod
+    def open(cls, planner: Any, log: SparkLog, *, cap: int | None, once: bool) -> "Lane":
+        """Read the type's logs as Spark's engine would on a restart: the batch to replay, or where to go on."""
+        lane = cls(planner, log, cap)
+        last, committed = log.latest_offset_batch(), log.latest_commit()
+        if last is None:
+            lane.start = planner.initial_offset()
+        elif committed is not None and committed >= last:
+            lane.start = log.end_offset(last)
+            lane.next_batch = last + 1
+            planner.commit(lane.start)  # as Spark does for the last committed batch on a restart
+        else:
+            before = log.end_offset(last - 1) if last > 0 else None
+            lane.start = before if before is not None else planner.initial_offset()
+            lane.pending = (last, lane.start, log.end_offset(last))
+            lane.next_batch = last + 1
+        if once:
+            planner.prepare_available_now()
+        return lane
+
+    def offer(self, *, now: int, conf: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, Any]] | None:
+        """The batch to run now: the pending one, or a new one over what arrived (its offset made durable first);
+        None when nothing is new."""
+        if self.pending is not None:
+            return self.pending
+        end = self.planner.latest_offset(self.start, self.cap)
+        if end != self.start:
+            self.delivered_at = now
+        backlog = self.planner.backlog(end) if hasattr(self.planner, "backlog") else {}
+        self.activity = SourceActivity(now, int(next(iter(backlog.values()), 0)) if backlog else 0, False,
+                                       self.delivered_at)
+        self.exhausted = end == self.start
+        if self.exhausted:
+            return None
+        self.log.write_offset(self.next_batch, end, now=now, conf=conf)
+        faults.point("offset_written", str(self.next_batch))
+        self.pending = (self.next_batch, self.start, end)
+        return self.pending
+
+    def committed(self) -> None:
+        """The pending batch's state is saved: commit it, in the log and to the source."""
+        batch, _, end = self.pending
+        self.log.write_commit(batch)
+        self.planner.commit(end)
+        self.start, self.pending, self.next_batch = end, None, batch + 1
+
+
+class Rendezvous:
+    """Where the batches of one round meet so that their splits run as one Spark job.
+
+    Each type's batch runs in a thread of its own (:meth:`Controller.run_batch`, unchanged); when
+    it needs its splits processed it :meth:`submit` s them and waits.  The engine :meth:`collect` s
+    once every type of the round has submitted or left (failed before), runs one job, and
+    :meth:`deliver` s each type's reports (or its error)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.cond = threading.Condition()
+        self.waiting = set(names)
+        self.submitted: dict[str, tuple[Any, list[Split]]] = {}
+        self.results: dict[str, Any] = {}
+
+    def submit(self, name: str, ctx: Any, splits: list[Split]) -> list[tuple[dict, bytes]]:
+        with self.cond:
+            self.submitted[name] = (ctx, splits)
+            self.waiting.discard(name)
+            self.cond.notify_all()
+            while name not in self.results:
+                self.cond.wait()
+            result = self.results.pop(name)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def leave(self, name: str) -> None:
+        with self.cond:
+            self.waiting.discard(name)
+            self.cond.notify_all()
+
+    def collect(self) -> dict[str, tuple[Any, list[Split]]]:
+        with self.cond:
+            while self.waiting:
+                self.cond.wait(POLL_S)
+            return dict(self.submitted)
+
+    def deliver(self, results: dict[str, Any]) -> None:
+        with self.cond:
+            self.results.update(results)
+            self.cond.notify_all()
+
+
+def _task_error(batch: int, name: str, parts: tuple[str, str, str | None]) -> BaseException:
+    from event_etl import errors
+
+    cls_name, message, fix = parts
+    cls = getattr(errors, cls_name, None)
+    if isinstance(cls, type) and issubclass(cls, errors.EventEtlError) and cls is not errors.ConfigError:
+        return cls(message, fix=fix)
+    return EventEtlError(f"[{name}] a task of batch {batch} failed: {message}",
+                         fix="see the executor's log; the batch is replayed when the type is tried again")
+
+
+@dataclass
+class Round:
+    """One trigger's work: the batch each type with input runs (``{name: (batch, start, end, splits)}``)."""
+
+    work: dict[str, tuple[int, dict, dict, list[Split]]] = field(default_factory=dict)
+    failed: dict[str, BaseException] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+
+
+class SharedEngine:
+    """Runs the batches of many types' controllers, one round per trigger (see the module docstring).
+
+    ``members`` are :class:`~event_etl.job.fleet.FleetMember` s whose job (controller, metrics,
+    printer) is open; ``lanes`` their sources, by name.  The fleet loop calls :meth:`run_round`
+    once per trigger and :meth:`tick` between rounds."""
+
+    def __init__(self, spark, members: list, lanes: dict[str, Lane], *, clock: Callable[[], int]) -> None:
+        self.spark = spark
+        self.members = {m.name: m for m in members}
+        self.lanes = lanes
+        self.clock = clock
+        self.conf = self._recorded_conf(spark)
+        self.parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+        self.rounds = 0
+        self.group = f"event_etl-shared-{uuid.uuid4().hex[:8]}"
+
+    @staticmethod
+    def _recorded_conf(spark) -> dict[str, str]:
+        out = {}
+        for key in _RECORDED_CONFS:
+            try:
+                value = spark.conf.get(key, None)
+            except Exception:  # noqa: BLE001 - a key this Spark does not know: not recorded
+                value = None
+            if value is not None:
+                out[key] = str(value)
+        return out
+
+    # -- a round ----------------------------------------------------------------------------
+    def plan(self, names: list[str]) -> Round:
+        """Ask each named type's source what to run now (a pending batch first); a source that fails fails
+        its type only."""
+        rnd = Round()
+        now = self.clock()
+        for name in names:
+            lane = self.lanes[name]
+            try:
+                offered = lane.offer(now=now, conf=self.conf)
+                if offered is None:
+                    continue
+                batch, start, end = offered
+                rnd.work[name] = (batch, start, end, lane.planner.splits(start, end))
+            except Exception as err:  # noqa: BLE001 - this type is quarantined; the others go on
+                rnd.failed[name] = err
+        return rnd
+
+    def run(self, rnd: Round) -> Round:
+        """Run every batch of the round: one thread per type's controller, their splits in one Spark job."""
+        if not rnd.work:
+            return rnd
+        rv = Rendezvous(set(rnd.work))
+        threads = []
+        for name, (batch, _, _, splits) in rnd.work.items():
+            th = threading.Thread(target=self._batch, args=(rv, rnd, name, batch, splits),
+                                  name=f"event_etl-batch-{name}", daemon=True)
+            th.start()
+            threads.append(th)
+        submitted = rv.collect()
+        try:
+            results = self._run_splits({n: (ctx, sp) for n, (ctx, sp) in submitted.items()}, rnd)
+        except Exception as err:  # noqa: BLE001 - the job as a whole failed: every batch in it fails
+            results = {n: err for n in submitted}
+        rv.deliver(results)
+        for th in threads:
+            th.join()
+        for name in sorted(rnd.finished):
+            try:
+                self.lanes[name].committed()
+            except Exception as err:  # noqa: BLE001 - its batch is replayed when the type is tried again
+                rnd.failed[name] = err
+        self.rounds += 1
+        return rnd
+
+    def _batch(self, rv: Rendezvous, rnd: Round, name: str, batch: int, splits: list[Split]) -> None:
+        controller = self.members[name].job.controller
+        used = []
+
+        def run_tasks(ctx, shards):
+            if shards is None and ctx.mode == "write" and not used:
+                used.append(True)
+                return rv.submit(name, ctx, splits)
+            part = splits if shards is None else [s for s in splits if s.shard in shards]
+            return self._run_splits({name: (ctx, part)}, rnd)[name]  # a first batch's reference, or duplicates
+
+        try:
+            with controller.lock:
+                controller.busy = True
+                try:
+                    controller.run_batch(batch, run_tasks)
+                finally:
+                    controller.busy = False
+            rnd.finished.add(name)
+        except BaseException as err:  # noqa: BLE001 - this type is quarantined; the others go on
+            controller.failure = err
+            rnd.failed[name] = err
+        finally:
+            rv.leave(name)
+
+    def _run_splits(self, work: dict[str, tuple[Any, list[Split]]], rnd: Round) -> dict[str, Any]:
+        """One Spark job over the splits of ``work`` (``{name: (ctx, splits)}``): each type's
+        ``[(report, keys)]``, or the error of a type one of whose splits failed."""
+        from event_etl.task.executor import make_shared_task
+
+        rows = [(name, s.as_row()) for name, (_, splits) in work.items() for s in splits]
+        out: dict[str, Any] = {name: [] for name in work}
+        if not rows:
+            return out
+        sc = self.spark.sparkContext
+        slices = _balance(rows, self.parallelism)
+        sc.setJobGroup(self.group, f"event_etl shared round {self.rounds}: {len(work)} types, {len(rows)} splits",
+                       interruptOnCancel=True)
+        task = make_shared_task({name: ctx for name, (ctx, _) in work.items()})
+        got = sc.parallelize(slices, len(slices)).flatMap(lambda s: s).mapPartitions(task).collect()
+        for name, _shard, report, keys, error in got:
+            if isinstance(out[name], BaseException):
+                continue
+            if error is not None:
+                batch = rnd.work[name][0] if name in rnd.work else -1
+                out[name] = _task_error(batch, name, error)
+            else:
+                out[name].append((json.loads(report), keys or b""))
+        return out
+
+    def cancel(self) -> None:
+        """Stop at once: cancel the round's Spark jobs (their batches are replayed on the next run)."""
+        try:
+            self.spark.sparkContext.cancelJobGroup(self.group)
+        except Exception:  # noqa: BLE001 - the stop goes on regardless
+            pass
+
+
+def _balance(rows: list[tuple[str, tuple]], parallelism: int) -> list[list[tuple[str, tuple]]]:
+    """Deal the splits into about ``2 x parallelism`` tasks of about equal size (largest first, each to the
+    lightest task), so that a big type's splits spread over the cores and the small types' share tasks.
+    A pure function of the rows: the same round plans the same tasks."""
+    n = max(1, min(len(rows), 2 * parallelism))
+    bins: list[list[tuple[str, tuple]]] = [[] for _ in range(n)]
+    load = [0] * n
+    # a split row is (shard, kind, uri, start, end, arrival, meta): end - start is its size
+    for row in sorted(rows, key=lambda r: (-(int(r[1][4]) - int(r[1][3])), r[0], r[1][0])):
+        i = min(range(n), key=lambda k: (load[k], k))
+        bins[i].append(row)
+        load[i] += max(1, int(row[1][4]) - int(row[1][3]))
+    return [b for b in bins if b]
+
+
+def run_rounds(engine: SharedEngine, members: list, options, stops: StopSignals, *, trigger_ms: int,
+               on_failure: Callable[[Any, BaseException], None], on_done: Callable[[Any], None],
+               supervise: Callable[[], None], deadline: float | None, stop_event=None) -> str | None:
+    """The fleet's loop: a round every trigger interval (at once again if one took longer), ticks and
+    quarantine in between.  Returns what stopped it (a signal's name, ``time limit``) or None: input ended."""
+    from event_etl.job.stopping import signal_name
+
+    next_round = time.monotonic()
+    next_tick = time.monotonic() + options.tick_seconds
+    while True:
+        if stop_event is not None and stop_event.is_set():
+            import signal as _signal
+
+            stops.request(_signal.SIGINT)
+        if stops.first is not None:
+            return signal_name(stops.first)
+        if deadline is not None and time.monotonic() >= deadline:
+            return "time limit"
+        active = [m for m in members if m.state in ("running", "quarantined")]
+        if not active:
+            return None
+        now = time.monotonic()
+        if now >= next_round:
+            next_round = now + trigger_ms / 1000.0
+            names = [m.name for m in members if m.state == "running"]
+            rnd = engine.plan(names)
+            try:
+                rnd = run_watched(lambda: engine.run(rnd), stops, name="event_etl-round")
+            except Escalated:
+                engine.cancel()
+                raise
+            for name, err in rnd.failed.items():
+                on_failure(engine.members[name], err)
+            if options.once:
+                for name in names:
+                    lane, m = engine.lanes[name], engine.members[name]
+                    if m.state == "running" and lane.exhausted and lane.pending is None:
+                        on_done(m)
+            continue
+        if now >= next_tick:
+            next_tick = now + options.tick_seconds
+            supervise()
+        stops.sleep(min(POLL_S, max(0.0, next_round - time.monotonic())))
+
+
+def interrupted_line(members: list, signum: int) -> str:
+    """What a stop at once says: which types' batches were cut short (replayed on the next run)."""
+    import signal as _signal
+
+    what = "Ctrl-C twice" if signum == _signal.SIGINT else "SIGTERM twice"
+    cut = [f"{m.name} batch {m.lane.pending[0]}" for m in members
+           if getattr(m, "lane", None) is not None and m.lane.pending is not None]
+    if cut:
+        return (f"[fleet] stopped at once ({what}), not drained: {', '.join(cut)} was cut short and is replayed when "
+                f"you run the same command")
+    return f"[fleet] stopped at once ({what}), not drained; run the same command to continue"
+

@@ -1,0 +1,147 @@
+"""The shared engine's own parts, without Spark: its offset log, a type's lane, the round's meeting point, the tasks."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from event_etl.job.shared import Lane, Rendezvous, SparkLog, _balance
+from event_etl.sources.directory import DirectoryPlanner
+
+
+def _planner(tmp_path, src):
+    return DirectoryPlanner(str(src), str(tmp_path / "ck" / "etl" / "source" / "dir"), split_bytes=1 << 20,
+                            max_files=2, clock=lambda: 1_000, tasks_per_batch=2)
+
+
+def _files(src, *names):
+    src.mkdir(exist_ok=True)
+    for n in names:
+        (src / n).write_text('{"id": "%s"}\n' % n)
+
+
+def test_offsets_and_commits_are_written_in_sparks_own_format(tmp_path):
+    log = SparkLog(tmp_path / "spark")
+    log.write_offset(0, {"files": 2}, now=123, conf={"spark.sql.shuffle.partitions": "4"})
+    lines = (tmp_path / "spark" / "offsets" / "0").read_text().splitlines()
+    assert lines[0] == "v1"
+    assert json.loads(lines[1]) == {"batchWatermarkMs": 0, "batchTimestampMs": 123,
+                                    "conf": {"spark.sql.shuffle.partitions": "4"}}
+    assert json.loads(lines[2]) == {"files": 2}
+    assert log.end_offset(0) == {"files": 2} and log.latest_offset_batch() == 0 and log.latest_commit() is None
+    log.write_commit(0)
+    assert (tmp_path / "spark" / "commits" / "0").read_text().splitlines() == ["v1", '{"nextBatchWatermarkMs":0}']
+    assert log.latest_commit() == 0
+
+
+def test_old_offsets_and_commits_are_forgotten_after_a_hundred_batches(tmp_path):
+    log = SparkLog(tmp_path / "spark")
+    for b in range(105):
+        log.write_offset(b, {"files": b + 1}, now=0, conf={})
+        log.write_commit(b)
+    assert sorted(int(p.name) for p in (tmp_path / "spark" / "offsets").iterdir()) == list(range(5, 105))
+    assert sorted(int(p.name) for p in (tmp_path / "spark" / "commits").iterdir()) == list(range(5, 105))
+
+
+def test_a_lane_offers_new_input_durably_then_goes_on_after_its_commit(tmp_path):
+    src = tmp_path / "in"
+    _files(src, "a", "b", "c")
+    log = SparkLog(tmp_path / "ck" / "spark")
+    lane = Lane.open(_planner(tmp_path, src), log, cap=2, once=False)
+    assert lane.offer(now=5, conf={}) == (0, {"files": 0}, {"files": 2})
+    assert log.end_offset(0) == {"files": 2}  # durable before any split is read
+    assert lane.offer(now=6, conf={}) == (0, {"files": 0}, {"files": 2})  # pending: the same batch again
+    lane.committed()
+    assert lane.offer(now=7, conf={}) == (1, {"files": 2}, {"files": 3})
+    lane.committed()
+    assert lane.offer(now=8, conf={}) is None and lane.exhausted
+    assert lane.activity.updated_at == 8 and lane.activity.backlog == 0
+
+
+def test_a_batch_offered_and_not_committed_is_replayed_over_the_same_range_whatever_arrived_since(tmp_path):
+    src = tmp_path / "in"
+    _files(src, "a")
+    log = SparkLog(tmp_path / "ck" / "spark")
+    first = Lane.open(_planner(tmp_path, src), log, cap=2, once=False)
+    assert first.offer(now=5, conf={}) == (0, {"files": 0}, {"files": 1})
+    # the process dies here; more input arrives; the type runs again
+    _files(src, "b", "c")
+    again = Lane.open(_planner(tmp_path, src), log, cap=2, once=False)
+    assert again.offer(now=9, conf={}) == (0, {"files": 0}, {"files": 1})
+    again.committed()
+    assert again.offer(now=10, conf={}) == (1, {"files": 1}, {"files": 3})
+
+
+def test_a_lane_goes_on_from_a_log_that_a_query_of_the_types_own_wrote(tmp_path):
+    src = tmp_path / "in"
+    _files(src, "a", "b", "c")
+    spark_dir = tmp_path / "ck" / "spark"
+    (spark_dir / "offsets").mkdir(parents=True)
+    (spark_dir / "commits").mkdir()
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}'
+    (spark_dir / "offsets" / "6").write_text(f'v1\n{meta}\n{{"files": 1}}')
+    (spark_dir / "offsets" / "7").write_text(f'v1\n{meta}\n{{"files": 2}}')
+    (spark_dir / "commits" / "7").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    lane = Lane.open(_planner(tmp_path, src), SparkLog(spark_dir), cap=5, once=False)
+    assert lane.offer(now=5, conf={}) == (8, {"files": 2}, {"files": 3})
+
+
+def test_a_log_that_is_not_one_sources_is_refused_with_the_fix(tmp_path):
+    (tmp_path / "spark" / "offsets").mkdir(parents=True)
+    (tmp_path / "spark" / "offsets" / "0").write_text("v1\n{}\n-")
+    with pytest.raises(Exception, match="restore it"):
+        SparkLog(tmp_path / "spark").end_offset(0)
+
+
+def test_once_ends_a_lane_at_what_was_there_when_it_started(tmp_path):
+    src = tmp_path / "in"
+    _files(src, "a")
+    lane = Lane.open(_planner(tmp_path, src), SparkLog(tmp_path / "ck" / "spark"), cap=5, once=True)
+    _files(src, "b")  # arrives after the start: left for the next run
+    assert lane.offer(now=1, conf={}) == (0, {"files": 0}, {"files": 1})
+    lane.committed()
+    assert lane.offer(now=2, conf={}) is None and lane.exhausted
+
+
+def test_the_round_runs_once_every_type_submitted_or_failed_before():
+    rv = Rendezvous({"a", "b", "c"})
+    got = {}
+
+    def batch(name, fail=False):
+        try:
+            if fail:
+                raise RuntimeError("its source is gone")
+            got[name] = rv.submit(name, f"ctx-{name}", [])
+        except (RuntimeError, ValueError) as err:
+            got[name] = err
+        finally:
+            rv.leave(name)
+
+    threads = [threading.Thread(target=batch, args=(n, n == "b")) for n in ("a", "b", "c")]
+    for th in threads:
+        th.start()
+    submitted = rv.collect()
+    assert sorted(submitted) == ["a", "c"] and submitted["a"][0] == "ctx-a"
+    rv.deliver({"a": [({"shard": 0}, b"")], "c": ValueError("a task failed")})
+    for th in threads:
+        th.join(5)
+    assert got["a"] == [({"shard": 0}, b"")]
+    assert isinstance(got["b"], RuntimeError)  # failed before it submitted: the round did not wait for it
+    assert isinstance(got["c"], ValueError)  # c's error was raised in c's thread, not handed to a
+
+
+def _row(name, shard, size):
+    return (name, (shard, "files", "", 0, size, 0, "[]"))
+
+
+def test_splits_are_dealt_into_tasks_of_about_equal_size_whatever_the_types():
+    rows = [_row("big", s, 64 << 20) for s in range(4)] + [_row(f"t{k:03d}", 0, 1000) for k in range(100)]
+    bins = _balance(rows, 2)
+    assert len(bins) == 4  # 2 x the cores
+    assert sorted(r[1][0] for b in bins for r in b if r[0] == "big") == [0, 1, 2, 3]
+    assert all(sum(1 for r in b if r[0] == "big") == 1 for b in bins)  # one big split per task
+    assert sorted(r for b in bins for r in b) == sorted(rows)  # every split once
+    assert _balance(list(reversed(rows)), 2) == bins  # the same tasks whatever order the types came in
+    assert _balance(rows[:1], 2) == [rows[:1]]
