@@ -1,4 +1,4 @@
-"""A fleet: several event types as separate queries in one Spark application."""
+"""A fleet: several event types in one Spark application, through the shared engine or one query per type."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 from event_etl.job.fleet import read_status, run_fleet
 from event_etl.job.runner import RunOptions
@@ -42,11 +44,13 @@ def _check(sink: Path, name: str, ids: list[str]) -> None:
         check_manifest_matches_folder(sink, name, h)
 
 
-def test_a_fleet_runs_each_type_with_its_own_checkpoint_and_markers(spark, tmp_path):
+@pytest.mark.parametrize("engine", ["shared", "queries"])
+def test_a_fleet_runs_each_type_with_its_own_checkpoint_and_markers(spark, tmp_path, engine):
     a, ids_a, _ = _type_with_files(tmp_path, "clicks", 4)
     b, ids_b, _ = _type_with_files(tmp_path, "views", 6)
     summary = run_fleet([a, b], RunOptions(sink=str(tmp_path / "sink"), checkpoint=str(tmp_path / "ck"), drain=True,
-                                           quiet=True, max_files_per_batch=2), spark=spark, install_signals=False)
+                                           quiet=True, max_files_per_batch=2, engine=engine),
+                        spark=spark, install_signals=False)
     assert set(summary) == {"clicks", "views"}
     _check(tmp_path / "sink", "clicks", ids_a)
     _check(tmp_path / "sink", "views", ids_b)
@@ -58,13 +62,14 @@ def test_a_fleet_runs_each_type_with_its_own_checkpoint_and_markers(spark, tmp_p
     assert rows["clicks"]["last_marker"] and rows["views"]["watermark"]
 
 
-def test_a_failing_query_is_restarted_with_backoff_and_the_others_keep_going(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("engine", ["shared", "queries"])
+def test_a_failing_type_is_tried_again_with_backoff_and_the_others_keep_going(spark, tmp_path, monkeypatch, engine):
     monkeypatch.setenv("EVENT_ETL_FLEET_BACKOFF", "2")
     good, ids_good, src_good = _type_with_files(tmp_path, "steady", 2)
     bad, ids_bad, src_bad = _type_with_files(tmp_path, "flaky", 2)
     result = {}
     options = RunOptions(sink=str(tmp_path / "sink"), checkpoint=str(tmp_path / "ck"), quiet=True,
-                         max_files_per_batch=1, trigger_interval="500ms", max_seconds=150)
+                         max_files_per_batch=1, trigger_interval="500ms", max_seconds=150, engine=engine)
 
     stop = threading.Event()
 
@@ -92,6 +97,8 @@ def test_a_failing_query_is_restarted_with_backoff_and_the_others_keep_going(spa
         wait(lambda: (read_status(tmp_path / "ck" / "flaky") or {}).get("restarts", 0) >= 1, "a restart")
         status = read_status(tmp_path / "ck" / "flaky")
         assert "flaky" in status["last_error"] or "cannot list" in status["last_error"], status
+        if engine == "shared":  # quarantined (for its backoff) while its folder is away
+            wait(lambda: (read_status(tmp_path / "ck" / "flaky") or {}).get("state") == "quarantined", "quarantined")
         # the other type keeps going meanwhile
         more = src_good / "f999.jsonl"
         more.write_text(

@@ -70,9 +70,9 @@ _RECORDED_CONFS = (
 class SparkLog:
     """A type's Spark offset and commit logs (``<checkpoint>/spark/offsets/<n>``, ``commits/<n>``).
 
-    Written in Spark's format (``v1``, the batch's metadata, the source's end offset; a commit is
-    ``v1`` and ``{"nextBatchWatermarkMs":0}``), replaced whole by a rename, so that a query of the
-    type's own reads them as its own and the other way round."""
+    Written in Spark's format (``metadata``: the query's id; an offset: ``v1``, the batch's metadata,
+    the source's end offset; a commit: ``v1`` and ``{"nextBatchWatermarkMs":0}``), each file replaced
+    whole by a rename, so that a query of the type's own reads them as its own and the other way round."""
 
     def __init__(self, spark_dir: str | os.PathLike[str]) -> None:
         self.root = Path(spark_dir)
@@ -116,6 +116,8 @@ class SparkLog:
         os.replace(tmp, path)
 
     def write_offset(self, batch: int, end: dict[str, Any], *, now: int, conf: dict[str, str]) -> None:
+        if not (self.root / "metadata").exists():  # the query's id: Spark refuses a log without one
+            self._write(self.root / "metadata", json.dumps({"id": str(uuid.uuid4())}, separators=(",", ":")))
         meta = {"batchWatermarkMs": 0, "batchTimestampMs": int(now), "conf": conf}
         self._write(self.offsets / str(batch),
                     "v1\n" + json.dumps(meta, separators=(",", ":")) + "\n" + json.dumps(end, sort_keys=True))
@@ -422,7 +424,7 @@ def run_rounds(engine: SharedEngine, members: list, options, stops: StopSignals,
             return None
         now = time.monotonic()
         if now >= next_round:
-            next_round = now + trigger_ms / 1000.0
+            next_round = now + (0.0 if options.once else trigger_ms / 1000.0)  # --once: rounds back to back
             names = [m.name for m in members if m.state == "running"]
             rnd = engine.plan(names)
             try:
