@@ -145,14 +145,26 @@ def test_driver_args_carry_every_run_option_as_parsed():
     given = ["page_view", "--source", "dir:/in", "--sink", "/out", "--checkpoint", "/ck", "--trigger-interval", "2s",
              "--max-files-per-batch", "3", "--max-events-per-batch", "99", "--once", "--drain", "--conf", "a=1",
              "--conf", "b=x=y", "--quiet", "--metrics-port", "0", "--metrics-host", "0.0.0.0", "--otlp-endpoint",
-             "http://c:4318", "--metrics-history", "/h.jsonl"]
+             "http://c:4318", "--metrics-history", "/h.jsonl", "--engine", "queries"]
     job = _parse_run(given)
     job.pop("master"), job.pop("event_types_dir"), job.pop("all_types"), job.pop("checkpoint_root")
     (event_type,) = job.pop("event_types")
     args = driver_args(event_type, job, driver.params)
     assert args == given, "the driver is given exactly what run would have parsed"
     parsed = driver.make_context("driver", list(args)).params
-    assert {k: v for k, v in parsed.items() if k != "event_type"} == job
+    assert {k: v for k, v in parsed.items() if k not in ("event_types", "all_types")} == job
+    assert parsed["event_types"] == ("page_view",) and not parsed["all_types"]
+
+
+def test_a_fleet_is_submitted_with_its_types_or_all():
+    job = _parse_run(["page_view", "db_change", "--engine", "shared"])
+    for name in ("master", "event_types_dir", "event_types", "all_types", "checkpoint_root"):
+        job.pop(name)
+    assert driver_args(["page_view", "db_change"], job, driver.params) == ["page_view", "db_change"]
+    parsed = driver.make_context("driver", driver_args(["--all"], job, driver.params)).params
+    assert parsed["all_types"] and parsed["event_types"] == () and parsed["engine"] == "shared"
+    # a fleet's default checkpoint is the folder of every type's checkpoint, spelled out for the driver
+    assert absolute_job_paths(None, {"checkpoint": None})["checkpoint"] == os.path.abspath("checkpoints")
 
 
 def test_driver_args_leave_defaults_out():
@@ -176,14 +188,15 @@ def test_run_keeps_its_options_in_their_order():
     assert names == ["event_types", "all_types", "source", "sink", "checkpoint", "trigger_interval",
                      "max_files_per_batch",
                      "max_events_per_batch", "once", "drain", "master", "conf", "quiet", "metrics_port",
-                     "metrics_host", "otlp_endpoint", "metrics_history", "checkpoint_root", "event_types_dir"]
+                     "metrics_host", "otlp_endpoint", "metrics_history", "engine", "checkpoint_root",
+                     "event_types_dir"]
 
 
 def test_submit_takes_every_option_of_run():
-    # a fleet runs locally; its checkpoint root (--checkpoint-root) is --checkpoint for one type
-    run = {p.name for p in main.commands["run"].params} - {"event_types", "all_types", "checkpoint_root"}
+    # a fleet's checkpoint root is --checkpoint there (--checkpoint-root is run's other name for it)
+    run = {p.name for p in main.commands["run"].params} - {"checkpoint_root"}
     submit = {p.name for p in main.commands["submit"].params}
-    assert run | {"event_type"} <= submit
+    assert run <= submit
     master = next(p for p in main.commands["submit"].params if p.name == "master")
     assert master.required
 

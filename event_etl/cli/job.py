@@ -85,11 +85,12 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str 
     SIGTERM stops at once (exit 130 or 143). A restart on the same checkpoint continues where the job
     stopped.
 
-    Several types (or --all) run as a fleet: one query per type in one Spark application, each
-    with its own source (its `source` setting), checkpoint (DIR/<type> of --checkpoint-root DIR, which a
-    fleet also takes as --checkpoint DIR), watermark,
-    markers and metrics; a failing query is restarted with backoff without stopping the others.
-    `event-etl status` shows every type.
+    Several types (or --all) run as a fleet in one Spark application: by default through one shared
+    micro-batch loop (one Spark job per trigger for every type with input; --engine queries: one
+    streaming query per type). Each type keeps its own source (its `source` setting), checkpoint
+    (DIR/<type> of --checkpoint-root DIR, which a fleet also takes as --checkpoint DIR), watermark,
+    markers, dead-letter area and metrics; a type that fails is quarantined and tried again with
+    backoff while the others go on. `event-etl status` shows every type.
     """
     if all_types == bool(event_types):
         raise UsageError("name the event types to run, or --all (not both)",

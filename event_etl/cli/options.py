@@ -185,6 +185,9 @@ JOB_OPTIONS: dict[str, Callable] = {
     "metrics_history": click.option("--metrics-history", default=None, type=click.Path(dir_okay=False),
                                     help="Also append a snapshot of the metrics to this local file after every batch "
                                     "(for `event-etl graphs` without Prometheus)."),
+    "engine": click.option("--engine", type=click.Choice(["shared", "queries"]), default="shared", show_default=True,
+                           help="How several types (a fleet) run: shared, one micro-batch loop and one Spark job per "
+                           "trigger for all of them; queries, one streaming query per type. One type: no effect."),
 }
 
 

@@ -9,11 +9,13 @@ import click
 
 from event_etl.cli.options import event_types_option, handles_errors, job_options, load_type
 from event_etl.cluster.submit import DEFAULT_BUNDLE_DIR, SubmitOptions, submit_job
+from event_etl.errors import UsageError
 from event_etl.settings import ENV_SPARK_SUBMIT
 
 
 @click.command("submit")
-@click.argument("event_type")
+@click.argument("event_types", nargs=-1, metavar="EVENT_TYPE...")
+@click.option("--all", "all_types", is_flag=True, help="Run every event type of --event-types (a fleet).")
 @job_options(master=click.option("--master", required=True,
                                  help="The cluster: spark://HOST:PORT (standalone), yarn, k8s://https://HOST:PORT; "
                                  "local[N] tries the bundle without one."))
@@ -33,9 +35,10 @@ from event_etl.settings import ENV_SPARK_SUBMIT
 @click.option("--dry-run", is_flag=True, help="Build the bundle and print the spark-submit command; do not run it.")
 @event_types_option
 @handles_errors
-def submit_cmd(event_type: str, event_types_dir: str | None, deploy_mode: str, python: str | None,
-               python_env: str | None, spark_submit: str | None, bundle_dir: str, dry_run: bool, **job: Any) -> None:
-    """Run the streaming job of EVENT_TYPE on a Spark cluster.
+def submit_cmd(event_types: tuple[str, ...], all_types: bool, event_types_dir: str | None, deploy_mode: str,
+               python: str | None, python_env: str | None, spark_submit: str | None, bundle_dir: str, dry_run: bool,
+               **job: Any) -> None:
+    """Run the streaming job of EVENT_TYPE on a Spark cluster (several types, or --all: a fleet, as with `run`).
 
     Takes every option of `run`. Packs event_etl and the event types into one zip (kept in
     --bundle-dir, rebuilt only when they change) and runs spark-submit with it on --py-files;
@@ -43,22 +46,31 @@ def submit_cmd(event_type: str, event_types_dir: str | None, deploy_mode: str, p
     (sink, checkpoint, input folder) must be the same folder on every node: a shared mount, or
     gs:// for the sink. In client mode Ctrl-C and SIGTERM reach the driver as with `run`.
     """
-    from event_etl.eventtypes import resolve_event_types_dir
+    from event_etl.eventtypes import load_event_types, resolve_event_types_dir
 
-    et = load_type(event_types_dir, event_type)  # fail here, before Spark starts, on a broken type
-    et.check_versions()  # and on a schema that cannot read its registered versions
+    if all_types == bool(event_types):
+        raise UsageError("name the event types to submit, or --all (not both)",
+                         fix="e.g. event-etl submit page_view --master URL, or event-etl submit --all --master URL")
+    if all_types:  # fail here, before Spark starts, on a broken type
+        types = list(load_event_types(resolve_event_types_dir(event_types_dir)).values())
+    else:
+        types = [load_type(event_types_dir, name) for name in event_types]
+    for et in types:
+        et.check_versions()  # and on a schema that cannot read its registered versions
+    fleet = all_types or len(types) > 1
     opts = SubmitOptions(master=job.pop("master"), deploy_mode=deploy_mode, python=python, python_env=python_env,
                          spark_submit=spark_submit, bundle_dir=bundle_dir)
     from event_etl.cli.submitted import main as driver
 
     code = submit_job(
-        et,
+        None if fleet else types[0],
         resolve_event_types_dir(event_types_dir),
         job,
         opts,
         driver_params=driver.params,
         dry_run=dry_run,
         echo=lambda line: click.echo(line, err=True),
+        fleet=(["--all"] if all_types else [et.name for et in types]) if fleet else None,
     )
     if code:
         sys.exit(code)

@@ -70,7 +70,7 @@ def _submitted_conf():
     return SparkConf()
 
 
-def _session(event_type, options, archive: Path | None, submitted):
+def _session(label: str, options, archive: Path | None, submitted):
     from event_etl.job.session import get_session
 
     if archive is not None:
@@ -80,18 +80,44 @@ def _session(event_type, options, archive: Path | None, submitted):
     # Which Python the executors run was decided by spark-submit (spark.pyspark.python sets PYSPARK_PYTHON
     # for this process); without it Spark's default holds, not this driver's own interpreter path.
     os.environ.setdefault("PYSPARK_PYTHON", "python3")
-    spark = get_session(options.master, options.conf, app_name=f"event_etl:{event_type.name}")
+    spark = get_session(options.master, options.conf, app_name=f"event_etl:{label}")
     if archive is not None:
         _expose_bundle_to_planner(spark, archive)
     return spark
 
 
+def _member_options(options, name: str):
+    """A fleet member's options as preflight checks them: its own checkpoint (the fleet's is their folder)."""
+    from dataclasses import replace
+
+    from event_etl.job.fleet import _member_checkpoint
+
+    return replace(options, checkpoint=_member_checkpoint(options, name))
+
+
+def _run_fleet(types, options, spark, stops) -> None:
+    """A fleet under spark-submit, as `run` runs one: its lines, and exit 1 if a type could not be drained."""
+    from event_etl.errors import EventEtlError
+    from event_etl.job.fleet import run_fleet, summary_lines
+
+    summary = run_fleet(types, options, spark=spark, stops=stops, install_signals=False)
+    for line in summary_lines(summary or {}):
+        click.echo(line)
+    undrained = sorted(name for name, s in (summary or {}).items() if s.get("state") == "drain failed")
+    if undrained:
+        raise EventEtlError(f"{', '.join(undrained)} could not be drained (the other types were)",
+                            fix="submit the fleet again so it replays what was left unfinished, then stop it with "
+                                "SIGTERM; `event-etl status` shows each type's last error")
+
+
 @click.command("event-etl-driver", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("event_type")
+@click.argument("event_types", nargs=-1, metavar="EVENT_TYPE...")
+@click.option("--all", "all_types", is_flag=True, help="Every event type of the bundle (a fleet).")
 @job_options(master=None)
 @handles_errors
-def main(event_type: str, **job: Any) -> None:
-    """The driver of EVENT_TYPE's job under spark-submit (started by `event-etl submit`)."""
+def main(event_types: tuple[str, ...], all_types: bool, **job: Any) -> None:
+    """The driver of EVENT_TYPE's job (several types, --all: a fleet's) under spark-submit (started by
+    `event-etl submit`)."""
     from event_etl.cluster.bundle import bundled_event_types, package_archive
     from event_etl.eventtypes import resolve_event_types_dir
     from event_etl.job.runner import run_job
@@ -99,31 +125,43 @@ def main(event_type: str, **job: Any) -> None:
     from event_etl.job.stopping import Interrupted, StopSignals
 
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it starts
+        what = "--all" if all_types else " ".join(event_types)
         raise UsageError("this is the driver of `event-etl submit`, and runs under spark-submit only",
-                         fix=f"run `event-etl submit {event_type} --master URL` (or `event-etl run` without a cluster)")
+                         fix=f"run `event-etl submit {what} --master URL` (or `event-etl run` without a cluster)")
     stops = StopSignals().install()  # before the pid file: a forwarded signal is recorded, never lost
     try:
         _write_pidfile()
         archive = package_archive()
         types_dir = (bundled_event_types(archive) if archive is not None else None) or resolve_event_types_dir(None)
-        et = load_type(str(types_dir), event_type)
+        if all_types:
+            from event_etl.eventtypes import load_event_types
+
+            types = list(load_event_types(types_dir).values())
+        else:
+            types = [load_type(str(types_dir), name) for name in event_types]
+        fleet = all_types or len(types) > 1
+        label = "fleet" if fleet else types[0].name
         submitted = _submitted_conf()
         options = job_run_options(master=submitted.get("spark.master"), **job)
-        spark = _session(et, options, archive, submitted)
+        spark = _session(label, options, archive, submitted)
         try:
             stops.install()  # once more, now that the SparkContext exists
             if stops.escalation is not None:
-                raise Interrupted(stops.escalation, f"[{et.name}] stopped at once while Spark was starting")
+                raise Interrupted(stops.escalation, f"[{label}] stopped at once while Spark was starting")
             if not _is_local(options.master) and not stops.requested:
                 from event_etl.cluster.preflight import preflight
 
-                reports = preflight(spark, et, options)
+                for et in types:
+                    reports = preflight(spark, et, options if not fleet else _member_options(options, et.name))
                 if not options.quiet:
                     executors = sorted({f"{r['host']} (Python {r['version']} {r['python']})" for r in reports})
-                    print(f"[{et.name}] on {options.master}: event_etl from "
+                    print(f"[{label}] on {options.master}: event_etl from "
                           f"{archive.name if archive else 'installed files'}; executors checked on "
                           f"{', '.join(executors)}", flush=True)
-            run_job(et, options, spark=spark, stops=stops, install_signals=False)
+            if fleet:
+                _run_fleet(types, options, spark, stops)
+            else:
+                run_job(types[0], options, spark=spark, stops=stops, install_signals=False)
         finally:
             stop_session(spark)
     finally:

@@ -128,8 +128,9 @@ def is_this_machine(master: str) -> bool:
     return all(h in _LOOPBACK or h.startswith("127.") for h in hosts)
 
 
-def absolute_job_paths(event_type: str, job: Mapping[str, Any]) -> dict[str, Any]:
-    """The job's options with every local path absolute, the default checkpoint spelled out.
+def absolute_job_paths(event_type: str | None, job: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's options with every local path absolute, the default checkpoint spelled out (``event_type``
+    None: a fleet's, the folder of every type's checkpoint).
 
     The driver may run in another folder (client mode: spark-submit's) or on another node
     (cluster mode); an absolute path means the same folder there, on a shared mount.
@@ -141,22 +142,24 @@ def absolute_job_paths(event_type: str, job: Mapping[str, Any]) -> dict[str, Any
     if source and not source.startswith(("generate", "pubsub:")) and not is_remote(source):
         out["source"] = "dir:" + local_path(source[len("dir:"):] if source.startswith("dir:") else source)
     out["sink"] = resolve_sink(out.get("sink") or "./data")
-    checkpoint = out.get("checkpoint") or default_checkpoint(event_type)
+    checkpoint = out.get("checkpoint") or (default_checkpoint(event_type) if event_type is not None
+                                           else os.path.dirname(default_checkpoint("x")))
     out["checkpoint"] = checkpoint if is_remote(checkpoint) else local_path(checkpoint)
     if out.get("metrics_history"):
         out["metrics_history"] = local_path(out["metrics_history"])
     return out
 
 
-def driver_args(event_type: str, job: Mapping[str, Any], params: Sequence[Any]) -> list[str]:
+def driver_args(event_type: str | Sequence[str], job: Mapping[str, Any], params: Sequence[Any]) -> list[str]:
     """The command line of the driver (:func:`event_etl.cli.submitted.main`) for these job options.
 
+    ``event_type`` is a type's name, or the names of a fleet's types (``["--all"]`` for every type).
     Built from the driver command's own click options (``params``), so every option of ``run``
     passes through as it was parsed; values equal to the default are left out.
     """
     import click
 
-    args = [event_type]
+    args = [event_type] if isinstance(event_type, str) else list(event_type)
     for p in params:
         if not isinstance(p, click.Option) or p.name not in job:
             continue
@@ -271,22 +274,28 @@ def write_entry_script(bundle_dir: str | os.PathLike[str]) -> Path:
 
 
 def submit_job(event_type, event_types_dir: str | os.PathLike[str], job: Mapping[str, Any], opts: SubmitOptions, *,
-               driver_params: Sequence[Any], dry_run: bool = False, echo: Callable[[str], None] = print) -> int:
+               driver_params: Sequence[Any], dry_run: bool = False, echo: Callable[[str], None] = print,
+               fleet: Sequence[str] | None = None) -> int:
     """Bundle the code and types, build the spark-submit command, run it (or only print it).  Returns the exit code.
 
-    ``driver_params`` are the click parameters of the driver command (:func:`event_etl.cli.submitted.main`),
-    which :func:`driver_args` turns ``job`` into a command line with."""
+    ``event_type`` is the job's type; for a fleet it is None and ``fleet`` the driver's arguments
+    (the types' names, or ``["--all"]``).  ``driver_params`` are the click parameters of the driver
+    command (:func:`event_etl.cli.submitted.main`), which :func:`driver_args` turns ``job`` into a
+    command line with."""
     from event_etl.cluster.bundle import build_bundle
 
     check_submit_options(opts)
     bundle, built = build_bundle(event_types_dir, opts.bundle_dir)
     entry = write_entry_script(opts.bundle_dir)
-    job = absolute_job_paths(event_type.name, job)
+    name = event_type.name if event_type is not None else None
+    job = absolute_job_paths(name, job)
     conf = submit_conf(opts, job.get("conf") or (), env=os.environ, executable=sys.executable)
     check_python_here(opts, conf)
     cmd = submit_command(opts, spark_submit=opts.spark_submit or spark_submit_path(), bundle=bundle.resolve(),
-                         entry=entry, conf=conf, driver=driver_args(event_type.name, job, driver_params),
-                         app_name=f"event_etl:{event_type.name}")
+                         entry=entry, conf=conf, driver=driver_args(name or list(fleet or ()), job, driver_params),
+                         app_name=f"event_etl:{name}" if name else
+                         "event_etl fleet (all types)" if list(fleet or ()) == ["--all"] else
+                         f"event_etl fleet ({len(fleet or ())} types)")
     echo(f"event_etl: bundle {bundle} ({'built' if built else 'unchanged, reused'})")
     echo(shlex.join(cmd))
     if dry_run:
