@@ -71,7 +71,7 @@ from bench.sinkwatch import SinkWatcher  # noqa: E402
 HOUR_MS = 3_600_000
 TEMPLATE = ROOT / "event_types" / "page_view"
 _BATCH_SECONDS = re.compile(r"\s([\d.]+)s\s+[\d,]+ ev/s")
-_FAILED = re.compile(r"\[(\w+)\] query failed")
+_FAILED = re.compile(r"\[(\w+)\] (?:query failed|quarantined)")
 
 
 class BenchError(SystemExit):
@@ -111,13 +111,31 @@ def make_types(types_dir: Path, names: list[str], sources: dict[str, Path]) -> N
 
 
 def fleet_command(types_dir: Path, *, sink: Path, checkpoint: Path, master: str, trigger_interval: str,
-                  max_files_per_batch: int | None) -> list[str]:
+                  max_files_per_batch: int | None, engine: str = "shared") -> list[str]:
     cmd = [str(Path(sys.executable).with_name("event-etl")), "run", "--all", "--event-types", str(types_dir),
            "--sink", str(sink), "--checkpoint", str(checkpoint), "--master", master,
-           "--trigger-interval", trigger_interval]
+           "--trigger-interval", trigger_interval, "--engine", engine]
     if max_files_per_batch:
         cmd += ["--max-files-per-batch", str(max_files_per_batch)]
     return cmd
+
+
+def zipf_shares(n: int, exponent: float) -> list[float]:
+    """Each type's share of the total rate: ``1/rank^exponent``, normalised (0: equal shares)."""
+    weights = [1 / (k ** exponent) for k in range(1, n + 1)]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def files_over_bound(sink: Path, name: str, max_events_per_file: int) -> list[str]:
+    """The complete hours of ``name`` with more data files than ``ceil(records / max_events_per_file) + 2``."""
+    out = []
+    for marker in sink.glob(f"{name}/dt=*/hour=*/_COMPLETE"):
+        m = json.loads(marker.read_text())
+        bound = -(-int(m["records"]) // max_events_per_file) + 2
+        if len(m["files"]) > bound:
+            out.append(f"{name} {m['hour']}: {len(m['files'])} files > {bound}")
+    return out
 
 
 # ------------------------------------------------------------------------------------------ measuring
@@ -279,31 +297,34 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
         shutil.rmtree(work)
     types_dir, sink, ckpt = work / "event_types", work / "sink", work / "ckpt"
     names = type_names(n, max(2, len(str(max(args.types)))))
-    per_file = round(args.total_rate / n * args.file_interval)
-    if per_file < 1:
-        raise BenchError(f"--total-rate {args.total_rate} over {n} types is less than one event per type and file; "
-                         f"raise --total-rate or --file-interval")
+    shares = zipf_shares(n, args.zipf)
+    per_files = {name: round(args.total_rate * share * args.file_interval) for name, share in zip(names, shares)}
+    per_file = round(args.total_rate / n * args.file_interval)  # the mean
+    if min(per_files.values()) < 1:
+        raise BenchError(f"--total-rate {args.total_rate} over {n} types is less than one event per file for the "
+                         f"smallest type; raise --total-rate or --file-interval, or lower --zipf")
     files = 1 + max(1, round(args.seconds / args.file_interval))  # file 0 primes each type's query
     event_start = Feed.event_start_for(int(time.time() * 1000), files=files, interval=args.file_interval,
                                        speedup=args.speedup)
     feeds: dict[str, Feed] = {}
     for i, name in enumerate(names):
-        feeds[name] = Feed(work / "in" / name, work / "stage" / name, files=files, events_per_file=per_file,
+        feeds[name] = Feed(work / "in" / name, work / "stage" / name, files=files, events_per_file=per_files[name],
                            interval=args.file_interval, speedup=args.speedup, seed=args.seed + i,
                            event_start=event_start)
     for f in feeds.values():
         f.source.mkdir(parents=True, exist_ok=True)  # `dir:` sources must exist when the fleet starts
     make_types(types_dir, names, {name: f.source for name, f in feeds.items()})
     t_stage = time.monotonic()
-    print(f"[N={n}] staging {n} × {files} files of {per_file:,} events "
-          f"({n * per_file / args.file_interval:,.0f} events/s in all) ...", flush=True)
+    print(f"[N={n}] staging {n} × {files} files of {min(per_files.values()):,} .. {max(per_files.values()):,} events "
+          f"({sum(per_files.values()) / args.file_interval:,.0f} events/s in all) ...", flush=True)
     for f in feeds.values():
         f.stage_all()
         f.drop(0)
     print(f"[N={n}] staged in {time.monotonic() - t_stage:.0f} s; starting the fleet", flush=True)
 
     cmd = fleet_command(types_dir, sink=sink, checkpoint=ckpt, master=args.master,
-                        trigger_interval=args.trigger_interval, max_files_per_batch=args.max_files_per_batch)
+                        trigger_interval=args.trigger_interval, max_files_per_batch=args.max_files_per_batch,
+                        engine=args.engine)
     (work / "command.txt").write_text(" ".join(map(shlex.quote, cmd)) + "\n")
     rusage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t_launch = time.time()
@@ -328,7 +349,7 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
                 raise BenchError(f"the fleet exited (code {job.proc.poll()}) while being fed:\n{job.tail()}")
             feed_lag = max(feed_lag, feeds[name].drop(k) - due)
         feed_end = time.time()
-        total = n * files * per_file
+        total = files * sum(per_files.values())
         caught_up = job.wait_events(total, timeout=args.catch_up_timeout)
         caught_at = time.time()
         if not caught_up:
@@ -353,9 +374,14 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
     since = start + args.warmup
     per_type: dict[str, dict] = {}
     wrong = []
+    from event_etl.eventtypes import load_event_type
+
+    max_events_per_file = load_event_type(TEMPLATE).max_events_per_file
+    over_bound = []
     for name in names:
-        fed = files * per_file
+        fed = files * per_files[name]
         records, out_files, hours = count_manifests(sink, name)
+        over_bound += files_over_bound(sink, name, max_events_per_file)
         lines = per_type_lines(job, name, since)
         expected = fed if caught_up else lines["events_read"]
         if records != expected:
@@ -376,13 +402,17 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
     bound = trigger_s + 2
     worst = max((t["p99"] for t in per_type.values() if t["p99"] is not None), default=None)
     every_type_closed = all(t["hours"] > 0 for t in per_type.values())
-    within = caught_up and every_type_closed and worst is not None and worst <= bound and not restarts
+    within = (caught_up and every_type_closed and worst is not None and worst <= bound and not restarts
+              and not over_bound)
     feed_cpu = sampler.cpu_at(feed_end) - sampler.cpu_at(start)
     feed_span = max(feed_end - start, 1e-9)
     result = {
         "types": n, "names": names, "per_file": per_file, "files": files,
-        "total_rate": n * per_file / args.file_interval, "per_type_rate": per_file / args.file_interval,
-        "fed": n * files * per_file, "records": sum(t["records"] for t in per_type.values()),
+        "total_rate": sum(per_files.values()) / args.file_interval, "per_type_rate": per_file / args.file_interval,
+        "smallest_rate": min(per_files.values()) / args.file_interval,
+        "largest_rate": max(per_files.values()) / args.file_interval, "engine": args.engine, "zipf": args.zipf,
+        "hours_over_file_bound": over_bound, "fed": files * sum(per_files.values()),
+        "records": sum(t["records"] for t in per_type.values()),
         "manifests": sum(t["manifests"] for t in per_type.values()),
         "caught_up": caught_up, "catch_up_s": caught_at - feed_end, "feed_lag_s": feed_lag,
         "start_s": ready - t_launch, "drain_s": stopped - t_stop, "run_s": stopped - t_launch,
@@ -447,15 +477,18 @@ def _s(x: float | None) -> str:
 
 
 def table(results: list[dict]) -> str:
-    header = ["types", "total ev/s", "ev/s per type", "hours closed", "marker p50", "p99", "max",
+    header = ["engine", "types", "total ev/s", "ev/s per type (min .. max)", "hours closed", "marker p50", "p99", "max",
               "worst type p99", "within bound", "peak PSS", "peak RSS", "CPU s", "cores busy (fed)",
               "records checked"]
     rows = []
     for r in results:
         verdict = "yes" if r["within"] else "no" + (" (fell behind)" if not r["caught_up"] else
                                                      " (a type closed no hour)" if not r["every_type_closed"] else
-                                                     " (query failed)" if r["restarts"] else "")
-        rows.append([r["types"], f"{r['total_rate']:,.0f}", f"{r['per_type_rate']:,.0f}", r["hours"],
+                                                     " (query failed)" if r["restarts"] else
+                                                     " (files over bound)" if r.get("hours_over_file_bound") else "")
+        per_type = (f"{r['smallest_rate']:,.0f} .. {r['largest_rate']:,.0f}" if "smallest_rate" in r
+                    else f"{r['per_type_rate']:,.0f}")
+        rows.append([r.get("engine", "queries"), r["types"], f"{r['total_rate']:,.0f}", per_type, r["hours"],
                      _s(r["p50"]), _s(r["p99"]), _s(r["max"]), _s(r["worst_type_p99"]), verdict,
                      mib(r["peak_pss"]), mib(r["peak_rss"]), f"{r['cpu_s']:.0f}", f"{r['feed_busy'] * 100:.0f} %",
                      f"{r['records']:,}"])
@@ -468,7 +501,7 @@ def parts_table(results: list[dict]) -> str:
         parts = r["peak_parts"]
         rows.append([r["types"], *(f"{mib(parts[k]['pss'])} ({parts[k]['procs']})" if k in parts else "-"
                                    for k in PARTS), mib(r["peak_pss"])])
-    return markdown_table(["types", "driver JVM", "Python driver", "source runners (1 per type)",
+    return markdown_table(["types", "driver JVM", "Python driver", "source runners (1 per type, queries only)",
                            "other Python workers", "whole tree"], rows)
 
 
@@ -484,11 +517,15 @@ def verdict_line(results: list[dict], args) -> str:
 def report(results: list[dict], args, machine: dict, command: str, load: float) -> str:
     r0 = results[0]
     return "\n".join([
-        "## Event types per machine: a fleet in one application (bench/fleet.py)", "",
+        "## Event types per machine: a fleet in one application (bench/fleet.py"
+        + (", shared engine)" if args.engine == "shared" else ")"), "",
         machine_lines(machine, command, load), "",
-        f"`event-etl run --all` over N copies of `page_view` (`pv_01` .. `pv_N`), one streaming query per type in "
-        f"one Spark application on `{args.master}`, trigger interval {args.trigger_interval}. Each type reads its own "
-        f"folder: one JSON-lines file every {args.file_interval:g} s holding `--total-rate / N` events, types "
+        f"`event-etl run --all --engine {args.engine}` over N copies of `page_view` (`pv_01` .. `pv_N`) in "
+        f"one Spark application on `{args.master}` ("
+        f"{'one shared micro-batch loop' if args.engine == 'shared' else 'one streaming query per type'}), "
+        f"trigger interval {args.trigger_interval}. Each type reads its own "
+        f"folder: one JSON-lines file every {args.file_interval:g} s holding "
+        f"{'a Zipf share (exponent %g) of' % args.zipf if args.zipf else '1/N of'} `--total-rate` events, types "
         f"staggered over the interval, {args.seconds:.0f} s of feed, event time {args.speedup:g}× the clock "
         f"(every type closes an hour every {3600 / args.speedup:.3g} s, all at about the same moment, at a "
         f"phase of the trigger's cycle that moves from hour to hour); "
@@ -536,6 +573,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "225 with 5s and 1 s, so hours close in the run at every phase of the trigger)")
     ap.add_argument("--warmup", type=float, default=20, help="seconds of feed left out of the figures (default 20)")
     ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    ap.add_argument("--engine", choices=("shared", "queries"), default="shared",
+                    help="how the fleet runs: one shared micro-batch loop (default), or one query per type")
+    ap.add_argument("--zipf", type=float, default=0.0,
+                    help="rates by type follow Zipf with this exponent: type k gets 1/k^s of the total, normalised "
+                         "(default 0: equal rates; 1: a few big types and a long tail of tiny ones)")
     ap.add_argument("--exit-grace", type=float, default=10,
                     help="seconds the job's processes get to end after event-etl exits before being killed "
                          "(default 10)")
@@ -610,7 +652,8 @@ def main(argv: list[str] | None = None) -> None:
         print(verdict_line(results, args))
         print(f"({time.monotonic() - t0:.0f} s in all)")
         if not args.no_write:
-            publish("fleet", report(results, args, machine, command, load), args.results)
+            section = "fleet" if args.engine == "queries" else "fleet-shared"  # one section per engine
+            publish(section, report(results, args, machine, command, load), args.results)
         ok = True
     except BenchError as err:
         print(f"error: {err.code}", file=sys.stderr)
