@@ -597,6 +597,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--keep", action="store_true", help="keep the work folder at the end (always kept on failure)")
     ap.add_argument("--results", type=Path, default=None, help="results file (default bench/RESULTS.md)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    ap.add_argument("--section", default=None,
+                    help="the section of RESULTS.md to write (default: fleet, or fleet-shared for the shared engine)")
     args = ap.parse_args(argv)
     if args.seconds <= args.warmup:
         ap.error(f"--seconds ({args.seconds:g}) must be longer than --warmup ({args.warmup:g})")
@@ -652,7 +654,7 @@ def main(argv: list[str] | None = None) -> None:
         print(verdict_line(results, args))
         print(f"({time.monotonic() - t0:.0f} s in all)")
         if not args.no_write:
-            section = "fleet" if args.engine == "queries" else "fleet-shared"  # one section per engine
+            section = args.section or ("fleet" if args.engine == "queries" else "fleet-shared")
             publish(section, report(results, args, machine, command, load), args.results)
         ok = True
     except BenchError as err:

@@ -98,3 +98,43 @@ def test_a_batch_a_crash_left_unfinished_is_replayed_first_over_the_same_input(s
     ledger_0 = [json.loads(line) for line in (ck / "clicks" / "spark" / "offsets" / "0").read_text().splitlines()[2:]]
     assert ledger_0 == [{"files": 2}]
     _placed_once(sink, "clicks", ids)
+
+
+def test_a_shared_fleet_killed_at_each_step_of_a_round_loses_and_duplicates_nothing(tmp_path):
+    """SIGKILL after a type's offset is durable, after a batch's files are written, after its state is saved (its
+    commit not yet written): each run after a kill replays what was cut short; a drain then closes every hour."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    exe = str(Path(sys.executable).with_name("event-etl"))
+    names = ("clicks", "views", "buys")
+    ids: dict[str, list[str]] = {}
+    for k, name in enumerate(names):
+        ids[name] = _add_files(tmp_path / "in" / name, name, 0, 4 + k)
+        make_event_type(tmp_path / "types", name, source=f"dir:{tmp_path / 'in' / name}")
+    sink, ck, faults = tmp_path / "sink", tmp_path / "ck", tmp_path / "faults.log"
+    cmd = [exe, "run", "--all", "--event-types", str(tmp_path / "types"), "--sink", str(sink), "--checkpoint", str(ck),
+           "--master", "local[2]", "--trigger-interval", "1s", "--max-files-per-batch", "1", "--quiet"]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "EVENT_ETL_SPARK_LOG_LEVEL": "ERROR",
+           "EVENT_ETL_FAULT_LOG": str(faults)}
+    for point in ("offset_written", "files_written", "state_saved"):
+        seen = faults.read_text().count(f"{point} ") if faults.exists() else 0
+        with open(tmp_path / f"{point}.log", "w") as out:
+            proc = subprocess.Popen(cmd, env={**env, "EVENT_ETL_FAULT_PAUSE": f"{point}=5"}, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                deadline = time.monotonic() + 120
+                while (faults.read_text().count(f"{point} ") if faults.exists() else 0) <= seen:
+                    assert proc.poll() is None, (tmp_path / f"{point}.log").read_text()[-3000:]
+                    assert time.monotonic() < deadline, f"the fleet never reached {point}"
+                    time.sleep(0.1)
+            finally:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+    done = subprocess.run([*cmd, "--drain"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for name in names:
+        _placed_once(sink, name, ids[name])
+        assert all(hc.marker is not None for hc in read_sink(sink, name).values())

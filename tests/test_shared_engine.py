@@ -145,3 +145,14 @@ def test_splits_are_dealt_into_tasks_of_about_equal_size_whatever_the_types():
     assert sorted(r for b in bins for r in b) == sorted(rows)  # every split once
     assert _balance(list(reversed(rows)), 2) == bins  # the same tasks whatever order the types came in
     assert _balance(rows[:1], 2) == [rows[:1]]
+
+
+def test_a_lane_tells_the_backlog_metric_what_waits(tmp_path):
+    from event_etl.metrics.job import backlog_from_progress
+
+    src = tmp_path / "in"
+    _files(src, "a", "b", "c")
+    lane = Lane.open(_planner(tmp_path, src), SparkLog(tmp_path / "ck" / "spark"), cap=1, once=False)
+    lane.offer(now=1, conf={})
+    lane.committed()
+    assert backlog_from_progress(lane.progress()) == {"files": 2}

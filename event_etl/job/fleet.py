@@ -247,6 +247,7 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
     own_spark = spark is None
     endpoint = FleetEndpoint(host=options.metrics_host, port=options.metrics_port) \
         if options.metrics_port is not None else None
+    engine = None
     try:
         if own_spark:
             spark = _start_session(len(members), options, stops, install_signals)
@@ -292,6 +293,8 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
         return _finish(members, stops, clock, drain, started)
     finally:
         try:
+            if engine is not None:
+                engine.close()
             for m in members:
                 if m.job is not None:
                     _close_shared(m)
@@ -350,7 +353,10 @@ def _supervise_shared(m: FleetMember, options: RunOptions, clock, spark, endpoin
             except Exception as err:  # noqa: BLE001 - another failure, tried again later
                 _quarantine(m, err, clock)
         return
-    if m.state != "running" or options.once:
+    if m.state != "running":
+        return
+    m.job.metrics.observe_progress(m.lane.progress())  # the backlog metric
+    if options.once:
         return
     try:
         run_watched(m.job.controller.tick, stops, name="event_etl-tick")

@@ -37,6 +37,7 @@ import os
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -53,6 +54,7 @@ ENGINES = ("shared", "queries")
 """How a fleet runs: one shared micro-batch loop (this module), or one streaming query per type."""
 
 RETAIN_BATCHES = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
+PLANNERS = 16  # types whose sources are asked for offsets at a time
 
 # The SQL settings Spark records with every offset (OffsetSeqMetadata.relevantSQLConfs): a query of the
 # type's own that takes over the log reads them back.
@@ -183,6 +185,14 @@ class Lane:
         self.pending = (self.next_batch, self.start, end)
         return self.pending
 
+    def progress(self) -> dict[str, Any] | None:
+        """What Spark's ``query.lastProgress`` would say of the source (for the backlog metric), or None."""
+        report = getattr(self.planner, "reported_latest", None)
+        latest = report() if report is not None else None
+        if latest is None or self.start is None:
+            return None
+        return {"sources": [{"endOffset": self.start, "latestOffset": latest}]}
+
     def committed(self) -> None:
         """The pending batch's state is saved: commit it, in the log and to the source."""
         batch, _, end = self.pending
@@ -270,6 +280,7 @@ class SharedEngine:
         self.parallelism = max(1, int(spark.sparkContext.defaultParallelism))
         self.rounds = 0
         self.group = f"event_etl-shared-{uuid.uuid4().hex[:8]}"
+        self.pool = ThreadPoolExecutor(max_workers=PLANNERS, thread_name_prefix="event_etl-plan")
 
     @staticmethod
     def _recorded_conf(spark) -> dict[str, str]:
@@ -289,16 +300,20 @@ class SharedEngine:
         its type only."""
         rnd = Round()
         now = self.clock()
-        for name in names:
+
+        def offer(name: str) -> None:
             lane = self.lanes[name]
             try:
                 offered = lane.offer(now=now, conf=self.conf)
-                if offered is None:
-                    continue
-                batch, start, end = offered
-                rnd.work[name] = (batch, start, end, lane.planner.splits(start, end))
+                if offered is not None:
+                    batch, start, end = offered
+                    rnd.work[name] = (batch, start, end, lane.planner.splits(start, end))
             except Exception as err:  # noqa: BLE001 - this type is quarantined; the others go on
                 rnd.failed[name] = err
+
+        # listing folders and making offsets durable wait on the file system: many types at a time
+        list(self.pool.map(offer, names))
+        rnd.work = dict(sorted(rnd.work.items()))
         return rnd
 
     def run(self, rnd: Round) -> Round:
@@ -320,11 +335,6 @@ class SharedEngine:
         rv.deliver(results)
         for th in threads:
             th.join()
-        for name in sorted(rnd.finished):
-            try:
-                self.lanes[name].committed()
-            except Exception as err:  # noqa: BLE001 - its batch is replayed when the type is tried again
-                rnd.failed[name] = err
         self.rounds += 1
         return rnd
 
@@ -346,6 +356,7 @@ class SharedEngine:
                     controller.run_batch(batch, run_tasks)
                 finally:
                     controller.busy = False
+            self.lanes[name].committed()  # its state is saved: now its commit, then the source may let go
             rnd.finished.add(name)
         except BaseException as err:  # noqa: BLE001 - this type is quarantined; the others go on
             controller.failure = err
@@ -377,6 +388,9 @@ class SharedEngine:
             else:
                 out[name].append((json.loads(report), keys or b""))
         return out
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
 
     def cancel(self) -> None:
         """Stop at once: cancel the round's Spark jobs (their batches are replayed on the next run)."""
