@@ -19,7 +19,7 @@ from event_etl.cli.options import (
     type_names,
 )
 from event_etl.cli.params import require_extra
-from event_etl.errors import ConfigError, EventEtlError, UsageError
+from event_etl.errors import ConfigError, UsageError
 
 __all__ = ["types_cmd", "run_cmd", "status_cmd", "deadletter_cmd"]
 
@@ -116,16 +116,9 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str 
     if len(types) == 1 and not all_types:
         run_job(types[0], options)
         return
-    from event_etl.job.fleet import run_fleet, summary_lines
+    from event_etl.job.fleet import report_fleet, run_fleet
 
-    summary = run_fleet(types, options)
-    for line in summary_lines(summary or {}):
-        click.echo(line)
-    undrained = sorted(name for name, s in (summary or {}).items() if s.get("state") == "drain failed")
-    if undrained:
-        raise EventEtlError(f"{', '.join(undrained)} could not be drained (the other types were)",
-                            fix="run the fleet again so Spark replays what was left unfinished, then stop it with "
-                                "SIGTERM; `event-etl status` shows each type's last error")
+    report_fleet(run_fleet(types, options), again="run the fleet again", echo=click.echo)
 
 
 @click.command("status")

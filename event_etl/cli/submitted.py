@@ -97,17 +97,10 @@ def _member_options(options, name: str):
 
 def _run_fleet(types, options, spark, stops) -> None:
     """A fleet under spark-submit, as `run` runs one: its lines, and exit 1 if a type could not be drained."""
-    from event_etl.errors import EventEtlError
-    from event_etl.job.fleet import run_fleet, summary_lines
+    from event_etl.job.fleet import report_fleet, run_fleet
 
-    summary = run_fleet(types, options, spark=spark, stops=stops, install_signals=False)
-    for line in summary_lines(summary or {}):
-        click.echo(line)
-    undrained = sorted(name for name, s in (summary or {}).items() if s.get("state") == "drain failed")
-    if undrained:
-        raise EventEtlError(f"{', '.join(undrained)} could not be drained (the other types were)",
-                            fix="submit the fleet again so it replays what was left unfinished, then stop it with "
-                                "SIGTERM; `event-etl status` shows each type's last error")
+    report_fleet(run_fleet(types, options, spark=spark, stops=stops, install_signals=False),
+                 again="submit the fleet again", echo=click.echo)
 
 
 @click.command("event-etl-driver", context_settings={"help_option_names": ["-h", "--help"]})

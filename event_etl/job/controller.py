@@ -249,18 +249,26 @@ class Controller:
         # A batch that Spark starts after a stop was requested is processed like any other: refusing
         # it would need an exception inside foreachBatch, which Spark logs as a failed query.  The
         # runner stops the query through the API once no batch runs (see event_etl.job.runner).
+        self.run_batch_locked(batch_id, self._spark_tasks(df))
+
+    def run_batch_locked(self, batch_id: int,
+                         run_tasks: Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]) -> BatchEvent:
+        """:meth:`run_batch` under the controller's lock, marked busy (ticks wait); its error is remembered."""
         try:
             with self.lock:
                 self.busy = True
                 try:
-                    self._run_batch(df, batch_id)
+                    return self.run_batch(batch_id, run_tasks)
                 finally:
                     self.busy = False
         except BaseException as err:  # remembered so the job reports the real cause, not Spark's wrapper
             self.failure = err
             raise
 
-    def _run_batch(self, df, batch_id: int) -> None:
+    @staticmethod
+    def _spark_tasks(df) -> Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]:
+        """How a streaming query's batch runs its tasks: ``mapInArrow`` over the batch's split rows."""
+
         def run_tasks(ctx: BatchContext, shards: set[int] | None) -> list[tuple[dict, bytes]]:
             part = df if shards is None else df.filter(df["shard"].isin(sorted(shards)))
             try:
@@ -271,7 +279,7 @@ class Controller:
             return [(json.loads(rep), keys or b"") for rep, keys in
                     zip(table.column("report").to_pylist(), table.column("keys").to_pylist())]
 
-        self.run_batch(batch_id, run_tasks)
+        return run_tasks
 
     def run_batch(self, batch_id: int, run_tasks: Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]
                   ) -> BatchEvent:

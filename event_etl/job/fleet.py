@@ -46,7 +46,7 @@ from event_etl.rules.judge import OUTCOMES
 from event_etl.storage.atomic import write_json_atomic
 from event_etl.timeutil import format_duration, iso, now_millis
 
-__all__ = ["run_fleet", "summary_lines", "FleetMember", "backoff_seconds", "drain_all", "STATUS_FILE"]
+__all__ = ["run_fleet", "summary_lines", "report_fleet", "FleetMember", "backoff_seconds", "drain_all", "STATUS_FILE"]
 
 FIRST_BACKOFF_S = 5.0
 MAX_BACKOFF_S = 300.0
@@ -190,19 +190,25 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
             _stop_at_once(running, stops, esc.signum)  # raises Interrupted
         return _finish(members, stops, clock, drain, started)
     finally:
-        try:
-            for m in members:
-                if m.job is not None:
-                    m.job.close()
-            if endpoint:
-                endpoint.close()
-            if own_spark and spark is not None:
-                from event_etl.job.session import stop_session
+        _release(members, lambda m: m.job.close(), endpoint, spark if own_spark else None, stops, install_signals)
 
-                stop_session(spark)
-        finally:
-            if install_signals:
-                stops.restore()
+
+def _release(members: list[FleetMember], close: Callable[[FleetMember], None], endpoint, own_spark, stops: StopSignals,
+             install_signals: bool) -> None:
+    """After a fleet: close every member's job, the metrics endpoint, the session the fleet started; the signals."""
+    try:
+        for m in members:
+            if m.job is not None:
+                close(m)
+        if endpoint:
+            endpoint.close()
+        if own_spark is not None:
+            from event_etl.job.session import stop_session
+
+            stop_session(own_spark)
+    finally:
+        if install_signals:
+            stops.restore()
 
 
 def _start_session(n: int, options: RunOptions, stops: StopSignals, install_signals: bool):
@@ -292,21 +298,9 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
             raise Interrupted(esc.signum, interrupted_line(members, esc.signum)) from None
         return _finish(members, stops, clock, drain, started)
     finally:
-        try:
-            if engine is not None:
-                engine.close()
-            for m in members:
-                if m.job is not None:
-                    _close_shared(m)
-            if endpoint:
-                endpoint.close()
-            if own_spark and spark is not None:
-                from event_etl.job.session import stop_session
-
-                stop_session(spark)
-        finally:
-            if install_signals:
-                stops.restore()
+        if engine is not None:
+            engine.close()
+        _release(members, _close_shared, endpoint, spark if own_spark else None, stops, install_signals)
 
 
 def _open_shared(m: FleetMember, spark, options: RunOptions, clock, endpoint) -> None:
@@ -473,6 +467,17 @@ def _member_summary(m: FleetMember, seconds: float, clock) -> dict[str, Any]:
     totals = dict(c.totals) if c else {}
     return {**m.status(clock), "batches": c.batches if c else 0, "totals": totals, "seconds": seconds,
             "hours_marked": [iso(h) for h in (c.hours_marked if c else [])]}
+
+
+def report_fleet(summary: dict[str, dict[str, Any]], *, again: str, echo: Callable[[str], None]) -> None:
+    """A fleet's end-of-run lines; raise (exit 1) if a type could not be drained.  ``again``: how to run it again."""
+    for line in summary_lines(summary or {}):
+        echo(line)
+    undrained = sorted(name for name, s in (summary or {}).items() if s.get("state") == "drain failed")
+    if undrained:
+        raise EventEtlError(f"{', '.join(undrained)} could not be drained (the other types were)",
+                            fix=f"{again} so it replays what was left unfinished, then stop it with SIGTERM; "
+                                "`event-etl status` shows each type's last error")
 
 
 def summary_lines(summary: dict[str, dict[str, Any]]) -> list[str]:

@@ -350,16 +350,10 @@ class SharedEngine:
             return self._run_splits({name: (ctx, part)}, rnd)[name]  # a first batch's reference, or duplicates
 
         try:
-            with controller.lock:
-                controller.busy = True
-                try:
-                    controller.run_batch(batch, run_tasks)
-                finally:
-                    controller.busy = False
+            controller.run_batch_locked(batch, run_tasks)
             self.lanes[name].committed()  # its state is saved: now its commit, then the source may let go
             rnd.finished.add(name)
         except BaseException as err:  # noqa: BLE001 - this type is quarantined; the others go on
-            controller.failure = err
             rnd.failed[name] = err
         finally:
             rv.leave(name)
