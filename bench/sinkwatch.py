@@ -5,6 +5,12 @@ then rename), and ``_COMPLETE`` is created in one step, so the first listing tha
 name is the moment a consumer could have read it, give or take the polling interval
 (0.1 s by default: every figure built on it is late by up to that much, never early).
 Listing a few hour folders ten times a second costs the machine next to nothing.
+
+A folder whose ``_COMPLETE`` was seen is not listed again: a marked hour never changes (its
+final files are in place before its marker), so a scan lists only the open hours, however
+many complete ones the sink holds.  Otherwise a sink of thousands of hours (a hundred types
+for half an hour) takes long enough to walk that a marker would be seen a scan late, and
+every figure would carry the walk's duration.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ class SinkWatcher:
         self.root = root
         self.interval = interval
         self.seen: dict[str, float] = {}
+        self._complete: set[str] = set()  # folders whose _COMPLETE was seen: never listed again
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -44,8 +51,12 @@ class SinkWatcher:
     def scan(self) -> None:
         now = time.time()
         for dirpath, dirnames, filenames in os.walk(self.root):
-            dirnames[:] = [d for d in dirnames if not d.startswith("_")]  # skips _deadletter
+            # skips _deadletter, and the hours already complete
+            dirnames[:] = [d for d in dirnames
+                           if not d.startswith("_") and os.path.join(dirpath, d) not in self._complete]
             for name in filenames:
                 if name.endswith(".avro") or name == "_COMPLETE":
                     rel = os.path.relpath(os.path.join(dirpath, name), self.root)
                     self.seen.setdefault(rel, now)
+            if "_COMPLETE" in filenames:
+                self._complete.add(dirpath)

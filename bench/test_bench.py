@@ -118,3 +118,22 @@ def test_memory_verdict_flags_growth():
     assert memory_summary(samples(0.02), warmup=30, tolerance=10)["flat"]
     grown = memory_summary(samples(0.5), warmup=30, tolerance=10)
     assert not grown["flat"] and grown["growth"]["driver JVM"] > 10
+
+
+def test_the_sink_watcher_lists_only_open_hours(tmp_path: Path):
+    from bench.sinkwatch import SinkWatcher
+
+    done, open_ = tmp_path / "pv" / "dt=2026-11-21" / "hour=09", tmp_path / "pv" / "dt=2026-11-21" / "hour=10"
+    for d in (done, open_):
+        d.mkdir(parents=True)
+        (d / "a.avro").write_bytes(b"x")
+    (done / "_COMPLETE").write_text("{}")
+    w = SinkWatcher(tmp_path)
+    w.scan()
+    assert set(w.seen) == {"pv/dt=2026-11-21/hour=09/a.avro", "pv/dt=2026-11-21/hour=09/_COMPLETE",
+                           "pv/dt=2026-11-21/hour=10/a.avro"}
+    (done / "b.avro").write_bytes(b"x")  # never happens to a complete hour: its folder is not listed again
+    (open_ / "_COMPLETE").write_text("{}")
+    w.scan()
+    assert "pv/dt=2026-11-21/hour=10/_COMPLETE" in w.seen
+    assert "pv/dt=2026-11-21/hour=09/b.avro" not in w.seen
