@@ -15,7 +15,8 @@ Points: ``write_file`` (an executor about to store a data file), ``duplicates_re
 yet removed), ``files_written`` (all files of a batch are written, the ledger is not),
 ``before_marker``, ``after_marker`` (a marker is written, the state is not),
 ``state_saved``, ``idle_advance`` (an idle tick is about to move the watermark and mark
-hours), ``drain`` (a drain begins: its markers follow); Pub/Sub: ``pulled`` (messages pulled,
+hours), ``drain`` (a drain begins: its markers follow); a fleet's shared engine:
+``offset_written`` (a type's end offset is durable, its batch not begun); Pub/Sub: ``pulled`` (messages pulled,
 not yet in a spool segment), ``spooled`` (a segment is durable, not yet offered to Spark) and
 ``acknowledging`` (some of a saved batch's messages are acknowledged, not all).
 """
