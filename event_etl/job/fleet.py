@@ -365,12 +365,7 @@ def _quarantine(m: FleetMember, err: BaseException, clock) -> None:
     from event_etl.job.controller import unwrap_task_error
 
     err = unwrap_task_error(err)
-    msg = err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
-    m.failures += 1
-    m.last_error = msg[:500]
-    wait = backoff_seconds(m.failures)
-    m.restart_at = time.monotonic() + wait
-    m.state = "quarantined"
+    wait = _hold(m, err, clock, "quarantined")
     fix = f" (fix: {err.fix})" if isinstance(err, EventEtlError) and err.fix else ""
     print(f"[{m.name}] quarantined ({m.failures} so far): {m.last_error}{fix}; the others go on; tried again in "
           f"{wait:.0f}s", file=sys.stderr, flush=True)
@@ -393,8 +388,7 @@ def _drain(m: FleetMember, clock) -> None:
     try:
         m.job.controller.drain()
     except Exception as err:  # noqa: BLE001 - recorded: the other types still drain
-        msg = err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
-        m.drain_error = f"not drained: {msg}"[:500]
+        m.drain_error = f"not drained: {_one_line(err)}"[:500]
         m.state = "drain failed"
         fix = f"  fix: {err.fix}" if isinstance(err, EventEtlError) and err.fix else ""
         say(f"[{m.name}] {m.drain_error}" + (f"\n{fix}" if fix else ""), err=True)
@@ -437,19 +431,30 @@ def _supervise(m: FleetMember, options: RunOptions, clock, spark, endpoint, stop
 
 
 def _failed(m: FleetMember, err: BaseException, clock) -> None:
-    from event_etl.job.controller import unwrap_task_error
     from event_etl.sources.pubsub import read_error
 
-    err = read_error(m.job.source_dir) or unwrap_task_error(err)  # the cause, not Spark's wrapper
-    msg = err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
-    m.failures += 1
-    m.last_error = msg[:500]
-    wait = backoff_seconds(m.failures)
-    m.restart_at = time.monotonic() + wait
-    m.state = "restarting"
+    wait = _hold(m, read_error(m.job.source_dir) or err, clock, "restarting")  # the cause, not Spark's wrapper
     print(f"[{m.name}] query failed ({m.failures} so far): {m.last_error}; restarting in {wait:.0f}s",
           file=sys.stderr, flush=True)
     _write_status(m, clock)
+
+
+def _hold(m: FleetMember, err: BaseException, clock, state: str) -> float:
+    """Count a member's failure, note its error and backoff, put it in ``state``; returns the wait in seconds."""
+    from event_etl.job.controller import unwrap_task_error
+
+    err = unwrap_task_error(err)
+    m.failures += 1
+    m.last_error = _one_line(err)[:500]
+    wait = backoff_seconds(m.failures)
+    m.restart_at = time.monotonic() + wait
+    m.state = state
+    return wait
+
+
+def _one_line(err: BaseException) -> str:
+    """An error as one line: event_etl's message, else the first line of what it says."""
+    return err.message if isinstance(err, EventEtlError) else str(err).splitlines()[0] if str(err) else repr(err)
 
 
 def _write_status(m: FleetMember, clock) -> None:

@@ -47,6 +47,7 @@ from event_etl.errors import EventEtlError
 from event_etl.job.stopping import POLL_S, Escalated, StopSignals, run_watched
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.splits import Split
+from event_etl.storage.atomic import write_text_atomic
 
 __all__ = ["SparkLog", "Lane", "Rendezvous", "SharedEngine", "ENGINES", "run_rounds", "interrupted_line"]
 
@@ -109,13 +110,7 @@ class SparkLog:
 
     @staticmethod
     def _write(path: Path, text: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, text)
 
     def write_offset(self, batch: int, end: dict[str, Any], *, now: int, conf: dict[str, str]) -> None:
         if not (self.root / "metadata").exists():  # the query's id: Spark refuses a log without one

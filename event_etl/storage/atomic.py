@@ -14,15 +14,20 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_json_atomic"]
+__all__ = ["write_json_atomic", "write_text_atomic"]
 
 
 def write_json_atomic(path: Path, doc: Any, *, durable: bool = True) -> None:
     """Replace ``path`` with ``doc`` as JSON (temporary file, fsync unless ``durable=False``, rename)."""
+    write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True), durable=durable)
+
+
+def write_text_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``text`` (temporary file, fsync unless ``durable=False``, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, sort_keys=True)
+        fh.write(text)
         if durable:
             fh.flush()
             os.fsync(fh.fileno())
