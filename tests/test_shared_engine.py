@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from event_etl.job.shared import Lane, Rendezvous, SparkLog, _balance
+from event_etl.job.shared import Lane, Rendezvous, SparkLog, _balance, round_summary
 from event_etl.sources.directory import DirectoryPlanner
 
 
@@ -156,3 +156,12 @@ def test_a_lane_tells_the_backlog_metric_what_waits(tmp_path):
     lane.offer(now=1, conf={})
     lane.committed()
     assert backlog_from_progress(lane.progress()) == {"files": 2}
+
+
+def test_the_round_summary_says_where_the_rounds_time_went():
+    history = [{"plan": 0.1, "begin": 0.2, "job": 0.5 + i / 100, "end": 0.3} for i in range(101)]
+    history.append({"plan": 0.05})  # a round without input: no job, not counted
+    line = round_summary(history)
+    assert line.startswith("[fleet] 101 rounds with input took 1.60/2.09 s (p50/p99), max 2.10 s")
+    assert "planning 0.10/0.10" in line and "Spark job 1.00/1.49" in line and "batches ending 0.30/0.30" in line
+    assert round_summary([{"plan": 0.05}]) is None

@@ -244,7 +244,7 @@ def _finish(members: list[FleetMember], stops: StopSignals, clock, drain: bool, 
 def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s,
                 stop_event, stops: StopSignals):
     """The fleet through one shared micro-batch loop (:mod:`event_etl.job.shared`)."""
-    from event_etl.job.shared import SharedEngine, interrupted_line, run_rounds
+    from event_etl.job.shared import SharedEngine, interrupted_line, round_summary, run_rounds
     from event_etl.job.stopping import Interrupted
     from event_etl.metrics import FleetEndpoint
 
@@ -272,6 +272,8 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
         def supervise() -> None:
             for m in members:
                 _supervise_shared(m, options, clock, spark, endpoint, stops)
+            if not options.once:
+                _tick_shared([m for m in members if m.state == "running"], engine.pool, clock, stops)
             if time.monotonic() - last_status[0] >= status_every_s:
                 last_status[0] = time.monotonic()
                 for m in members:
@@ -287,6 +289,9 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
             run_rounds(engine, members, options, stops, trigger_ms=trigger_ms,
                        on_failure=lambda m, err: _quarantine(m, err, clock), on_done=done, supervise=supervise,
                        deadline=deadline, stop_event=stop_event)
+            line = round_summary(engine.history)
+            if line and not options.quiet:
+                say(line)
             drain = stops.drain if stops.first is not None else options.drain
             replay = [m.name for m in members if m.state == "running" and m.lane.pending is not None]
             if drain and replay:  # a drain first finishes what a crash left unfinished
@@ -307,7 +312,7 @@ def _open_shared(m: FleetMember, spark, options: RunOptions, clock, endpoint) ->
     """Open a member for the shared engine: controller, metrics and printer (no query), and its source's lane."""
     from event_etl.job.runner import open_parts, start_fetcher
     from event_etl.job.shared import Lane, SparkLog
-    from event_etl.sources.registry import make_planner
+    from event_etl.sources.registry import batch_cap, make_planner
 
     fetcher = start_fetcher(m.prepared)
     try:
@@ -317,8 +322,8 @@ def _open_shared(m: FleetMember, spark, options: RunOptions, clock, endpoint) ->
             fetcher.stop()
         raise
     m.job = job
-    cap = int(spec["max_files_per_batch"] if spec["kind"] == "dir" else spec["max_events_per_batch"])
-    m.lane = Lane.open(make_planner(spec), SparkLog(m.prepared.ckpt.spark_dir), cap=cap, once=options.once)
+    m.lane = Lane.open(make_planner(spec), SparkLog(m.prepared.ckpt.spark_dir), cap=batch_cap(spec),
+                       once=options.once)
     if job.fetcher is None:  # the lane reports what it saw; Pub/Sub's fetcher reports for itself
         job.controller.source_activity = lambda lane=m.lane: lane.activity
     if endpoint:
@@ -335,7 +340,7 @@ def _close_shared(m: FleetMember) -> None:
 
 
 def _supervise_shared(m: FleetMember, options: RunOptions, clock, spark, endpoint, stops: StopSignals | None) -> None:
-    """Between rounds: try a quarantined member again after its backoff; tick a running one (idle watermark)."""
+    """Between rounds: try a quarantined member again after its backoff; a running one reports its backlog."""
     if m.state == "quarantined":
         if time.monotonic() >= (m.restart_at or 0):
             try:
@@ -350,14 +355,23 @@ def _supervise_shared(m: FleetMember, options: RunOptions, clock, spark, endpoin
     if m.state != "running":
         return
     m.job.metrics.observe_progress(m.lane.progress())  # the backlog metric
-    if options.once:
-        return
-    try:
-        run_watched(m.job.controller.tick, stops, name="event_etl-tick")
-    except Escalated:
-        raise
-    except Exception as err:  # noqa: BLE001 - e.g. a marker the sink refuses: this type only
-        _quarantine(m, err, clock)
+
+
+def _tick_shared(running: list[FleetMember], pool, clock, stops: StopSignals | None) -> None:
+    """Tick the running members (idle watermark, markers it completes), several at a time: one after the
+    other, a hundred types' ticks would hold the next round back."""
+
+    def tick(m: FleetMember) -> BaseException | None:
+        try:
+            m.job.controller.tick()
+        except Exception as err:  # noqa: BLE001 - e.g. a marker the sink refuses: this type only
+            return err
+        return None
+
+    errors = run_watched(lambda: list(pool.map(tick, running)), stops, name="event_etl-tick")
+    for m, err in zip(running, errors):
+        if err is not None:
+            _quarantine(m, err, clock)
 
 
 def _quarantine(m: FleetMember, err: BaseException, clock) -> None:

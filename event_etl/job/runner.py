@@ -28,6 +28,7 @@ from event_etl.job.stopping import (
     Escalated,
     Interrupted,
     StopSignals,
+    at_once_line,
     exit_now,
     run_watched,
     say,
@@ -479,20 +480,10 @@ def _stop_at_once(running: list[tuple[Job, Any]], stops: StopSignals, signum: in
                 pass
         th.join(0.25)
     cut = [(job.prepared.event_type.name, b) for job, b in in_flight if b not in job.gate.finished]
-    line = _at_once_line([job for job, _ in running], signum, cut)
+    line = at_once_line(", ".join(job.prepared.event_type.name for job, _ in running) or "job", signum, cut)
     if th.is_alive():
         exit_now(128 + signum, line + f" ({signal_name(signum)}: Spark did not stop in time; the process ended)")
     raise Interrupted(signum, line)
-
-
-def _at_once_line(jobs: list[Job], signum: int, cut: list[tuple[str, int]]) -> str:
-    what = "Ctrl-C twice" if signum == signal.SIGINT else "SIGTERM twice"
-    names = ", ".join(j.prepared.event_type.name for j in jobs) or "job"
-    if cut:
-        batches = ", ".join(f"{n} batch {b}" for n, b in cut)
-        return (f"[{names}] stopped at once ({what}), not drained: {batches} was cut short and is replayed when you "
-                f"run the same command")
-    return f"[{names}] stopped at once ({what}), not drained; run the same command to continue"
 
 
 def _cut_short_line(name: str, signum: int) -> str:

@@ -37,6 +37,7 @@ import os
 import threading
 import time
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from event_etl import faults
 from event_etl.errors import EventEtlError
 from event_etl.job.stopping import POLL_S, Escalated, StopSignals, run_watched
 from event_etl.rules.watermark import SourceActivity
+from event_etl.sources.activity import observe
 from event_etl.sources.splits import Split
 from event_etl.storage.atomic import write_text_atomic
 
@@ -56,6 +58,7 @@ ENGINES = ("shared", "queries")
 
 RETAIN_BATCHES = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
 PLANNERS = 16  # types whose sources are asked for offsets at a time
+HISTORY = 10_000  # rounds whose timings are kept for the summary (about 14 hours at a 5-s trigger)
 
 # The SQL settings Spark records with every offset (OffsetSeqMetadata.relevantSQLConfs): a query of the
 # type's own that takes over the log reads them back.
@@ -167,11 +170,8 @@ class Lane:
         if self.pending is not None:
             return self.pending
         end = self.planner.latest_offset(self.start, self.cap)
-        if end != self.start:
-            self.delivered_at = now
-        backlog = self.planner.backlog(end) if hasattr(self.planner, "backlog") else {}
-        self.activity = SourceActivity(now, int(next(iter(backlog.values()), 0)) if backlog else 0, False,
-                                       self.delivered_at)
+        self.activity = observe(self.planner, self.start, end, now=now, delivered_at=self.delivered_at)
+        self.delivered_at = self.activity.delivered_at
         self.exhausted = end == self.start
         if self.exhausted:
             return None
@@ -257,6 +257,15 @@ class Round:
     work: dict[str, tuple[int, dict, dict, list[Split]]] = field(default_factory=dict)
     failed: dict[str, BaseException] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds, by phase (ROUND_PHASES)
+
+
+ROUND_PHASES = (
+    ("plan", "planning"),  # asking every source what is new, offsets made durable
+    ("begin", "batches starting"),  # each type's intent, up to its splits handed over
+    ("job", "Spark job"),  # the one job over every type's splits
+    ("end", "batches ending"),  # ledgers, watermarks, merges, markers, state, commits
+)
 
 
 class SharedEngine:
@@ -274,6 +283,7 @@ class SharedEngine:
         self.conf = self._recorded_conf(spark)
         self.parallelism = max(1, int(spark.sparkContext.defaultParallelism))
         self.rounds = 0
+        self.history: deque[dict[str, float]] = deque(maxlen=HISTORY)  # the last rounds' timings
         self.group = f"event_etl-shared-{uuid.uuid4().hex[:8]}"
         self.pool = ThreadPoolExecutor(max_workers=PLANNERS, thread_name_prefix="event_etl-plan")
 
@@ -294,6 +304,7 @@ class SharedEngine:
         """Ask each named type's source what to run now (a pending batch first); a source that fails fails
         its type only."""
         rnd = Round()
+        t0 = time.monotonic()
         now = self.clock()
 
         def offer(name: str) -> None:
@@ -309,12 +320,14 @@ class SharedEngine:
         # listing folders and making offsets durable wait on the file system: many types at a time
         list(self.pool.map(offer, names))
         rnd.work = dict(sorted(rnd.work.items()))
+        rnd.timings["plan"] = time.monotonic() - t0
         return rnd
 
     def run(self, rnd: Round) -> Round:
         """Run every batch of the round: one thread per type's controller, their splits in one Spark job."""
         if not rnd.work:
             return rnd
+        t0 = time.monotonic()
         rv = Rendezvous(set(rnd.work))
         threads = []
         for name, (batch, _, _, splits) in rnd.work.items():
@@ -323,14 +336,18 @@ class SharedEngine:
             th.start()
             threads.append(th)
         submitted = rv.collect()
+        t1 = time.monotonic()
         try:
             results = self._run_splits({n: (ctx, sp) for n, (ctx, sp) in submitted.items()}, rnd)
         except Exception as err:  # noqa: BLE001 - the job as a whole failed: every batch in it fails
             results = {n: err for n in submitted}
+        t2 = time.monotonic()
         rv.deliver(results)
         for th in threads:
             th.join()
+        rnd.timings.update(begin=t1 - t0, job=t2 - t1, end=time.monotonic() - t2)
         self.rounds += 1
+        self.history.append(dict(rnd.timings))
         return rnd
 
     def _batch(self, rv: Rendezvous, rnd: Round, name: str, batch: int, splits: list[Split]) -> None:
@@ -449,15 +466,27 @@ def run_rounds(engine: SharedEngine, members: list, options, stops: StopSignals,
         stops.sleep(min(POLL_S, max(0.0, next_round - time.monotonic())))
 
 
+def round_summary(history) -> str | None:
+    """One line on where the rounds' time went (``history``: each round's :attr:`Round.timings`), or None."""
+    import numpy as np
+
+    rounds = [t for t in history if "job" in t]
+    if not rounds:
+        return None
+
+    def p(values: list[float]) -> str:
+        p50, p99 = np.percentile(values, [50, 99])
+        return f"{p50:.2f}/{p99:.2f}"
+
+    total = [sum(t.values()) for t in rounds]
+    parts = ", ".join(f"{label} {p([t.get(key, 0.0) for t in rounds])}" for key, label in ROUND_PHASES)
+    return (f"[fleet] {len(rounds)} rounds with input took {p(total)} s (p50/p99), max {max(total):.2f} s; "
+            f"by phase (p50/p99 s): {parts}")
+
+
 def interrupted_line(members: list, signum: int) -> str:
     """What a stop at once says: which types' batches were cut short (replayed on the next run)."""
-    import signal as _signal
+    from event_etl.job.stopping import at_once_line
 
-    what = "Ctrl-C twice" if signum == _signal.SIGINT else "SIGTERM twice"
-    cut = [f"{m.name} batch {m.lane.pending[0]}" for m in members
-           if getattr(m, "lane", None) is not None and m.lane.pending is not None]
-    if cut:
-        return (f"[fleet] stopped at once ({what}), not drained: {', '.join(cut)} was cut short and is replayed when "
-                f"you run the same command")
-    return f"[fleet] stopped at once ({what}), not drained; run the same command to continue"
-
+    return at_once_line("fleet", signum, [(m.name, m.lane.pending[0]) for m in members
+                                          if getattr(m, "lane", None) is not None and m.lane.pending is not None])

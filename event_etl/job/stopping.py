@@ -54,6 +54,7 @@ __all__ = [
     "wait_for",
     "run_watched",
     "say",
+    "at_once_line",
     "exit_now",
     "on_exit_now",
 ]
@@ -217,10 +218,28 @@ def run_watched(fn: Callable[[], T], stops: StopSignals | None, *, name: str = "
 
     th = threading.Thread(target=target, name=name, daemon=True)
     th.start()
-    wait_for(lambda: not th.is_alive(), stops)
+    # joined, not polled: the caller goes on the moment fn returns (a poll's sleep would add up to POLL_S to every
+    # step, and to every member's tick in a fleet); the signals are still looked at every POLL_S
+    while True:
+        th.join(POLL_S)
+        if not th.is_alive():
+            break
+        if stops.escalation is not None:
+            raise Escalated(stops.escalation)
     if "error" in box:
         raise box["error"]
     return box.get("value")  # type: ignore[return-value]
+
+
+def at_once_line(who: str, signum: int, cut: list[tuple[str, int]]) -> str:
+    """What a stop at once says (``who``: the job's types, or ``fleet``): the batches ``cut`` short, ``(type,
+    batch)``, are replayed on the next run."""
+    what = "Ctrl-C twice" if signum == signal.SIGINT else "SIGTERM twice"
+    if cut:
+        batches = ", ".join(f"{n} batch {b}" for n, b in cut)
+        return (f"[{who}] stopped at once ({what}), not drained: {batches} was cut short and is replayed when you "
+                f"run the same command")
+    return f"[{who}] stopped at once ({what}), not drained; run the same command to continue"
 
 
 def say(line: str, *, err: bool = False) -> None:

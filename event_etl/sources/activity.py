@@ -17,13 +17,23 @@ from pathlib import Path
 
 from event_etl.rules.watermark import SourceActivity
 
-__all__ = ["activity_path", "report_activity", "read_activity"]
+__all__ = ["activity_path", "observe", "report_activity", "read_activity"]
 
 
 def activity_path(log_dir: str | os.PathLike[str]) -> Path:
     """Where the source whose folder is ``log_dir`` reports: ``<log_dir>.activity.json``."""
     d = Path(log_dir)
     return d.with_name(f"{d.name}.activity.json")
+
+
+def observe(planner, start: dict, end: dict, *, now: int, delivered_at: int | None) -> SourceActivity:
+    """What a source planner's answer for offsets (``start`` to ``end``, asked at ``now``) says of it: whether
+    input waits beyond ``end``, and when it last delivered (``now`` if it does now, else ``delivered_at``)."""
+    if end != start:
+        delivered_at = now
+    backlog = planner.backlog(end) if hasattr(planner, "backlog") else {}
+    waiting = int(next(iter(backlog.values()), 0)) if backlog else 0
+    return SourceActivity(now, waiting, False, delivered_at)
 
 
 def report_activity(log_dir: str | os.PathLike[str], activity: SourceActivity) -> None:

@@ -26,7 +26,7 @@ from event_etl.errors import UsageError
 if TYPE_CHECKING:
     from event_etl.sources import SourceSpec
 
-__all__ = ["SourceKind", "SOURCES", "source_kind", "make_planner"]
+__all__ = ["SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap"]
 
 
 def _dir_planner(spec: dict[str, Any]):
@@ -147,3 +147,9 @@ def source_kind(kind: str) -> SourceKind:
 def make_planner(spec: dict[str, Any]):
     """The planner for a source spec (``kind``, ``params``, ``log_dir``, limits)."""
     return source_kind(spec["kind"]).planner(spec)
+
+
+def batch_cap(spec: dict[str, Any]) -> int:
+    """The most a micro-batch takes of the source: files of a folder, else events (``--max-files-per-batch``,
+    ``--max-events-per-batch``)."""
+    return int(spec["max_files_per_batch"] if spec["kind"] == "dir" else spec["max_events_per_batch"])

@@ -14,7 +14,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from event_etl.sources.registry import make_planner
+from event_etl.sources.registry import batch_cap, make_planner
 from event_etl.sources.splits import SPLIT_SCHEMA, Split
 
 __all__ = ["EtlSource", "make_planner"]
@@ -36,9 +36,8 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.initial_offset()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self.spec["kind"] == "dir":
-            return ReadMaxFiles(int(self.spec["max_files_per_batch"]))
-        return ReadMaxRows(int(self.spec["max_events_per_batch"]))
+        cap = batch_cap(self.spec)
+        return ReadMaxFiles(cap) if self.spec["kind"] == "dir" else ReadMaxRows(cap)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if isinstance(limit, ReadMaxFiles):
@@ -55,16 +54,12 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _report(self, start: dict, end: dict) -> None:
         """Tell the controller whether input waits (see :mod:`event_etl.sources.activity`)."""
-        from event_etl.rules.watermark import SourceActivity
-        from event_etl.sources.activity import report_activity
+        from event_etl.sources.activity import observe, report_activity
         from event_etl.timeutil import now_millis
 
-        now = now_millis()
-        if end != start:
-            self._delivered_at = now
-        backlog = self.planner.backlog(end) if hasattr(self.planner, "backlog") else {}
-        waiting = int(next(iter(backlog.values()), 0)) if backlog else 0
-        report_activity(self.spec["log_dir"], SourceActivity(now, waiting, False, self._delivered_at))
+        activity = observe(self.planner, start, end, now=now_millis(), delivered_at=self._delivered_at)
+        self._delivered_at = activity.delivered_at
+        report_activity(self.spec["log_dir"], activity)
 
     def reportLatestOffset(self) -> dict | None:
         """The newest offset available (for the backlog metric), or None where the source cannot tell."""
