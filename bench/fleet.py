@@ -429,6 +429,7 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
         "batch_seconds_mean": sum(t["batch_seconds_mean"] * t["batches"] for t in per_type.values())
         / max(1, sum(t["batches"] for t in per_type.values())),
         "restarts": restarts, "leftovers_killed": leftovers, "samples": sampler.samples,
+        "rounds": next((line for _, line in job.lines if "rounds with input took" in line), None),
         "per_type": per_type,
     }
     print(f"[N={n}] {result['records']:,} records checked in {result['manifests']} manifests; "
@@ -436,6 +437,8 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
           f"max {_s(result['max'])}  (worst type p99 {_s(worst)}; bound {bound:.0f} s: "
           f"{'yes' if within else 'NO'}); peak PSS {mib(sampler.peak_pss)}, RSS {mib(sampler.peak_rss)}; "
           f"CPU {result['cpu_s']:.0f} s, {result['feed_busy'] * 100:.0f} % of the cores while fed", flush=True)
+    if result["rounds"]:  # the shared engine's own account of its rounds
+        print(f"[N={n}] {result['rounds']}", flush=True)
     print(f"[N={n}] at the peak: " + ", ".join(f"{k} {mib(v['pss'])} PSS ({v['procs']} process"
                                              f"{'es' if v['procs'] != 1 else ''})"
                                              for k, v in sampler.peak_parts.items()), flush=True)

@@ -298,6 +298,8 @@ def test_release_0_1_0_reads_the_merged_hour_from_the_ledger(tmp_path):
     folder = p.sink / "click" / "dt=2026-11-21" / "hour=13"
     assert as_0_1_0 == sorted(f.name for f in folder.glob("*.avro"))
     assert any(is_merged_name(n) for n in as_0_1_0)
+    # a batch whose files were all merged away leaves no ledger file behind (not one rewritten empty)
+    assert all(_json.loads(f.read_text()) for f in ledger.glob("*.json"))
 
 
 def test_merged_files_keep_their_members_header_so_they_merge_again():

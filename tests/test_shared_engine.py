@@ -45,6 +45,21 @@ def test_old_offsets_and_commits_are_forgotten_after_a_hundred_batches(tmp_path)
     assert sorted(int(p.name) for p in (tmp_path / "spark" / "commits").iterdir()) == list(range(5, 105))
 
 
+def test_a_lane_forgets_what_a_longer_log_kept_when_it_opens(tmp_path):
+    """A log written by another keeper (an older release, a query with other retention) is cut to the last hundred
+    batches when the type opens; from then on each commit forgets one."""
+    src = tmp_path / "in"
+    src.mkdir()
+    log = SparkLog(tmp_path / "spark")
+    for b in range(150):
+        log.write_offset(b, {"files": 0}, now=0, conf={})
+        (log.commits).mkdir(parents=True, exist_ok=True)
+        (log.commits / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    Lane.open(_planner(tmp_path, src), log, cap=None, once=False)
+    assert sorted(int(p.name) for p in log.offsets.iterdir()) == list(range(50, 150))
+    assert sorted(int(p.name) for p in log.commits.iterdir()) == list(range(50, 150))
+
+
 def test_a_lane_offers_new_input_durably_then_goes_on_after_its_commit(tmp_path):
     src = tmp_path / "in"
     _files(src, "a", "b", "c")
@@ -130,6 +145,35 @@ def test_the_round_runs_once_every_type_submitted_or_failed_before():
     assert got["a"] == [({"shard": 0}, b"")]
     assert isinstance(got["b"], RuntimeError)  # failed before it submitted: the round did not wait for it
     assert isinstance(got["c"], ValueError)  # c's error was raised in c's thread, not handed to a
+
+
+def test_a_rounds_bookkeeping_waits_until_every_type_wrote_its_markers():
+    """Markers first: a type's state, keys and merges wait until every batch of the round has written its
+    markers, or failed; then all go on."""
+    rv = Rendezvous({"a", "b", "c"})
+    order = []
+    b_marks = threading.Event()
+
+    def batch(name):
+        if name == "b":
+            b_marks.wait(5)
+            order.append("marker b")
+        rv.markers_done(name)
+        order.append(f"state {name}")
+        rv.leave(name)
+
+    def failing():
+        rv.leave("c")  # failed before its markers: the others do not wait for it
+
+    threads = [threading.Thread(target=batch, args=(n,)) for n in ("a", "b")] + [threading.Thread(target=failing)]
+    for th in threads:
+        th.start()
+    threads[0].join(0.3)
+    assert threads[0].is_alive() and order == []  # a waits: b has not written its markers yet
+    b_marks.set()
+    for th in threads:
+        th.join(5)
+    assert order[0] == "marker b" and sorted(order[1:]) == ["state a", "state b"]
 
 
 def _row(name, shard, size):

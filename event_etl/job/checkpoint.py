@@ -198,9 +198,14 @@ class Checkpoint:
         ids = [int(p.stem) for p in d.glob("*.json") if p.stem.isdigit()]  # not the .drop.json files
         return max(ids) if ids else None
 
-    def prune_intents(self, keep_after: int) -> None:
-        """Forget intents of batches up to ``keep_after`` (Spark will never replay them)."""
+    def prune_intents(self, keep_after: int, *, sweep: bool = True) -> None:
+        """Forget intents of batches up to ``keep_after`` (Spark will never replay them): every one when
+        ``sweep``, else only those of batch ``keep_after`` (a job that swept once forgets one batch a batch)."""
         d = self.etl / "batches"
+        if not sweep:
+            for suffix in (".json", ".drop.json", ".dropkeys"):
+                (d / f"{keep_after:010d}{suffix}").unlink(missing_ok=True)
+            return
         if d.is_dir():
             for p in [*d.glob("*.json"), *d.glob("*.dropkeys")]:
                 stem = p.name.split(".", 1)[0]
@@ -344,11 +349,19 @@ class Checkpoint:
                 continue
             entries = [FileEntry.from_json(e) for e in _read_json(p)]
             kept = [e for e in entries if e.name in final]
-            if len(kept) != len(entries):
+            if not kept:  # every file of the batch merged away (the usual case): nothing of it to write again
+                p.unlink(missing_ok=True)
+            elif len(kept) != len(entries):
                 write_json_atomic(p, [e.to_json() for e in kept])
         from event_etl.rules.compaction import is_merged_name
 
-        write_json_atomic(d / "merged.json", [e.to_json() for n, e in sorted(final.items()) if is_merged_name(n)])
+        merged = [e.to_json() for n, e in sorted(final.items()) if is_merged_name(n)]
+        try:
+            same = _read_json(d / "merged.json") == merged
+        except (FileNotFoundError, ValueError):
+            same = False
+        if not same:  # every merge of the hour begins by projecting again: most find it done
+            write_json_atomic(d / "merged.json", merged)
 
     def ledger_hours(self) -> list[int]:
         """The hours that have a ledger (open, or marked and not yet dropped)."""

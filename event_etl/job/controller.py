@@ -199,6 +199,10 @@ class Controller:
         # told, after a batch's state is saved, what the batch read (Pub/Sub acknowledges it); True if all of
         # it was acknowledged in time (else redeliveries are expected: see event_etl.task.dedupe)
         self.source_done = source_done
+        # called in a batch once its markers are written (before the ledgers when it completes no hour): a shared
+        # engine holds the rest of each type's batch (its state, keys, merges) there until every type of the round
+        # has written its markers, so that a round's markers do not queue behind other types' bookkeeping
+        self.after_markers: Callable[[], None] | None = None
         self.storage = storage
         self.ckpt = checkpoint
         self.clock = clock
@@ -422,10 +426,6 @@ class Controller:
         """Steps 3 to 5 of a batch."""
         batch_id = intent.batch_id
         faults.point("files_written", str(batch_id))
-        for hour, entries in sorted(result.files.items()):
-            if self.state.marked_through is not None and hour <= self.state.marked_through:
-                continue  # a replay of a batch whose hours were marked: the ledger is gone on purpose
-            self.ckpt.write_ledger(hour, batch_id, entries)
         new = self.state.after_batch(
             batch_id=batch_id,
             wm_start=intent.wm_start,
@@ -435,8 +435,17 @@ class Controller:
             batch_max_hour=result.max_hour,
             out_of_orderness=self.event_type_of(intent).out_of_orderness,
         )
+        marks = bool(hours_to_mark(new.first_hour, new.marked_through, new.watermark))
+        if not marks:
+            self._markers_done()
+        for hour, entries in sorted(result.files.items()):
+            if self.state.marked_through is not None and hour <= self.state.marked_through:
+                continue  # a replay of a batch whose hours were marked: the ledger is gone on purpose
+            self.ckpt.write_ledger(hour, batch_id, entries)
         now = self.clock()
         new, marked = self._mark(new, now)
+        if marks:
+            self._markers_done()
         if self.dedupe is not None and dedupe_rows is not None:
             # before the state: a batch whose state is saved must have its keys remembered
             self.ckpt.save_dedupe_rows(batch_id, dedupe_rows)
@@ -453,7 +462,7 @@ class Controller:
         if self.dedupe is not None:
             for gone in self.dedupe.evict(self._event_clock(new)):
                 self.ckpt.drop_dedupe_rows(gone)
-        self.ckpt.prune_intents(batch_id - 2)
+        self.ckpt.prune_intents(batch_id - 2, sweep=self.batches == 0)  # a full sweep once a run
         self.pending_batch = None
         if result.events_in:  # any record shows the source is alive: late, invalid and duplicate ones too
             self.last_input = now
@@ -467,6 +476,11 @@ class Controller:
                            self._attempt_started or intent.started_at)
         self._emit("batch", event)
         return event
+
+    def _markers_done(self) -> None:
+        """The batch wrote the markers it completes (or completes none): tell :attr:`after_markers`."""
+        if self.after_markers is not None:
+            self.after_markers()
 
     def _event_clock(self, state: WatermarkState) -> int | None:
         """How far event time has come, for forgetting old keys: the watermark the events alone

@@ -124,9 +124,18 @@ class SparkLog:
 
     def write_commit(self, batch: int) -> None:
         self._write(self.commits / str(batch), 'v1\n{"nextBatchWatermarkMs":0}')
+        for d in (self.offsets, self.commits):  # the batch that falls out of the kept ones (see forget_old)
+            (d / str(batch - RETAIN_BATCHES)).unlink(missing_ok=True)
+
+    def forget_old(self) -> None:
+        """Forget the batches before the last :data:`RETAIN_BATCHES` (as Spark does): all of them at once when a
+        type opens (a log a query of its own wrote, or an older release); then one per commit."""
+        last = self.latest_offset_batch()
+        if last is None:
+            return
         for d in (self.offsets, self.commits):
             for b in self._batches(d):
-                if b <= batch - RETAIN_BATCHES:
+                if b <= last - RETAIN_BATCHES:
                     (d / str(b)).unlink(missing_ok=True)
 
 
@@ -148,6 +157,7 @@ class Lane:
     def open(cls, planner: Any, log: SparkLog, *, cap: int | None, once: bool) -> "Lane":
         """Read the type's logs as Spark's engine would on a restart: the batch to replay, or where to go on."""
         lane = cls(planner, log, cap)
+        log.forget_old()
         last, committed = log.latest_offset_batch(), log.latest_commit()
         if last is None:
             lane.start = planner.initial_offset()
@@ -207,6 +217,7 @@ class Rendezvous:
     def __init__(self, names: set[str]) -> None:
         self.cond = threading.Condition()
         self.waiting = set(names)
+        self.marking = set(names)  # batches that may still write markers this round
         self.submitted: dict[str, tuple[Any, list[Split]]] = {}
         self.results: dict[str, Any] = {}
 
@@ -222,9 +233,19 @@ class Rendezvous:
             raise result
         return result
 
+    def markers_done(self, name: str) -> None:
+        """``name``'s batch wrote its markers (or has none): wait until every batch of the round has, so that the
+        round's markers are written first and the batches' other bookkeeping after them."""
+        with self.cond:
+            self.marking.discard(name)
+            self.cond.notify_all()
+            while self.marking:
+                self.cond.wait()
+
     def leave(self, name: str) -> None:
         with self.cond:
             self.waiting.discard(name)
+            self.marking.discard(name)
             self.cond.notify_all()
 
     def collect(self) -> dict[str, tuple[Any, list[Split]]]:
@@ -361,6 +382,7 @@ class SharedEngine:
             part = splits if shards is None else [s for s in splits if s.shard in shards]
             return self._run_splits({name: (ctx, part)}, rnd)[name]  # a first batch's reference, or duplicates
 
+        controller.after_markers = lambda: rv.markers_done(name)
         try:
             controller.run_batch_locked(batch, run_tasks)
             self.lanes[name].committed()  # its state is saved: now its commit, then the source may let go
@@ -368,6 +390,7 @@ class SharedEngine:
         except BaseException as err:  # noqa: BLE001 - this type is quarantined; the others go on
             rnd.failed[name] = err
         finally:
+            controller.after_markers = None
             rv.leave(name)
 
     def _run_splits(self, work: dict[str, tuple[Any, list[Split]]], rnd: Round) -> dict[str, Any]:
