@@ -17,6 +17,7 @@ from event_etl.rules.buckets import data_file_name
 from event_etl.rules.compaction import (
     ROLLING_FILES,
     apply_merges,
+    closing_soon,
     file_bound,
     is_merged_name,
     merge_groups,
@@ -55,6 +56,25 @@ def test_small_files_of_one_kind_merge_when_they_fill_a_file_or_the_hour_closes(
     assert merge_groups([entry(1, 3, fp=""), entry(2, 4, fp=""), entry(3, 2)], 10, final=True) == []
 
 
+def test_an_hour_within_the_file_bound_is_marked_without_a_final_merge():
+    three = [entry(1, 3), entry(2, 4), entry(3, 2)]  # 9 records: ceil(9 / 10) + 2 = 3 files allowed
+    assert merge_groups(three, 10, final=True) == []
+    assert merge_groups(three + [entry(4, 1)], 10, final=True) == [tuple(three + [entry(4, 1)])]
+    full = [entry(b, 10) for b in range(1, 4)]  # 3 full files and 3 small ones: 36 records, 4 + 2 files allowed
+    assert merge_groups(full + [entry(b, 2, shard=1) for b in range(1, 4)], 10, final=True) == []
+    late = [entry(5, 1, late=True), entry(6, 1, late=True)]  # late files count in the same bound
+    assert merge_groups(three[:2] + late, 10, final=True) == [tuple(three[:2]), tuple(late)]
+
+
+def test_an_hour_is_closing_when_the_watermark_passes_its_end_within_two_batches_at_its_last_pace():
+    end = H13 + 3_600_000
+    assert closing_soon(H13, end - 10_000, 5_000)  # two batches of 5 s reach the end exactly
+    assert not closing_soon(H13, end - 10_001, 5_000)
+    assert closing_soon(H13, end - 1_000_000, 3_600_000)  # event time sped up: the hour closes next batch
+    assert not closing_soon(H13, end - 1, 0), "a watermark that did not move says nothing"
+    assert not closing_soon(H13, None, 5_000)
+
+
 def test_many_small_files_merge_while_the_hour_is_open_even_if_they_do_not_fill_a_file():
     files = [entry(b, 1) for b in range(ROLLING_FILES)]
     assert merge_groups(files[:-1], 1000, final=False) == []  # one short of the count, far from a full file
@@ -78,7 +98,8 @@ def test_recorded_merges_replace_their_members_in_order():
     assert apply_merges([a, b, c], [([a.name, b.name], [m1])]) == [c, m1] or \
         apply_merges([a, b, c], [([a.name, b.name], [m1])]) == sorted([c, m1], key=lambda e: e.name)
     assert apply_merges([a, b, c], [([a.name, b.name], [m1]), ([m1.name, c.name], [m2])]) == [m2]
-    assert file_bound(0, 10) == 1 and file_bound(10, 10) == 2 and file_bound(11, 10) == 3
+    # the bound: ceil(records / max_events_per_file) + 2, late files counted
+    assert file_bound(0, 10) == 2 and file_bound(10, 10) == 3 and file_bound(11, 10) == 4
 
 
 # -- the block merge -------------------------------------------------------------------------
@@ -182,6 +203,30 @@ def test_a_quiet_type_keeps_its_open_hour_under_the_rolling_count_so_the_final_m
     assert len(content.files) == 1 and all(is_merged_name(n) for n in content.files)
 
 
+def test_an_hour_closing_within_a_few_batches_is_merged_before_so_its_marker_waits_on_no_merge(tmp_path):
+    # event time runs fast (a backfill, or a benchmark's sped-up clock): 20 minutes of it a batch, two splits each.
+    # Once the watermark's pace says the hour closes within two batches, its small files are merged after each batch,
+    # off the marker's path; the batch that closes it only lists and marks
+    et = small_type(tmp_path, per_file=1000)
+    clock = FakeClock(t("13:00"))
+    p = LocalPipeline(tmp_path, et, clock)
+    folder = p.sink / "click" / "dt=2026-11-21" / "hour=13"
+    ids = set()
+    for b, minute in enumerate((10, 30, 50)):
+        clock.now = t(f"13:{minute}:30")
+        lines = [click(f"e{b}-{i}", t(f"13:{minute}") + i) for i in range(4)]
+        ids |= {f"e{b}-{i}" for i in range(4)}
+        p.batch(lines, shards=2)
+    assert len(list(folder.glob("*.avro"))) == 1, "the closing hour's files were merged after each batch"
+    merges = p.controller.merges
+    clock.now = t("14:03")
+    p.batch([click("x", t("14:02:30")), click("last", t("13:59:59"))], shards=2)
+    ids.add("last")
+    content = assert_hour_whole(p, ids, 1000)
+    assert len(content.files) == 2, "the merged file and the closing batch's own"
+    assert p.controller.merges == merges, "no merge before the marker"
+
+
 def test_late_records_merge_apart_in_the_open_hour(tmp_path):
     et = small_type(tmp_path)
     clock = FakeClock(t("13:00"))
@@ -237,13 +282,17 @@ def test_a_kill_at_any_step_of_a_merge_loses_and_duplicates_nothing(tmp_path, mo
             p.restart()
             p.batch(lines, batch_id=p.next_batch - 1)  # Spark replays the batch
     clock.now = t("14:03")
+    # the closing batch also brings six files of hour 13 (a split each): more than the file bound allows, so the
+    # hour's small files are merged before its marker
+    closing = [click(f"c{k}", t("13:59:30") + k) for k in range(6)] + [click("x", t("14:02:30"))]
+    ids |= {f"c{k}" for k in range(6)}
     try:
-        p.batch([click("x", t("14:02:30"))])
+        p.batch(closing, shards=7)
     except Killed:
         killed = True
         monkeypatch.setattr(faults, "point", real)
         p.restart()
-        p.batch([], batch_id=p.next_batch - 1)
+        p.batch(closing, batch_id=p.next_batch - 1, shards=7)
     assert killed, f"{point} #{nth} was not reached"
     monkeypatch.setattr(faults, "point", real)
     assert_hour_whole(p, ids, 10)

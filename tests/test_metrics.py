@@ -81,7 +81,7 @@ def feed_known_mix(job: Job) -> dict[str, int]:
     clock.now = t("14:10")
     first = [click(f"a{i}", f"13:{i:02d}") for i in range(0, 60, 3)] + [click("b1", "14:05"), click("b2", "14:06")]
     first += [b"not json", b"[1, 2]", b'{"id": "no-time"}']
-    p.batch(first, shards=3)  # watermark 14:04: hour 13 complete
+    p.batch(first, shards=5)  # watermark 14:04: hour 13 complete, its 4-5 files over the bound: merged
     clock.now = t("14:20")
     late = [click(f"late{i}", f"13:{30 + i:02d}") for i in range(7)]  # hour 13 is complete: late
     too_late = [click("old1", "2026-11-19T10:00"), click("old2", "2026-11-19T11:00")]

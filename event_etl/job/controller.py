@@ -43,7 +43,14 @@ from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
 from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir, parse_data_file_name
-from event_etl.rules.compaction import MAX_GENERATION, ROLLING_FILES, is_merged_name, merge_groups, merged_file_name
+from event_etl.rules.compaction import (
+    MAX_GENERATION,
+    ROLLING_FILES,
+    closing_soon,
+    is_merged_name,
+    merge_groups,
+    merged_file_name,
+)
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import FileEntry, Manifest, build_manifest, compare_listing
 from event_etl.rules.watermark import (
@@ -450,8 +457,9 @@ class Controller:
             # before the state: a batch whose state is saved must have its keys remembered
             self.ckpt.save_dedupe_rows(batch_id, dedupe_rows)
             self.dedupe.add(batch_id, dedupe_rows, acked=False)
+        advance = 0 if self.state.watermark is None or new.watermark is None else new.watermark - self.state.watermark
         self._commit_state(new, marked)
-        self._rolling_merges(result, self.event_type_of(intent).max_events_per_file)
+        self._rolling_merges(result, self.event_type_of(intent).max_events_per_file, advance)
         if result.inputs and self.source_done is not None:
             acked = self.source_done(result.inputs)  # Pub/Sub: acknowledged now, not at the next batch
             if self.dedupe is not None and acked:
@@ -601,18 +609,22 @@ class Controller:
         return manifest
 
     # -- merging small files ----------------------------------------------------------------
-    def _rolling_merges(self, result: "BatchResult", per_file: int) -> None:
+    def _rolling_merges(self, result: "BatchResult", per_file: int, advance: int = 0) -> None:
         """After a batch is saved: merge an open hour's small files once they could fill a file (of the batch's
-        ``max_events_per_file``: a replay merges as its first attempt did)."""
+        ``max_events_per_file``: a replay merges as its first attempt did), or are many; and as soon as there
+        are two of a kind when the watermark, moving ``advance`` ms a batch, closes the hour within a few
+        batches: so that the hour reaches its marker within the file bound, with no merge on the marker's path."""
         for hour, entries in sorted(result.files.items()):
             if self.state.marked_through is not None and hour <= self.state.marked_through:
                 continue
             small = [e for e in entries if e.records < per_file]
             self._unmerged[hour] += sum(e.records for e in small)
             self._unmerged_files[hour] += len(small)
-            if self._unmerged[hour] >= per_file or self._unmerged_files[hour] >= ROLLING_FILES:
+            closing = closing_soon(hour, self.state.watermark, advance)
+            if (self._unmerged[hour] >= per_file or self._unmerged_files[hour] >= ROLLING_FILES
+                    or (closing and small)):
                 self._merge_hour(hour, self.storage.list_files(hour_dir(self.et.name, hour)), final=False,
-                                 per_file=per_file)
+                                 per_file=per_file, max_files=2 if closing else ROLLING_FILES)
                 self._unmerged[hour] = self._unmerged_files[hour] = 0
         for hour in [h for h in self._unmerged if self.state.marked_through is not None
                      and h <= self.state.marked_through]:
@@ -632,10 +644,11 @@ class Controller:
             self.storage.delete(f"{rel_dir}/{name}")
         return bool(gone)
 
-    def _merge_hour(self, hour: int, listing: dict[str, int], *, final: bool, per_file: int | None = None) -> bool:
-        """Merge the hour's small files (all of them when ``final``, before its marker; else only when they fill
-        a file).  True if the hour's files changed.  A merge that cannot be done is skipped, never fatal: the
-        hour keeps its files."""
+    def _merge_hour(self, hour: int, listing: dict[str, int], *, final: bool, per_file: int | None = None,
+                    max_files: int = ROLLING_FILES) -> bool:
+        """Merge the hour's small files (all of them when ``final``, before its marker, if the hour holds more
+        files than the bound; else only when they fill a file or are ``max_files``).  True if the hour's files
+        changed.  A merge that cannot be done is skipped, never fatal: the hour keeps its files."""
         import hashlib
 
         from event_etl.storage.compaction import MergeError, merge_containers
@@ -643,7 +656,7 @@ class Controller:
         rel_dir = hour_dir(self.et.name, hour)
         changed = self._settle_merges(hour, listing)
         per_file = per_file or self.et.max_events_per_file
-        for members in merge_groups(self.ckpt.read_ledger(hour), per_file, final=final):
+        for members in merge_groups(self.ckpt.read_ledger(hour), per_file, final=final, max_files=max_files):
             generation = len(self.ckpt.read_merges(hour))
             if generation > MAX_GENERATION:
                 return changed

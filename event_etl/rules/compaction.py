@@ -10,14 +10,21 @@ them (block by block, without decoding records; see :mod:`event_etl.storage.comp
   are :data:`ROLLING_FILES` or more, whatever they hold, into one (still small, merged again
   later): so the final merge never has more than that many files to read and delete, which
   on an object store (tens of milliseconds a request) keeps a quiet type's marker in bound;
-- **final**, just before the hour's marker: its small files of one kind, if there are two
-  or more, are merged.
+- **closing**, after a batch, for an open hour the watermark will pass within
+  :data:`CLOSING_BATCHES` batches (moving as it did in the batch, see :func:`closing_soon`):
+  a kind's small files are merged as soon as there are two, so the hour reaches its close
+  with one merged file per kind plus the closing batch's own files;
+- **final**, just before the hour's marker, and only when the hour holds more files than
+  :func:`file_bound` allows: its small files of one kind, if there are two or more, are
+  merged.  An hour already within the bound is marked as it is, with no merge on the
+  marker's path (a hundred types closing an hour in the same round each save a merge's
+  reads, writes and records there).
 
 Files are merged by *kind*: ``part-`` and ``late-`` files apart (a reader can tell the late
 records of an hour), and files of different schemas apart.  Each kind then ends with
-``ceil(records / max_events_per_file)`` files, so a complete hour holds at most
-``ceil(records / max_events_per_file) + 1`` data files (``+ 1`` for the late kind; a schema
-change within the hour adds one per new schema).
+``ceil(records / max_events_per_file)`` files after a final merge, so a complete hour holds at
+most :func:`file_bound` ``= ceil(records / max_events_per_file) + 2`` data files, late files
+counted (a schema change within the hour adds one per new schema).
 
 A merged file is named like any data file, in the hour it lies in, with a shard number of
 :data:`MERGED_SHARD_BASE` or more (tasks' shards stay below it), the largest batch id of its
@@ -34,16 +41,23 @@ import math
 from typing import Iterable, Sequence
 
 from event_etl.rules.buckets import MAX_SHARD, data_file_name, parse_data_file_name
+from event_etl.rules.completeness import is_complete
 from event_etl.rules.manifest import FileEntry
 
-__all__ = ["MERGED_SHARD_BASE", "MAX_GENERATION", "ROLLING_FILES", "merge_groups", "merged_file_name", "is_merged_name",
-           "apply_merges", "file_bound"]
+__all__ = ["MERGED_SHARD_BASE", "MAX_GENERATION", "ROLLING_FILES", "CLOSING_BATCHES", "SLACK_FILES", "merge_groups",
+           "merged_file_name", "is_merged_name", "apply_merges", "file_bound", "closing_soon"]
 
 MERGED_SHARD_BASE = 9000
 """Shard numbers from here up name merged files; tasks' shards stay below."""
 
 ROLLING_FILES = 32
 """An open hour's small files of one kind are merged once there are this many, even if they do not fill a file."""
+
+CLOSING_BATCHES = 2
+"""An open hour is *closing* when the watermark, moving as in the last batch, passes its end within this many."""
+
+SLACK_FILES = 2
+"""Files a complete hour may hold beyond ``ceil(records / max_events_per_file)`` (late files counted)."""
 
 MAX_GENERATION = MAX_SHARD - MERGED_SHARD_BASE
 """Merges an hour can have (the last shard number); an hour past it keeps its files as they are."""
@@ -60,9 +74,13 @@ def merge_groups(entries: Iterable[FileEntry], max_events: int, *, final: bool,
     Only small files (fewer than ``max_events`` records) are merged; full files, and files an
     earlier release wrote (no schema fingerprint in their entry), stay as they are.  A kind's
     small files are merged when there are two or more of them and, unless ``final`` (the hour
-    is about to be marked), when together they fill at least one file or are ``max_files`` or more."""
+    is about to be marked), when together they fill at least one file or are ``max_files`` or more.
+    A ``final`` merge is left out when the hour already holds no more files than :func:`file_bound`."""
     if max_events < 1:
         raise ValueError(f"max_events must be positive, not {max_events}")
+    entries = list(entries)
+    if final and len(entries) <= file_bound(sum(e.records for e in entries), max_events):
+        return []
     kinds: dict[tuple[bool, str], list[FileEntry]] = {}
     for e in entries:
         # a file without a schema fingerprint in its entry was written by release 0.1.0 (before an upgrade):
@@ -112,7 +130,17 @@ def apply_merges(entries: Iterable[FileEntry], merges: Iterable[tuple[Sequence[s
     return [files[n] for n in sorted(files)]
 
 
-def file_bound(records: int, max_events: int, kinds: int = 2) -> int:
-    """The most data files a complete hour of ``records`` may hold: ``ceil(records / max_events)``, plus one
-    per kind beyond the first (``part-`` and ``late-`` files are merged apart)."""
-    return math.ceil(records / max_events) + max(0, kinds - 1)
+def file_bound(records: int, max_events: int) -> int:
+    """The most data files a complete hour of ``records`` may hold: ``ceil(records / max_events)``, plus
+    :data:`SLACK_FILES` (late files counted; a final merge leaves a kind ``ceil(its records / max_events)``
+    files, so with ``part-`` and ``late-`` files it leaves at most one more than the ceiling)."""
+    return math.ceil(records / max_events) + SLACK_FILES
+
+
+def closing_soon(hour_start: int, watermark: int | None, advance: int, batches: int = CLOSING_BATCHES) -> bool:
+    """Whether the hour starting at ``hour_start`` (ms) will be complete within ``batches`` batches, if the
+    watermark keeps moving ``advance`` ms a batch, as it did in the last one.  A watermark that did not move
+    (a quiet source; an idle advance will close the hour) says nothing: False."""
+    if watermark is None or advance <= 0:
+        return False
+    return is_complete(hour_start, watermark + batches * advance)
