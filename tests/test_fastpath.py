@@ -20,7 +20,7 @@ from event_etl.storage import open_storage
 from event_etl.task import executor
 from event_etl.task.executor import BatchContext, process_split
 from event_etl.task.fastpath import _varints, _zigzag, plan_for
-from tests.harness import make_event_type
+from tests.harness import make_event_type, read_deadletter
 
 HOUR = 3_600_000
 BASE = 1_795_225_200_000  # 2026-11-20T00:00Z
@@ -120,11 +120,19 @@ def event_type(tmp_path_factory):
 
 
 def run_both(tmp_path, et, data: bytes, wm_start, drop=None, *, batch_id=3):
+    return run_both_files(tmp_path, et, [(data, ARRIVAL)], wm_start, drop, batch_id=batch_id)
+
+
+def run_both_files(tmp_path, et, pieces: list[tuple[bytes, int]], wm_start, drop=None, *, batch_id=3):
+    """One split over files ``(content, arrival)``, through the record path and the fast path."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    src = tmp_path / "in.jsonl"
-    src.write_bytes(data)
-    os.utime(src, (ARRIVAL / 1000, ARRIVAL / 1000))
-    split = Split.of_files(2, [(str(src), 0, len(data), ARRIVAL)])
+    ranges = []
+    for k, (data, arrival) in enumerate(pieces):
+        src = tmp_path / f"in-{k:03d}.jsonl"
+        src.write_bytes(data)
+        os.utime(src, (arrival / 1000, arrival / 1000))
+        ranges.append((str(src), 0, len(data), arrival))
+    split = Split.of_files(2, ranges)
     out = {}
     for fast in (False, True):
         sink = tmp_path / f"sink-{fast}"
@@ -164,6 +172,44 @@ def test_fast_and_record_paths_write_the_same_bytes(
     monkeypatch.setattr(executor, "_READ_BYTES", chunk)  # small chunks: some fast, some not, in one split
     data = b"\n".join(body) + (b"\n" if last_newline else b"")
     assert_same(run_both(tmp_path_factory.mktemp("run"), event_type, data, wm))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), clean=st.booleans(), wm=st.sampled_from([None, BASE + 2 * HOUR + 60_000]),
+       chunk=st.sampled_from([300, 1 << 20]))
+def test_a_split_of_many_small_files_decoded_together_writes_the_record_paths_bytes(
+    tmp_path_factory, event_type, monkeypatch, data, clean, wm, chunk
+):
+    # each file with its own arrival (an event timely in one is late, too late or from the future in another), with
+    # or without its last newline; all of them valid lines (decoded together), or some not (decoded file by file)
+    body = st.lists(records().map(dump) if clean else lines(), min_size=1, max_size=8)
+    files = data.draw(st.lists(st.tuples(body, st.integers(-HOUR, HOUR), st.booleans()), min_size=2, max_size=8))
+    monkeypatch.setattr(executor, "_READ_BYTES", chunk)
+    pieces = [(b"\n".join(body) + (b"\n" if nl else b""), ARRIVAL + shift) for body, shift, nl in files]
+    assert_same(run_both_files(tmp_path_factory.mktemp("run"), event_type, pieces, wm))
+
+
+def test_small_files_of_a_split_are_decoded_in_one_go_and_keep_their_own_arrivals(tmp_path, event_type, monkeypatch):
+    from event_etl.task.fastpath import FastPlan
+
+    decoded = []
+    real = FastPlan.decode
+    monkeypatch.setattr(FastPlan, "decode", lambda self, data: decoded.append(data) or real(self, data))
+    rec = {"id": "", "ts": 0, "n": 1, "small": 1, "flag": True, "kind": "B", "text": "x", "opt_l": None,
+           "opt_i": None, "opt_b": True}
+    # an event of 12:00 is timely in the file that arrived at 12:30, from the future in the one that arrived at 10:00
+    at = [BASE + 12 * HOUR + 30 * 60_000, BASE + 10 * HOUR, BASE + 13 * HOUR + 30 * 60_000]
+    pieces = [(dump({**rec, "id": "f0", "ts": BASE + 12 * HOUR}) + b"\n", at[0]),
+              (dump({**rec, "id": "f1", "ts": BASE + 12 * HOUR}) + b"\n", at[1]),
+              (dump({**rec, "id": "last", "ts": BASE + 13 * HOUR}), at[2])]  # no newline at its end
+    out = run_both_files(tmp_path, event_type, pieces, BASE + 12 * HOUR + 60_000)
+    assert_same(out)
+    assert len(decoded) == 1, "three files, one decode"
+    report = out[True][0]
+    assert report["counts"] == {"timely": 2, "future": 1}, report["counts"]
+    dl = read_deadletter(tmp_path / "sink-True", "mixed")
+    assert [(r["source"], round(r["arrived_at"].timestamp() * 1000)) for r in dl] == [("in-001.jsonl@0", at[1])], \
+        "a dead letter names its own file, line and arrival"
 
 
 def test_valid_lines_take_the_fast_path_and_match_fastavro(event_type):
