@@ -431,12 +431,18 @@ class _Group:
         return self.done
 
 
-def _decoded_chunks(split: Split, plan) -> Iterator[tuple[Any, Any, int, int, str]]:
-    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split."""
+def _split_chunks(split: Split) -> Iterator[tuple[bytes, int, int, str]]:
+    """``(data, offset, arrival, where)`` for every chunk of a files split."""
     for uri, start, end, arrival in split.ranges():
         where = os.path.basename(uri) + "@"
         for data, base in _file_chunks(uri, start, end):
-            yield plan.decode(data), data, base, arrival, where
+            yield data, base, arrival, where
+
+
+def _decoded_chunks(split: Split, plan) -> Iterator[tuple[Any, Any, int, int, str]]:
+    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split."""
+    for data, base, arrival, where in _split_chunks(split):
+        yield plan.decode(data), data, base, arrival, where
 
 
 def _chunk_runs(split: Split) -> Iterator[list[tuple[bytes, int, int, str]]]:
@@ -445,14 +451,12 @@ def _chunk_runs(split: Split) -> Iterator[list[tuple[bytes, int, int, str]]]:
     time, since each decode has a fixed cost (some thirty Arrow calls) that would dwarf a small file's lines."""
     run: list[tuple[bytes, int, int, str]] = []
     size = 0
-    for uri, start, end, arrival in split.ranges():
-        where = os.path.basename(uri) + "@"
-        for data, base in _file_chunks(uri, start, end):
-            if run and size + len(data) + 1 > _READ_BYTES:
-                yield run
-                run, size = [], 0
-            run.append((data, base, arrival, where))
-            size += len(data) + 1
+    for piece in _split_chunks(split):
+        if run and size + len(piece[0]) + 1 > _READ_BYTES:
+            yield run
+            run, size = [], 0
+        run.append(piece)
+        size += len(piece[0]) + 1
     if run:
         yield run
 
