@@ -72,10 +72,11 @@ def et(tmp_path):
         time_field="event_time", id_field="event_id", max_events_per_file=150)
 
 
-def test_every_event_once_and_the_same_result_as_without_spark(spark, tmp_path, et):
+@pytest.mark.parametrize("engine", ["shared", "queries"])
+def test_every_event_once_and_the_same_result_as_without_spark(spark, tmp_path, et, engine):
     batches = write_inputs(et, tmp_path / "in", files=8, per_file=400)
-    summary = run_job(et, opts(tmp_path, once=True, max_files_per_batch=2), spark=spark, clock=FakeClock(t("14:00")),
-                      install_signals=False)
+    summary = run_job(et, opts(tmp_path, once=True, max_files_per_batch=2, engine=engine), spark=spark,
+                      clock=FakeClock(t("14:00")), install_signals=False)
     groups = [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert summary["batches"] == len(groups)
     sink = tmp_path / "sink"

@@ -186,8 +186,10 @@ JOB_OPTIONS: dict[str, Callable] = {
                                     help="Also append a snapshot of the metrics to this local file after every batch "
                                     "(for `event-etl graphs` without Prometheus)."),
     "engine": click.option("--engine", type=click.Choice(["shared", "queries"]), default="shared", show_default=True,
-                           help="How several types (a fleet) run: shared, one micro-batch loop and one Spark job per "
-                           "trigger for all of them; queries, one streaming query per type. One type: no effect."),
+                           help="How the job runs: shared, one micro-batch loop that plans every trigger in the "
+                           "driver and runs one Spark job for all its types (one type included; no Python source "
+                           "processes); queries, one Spark streaming query per type. Both keep the same checkpoint: "
+                           "a type moves between them."),
 }
 
 

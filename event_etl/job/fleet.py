@@ -310,33 +310,17 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
 
 def _open_shared(m: FleetMember, spark, options: RunOptions, clock, endpoint) -> None:
     """Open a member for the shared engine: controller, metrics and printer (no query), and its source's lane."""
-    from event_etl.job.runner import open_parts, start_fetcher
-    from event_etl.job.shared import Lane, SparkLog
-    from event_etl.sources.registry import batch_cap, make_planner
+    from event_etl.job.runner import open_shared, start_fetcher
 
-    fetcher = start_fetcher(m.prepared)
-    try:
-        job, spec = open_parts(m.prepared, spark, clock=clock, serve_metrics=False, fetcher=fetcher)
-    except BaseException:
-        if fetcher is not None:
-            fetcher.stop()
-        raise
-    m.job = job
-    m.lane = Lane.open(make_planner(spec), SparkLog(m.prepared.ckpt.spark_dir), cap=batch_cap(spec),
-                       once=options.once)
-    if job.fetcher is None:  # the lane reports what it saw; Pub/Sub's fetcher reports for itself
-        job.controller.source_activity = lambda lane=m.lane: lane.activity
+    m.job, m.lane = open_shared(m.prepared, spark, clock=clock, serve_metrics=False, fetcher=start_fetcher(m.prepared))
     if endpoint:
-        endpoint.add(job.metrics)
+        endpoint.add(m.job.metrics)
 
 
 def _close_shared(m: FleetMember) -> None:
-    try:
-        stop = getattr(m.lane.planner, "stop", None) if m.lane is not None else None
-        if stop is not None:
-            stop()
-    finally:
-        m.job.close()
+    from event_etl.job.runner import close_shared
+
+    close_shared(m.job, m.lane)
 
 
 def _supervise_shared(m: FleetMember, options: RunOptions, clock, spark, endpoint, stops: StopSignals | None) -> None:

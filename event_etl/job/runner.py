@@ -73,7 +73,7 @@ class RunOptions:
     metrics_host: str = "127.0.0.1"
     otlp_endpoint: str | None = None
     metrics_history: str | None = None
-    engine: str = "shared"  # a fleet's: one shared micro-batch loop, or "queries" (one streaming query per type)
+    engine: str = "shared"  # one micro-batch loop (event_etl.job.shared), or "queries": a streaming query per type
 
 
 def _check_checkpoint_location(path: str) -> None:
@@ -304,12 +304,17 @@ def run_job(
         # preexec_fn; a fork while the puller's threads are inside gRPC calls makes gRPC skip its fork
         # handlers, and the child could die before it ran Java (seen as JAVA_GATEWAY_EXITED at start-up).
         fetcher = start_fetcher(p)
-        job = open_job(p, spark, clock=clock, listeners=listeners, fetcher=fetcher)
+        if options.engine == "shared":
+            job, lane = open_shared(p, spark, clock=clock, listeners=listeners, fetcher=fetcher)
+        else:
+            job, lane = open_job(p, spark, clock=clock, listeners=listeners, fetcher=fetcher), None
         fetcher = None  # the job's now: it stops it
         try:
+            if lane is not None:
+                return _drive_shared(job, lane, spark, options=options, stops=stops, clock=clock)
             return _drive(job, options=options, stops=stops)
         finally:
-            job.close()
+            close_shared(job, lane)
     finally:
         if fetcher is not None:  # Spark did not start: what was pulled and not saved comes again
             fetcher.stop()
@@ -322,6 +327,97 @@ def run_job(
             if install_signals:
                 stops.restore()
             p.lease.release()
+
+
+def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
+                fetcher=None):
+    """A prepared job opened for the shared engine (:mod:`event_etl.job.shared`): its controller, metrics and
+    printer (no query), and its source's lane, which the engine plans itself.  Returns ``(job, lane)``."""
+    from event_etl.job.shared import Lane, SparkLog
+    from event_etl.sources.registry import batch_cap, make_planner
+
+    try:
+        job, spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics,
+                               fetcher=fetcher)
+    except BaseException:
+        if fetcher is not None:
+            fetcher.stop()
+        raise
+    try:
+        lane = Lane.open(make_planner(spec), SparkLog(p.ckpt.spark_dir), cap=batch_cap(spec), once=p.options.once)
+    except BaseException:
+        job.close()
+        raise
+    if job.fetcher is None:  # the lane reports what it saw; Pub/Sub's fetcher reports for itself
+        job.controller.source_activity = lambda: lane.activity
+    return job, lane
+
+
+def close_shared(job: Job, lane) -> None:
+    """Close a job (and its lane's source, if the shared engine planned it)."""
+    try:
+        stop = getattr(lane.planner, "stop", None) if lane is not None else None
+        if stop is not None:
+            stop()
+    finally:
+        job.close()
+
+
+def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSignals,
+                  clock: Callable[[], int]) -> dict[str, Any]:
+    """One type through the shared engine's loop (:func:`event_etl.job.shared.run_rounds`): a Spark job per
+    trigger over the splits the driver planned, no streaming query and no Python source process.
+
+    The same contract as :func:`_drive`: Spark-format offsets and commits (a query of the type's own,
+    ``--engine queries``, takes them over, and back), the same signals (SIGINT stops after the batch
+    in flight; SIGTERM and SIGHUP also drain; a second one cancels the batch, which is replayed on the
+    next run), the same summary.  A batch that fails ends the run with its error (a fleet would
+    quarantine the type instead)."""
+    from event_etl.job.controller import unwrap_task_error
+    from event_etl.job.fleet import FleetMember
+    from event_etl.job.shared import SharedEngine, run_rounds
+
+    p, controller = job.prepared, job.controller
+    member = FleetMember(p.event_type, p, job=job, lane=lane, state="running")
+    engine = SharedEngine(spark, [member], {member.name: lane}, clock=clock)
+    started = time.monotonic()
+    deadline = None if options.max_seconds is None else started + options.max_seconds
+
+    def failed(_m, err: BaseException) -> None:
+        raise unwrap_task_error(err)
+
+    def done(m) -> None:
+        m.state = "stopped"  # --once: its input ended
+
+    def supervise() -> None:
+        if not options.once:
+            run_watched(controller.tick, stops, name="event_etl-tick")
+        job.metrics.observe_progress(lane.progress())  # the backlog metric
+
+    try:
+        try:
+            stopped_by = run_rounds(engine, [member], options, stops, trigger_ms=p.trigger_ms, on_failure=failed,
+                                    on_done=done, supervise=supervise, deadline=deadline)
+            drain = stops.drain if stops.requested else options.drain
+            if drain and lane.pending is not None:  # a drain first finishes what a crash left unfinished
+                rnd = run_watched(lambda: engine.run(engine.plan([member.name])), stops, name="event_etl-round")
+                for err in rnd.failed.values():
+                    failed(member, err)
+        except Escalated as esc:
+            engine.cancel()
+            cut = [(member.name, lane.pending[0])] if lane.pending is not None else []
+            raise Interrupted(esc.signum, at_once_line(member.name, esc.signum, cut)) from None
+    finally:
+        engine.close()
+    if drain:
+        try:
+            run_watched(controller.drain, stops, name="event_etl-drain")
+        except Escalated as esc:
+            exit_now(128 + esc.signum, _cut_short_line(p.event_type.name, esc.signum))
+    summary = _summary(job, time.monotonic() - started, options, stopped_by, drained=drain)
+    if stopped_by == "SIGINT" and not drain and not options.quiet:
+        say(_stopped_line(job, stopped_by))
+    return summary
 
 
 def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, Any]:
