@@ -60,7 +60,7 @@ def test_a_type_moves_from_a_shared_application_to_a_query_of_its_own_and_back(s
     # on its own now: Spark's query takes over the log the shared engine wrote, from batch 2 on
     alone = run_job(a, RunOptions(sink=str(sink), checkpoint=str(ck / "clicks"), quiet=True, once=True,
                                   max_files_per_batch=2, engine="queries"), spark=spark, install_signals=False)
-    assert (ck / "clicks" / "spark" / "sources").exists()  # Spark's streaming query ran it
+    assert (ck / "clicks" / "spark" / "commits" / ".2.crc").exists()  # Spark's query wrote it (with its checksum)
     assert alone["batches"] == 1 and alone["last_batch"] == 2 and alone["events_in"] == 100
     ids_a += _add_files(src_a, "clicks", 5, 1)
     ids_b += _add_files(src_b, "views", 2, 1)

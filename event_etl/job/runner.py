@@ -350,6 +350,8 @@ def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None,
         raise
     if job.fetcher is None:  # the lane reports what it saw; Pub/Sub's fetcher reports for itself
         job.controller.source_activity = lambda: lane.activity
+    else:
+        job.fetcher.start()  # pulling on the executors starts now, with the session (a driver's puller runs already)
     return job, lane
 
 

@@ -70,7 +70,11 @@ def check_java() -> str:
 
 
 def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "event_etl"):
-    """The process's SparkSession (created on first call), with event_etl's source registered."""
+    """The process's SparkSession (created on first call).
+
+    event_etl's streaming source is registered by the job that uses it (``--engine queries``):
+    registering a Python data source starts the session state and a Python process (~1 s),
+    which the shared engine does not need."""
     check_java()
     master = master or DEFAULT_MASTER
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -80,8 +84,6 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
-
-    from event_etl.sources.spark import EtlSource
 
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = dict(_DEFAULTS)
@@ -105,7 +107,6 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     _launch_own_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
     spark = _off_the_main_thread(builder.getOrCreate)
     spark.sparkContext.setLogLevel(Settings.from_env().spark_log_level)
-    spark.dataSource.register(EtlSource)
     return spark
 
 
