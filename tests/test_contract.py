@@ -237,6 +237,86 @@ def test_the_first_batch_measures_too_late_against_the_whole_batch(tmp_path, sha
     assert p.ckpt.load_intent(0).reference == t("13:18")
 
 
+def _counting(p: LocalPipeline, calls: list):
+    """The pipeline's task runner, noting which shards each call runs (None: all)."""
+    real = p.task_runner
+
+    def task_runner(splits):
+        run = real(splits)
+
+        def run_tasks(ctx, shards):
+            calls.append(None if shards is None else sorted(shards))
+            return run(ctx, shards)
+
+        return run_tasks
+
+    p.task_runner = task_runner
+
+
+def _sink_bytes(p: LocalPipeline) -> dict[str, bytes]:
+    return {str(f.relative_to(p.sink)): f.read_bytes() for f in sorted(p.sink.rglob("*")) if f.is_file()}
+
+
+def _judged_with_reference_first(tmp_path, lines, shards: int, reference: int) -> dict[str, bytes]:
+    """The sink of the same first batch judged against ``reference`` from the start (a replay of an intent that
+    holds it: what a first batch was before it learned its reference from its own run)."""
+    from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent
+
+    q = pipeline(tmp_path)
+    q.clock.now = t("13:30")
+    q.ckpt.save_intent(BatchIntent(0, None, q.clock(), {k: getattr(q.et, k) for k in FROZEN_SETTINGS}, reference))
+    q.batch(lines, batch_id=0, shards=shards)
+    return _sink_bytes(q)
+
+
+FIRST_LINES = [click("old", "2026-11-19T10:00"), click("a", "13:10"), click("old2", "2026-11-19T10:05"),
+               click("b", "13:20"), click("c", "13:25"), click("d", "13:26")]
+
+
+def test_a_first_batch_with_no_event_that_old_reads_its_input_once(tmp_path):
+    """The common first batch: no event is too late against the batch's reference, so the one run that wrote it
+    stands, and its files are the bytes a run judged against the reference from the start writes."""
+    lines = [click(f"e{k}", f"13:{k:02d}") for k in range(6)] + [click("x", "2026-11-20T14:10")]
+    p = pipeline(tmp_path / "p")
+    calls: list = []
+    _counting(p, calls)
+    p.clock.now = t("13:30")
+    ev = p.batch(lines, shards=3)
+    assert calls == [None], "one run over the input, no separate reference pass"
+    assert ev.result.counts == {"timely": 7}
+    assert p.ckpt.load_intent(0).reference is None
+    assert _sink_bytes(p) == _judged_with_reference_first(tmp_path / "q", lines, 3, t("13:03"))
+
+
+def test_a_first_batch_writes_again_only_the_splits_holding_events_too_late_for_it(tmp_path):
+    p = pipeline(tmp_path / "p")
+    calls: list = []
+    _counting(p, calls)
+    p.clock.now = t("13:30")
+    ev = p.batch(FIRST_LINES, shards=3)  # the old events are in the first two splits
+    assert calls == [None, [0, 1]]
+    assert ev.result.counts == {"too_late": 2, "timely": 4}
+    assert p.ckpt.load_intent(0).reference == t("13:24")
+    assert _sink_bytes(p) == _judged_with_reference_first(tmp_path / "q", FIRST_LINES, 3, t("13:24"))
+
+
+@pytest.mark.parametrize("point,nth", [("first_batch_unwritten", 1), ("write_file", 6), ("write_file", 8)])
+def test_a_kill_while_a_first_batch_is_written_again_is_replayed_to_the_same_sink(tmp_path, kill_at, point, nth):
+    """Killed after the first run's files of the splits to write again were deleted (their reference not yet in
+    the intent), or while those splits were written again: the replay ends with the same sink, nothing stray."""
+    p = pipeline(tmp_path / "p")
+    p.clock.now = t("13:30")
+    kill_at(point, nth)  # write_file #6 and #8: in the second run (the first writes 5 files)
+    with pytest.raises(Killed):
+        p.batch(FIRST_LINES, shards=3)
+    p.restart()
+    ev = p.batch(FIRST_LINES, batch_id=0, shards=3)
+    assert ev.result.counts == {"too_late": 2, "timely": 4}
+    assert _sink_bytes(p) == _judged_with_reference_first(tmp_path / "q", FIRST_LINES, 3, t("13:24"))
+    for h in marked(p):
+        check_manifest_matches_folder(p.sink, p.et.name, h)
+
+
 # -- sources that are not quiet --------------------------------------------------------------------
 @pytest.mark.parametrize("activity", [
     SourceActivity(updated_at=0, backlog=120),   # files wait in the input after a downtime

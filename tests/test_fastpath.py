@@ -18,7 +18,7 @@ from event_etl.rules.judge import OUTCOME_CODES, judge_array, make_judge
 from event_etl.sources.splits import Split
 from event_etl.storage import open_storage
 from event_etl.task import executor
-from event_etl.task.executor import BatchContext, process_split
+from event_etl.task.executor import BatchContext, process_split, split_reference
 from event_etl.task.fastpath import _varints, _zigzag, plan_for
 from tests.harness import make_event_type, read_deadletter
 
@@ -144,7 +144,23 @@ def run_both_files(tmp_path, et, pieces: list[tuple[bytes, int]], wm_start, drop
                 p = os.path.join(root, name)
                 files[os.path.relpath(p, sink)] = open(p, "rb").read()
         out[fast] = (report, keys, files)
+        if wm_start is None:
+            _check_measured_reference(report, split, et)
     return out
+
+
+def _check_measured_reference(report, split, et):
+    """A first batch's first run reports what the separate reference pass measured, and the earliest of the
+    events it counts (valid, not in the future), whichever path decoded them."""
+    from event_etl.task.executor import _decoder, iter_payloads
+
+    assert report["reference"] == split_reference(split, et, fast=False) == split_reference(split, et, fast=True)
+    decoder, earliest = _decoder(et), None
+    for payload, arrival, _, _, msg in iter_payloads(split, et):
+        ok, _, t = decoder.decode(payload) if msg is None else decoder.decode_message(payload, msg[1], arrival)
+        if ok and t <= arrival + et.max_future_skew:
+            earliest = t if earliest is None else min(earliest, t)
+    assert report["earliest"] == earliest
 
 
 def assert_same(out):
@@ -372,8 +388,9 @@ def run_both_seg(tmp_path, et, messages, wm_start, drop=None, *, batch_id=3, per
                 p = os.path.join(root, name)
                 files[os.path.relpath(p, sink)] = open(p, "rb").read()
         out[fast] = (report, keys, files)
-    refs = [process_split(split, BatchContext(et, str(tmp_path / "ref"), batch_id, None, ARRIVAL, mode="reference"),
-                          open_storage(str(tmp_path / "ref")), fast=fast)[0]["reference"] for fast in (False, True)]
+        if wm_start is None and reference is None:
+            _check_measured_reference(report, split, et)
+    refs = [split_reference(split, et, fast=fast) for fast in (False, True)]
     assert refs[0] == refs[1], "the first batch's reference is the same on both paths"
     return out
 

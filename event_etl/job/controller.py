@@ -5,11 +5,14 @@ the job's main loop between batches (``tick``, ``drain``).  A lock makes the two
 turns.  Per batch, in this order, each step durable before the next:
 
 1. the batch's *intent* (the watermark it is judged against, the settings and schema it
-   is judged and written with, and for a job's first batch the too-late reference of the
-   whole batch) is written, or read back if Spark is replaying the batch after a crash;
-2. executor tasks write the batch's files (:mod:`event_etl.task.executor`); duplicates found
-   afterwards are recorded, their splits rewritten without them, and files left with no
-   record removed (a replay removes what a killed attempt left);
+   is judged and written with) is written, or read back if Spark is replaying the batch
+   after a crash;
+2. executor tasks write the batch's files (:mod:`event_etl.task.executor`); a job's first
+   batch, which has no watermark, learns from them the "too late" reference of the whole
+   batch and, in the rare case that some splits hold events too late against it, writes those
+   splits again against it (recorded in the intent first); duplicates found afterwards are
+   recorded, their splits rewritten without them, and files left with no record removed (a
+   replay removes what a killed attempt left);
 3. the files are recorded in the ledger of their hour;
 4. the watermark advances; every hour it completes gets its ``_COMPLETE`` marker, built
    from the ledger and checked against the folder's listing;
@@ -52,6 +55,7 @@ from event_etl.rules.compaction import (
     merged_file_name,
 )
 from event_etl.rules.completeness import hours_to_mark
+from event_etl.rules.judge import too_late_in_first_batch
 from event_etl.rules.manifest import FileEntry, Manifest, build_manifest, compare_listing
 from event_etl.rules.watermark import (
     SourceActivity,
@@ -298,10 +302,12 @@ class Controller:
         duplicates, ledger, markers, state.  Public so that tests can drive it without Spark."""
         self._guard()
         self._attempt_started = self.clock()
-        intent, replayed = self.begin_batch(batch_id, run_tasks)
+        intent, replayed = self.begin_batch(batch_id)
         self._replaying = replayed
         drop = self.ckpt.load_drops(batch_id) if replayed else {}
         outputs = run_tasks(self.batch_context(intent, drop), None)
+        if intent.wm_start is None and intent.reference is None:
+            intent, outputs = self._settle_first_batch(intent, drop, outputs, run_tasks)
         rows = None
         if self.dedupe is not None:
             outputs, rows, drop = self._drop_duplicates(intent, drop, outputs, run_tasks)
@@ -352,12 +358,52 @@ class Controller:
                                  fix="report this as a bug, with the checkpoint's etl/ folder")
         return outputs, rows, frozen
 
+    def _settle_first_batch(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs, run_tasks):
+        """A job's first batch has no watermark: it measures "too late" against the one its own events give,
+        the largest counted time over its splits minus the out-of-orderness bound (one reference for
+        the whole batch, so that the verdicts do not depend on how the input was split).
+
+        The batch is first run without it; each split reports its largest counted time and its
+        earliest event.  Usually no event is that old, and what the splits wrote is exactly what
+        they would have written against the reference: the batch goes on, with no second pass over
+        its input.  Otherwise the splits that hold such events are written again against it: their
+        files of the first run are deleted (nothing records them yet, and their hours are open), then
+        the reference is saved in the intent (a replay judges the whole batch against it, and writes
+        the same bytes for the other splits), then those splits run again.  Returns the intent and
+        the outputs to go on with."""
+        et = self.event_type_of(intent)
+        counted = [rep["reference"] for rep, _ in outputs if rep.get("reference") is not None]
+        if not counted:
+            return intent, outputs
+        reference = max(counted) - et.out_of_orderness
+        affected = {rep["shard"] for rep, _ in outputs if rep.get("earliest") is not None
+                    and too_late_in_first_batch(rep["earliest"], reference, et.allowed_lateness)}
+        if not affected:
+            return intent, outputs
+        for rel in sorted(self._made_paths(rep for rep, _ in outputs if rep["shard"] in affected)):
+            if self.storage.exists(rel):
+                self._guard()
+                self.storage.delete(rel)
+        faults.point("first_batch_unwritten", str(intent.batch_id))
+        intent = replace(intent, reference=reference)
+        self.ckpt.save_intent(intent)
+        again = run_tasks(self.batch_context(intent, drop), affected)
+        return intent, [out for out in outputs if out[0]["shard"] not in affected] + list(again)
+
+    def _made_paths(self, reports) -> set[str]:
+        """The files (data and dead-letter, relative to the sink) that the splits of ``reports`` wrote."""
+        made = set()
+        for rep in reports:
+            made.update(f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for f in rep["files"])
+            if rep.get("deadletter"):
+                made.add(rep["deadletter"]["path"])
+        return made
+
     def _remove_emptied(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], reports: list[dict]) -> None:
         """Delete the batch's files that its duplicates emptied: named in the drop list, but no longer written.
 
         A first attempt removes them after rewriting; a replay removes what a killed attempt left."""
-        made = {f"{hour_dir(self.et.name, f['hour'])}/{f['name']}" for rep in reports for f in rep["files"]}
-        made |= {rep["deadletter"]["path"] for rep in reports if rep.get("deadletter")}
+        made = self._made_paths(reports)
         for name in sorted(drop):
             rel = self._output_path(intent, name)
             if rel is not None and rel not in made and self.storage.exists(rel):
@@ -378,12 +424,11 @@ class Controller:
         except ValueError:
             return None
 
-    def begin_batch(self, batch_id: int, run_tasks=None) -> tuple[BatchIntent, bool]:
+    def begin_batch(self, batch_id: int) -> tuple[BatchIntent, bool]:
         """Step 1: the batch's intent, new or (for a replay) as first written.  Returns ``(intent, replayed)``.
 
-        A job's first batch (no watermark yet) measures "too late" against the watermark its own
-        events would give: ``run_tasks`` is asked for it first, over the whole batch, so that the
-        verdicts do not depend on how the input was split."""
+        A job's first batch (no watermark yet) has no "too late" reference in its intent until
+        :meth:`_settle_first_batch` finds that it needs one."""
         intent = self.ckpt.load_intent(batch_id)
         if intent is not None:
             self.pending_batch = batch_id
@@ -395,16 +440,9 @@ class Controller:
             )
         settings = {k: getattr(self.et, k) for k in FROZEN_SETTINGS}
         intent = BatchIntent(batch_id, self.state.watermark, self.clock(), settings)
-        if intent.wm_start is None and run_tasks is not None:
-            intent = replace(intent, reference=self._first_batch_reference(intent, run_tasks))
         self.ckpt.save_intent(intent)
         self.pending_batch = batch_id
         return intent, False
-
-    def _first_batch_reference(self, intent: BatchIntent, run_tasks) -> int | None:
-        reports = [rep for rep, _ in run_tasks(self.batch_context(intent, mode="reference"), None)]
-        best = [rep["reference"] for rep in reports if rep.get("reference") is not None]
-        return max(best) - self.event_type_of(intent).out_of_orderness if best else None
 
     def event_type_of(self, intent: BatchIntent) -> EventType:
         """The event type as the batch was first judged: its frozen settings and schema over today's."""

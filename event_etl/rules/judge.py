@@ -28,7 +28,8 @@ from event_etl.timeutil import HOUR_MS
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Outcome", "OUTCOMES", "Verdict", "judge", "make_judge", "judge_array", "OUTCOME_CODES"]
+__all__ = ["Outcome", "OUTCOMES", "Verdict", "judge", "make_judge", "judge_array", "OUTCOME_CODES",
+           "too_late_in_first_batch"]
 
 
 class Outcome(str, enum.Enum):
@@ -56,6 +57,13 @@ class Verdict:
     hour: int | None
 
 
+def too_late_in_first_batch(event_time: int, reference: int | None, allowed_lateness: int) -> bool:
+    """Whether an event of a job's first batch (no watermark yet) is too late against the batch's ``reference``
+    (the watermark its own events give): its hour ended more than ``allowed_lateness`` before it."""
+    hour = event_time - event_time % HOUR_MS
+    return reference is not None and reference - hour - HOUR_MS > allowed_lateness
+
+
 def make_judge(
     wm_start: int | None,
     *,
@@ -78,10 +86,9 @@ def make_judge(
         def first_batch(event_time: int, arrival: int) -> tuple[Outcome, int | None]:
             if event_time > arrival + max_future_skew:
                 return future, None
-            hour = event_time - event_time % HOUR_MS
-            if ref is not None and ref - hour - HOUR_MS > allowed_lateness:
+            if too_late_in_first_batch(event_time, ref, allowed_lateness):
                 return too_late, None
-            return timely, hour
+            return timely, event_time - event_time % HOUR_MS
 
         return first_batch
 

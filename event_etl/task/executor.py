@@ -58,9 +58,12 @@ class BatchContext:
     - ``drop``: records not to write again (file name -> positions): duplicates found by an
       earlier attempt;
     - ``reference``: for a job's first batch, the watermark the whole batch's events give, to
-      measure "too late" against (fixed in the batch's intent);
-    - ``mode``: ``write``, or ``reference`` to only report the split's largest acceptable
-      counted event time (the first batch's reference is the largest over its splits);
+      measure "too late" against (fixed in the batch's intent).  A first batch is first run
+      without it: each split then reports its own largest counted time and earliest event time
+      (``reference`` and ``earliest``), from which the driver learns the batch's reference and
+      which splits, if any, hold events too late against it (see
+      :meth:`event_etl.job.controller.Controller.run_batch`);
+    - ``mode``: ``write`` (the only one tasks run; a shared engine tells a batch's own run by it);
     - ``fence``: the lease the job must still hold when a task writes (see :mod:`event_etl.storage.lease`);
     - ``sealed_through``, ``merged_away`` (a replay only): hours marked complete since the first
       attempt, and names of files merged into larger ones since (see
@@ -497,7 +500,9 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
     """The largest counted time (event time, at most its arrival) of the split's acceptable events.
 
     A job's first batch has no watermark: it measures "too late" against the one its own
-    events give, the largest of these over its splits minus the out-of-orderness bound.
+    events give, the largest of these over its splits minus the out-of-orderness bound.  A
+    first batch's run reports it (``reference``) as it writes; this separate pass over the
+    split is the rule spelled out, which the tests hold that report to.
     """
     decoder = _decoder(et)
     skew = et.max_future_skew
@@ -555,12 +560,19 @@ def process_split(
     from event_etl.task.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY, key_hash
 
     et = ctx.event_type
-    if ctx.mode == "reference":
-        return {"shard": split.shard, "reference": split_reference(split, et, fast=fast)}, b""
     decoder = _decoder(et)
     decode, decode_message = decoder.decode, decoder.decode_message
     plan = _fast_plan(decoder, split) if fast else None
     reference = ctx.reference if ctx.wm_start is None else None
+    measuring = ctx.wm_start is None and reference is None  # a first batch's first run: measures its reference
+    acceptable = [None, None]  # largest counted time, earliest event time of the split's acceptable events
+
+    def note(counted_time: int, earliest: int) -> None:
+        if acceptable[0] is None or counted_time > acceptable[0]:
+            acceptable[0] = counted_time
+        if acceptable[1] is None or earliest < acceptable[1]:
+            acceptable[1] = earliest
+
     judge = make_judge(
         ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
         too_late_reference=reference,
@@ -592,6 +604,8 @@ def process_split(
             rejects.append((rec.value, t, payload, where + str(off), arrival, None))
             return
         outcome, hour = judge(t, arrival)
+        if measuring and outcome is not Outcome.FUTURE:  # as split_reference counts it
+            note(t if t <= arrival else arrival, t)
         if outcome is timely_o or outcome is late_o:
             late = outcome is late_o
             g = group_for(hour, late)
@@ -636,6 +650,11 @@ def process_split(
         codes, hours = judge_array(fc.times, arrival, ctx.wm_start, allowed_lateness=et.allowed_lateness,
                                    max_future_skew=et.max_future_skew, too_late_reference=reference)
         per_line = not np.isscalar(arrival)
+        if measuring:
+            ok = codes != 3  # not future: as split_reference counts them
+            if ok.any():
+                times_ok = fc.times[ok]
+                note(int(np.minimum(times_ok, arrival[ok] if per_line else arrival).max()), int(times_ok.min()))
         accepted = np.flatnonzero(codes <= 1)
         written = np.zeros(fc.n, dtype=bool)
         fks = np.zeros(fc.n, dtype=np.int64)
@@ -755,7 +774,10 @@ def process_split(
     rows = np.array(keys, dtype=KEY_DTYPE)
     if key_parts:
         rows = np.concatenate([rows, *key_parts])
-    return report.to_json(), rows.tobytes()
+    out = report.to_json()
+    if measuring:
+        out["reference"], out["earliest"] = acceptable
+    return out, rows.tobytes()
 
 
 def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: EventType) -> str:
