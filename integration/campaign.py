@@ -272,14 +272,15 @@ class Campaign:
     # -- the source and the sink -----------------------------------------------------------
     def prepare(self) -> None:
         # The type, copied: an idle timeout a campaign can wait out, and for Pub/Sub (which delivers
-        # out of order while the campaign publishes several batches ahead) a dedupe window that
-        # spans that reordering (two hours of event time, not the default 10 min).
+        # out of order while the campaign publishes several batches ahead, and redelivers what a killed
+        # run held once its 60-s ack deadline ran out: hours of the campaign's fast event clock later) a
+        # dedupe window that spans that reordering (a day of event time, not the default 10 min).
         types = self.work / "types"
         shutil.copytree(ROOT / "event_types" / "page_view", types / "page_view")
         toml = types / "page_view" / "etl.toml"
         extra = f'idle_timeout = "{IDLE_TIMEOUT_S}s"\n'
         if self.args.source == "pubsub":
-            extra += 'dedupe_window = "2h"\n'
+            extra += 'dedupe_window = "24h"\n'
         # small files merge: a few dozen events a batch, files of MAX_EVENTS_PER_FILE
         extra += f"max_events_per_file = {MAX_EVENTS_PER_FILE}\n"
         text = toml.read_text().replace('idle_timeout = "5m"\n', "").replace("max_events_per_file = 500000\n", "")
