@@ -60,25 +60,29 @@ HOUR_MS = 3_600_000
 def visible_latencies(sink: Path, seen: dict[str, float], arrivals: dict[int, float]) -> tuple[Counter, int]:
     """``Counter[(latency s rounded to ms)] = events`` over the output files, and how many events were left out.
 
-    Reads every ``.avro`` file of the sink (after the run), maps each record to its input
-    file through its UUID, and takes (file first seen) - (input file arrival).
+    Reads every ``.avro`` file the watcher saw, from the hard links it kept in ``sink`` (files the
+    job merged away since are still there), maps each record to its input file through its UUID,
+    and takes, per event, (first file that held it seen) - (input file arrival): a merged file
+    holds records that were visible before, in the files it replaced.
     """
     import fastavro
 
-    hist: Counter = Counter()
-    left_out = 0  # events of input files not in ``arrivals`` (priming file, warm-up)
+    first: dict[str, tuple[float, int]] = {}  # event id -> (first seen, input file)
     for rel, first_seen in seen.items():
-        if not rel.endswith(".avro"):
+        if not rel.endswith(".avro") or not (sink / rel).exists():
             continue
-        per_input: Counter = Counter()
         with open(sink / rel, "rb") as fh:
             for rec in fastavro.reader(fh):
-                per_input[file_index_of(str(rec["event_id"]))] += 1
-        for k, n in per_input.items():
-            if k in arrivals:
-                hist[round(first_seen - arrivals[k], 3)] += n
-            else:
-                left_out += n
+                eid = str(rec["event_id"])
+                if eid not in first or first_seen < first[eid][0]:
+                    first[eid] = (first_seen, file_index_of(eid))
+    hist: Counter = Counter()
+    left_out = 0  # events of input files not in ``arrivals`` (priming file, warm-up)
+    for first_seen, k in first.values():
+        if k in arrivals:
+            hist[round(first_seen - arrivals[k], 3)] += 1
+        else:
+            left_out += 1
     return hist, left_out
 
 
@@ -143,7 +147,8 @@ def run(args) -> dict:
     """Stage the feed, start the job, feed at the fixed rate, stop, check the output; returns the raw figures."""
     work = args.work
     source, stage, sink, ckpt = work / "in", work / "stage", work / "sink", work / "ckpt"
-    for d in (source, stage, sink, ckpt):
+    seen_files = work / "seen-files"  # hard links of every data file as first seen (see SinkWatcher)
+    for d in (source, stage, sink, ckpt, seen_files):
         shutil.rmtree(d, ignore_errors=True)
     per_file = max(1, round(args.rate * args.file_interval))
     files = 1 + max(1, round(args.seconds / args.file_interval))  # file 0 primes the job
@@ -157,7 +162,7 @@ def run(args) -> dict:
     cmd = event_etl_command(EVENT_TYPE, source=f"dir:{source}", sink=sink, checkpoint=ckpt, master=args.master,
                             trigger_interval=args.trigger_interval)
     job = LiveJob(cmd, log=work / "job.log")
-    watcher = SinkWatcher(sink).start()
+    watcher = SinkWatcher(sink, keep=seen_files).start()
     try:
         job.wait_for(BATCH_LINE, timeout=300)  # the priming batch: Spark is up
         start = time.time() + 0.5
@@ -176,7 +181,7 @@ def run(args) -> dict:
         raise SystemExit(f"WRONG OUTPUT: {records:,} records in the manifests, {total:,} events fed")
     since = start + args.warmup
     arrivals = {f.index: f.arrival for f in feed.fed if f.index > 0 and f.arrival is not None and f.arrival >= since}
-    hist, _excluded = visible_latencies(sink, watcher.seen, arrivals)
+    hist, _excluded = visible_latencies(seen_files, watcher.seen, arrivals)
     markers = marker_latencies(sink, watcher.seen, feed, _ooo_ms(), since)
     return {"hist": hist, "markers": markers, "records": records, "hours": hours, "caught_up": caught_up,
             "batches": batch_figures(job, since), "fed": total, "per_file": per_file, "files": files,

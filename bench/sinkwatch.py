@@ -11,6 +11,10 @@ final files are in place before its marker), so a scan lists only the open hours
 many complete ones the sink holds.  Otherwise a sink of thousands of hours (a hundred types
 for half an hour) takes long enough to walk that a marker would be seen a scan late, and
 every figure would carry the walk's duration.
+
+With ``keep`` (a folder on the sink's file system), each data file is also hard-linked there
+when first seen, so that it can be read after the run even if the job merged it away into a
+larger file meanwhile (an hour's small files are merged before its marker).
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ __all__ = ["SinkWatcher"]
 class SinkWatcher:
     """``seen[relative path] = time.time()`` of the first listing that showed it (``.avro`` and ``_COMPLETE``)."""
 
-    def __init__(self, root: Path, *, interval: float = 0.1) -> None:
+    def __init__(self, root: Path, *, interval: float = 0.1, keep: Path | None = None) -> None:
         self.root = root
         self.interval = interval
+        self.keep = keep
         self.seen: dict[str, float] = {}
         self._complete: set[str] = set()  # folders whose _COMPLETE was seen: never listed again
         self._stop = threading.Event()
@@ -57,6 +62,17 @@ class SinkWatcher:
             for name in filenames:
                 if name.endswith(".avro") or name == "_COMPLETE":
                     rel = os.path.relpath(os.path.join(dirpath, name), self.root)
-                    self.seen.setdefault(rel, now)
+                    if rel not in self.seen:
+                        self.seen[rel] = now
+                        if self.keep is not None and name.endswith(".avro"):
+                            self._link(rel)
             if "_COMPLETE" in filenames:
                 self._complete.add(dirpath)
+
+    def _link(self, rel: str) -> None:
+        target = self.keep / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(self.root / rel, target)
+        except FileNotFoundError:  # merged away between the listing and now: its records are read in the merged file
+            pass
