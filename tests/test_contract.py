@@ -253,8 +253,9 @@ def _counting(p: LocalPipeline, calls: list):
     p.task_runner = task_runner
 
 
-def _sink_bytes(p: LocalPipeline) -> dict[str, bytes]:
-    return {str(f.relative_to(p.sink)): f.read_bytes() for f in sorted(p.sink.rglob("*")) if f.is_file()}
+def _sink_bytes(p: LocalPipeline) -> dict[str, bytes | None]:
+    """Every file of the sink with its bytes, and every folder (None): an hour folder left empty reads as open."""
+    return {str(f.relative_to(p.sink)): f.read_bytes() if f.is_file() else None for f in sorted(p.sink.rglob("*"))}
 
 
 def _judged_with_reference_first(tmp_path, lines, shards: int, reference: int) -> dict[str, bytes]:

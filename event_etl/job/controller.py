@@ -380,10 +380,16 @@ class Controller:
                     and too_late_in_first_batch(rep["earliest"], reference, et.allowed_lateness)}
         if not affected:
             return intent, outputs
-        for rel in sorted(self._made_paths(rep for rep, _ in outputs if rep["shard"] in affected)):
+        made = self._made_paths(rep for rep, _ in outputs if rep["shard"] in affected)
+        for rel in sorted(made):
             if self.storage.exists(rel):
                 self._guard()
                 self.storage.delete(rel)
+        # an hour folder that held only such files goes too (with its day's, if that is empty then): a folder
+        # without a marker reads as an hour still open
+        for folder in sorted({rel.rsplit("/", 1)[0] for rel in made}, reverse=True):
+            if self.storage.remove_empty_folder(folder):
+                self.storage.remove_empty_folder(folder.rsplit("/", 1)[0])
         faults.point("first_batch_unwritten", str(intent.batch_id))
         intent = replace(intent, reference=reference)
         self.ckpt.save_intent(intent)

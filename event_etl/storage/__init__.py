@@ -285,6 +285,17 @@ class Storage:
         except OSError as err:
             raise StorageError(f"cannot delete {self.display(rel)}: {err}") from err
 
+    def remove_empty_folder(self, rel_dir: str) -> bool:
+        """Remove the folder ``rel_dir`` if it is empty; True if it was removed.  On an object store a folder is
+        only a prefix of objects and goes with its last one: nothing to do."""
+        if not self.local:
+            return False
+        try:
+            os.rmdir(self.path(rel_dir))
+        except OSError:  # not empty, or already gone
+            return False
+        return True
+
     # -- reads -----------------------------------------------------------------------------
     def exists(self, rel: str) -> bool:
         """Whether ``rel`` exists.  Raises :class:`StorageError` when that cannot be told."""
