@@ -381,10 +381,9 @@ class Controller:
         if not affected:
             return intent, outputs
         made = self._made_paths(rep for rep, _ in outputs if rep["shard"] in affected)
-        for rel in sorted(made):
-            if self.storage.exists(rel):
-                self._guard()
-                self.storage.delete(rel)
+        for rel in sorted(made):  # a file already gone (a replay) is no error: delete ignores it
+            self._guard()
+            self.storage.delete(rel)
         # an hour folder that held only such files goes too (with its day's, if that is empty then): a folder
         # without a marker reads as an hour still open
         for folder in sorted({rel.rsplit("/", 1)[0] for rel in made}, reverse=True):
@@ -458,18 +457,17 @@ class Controller:
         frozen.setdefault("schema_versions", ())  # an intent from before schema versions accepted its schema only
         return replace(self.et, **frozen)
 
-    def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None, *,
-                      mode: str = "write") -> BatchContext:
+    def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None) -> BatchContext:
         """What the executor tasks of the batch are handed."""
         sealed, merged_away = None, frozenset()
-        if self._replaying and mode == "write":
+        if self._replaying:
             # A replay (its first attempt died after writing) leaves alone what became of its files since:
             # hours marked complete, and files merged into larger ones (see event_etl.rules.compaction).
             sealed = self.state.marked_through
             merged_away = frozenset(n for h in self.ckpt.ledger_hours() for members, _ in self.ckpt.read_merges(h)
                                     for n in members)
         return BatchContext(self.event_type_of(intent), self.storage.url, intent.batch_id, intent.wm_start,
-                            intent.started_at, dict(drop or {}), self.writer, reference=intent.reference, mode=mode,
+                            intent.started_at, dict(drop or {}), self.writer, reference=intent.reference,
                             fence=self.fence, sealed_through=sealed, merged_away=merged_away)
 
     def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False,

@@ -411,15 +411,7 @@ def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSign
             raise Interrupted(esc.signum, at_once_line(member.name, esc.signum, cut)) from None
     finally:
         engine.close()
-    if drain:
-        try:
-            run_watched(controller.drain, stops, name="event_etl-drain")
-        except Escalated as esc:
-            exit_now(128 + esc.signum, _cut_short_line(p.event_type.name, esc.signum))
-    summary = _summary(job, time.monotonic() - started, options, stopped_by, drained=drain)
-    if stopped_by == "SIGINT" and not drain and not options.quiet:
-        say(_stopped_line(job, stopped_by))
-    return summary
+    return _end_run(job, options, stops, started=started, stopped_by=stopped_by, drain=drain)
 
 
 def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, Any]:
@@ -448,9 +440,15 @@ def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, An
         if query is not None and query.isActive:
             query.stop()
     drain = stops.drain if stops.requested else options.drain
+    return _end_run(job, options, stops, started=started, stopped_by=stopped_by, drain=drain)
+
+
+def _end_run(job: Job, options: RunOptions, stops: StopSignals, *, started: float, stopped_by: str | None,
+             drain: bool) -> dict[str, Any]:
+    """After the last batch, whichever engine ran it: drain (if asked), the summary, Ctrl-C's one line."""
     if drain:
         try:
-            run_watched(controller.drain, stops, name="event_etl-drain")
+            run_watched(job.controller.drain, stops, name="event_etl-drain")
         except Escalated as esc:
             exit_now(128 + esc.signum, _cut_short_line(job.prepared.event_type.name, esc.signum))
     summary = _summary(job, time.monotonic() - started, options, stopped_by, drained=drain)

@@ -376,11 +376,11 @@ class SharedEngine:
         used = []
 
         def run_tasks(ctx, shards):
-            if shards is None and ctx.mode == "write" and not used:
+            if shards is None and not used:
                 used.append(True)
                 return rv.submit(name, ctx, splits)
             part = splits if shards is None else [s for s in splits if s.shard in shards]
-            return self._run_splits({name: (ctx, part)}, rnd)[name]  # a first batch's reference, or duplicates
+            return self._run_splits({name: (ctx, part)}, rnd)[name]  # a first batch's splits again, or duplicates
 
         controller.after_markers = lambda: rv.markers_done(name)
         try:

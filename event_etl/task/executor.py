@@ -63,7 +63,6 @@ class BatchContext:
       (``reference`` and ``earliest``), from which the driver learns the batch's reference and
       which splits, if any, hold events too late against it (see
       :meth:`event_etl.job.controller.Controller.run_batch`);
-    - ``mode``: ``write`` (the only one tasks run; a shared engine tells a batch's own run by it);
     - ``fence``: the lease the job must still hold when a task writes (see :mod:`event_etl.storage.lease`);
     - ``sealed_through``, ``merged_away`` (a replay only): hours marked complete since the first
       attempt, and names of files merged into larger ones since (see
@@ -79,7 +78,6 @@ class BatchContext:
     drop: dict[str, tuple[int, ...]] = field(default_factory=dict)
     writer: str = ""
     reference: int | None = None
-    mode: str = "write"
     fence: dict[str, Any] | None = None
     sealed_through: int | None = None
     merged_away: frozenset[str] = frozenset()
