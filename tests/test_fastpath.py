@@ -490,3 +490,38 @@ def test_the_array_judge_takes_one_arrival_per_event():
                 assert h == hour
     with pytest.raises(ValueError):
         judge_array(times, arrivals[:3], None, **kw)
+
+
+def test_a_fresh_worker_runs_the_fast_path_without_importing_pandas(tmp_path, event_type):
+    """pyarrow imports pandas at the first ``pa.array``, ``pa.scalar`` or ``to_numpy`` call (~0.25 s in each
+    fresh Python worker, inside the batch); the fast path builds its arrays from buffers instead."""
+    import subprocess
+    import sys
+
+    lines = [{"id": f"{k:032x}", "ts": BASE + k, "n": k, "small": -k, "flag": k % 2 == 0, "kind": "ABC"[k % 3],
+              "text": f"t{k}", "opt_s": None if k % 2 else "s", "opt_l": None if k % 3 else k,
+              "opt_b": None if k % 4 else True, "opt_e": None if k % 5 else "B", "opt_i": None if k % 6 else 7}
+             for k in range(200)]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(rec) + b"\n" for rec in lines))
+    script = f"""
+import sys
+from event_etl.eventtypes import load_event_type
+from event_etl.sources.splits import Split
+from event_etl.storage import open_storage
+from event_etl.task import fastpath
+from event_etl.task.executor import BatchContext, process_split
+decoded = []
+decode = fastpath.FastPlan.decode
+fastpath.FastPlan.decode = lambda plan, data: decoded.append(decode(plan, data)) or decoded[-1]
+et = load_event_type({event_type.directory!r})
+split = Split.of_files(0, [({str(src)!r}, 0, {src.stat().st_size}, {ARRIVAL})])
+ctx = BatchContext(et, {str(tmp_path / 'sink')!r}, 1, None, {ARRIVAL + 5})
+report, keys = process_split(split, ctx, open_storage({str(tmp_path / 'sink')!r}), fast=True)
+assert report["counts"].get("timely") == 200, report
+assert decoded and all(fc is not None for fc in decoded), "the fast path was not taken"
+print("pandas" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.split()[0] == "False", out.stdout + out.stderr

@@ -40,7 +40,7 @@ from event_etl.storage import Storage, open_storage
 from event_etl.storage.avroio import encode_container, sync_marker_for
 from event_etl.storage.deadletter import DEADLETTER_SCHEMA
 from event_etl.storage.lease import Fence
-from event_etl.task.fastpath import plan_for
+from event_etl.task.fastpath import int64_array, plan_for
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
 
 __all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
@@ -643,7 +643,6 @@ def process_split(
         ``arrival``: one arrival for the chunk (the lines of a file) or one per line (Pub/Sub
         messages: their publish times); ``position(i)``: the position of line ``i`` (``where + offset``);
         ``mids``: the message id of each line (Pub/Sub), for the message dedupe keys."""
-        import pyarrow as pa
 
         codes, hours = judge_array(fc.times, arrival, ctx.wm_start, allowed_lateness=et.allowed_lateness,
                                    max_future_skew=et.max_future_skew, too_late_reference=reference)
@@ -664,7 +663,7 @@ def process_split(
                 hour, late = key // 2, bool(key & 1)
                 g = group_for(hour, late)
                 idx = accepted[gkey == key]
-                w, fk, pos = g.add_encoded(fc.rows.take(pa.array(idx)), fc.times[idx])
+                w, fk, pos = g.add_encoded(fc.rows.take(int64_array(idx)), fc.times[idx])
                 written[idx], fks[idx], poss[idx] = w, fk, pos
         counts["duplicate"] += int(len(accepted) - written.sum())
         for code in range(4):

@@ -138,7 +138,7 @@ class FastPlan:
         self.read_options = pj.ReadOptions(use_threads=False, block_size=CHUNK_BYTES + 4096)
         self.parse_options = pj.ParseOptions(explicit_schema=self.arrow_schema, unexpected_field_behavior="ignore",
                                              newlines_in_values=False)
-        self.symbols = {f.name: pa.array(list(f.symbols), pa.string()) for f in fields if f.kind == "enum"}
+        self.symbols = {f.name: string_array(f.symbols) for f in fields if f.kind == "enum"}
 
     # -- screening and parsing ---------------------------------------------------------------
     def _lines(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
@@ -195,14 +195,14 @@ class FastPlan:
         tcol = cols.get(self.time_field)
         if tcol is None or tcol.null_count or tcol.type != pa.int64():
             return None
-        raw_t = tcol.to_numpy(zero_copy_only=False)
+        raw_t = numpy_of(tcol)
         times = raw_t // self.divisor if self.divisor != 1 else raw_t
         if n and (times.min() < MIN_EVENT_MS or times.max() > MAX_EVENT_MS):
             return None
         pieces = self._encode(cols, n, pa, pc)
         if pieces is None:
             return None
-        rows = pc.binary_join_element_wise(*pieces, b"") if len(pieces) > 1 else pieces[0]
+        rows = pc.binary_join_element_wise(*pieces, zero_scalar(pa.binary())) if len(pieces) > 1 else pieces[0]
         id_keys = has_id = None
         if self.id_field is not None and self.id_field in cols:
             from event_etl.task.dedupe import id_key_hashes
@@ -226,34 +226,101 @@ class FastPlan:
                 branch = np.where(valid, 2 * (1 - f.null_branch), 2 * f.null_branch).astype(np.uint64)
                 pending.append((branch, None))
             if f.kind == "string":
-                lengths = pc.binary_length(c).fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)
+                lengths = numpy_of(filled(pc.binary_length(c))).astype(np.uint64)
                 pending.append((lengths << np.uint64(1), valid))
                 pieces.append(_varints(pending, n, pa))
                 pending = []
-                pieces.append(pc.cast(c.fill_null("") if valid is not None else c, pa.binary()))
+                pieces.append(pc.cast(filled(c), pa.binary()))
             elif f.kind == "enum":
                 idx = pc.index_in(c, value_set=self.symbols[f.name])
                 if idx.null_count != c.null_count:
                     return None  # a symbol the enum does not have
-                pending.append((idx.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64) << np.uint64(1),
+                pending.append((numpy_of(filled(idx)).astype(np.uint64) << np.uint64(1),
                                 valid))
             elif f.kind in ("long", "int"):
-                v = (c.fill_null(0) if valid is not None else c).to_numpy(zero_copy_only=False)
+                v = numpy_of(filled(c))
                 if f.kind == "int" and len(v) and (v.min() < _INT32[0] or v.max() > _INT32[1]):
                     return None
                 pending.append((_zigzag(v), valid))
             elif f.kind == "boolean":
-                v = (c.fill_null(False) if valid is not None else c).to_numpy(zero_copy_only=False)
+                v = numpy_of(filled(c))
                 pending.append((v.astype(np.uint64), valid))
         if pending:
             pieces.append(_varints(pending, n, pa))
         return pieces
 
 
+def string_array(values) -> Any:
+    """A pyarrow string array of ``values``, built from its buffers.
+
+    ``pa.array`` would do, but its first call imports pandas (~0.25 s in every fresh Python
+    worker, whatever the values: pyarrow checks whether they are pandas objects)."""
+    import pyarrow as pa
+
+    data = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(data) + 1, dtype=np.int32)
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    return pa.StringArray.from_buffers(len(data), pa.py_buffer(offsets), pa.py_buffer(b"".join(data)))
+
+
+def int64_array(values: np.ndarray) -> Any:
+    """A pyarrow int64 array over a numpy array's values (no pandas import; see :func:`string_array`)."""
+    import pyarrow as pa
+
+    v = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(v), [None, pa.py_buffer(v)])
+
+
+_NUMPY_TYPES = {"int64": np.int64, "int32": np.int32, "uint64": np.uint64, "uint32": np.uint32}
+
+
+def numpy_of(c) -> np.ndarray:
+    """The values of a pyarrow array without nulls (integers or booleans), as numpy (read-only for integers).
+
+    Read from its buffers: ``Array.to_numpy`` imports pandas on its first call, whatever the
+    array (~0.25 s in every fresh Python worker)."""
+    if c.null_count:
+        raise ValueError("numpy_of: the array has nulls")
+    bufs = c.buffers()
+    name = str(c.type)
+    if name == "bool":
+        bits = np.frombuffer(bufs[1], dtype=np.uint8)
+        return np.unpackbits(bits, count=c.offset + len(c), bitorder="little")[c.offset:].astype(bool)
+    dtype = np.dtype(_NUMPY_TYPES[name])
+    return np.frombuffer(bufs[1], dtype=dtype, count=len(c), offset=c.offset * dtype.itemsize)
+
+
+_ZEROS: dict[str, Any] = {}
+
+
+def zero_scalar(arrow_type) -> Any:
+    """The zero of an Arrow type (0, False, "" or b"") as a pyarrow scalar, taken from an array built from
+    buffers: ``pa.scalar``, which pyarrow calls for a Python value given where a scalar is
+    expected (``fill_null(0)``, a separator ``b""``), imports pandas on its first call."""
+    name = str(arrow_type)
+    if name not in _ZEROS:
+        import pyarrow as pa
+
+        if name in ("string", "binary"):
+            zero = pa.Array.from_buffers(arrow_type, 1, [None, pa.py_buffer(np.zeros(2, dtype=np.int32)),
+                                                         pa.py_buffer(b"")])
+        elif name == "bool":
+            zero = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x00")])
+        else:
+            zero = pa.Array.from_buffers(arrow_type, 1, [None, pa.py_buffer(np.zeros(1, dtype=_NUMPY_TYPES[name]))])
+        _ZEROS[name] = zero[0]
+    return _ZEROS[name]
+
+
+def filled(c) -> Any:
+    """``c`` with its nulls replaced by the zero of its type (:func:`zero_scalar`); ``c`` itself if it has none."""
+    return c if c.null_count == 0 else c.fill_null(zero_scalar(c.type))
+
+
 def _valid_mask(c, n: int) -> np.ndarray:
     if c.null_count == 0:
         return np.ones(n, dtype=bool)
-    return c.is_valid().to_numpy(zero_copy_only=False)
+    return numpy_of(c.is_valid())
 
 
 def _zigzag(v: np.ndarray) -> np.ndarray:
