@@ -663,7 +663,10 @@ def process_split(
                 hour, late = key // 2, bool(key & 1)
                 g = group_for(hour, late)
                 idx = accepted[gkey == key]
-                w, fk, pos = g.add_encoded(fc.rows.take(int64_array(idx)), fc.times[idx])
+                a = int(idx[0])  # a run of consecutive records (time-ordered input) is a slice, not a copy
+                rows = fc.rows.slice(a, len(idx)) if int(idx[-1]) - a + 1 == len(idx) else fc.rows.take(
+                    int64_array(idx))
+                w, fk, pos = g.add_encoded(rows, fc.times[idx])
                 written[idx], fks[idx], poss[idx] = w, fk, pos
         counts["duplicate"] += int(len(accepted) - written.sum())
         for code in range(4):
