@@ -222,3 +222,14 @@ def test_generator_source_once_with_count(spark, tmp_path):
                                 checkpoint=str(tmp_path / "ckpt"), once=True, quiet=True), spark=spark,
                                 install_signals=False)
     assert s2["batches"] == 0
+
+
+def test_a_local_jobs_jvm_compiles_with_c1_only_and_keeps_the_log_settings(spark):
+    """A local job's driver JVM runs with LOCAL_JIT (its optimizing compiler would take CPU from the Python
+    workers on the same cores) and with event_etl's log4j settings, both given at its launch."""
+    from event_etl.job.session import LOCAL_JIT
+
+    jvm = spark.sparkContext._jvm
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert LOCAL_JIT in args
+    assert any(a.startswith("-Dlog4j2.configurationFile=file:") for a in args), args

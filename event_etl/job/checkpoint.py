@@ -246,14 +246,15 @@ class Checkpoint:
 
     def save_dedupe_rows(self, batch_id: int, rows) -> None:
         """The keys a batch wrote (``STORED_DTYPE`` rows of :mod:`event_etl.task.dedupe`), durably."""
-        from event_etl.task.dedupe import legacy_rows, stored
+        from event_etl.task.dedupe import STORED_DTYPE, legacy_rows, stored
 
+        rows = rows if rows.dtype == STORED_DTYPE else stored(rows)
         d = self.etl / "dedupe"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{batch_id:010d}.k2"
         tmp = d / f".{path.name}.tmp"
         with open(tmp, "wb") as fh:
-            fh.write(stored(rows).tobytes())
+            fh.write(rows.tobytes())
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -497,8 +497,11 @@ class Controller:
             self._markers_done()
         if self.dedupe is not None and dedupe_rows is not None:
             # before the state: a batch whose state is saved must have its keys remembered
-            self.ckpt.save_dedupe_rows(batch_id, dedupe_rows)
-            self.dedupe.add(batch_id, dedupe_rows, acked=False)
+            from event_etl.task.dedupe import STORED_DTYPE, stored
+
+            kept = dedupe_rows if dedupe_rows.dtype == STORED_DTYPE else stored(dedupe_rows)
+            self.ckpt.save_dedupe_rows(batch_id, kept)
+            self.dedupe.add(batch_id, kept, acked=False)
         advance = 0 if self.state.watermark is None or new.watermark is None else new.watermark - self.state.watermark
         self._commit_state(new, marked)
         self._rolling_merges(result, self.event_type_of(intent).max_events_per_file, advance)

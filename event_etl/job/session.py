@@ -44,6 +44,14 @@ _DEFAULTS = {
 }
 
 
+LOCAL_JIT = "-XX:TieredStopAtLevel=1"
+"""JVM option of a local job's driver: compile with C1 only.  The JVM of a local job schedules tasks and
+moves their reports while the Python workers do the work on the same cores; HotSpot's optimizing
+compiler (C2) spent ~6 s of CPU there in the first seconds of a 3 M-event run, taken from the workers
+(JVM start 15 % and the batch 15 % faster without it, bench/RESULTS.md).  ``--conf
+spark.driver.extraJavaOptions=...`` replaces it (and the log settings) with the user's own."""
+
+
 def parse_conf(pairs) -> dict[str, str]:
     """Spark settings given as ``KEY=VALUE`` texts (``--conf``), as a dict; a text without ``=`` is a usage error."""
     out = {}
@@ -92,10 +100,15 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # local workers inherit the driver's environment
     settings["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"] = os.environ["ARROW_DEFAULT_MEMORY_POOL"]
     log4j = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "log4j2.properties")
+    driver_options = []
     if os.path.isfile(log4j):  # not when event_etl is imported from a zip (`submit`)
-        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+        driver_options.append(f"-Dlog4j2.configurationFile=file:{log4j}")
         if master.startswith("local"):
             settings["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+    if master.startswith("local"):
+        driver_options.append(LOCAL_JIT)
+    if driver_options:
+        settings["spark.driver.extraJavaOptions"] = " ".join(driver_options)
     if master.startswith("local"):
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
         if os.path.isfile(log4j):  # event_etl installed as files (not a zip): its daemon entry can be run

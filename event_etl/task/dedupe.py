@@ -80,8 +80,13 @@ def id_key_hashes(values: list) -> np.ndarray:
 
 def rows_of(blobs: Iterable[bytes]) -> np.ndarray:
     """The key rows reported by a batch's tasks, as one array."""
-    parts = [np.frombuffer(b, dtype=KEY_DTYPE) for b in blobs if b]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=KEY_DTYPE)
+    blobs = [b for b in blobs if b]
+    out = np.empty(sum(len(b) for b in blobs) // KEY_DTYPE.itemsize, dtype=KEY_DTYPE)
+    raw, at = out.view(np.uint8), 0  # byte copies: numpy copies this packed dtype field by field, ~4x slower
+    for b in blobs:
+        raw[at:at + len(b)] = np.frombuffer(b, dtype=np.uint8)
+        at += len(b)
+    return out
 
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:

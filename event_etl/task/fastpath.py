@@ -139,6 +139,7 @@ class FastPlan:
         self.parse_options = pj.ParseOptions(explicit_schema=self.arrow_schema, unexpected_field_behavior="ignore",
                                              newlines_in_values=False)
         self.symbols = {f.name: string_array(f.symbols) for f in fields if f.kind == "enum"}
+        self._id_prefix = None  # the scalar b"i:", made at first use
 
     # -- screening and parsing ---------------------------------------------------------------
     def _lines(self, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
@@ -205,13 +206,26 @@ class FastPlan:
         rows = pc.binary_join_element_wise(*pieces, zero_scalar(pa.binary())) if len(pieces) > 1 else pieces[0]
         id_keys = has_id = None
         if self.id_field is not None and self.id_field in cols:
-            from event_etl.task.dedupe import id_key_hashes
-
             ids = cols[self.id_field]
             has_id = _valid_mask(ids, n)
             id_keys = np.zeros(n, dtype=np.uint64)
-            id_keys[has_id] = id_key_hashes(ids.drop_null().to_pylist())
+            id_keys[has_id] = self._id_hashes(ids.drop_null(), pa, pc)
         return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends)
+
+    def _id_hashes(self, ids, pa, pc) -> np.ndarray:
+        """:func:`event_etl.task.dedupe.key_hash` ``("i", id)`` of each id of a string array without nulls:
+        xxh3-64 of ``b"i:" + id`` (UTF-8), hashed from slices of one buffer (no Python string per id)."""
+        import xxhash
+
+        if self._id_prefix is None:
+            self._id_prefix = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, 2], np.int32)),
+                                                                     pa.py_buffer(b"i:")])[0]
+        joined = pc.binary_join_element_wise(self._id_prefix, pc.cast(ids, pa.binary()), zero_scalar(pa.binary()))
+        offs, data = rows_buffer(joined)
+        bounds = offs.tolist()
+        return np.fromiter(map(xxhash.xxh3_64_intdigest, map(bytes(data).__getitem__, map(slice, bounds[:-1],
+                                                                                         bounds[1:]))),
+                           dtype=np.uint64, count=len(ids))
 
     # -- encoding ----------------------------------------------------------------------------
     def _encode(self, cols: dict[str, Any], n: int, pa, pc) -> list | None:
