@@ -22,12 +22,13 @@ print(json.dumps({"done": done, "threads": sparkdaemon.threads(), "loaded": load
 
 
 def test_the_daemon_imports_the_task_modules_and_stays_single_threaded():
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "JE_ARROW_MALLOC_CONF")}
     r = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert got["threads"] == 1, "a fork from a multi-threaded daemon could copy held locks into workers"
-    assert got["done"] == ["pyspark.worker", "event_etl.task.executor", "event_etl.sources.spark"], r.stderr
+    assert got["done"] == ["pyspark.worker", "event_etl.task.executor", "event_etl.sources.spark", "pyarrow",
+                           "pyarrow.compute", "pyarrow.json"], r.stderr
     assert r.stderr == "", r.stderr
 
 

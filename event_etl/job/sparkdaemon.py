@@ -11,11 +11,12 @@ worker ends when its socket to the JVM closes.  Used for local masters only, whe
 workers are the job's own processes (:func:`event_etl.job.session.get_session`).
 
 It also imports, once, what every worker would import again after each fork: PySpark's
-worker and event_etl's task and source modules (with numpy; about a quarter of a second of
+worker, event_etl's task and source modules and pyarrow (with numpy; about a third of a second of
 CPU per worker, which the job's profile showed as most of its workers' busy time).  PySpark
 itself imports worker modules only after the fork, because a module that starts a thread
-at import (pyarrow does) must not be imported before a fork; so this imports only modules
-that start none (numpy's OpenBLAS is kept to one thread, i.e. none of its own), and checks
+at import must not be imported before a fork; so this imports only modules that start none
+(numpy's OpenBLAS is kept to one thread, i.e. none of its own, and pyarrow's jemalloc starts no
+background thread: the workers allocate Arrow buffers with the system allocator), and checks
 that the daemon still has a single thread before it forks anything: if not, it says so on
 stderr and the workers are still correct, since nothing that runs them was shared.
 """
@@ -36,7 +37,8 @@ def _keep_ignored(signum, handler):
     return _signal(signum, handler)
 
 
-WARM_MODULES = ("pyspark.worker", "event_etl.task.executor", "event_etl.sources.spark")
+WARM_MODULES = ("pyspark.worker", "event_etl.task.executor", "event_etl.sources.spark", "pyarrow", "pyarrow.compute",
+                "pyarrow.json")
 """Imported by the daemon before it forks workers: none of them starts a thread at import."""
 
 
@@ -57,6 +59,9 @@ def warm(modules=WARM_MODULES) -> list[str]:
     import sys
 
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy's BLAS starts no threads of its own
+    # pyarrow's bundled jemalloc starts a background thread when pyarrow is loaded; the workers' Arrow
+    # buffers come from the system allocator (ARROW_DEFAULT_MEMORY_POOL=system), so it has nothing to do
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
     done = []
     for name in modules:
         try:
