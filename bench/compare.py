@@ -13,6 +13,9 @@ One command::
    partitioned by event date and hour as JSON and as Parquet (:mod:`bench.spark_sink`).
    Both sides are given the same number of files per micro-batch (``--files-per-batch``,
    event_etl's default of 64; Spark's own default is unlimited).
+   Before the first measured run, each side gets a JVM class archive of its own kind of run
+   (event_etl: ``event-etl warmup``; Spark: its file sink over 20,000 of the input's events),
+   so both start as a machine set up to run them would.
 3. Checks every output's record count against the input (a wrong count stops everything).
 4. Prints, per contender, the median over rounds of: events/s over the whole process,
    events/s in steady state (largest micro-batch), peak memory of the process tree (RSS
@@ -36,7 +39,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.contenders import CONTENDERS, RunResult, run_event_etl, run_spark  # noqa: E402
+from bench.contenders import (  # noqa: E402
+    CONTENDERS,
+    RunResult,
+    ensure_event_etl_archive,
+    run_event_etl,
+    run_spark,
+    spark_archive_options,
+)
 from bench.datagen import generate  # noqa: E402
 from bench.figures import median, mib, rate, ratio  # noqa: E402
 from bench.machine import ROOT, describe, load_average  # noqa: E402
@@ -69,7 +79,29 @@ def run_one(contender: str, inp: Path, work: Path, info: dict, args, *, event_ty
                   files_per_batch=args.files_per_batch)
     if contender == "event_etl":
         return run_event_etl(inp, work, event_type=event_type, event_types_dir=event_types_dir, **common)
-    return run_spark(inp, work, fmt=contender.split("-", 1)[1], schema=SCHEMAS[event_type], **common)
+    fmt = contender.split("-", 1)[1]
+    return run_spark(inp, work, fmt=fmt, schema=SCHEMAS[event_type],
+                     java_options=getattr(args, "spark_java_options", {}).get(fmt, ""), **common)
+
+
+def prepare_archives(work: Path, inp: Path, args, *, event_type: str = "page_view") -> None:
+    """Each contender's JVM class archive, built before the first measured run (see
+    :func:`bench.contenders.spark_archive_options`); Spark's are kept in ``work``."""
+    print(f"class archives: event_etl {ensure_event_etl_archive()}", flush=True)
+    small = work / "archive-input"
+    if not small.is_dir():
+        small.mkdir()
+        first = sorted(inp.iterdir())[0]
+        with open(first, "rb") as src, open(small / first.name, "wb") as dst:
+            for _, line in zip(range(20_000), src):
+                dst.write(line)
+    args.spark_java_options = {}
+    for c in args.contenders:
+        if c.startswith("spark-"):
+            fmt = c.split("-", 1)[1]
+            args.spark_java_options[fmt] = spark_archive_options(work, small, fmt=fmt, schema=SCHEMAS[event_type],
+                                                                 master=args.master)
+            print(f"class archives: {c} {args.spark_java_options[fmt].split()[0].split('=', 1)[1]}", flush=True)
 
 
 def describe_run(r: RunResult) -> str:
@@ -164,7 +196,11 @@ def report(results, info, args, machine, command, load) -> str:
         "sides (event_etl `--max-files-per-batch`, Spark `maxFilesPerTrigger`). Outputs: event_etl snappy Avro + "
         "manifests, Spark JSON "
         "uncompressed (its default), Spark Parquet snappy (its default). Spark runs with its defaults plus the "
-        "settings event_etl's session also sets (UI off, 1 GiB driver heap, loopback). "
+        "settings event_etl's session also sets (UI off, 1 GiB driver heap, loopback). Each side's JVM maps a "
+        "class archive of its own kind of run (AppCDS: event_etl's from `event-etl warmup`, Spark's from its "
+        "file sink over 20,000 of these events), built before the first measured run; event_etl's driver JVM "
+        "also compiles with C1 only, its default for local jobs (Spark keeps its default JIT: its work runs in "
+        "the JVM, and C1 only slowed its 3 M-event JSON run from 24.5 s to 32.3 s). "
         f"Medians over {args.rounds} round(s), contenders alternating.", "",
         markdown_table(HEADER, summary_rows(results)), "",
         *[f"- {v}" for v in verdict(results)], "",
@@ -218,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"input: {info['events']:,} events, {info['bytes'] / 1e6:,.0f} MB, "
               f"{info['bytes_per_event']:.0f} B/event, "
               f"{info['files']} files in {inp}", flush=True)
+        prepare_archives(work, inp, args)
         results: dict[str, list[RunResult]] = {c: [] for c in args.contenders}
         for rnd in range(args.rounds):
             for c in args.contenders:

@@ -28,7 +28,9 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,7 +38,7 @@ from bench.procstats import run_measured
 from bench.spark_sink import PROGRESS_PREFIX
 
 __all__ = ["RunResult", "WrongOutput", "run_event_etl", "run_spark", "count_manifests", "count_spark_output",
-           "event_etl_batches", "CONTENDERS"]
+           "event_etl_batches", "ensure_event_etl_archive", "spark_archive_options", "CONTENDERS"]
 
 BENCH = Path(__file__).resolve().parent
 CONTENDERS = ("event_etl", "spark-json", "spark-parquet")
@@ -173,14 +175,59 @@ def run_event_etl(inp: Path, work: Path, *, events: int, input_bytes: int, maste
                      files, len(batches), steady[0], steady[1], float(run.group(1)) if run else None)
 
 
+QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def ensure_event_etl_archive() -> str:
+    """event_etl's JVM class archive (``event-etl warmup``, as bin/ builds it at install), built if missing."""
+    exe = str(Path(sys.executable).with_name("event-etl"))
+    check = subprocess.run([exe, "warmup", "--check"], env=_env(), capture_output=True, text=True)
+    if check.returncode == 3:
+        subprocess.run([exe, "warmup"], env=_env(), check=True, capture_output=True, text=True)
+        check = subprocess.run([exe, "warmup", "--check"], env=_env(), capture_output=True, text=True)
+    if check.returncode != 0:
+        raise SystemExit(f"event-etl warmup --check: {check.stdout}{check.stderr}")
+    return check.stdout.strip()
+
+
+def spark_archive_options(work: Path, small_input: Path, *, fmt: str, schema: Path, master: str,
+                          time_field: str = "event_time") -> str:
+    """Driver JVM options mapping a class archive of Spark's own file-sink run (``fmt``), built once in ``work``.
+
+    Each side starts from an archive of its own kind of run, as a team running either would set it
+    up: event_etl's from ``event-etl warmup``, Spark's from its file sink over ``small_input``
+    (its JVM dumps the classes it loaded when it exits, which it does after the Python process)."""
+    import psutil
+
+    final = work / f"spark-{fmt}.jsa"
+    if not final.is_file():
+        tmp = work / f"spark-{fmt}.jsa.tmp"
+        tmp.unlink(missing_ok=True)
+        sink, ckpt = work / f"archive-{fmt}-sink", work / f"archive-{fmt}-ckpt"
+        _fresh(sink, ckpt)
+        cmd = [sys.executable, str(BENCH / "spark_sink.py"), "--source", str(small_input), "--sink", str(sink),
+               "--checkpoint", str(ckpt), "--format", fmt, "--schema", str(schema), "--time-field", time_field,
+               "--master", master, f"--java-options=-XX:ArchiveClassesAtExit={tmp} {QUIET_CDS}"]
+        subprocess.run(cmd, env=_env(), check=True, capture_output=True, text=True)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and any(str(tmp) in " ".join(p.info["cmdline"] or ())
+                                                  for p in psutil.process_iter(["cmdline"])):
+            time.sleep(0.5)  # its JVM is still writing the archive
+        if not tmp.is_file() or tmp.stat().st_size == 0:
+            raise SystemExit(f"Spark's JVM wrote no class archive to {tmp}")
+        tmp.rename(final)
+        _fresh(sink, ckpt)
+    return f"-XX:SharedArchiveFile={final} {QUIET_CDS}"
+
+
 def run_spark(inp: Path, work: Path, *, fmt: str, events: int, input_bytes: int, master: str, files_per_batch: int,
-              schema: Path, time_field: str = "event_time") -> RunResult:
+              schema: Path, time_field: str = "event_time", java_options: str = "") -> RunResult:
     """One measured run of :mod:`bench.spark_sink` (``fmt``: json or parquet); fails loudly on a wrong count."""
     sink, ckpt = work / f"spark-{fmt}-sink", work / f"spark-{fmt}-ckpt"
     _fresh(sink, ckpt)
     cmd = [sys.executable, str(BENCH / "spark_sink.py"), "--source", str(inp), "--sink", str(sink),
            "--checkpoint", str(ckpt), "--format", fmt, "--schema", str(schema), "--time-field", time_field,
-           "--files-per-trigger", str(files_per_batch), "--master", master]
+           "--files-per-trigger", str(files_per_batch), "--master", master, f"--java-options={java_options}"]
     r = run_measured(cmd, env=_env())
     if r["returncode"] != 0:
         raise _failed(f"spark_sink --format {fmt}", r)

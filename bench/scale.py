@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compare import prepare_input, run_one  # noqa: E402
+from bench.compare import prepare_archives, prepare_input, run_one  # noqa: E402
 from bench.contenders import RunResult  # noqa: E402
 from bench.figures import median, mib  # noqa: E402
 from bench.machine import ROOT, describe, load_average  # noqa: E402
@@ -78,8 +78,9 @@ def run_config(cfg: Config, work: Path, args) -> dict[str, list[RunResult]]:
     events = max(args.files, args.mb * 1_000_000 // cfg.bytes_per_event)
     inp, info = prepare_input(work, events=events, seed=args.seed, files=args.files, shape=cfg.shape,
                               event_bytes=cfg.event_bytes)
-    run_args = argparse.Namespace(master=cfg.master, files_per_batch=args.files_per_batch)
     contenders = ["event_etl"] + ([] if args.no_spark else ["spark-json"])
+    run_args = argparse.Namespace(master=cfg.master, files_per_batch=args.files_per_batch, contenders=contenders)
+    prepare_archives(work, inp, run_args, event_type=cfg.event_type)
     out: dict[str, list[RunResult]] = {c: [] for c in contenders}
     for _ in range(args.rounds):
         for c in contenders:

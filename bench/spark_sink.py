@@ -54,13 +54,14 @@ def spark_ddl(avro_schema: dict) -> str:
     return ", ".join(cols)
 
 
-def session(master: str):
-    """A local SparkSession with the same non-default settings as event_etl's own session."""
+def session(master: str, java_options: str = ""):
+    """A local SparkSession with the same non-default settings as event_etl's own session (``java_options``:
+    its driver JVM's, given at launch)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master).appName("bench:spark_file_sink")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -68,8 +69,10 @@ def session(master: str):
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -120,9 +123,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--files-per-trigger", type=int, default=64, help="maxFilesPerTrigger (as event_etl's "
                     "--max-files-per-batch)")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--java-options", default="", help="the driver JVM's options (spark.driver.extraJavaOptions)")
     args = ap.parse_args(argv)
     ddl = spark_ddl(json.loads(args.schema.read_text()))
-    spark = session(args.master)
+    spark = session(args.master, args.java_options)
     t0 = time.monotonic()
     query = start_query(spark, source=args.source, sink=args.sink, checkpoint=args.checkpoint, fmt=args.format,
                         ddl=ddl, time_field=args.time_field, files_per_trigger=args.files_per_trigger)

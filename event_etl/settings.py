@@ -19,7 +19,7 @@ from typing import Mapping
 
 __all__ = ["Settings", "ENV_SINK", "ENV_EVENT_TYPES", "ENV_DEBUG", "ENV_STORAGE_RETRY", "ENV_LEASE_TTL",
            "ENV_FLEET_BACKOFF", "ENV_PROMETHEUS_URL", "ENV_METRICS_OLD_NAMES", "ENV_METRICS_JOB",
-           "ENV_SPARK_LOG_LEVEL", "ENV_SPARK_SUBMIT", "ENV_DRIVER_PIDFILE", "PUBSUB_PREFIX", "LOCAL_ONLY"]
+           "ENV_SPARK_LOG_LEVEL", "ENV_SPARK_SUBMIT", "ENV_DRIVER_PIDFILE", "ENV_CACHE_DIR", "PUBSUB_PREFIX", "LOCAL_ONLY"]
 
 ENV_SINK = "EVENT_ETL_SINK"
 ENV_EVENT_TYPES = "EVENT_ETL_EVENT_TYPES"
@@ -33,11 +33,12 @@ ENV_METRICS_JOB = "EVENT_ETL_METRICS_JOB"
 ENV_SPARK_LOG_LEVEL = "EVENT_ETL_SPARK_LOG_LEVEL"
 ENV_SPARK_SUBMIT = "EVENT_ETL_SPARK_SUBMIT"
 ENV_DRIVER_PIDFILE = "EVENT_ETL_DRIVER_PIDFILE"
+ENV_CACHE_DIR = "EVENT_ETL_CACHE_DIR"
 PUBSUB_PREFIX = "EVENT_ETL_PUBSUB_"
 """The Pub/Sub fetcher's settings (:class:`event_etl.sources.pubsub_fetch.FetchSettings`) are
 ``EVENT_ETL_PUBSUB_<FIELD>``."""
 
-LOCAL_ONLY = frozenset({ENV_EVENT_TYPES, ENV_DRIVER_PIDFILE, "EVENT_ETL_VENV", "EVENT_ETL_PYTHON"})
+LOCAL_ONLY = frozenset({ENV_EVENT_TYPES, ENV_DRIVER_PIDFILE, ENV_CACHE_DIR, "EVENT_ETL_VENV", "EVENT_ETL_PYTHON"})
 """Variables of this machine only: ``event-etl submit`` does not pass them on to the cluster."""
 
 
@@ -65,6 +66,8 @@ class Settings:
     spark_log_level: str = "ERROR"
     spark_submit: str | None = None
     driver_pidfile: str | None = None
+    cache_dir: str | None = None
+    """Where event_etl keeps what it builds for this machine (the JVM class archive); None: the XDG cache."""
     pubsub: Mapping[str, str] = field(default_factory=dict)
     """The ``EVENT_ETL_PUBSUB_*`` variables as given (``FetchSettings.from_env`` parses them)."""
 
@@ -85,5 +88,6 @@ class Settings:
             spark_log_level=env.get(ENV_SPARK_LOG_LEVEL, "ERROR"),
             spark_submit=env.get(ENV_SPARK_SUBMIT) or None,
             driver_pidfile=env.get(ENV_DRIVER_PIDFILE) or None,
+            cache_dir=env.get(ENV_CACHE_DIR) or None,
             pubsub={k: v for k, v in env.items() if k.startswith(PUBSUB_PREFIX)},
         )

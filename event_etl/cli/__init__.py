@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "run": "event_etl.cli.job:run_cmd",
     "status": "event_etl.cli.job:status_cmd",
     "deadletter": "event_etl.cli.job:deadletter_cmd",
+    "warmup": "event_etl.cli.job:warmup_cmd",
     "submit": "event_etl.cli.submit:submit_cmd",
     "setup": "event_etl.cli.pubsub:setup_cmd",
     "publish": "event_etl.cli.pubsub:publish_cmd",

@@ -83,7 +83,7 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     event_etl's streaming source is registered by the job that uses it (``--engine queries``):
     registering a Python data source starts the session state and a Python process (~1 s),
     which the shared engine does not need."""
-    check_java()
+    java = check_java()
     master = master or DEFAULT_MASTER
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
@@ -107,6 +107,9 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
             settings["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
     if master.startswith("local"):
         driver_options.append(LOCAL_JIT)
+    from event_etl.job.jvmarchive import jvm_options
+
+    driver_options += jvm_options(java)  # Spark's classes mapped from `event-etl warmup`'s archive, if built
     if driver_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(driver_options)
     if master.startswith("local"):
