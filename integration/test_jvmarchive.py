@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
@@ -25,13 +26,19 @@ def test_warmup_builds_the_archive_and_a_job_maps_it(tmp_path):
     env = {**os.environ, "EVENT_ETL_CACHE_DIR": str(tmp_path / "cache"), "PYSPARK_PYTHON": sys.executable}
     r = subprocess.run([EXE, "warmup", "--check"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 3 and "run event-etl warmup" in r.stdout, r.stdout + r.stderr
-    stale = tmp_path / "cache" / "jvm" / "spark-0000000000000000.jsa"
-    stale.parent.mkdir(parents=True)
+    folder = tmp_path / "cache" / "jvm"
+    folder.mkdir(parents=True)
+    stale, other = folder / "spark-0000000000000000.jsa", folder / "spark-1111111111111111.jsa"
     stale.write_bytes(b"made for a Java that is gone")
+    os.utime(stale, (time.time() - 40 * 86400,) * 2)
+    other.write_bytes(b"another virtual environment's, mapped yesterday")
+    os.utime(other, (time.time() - 86400,) * 2)
     r = subprocess.run([EXE, "warmup"], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    archives = list((tmp_path / "cache" / "jvm").iterdir())
-    assert len(archives) == 1 and archives[0].suffix == ".jsa" and archives[0] != stale, archives
+    assert not stale.exists(), "an archive unused for 40 days is deleted by the next build"
+    assert other.exists(), "another install's archive in use stays"
+    archives = [p for p in folder.iterdir() if p != other]
+    assert len(archives) == 1 and archives[0].suffix == ".jsa", archives
     assert archives[0].stat().st_size > 10 * 2**20
     assert str(archives[0]) in r.stdout
     r = subprocess.run([sys.executable, "-c", PROBE, str(archives[0])], env=env, capture_output=True, text=True,

@@ -16,7 +16,8 @@ archive itself as well (its own version, the class path) and starts without it, 
 when it does not match (its messages about that are turned off: the job still runs).
 
 The archive is ~120 MB under ``$EVENT_ETL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/event_etl``,
-else ``~/.cache/event_etl``); deleting it is always safe.
+else ``~/.cache/event_etl``), one per install of Java and Spark (two virtual environments have
+two); a build deletes those unused for :data:`UNUSED_DAYS`.  Deleting any is always safe.
 """
 
 from __future__ import annotations
@@ -106,10 +107,30 @@ def build_archive(*, timeout: float = 600.0) -> Path:
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
-    for old in final.parent.glob("spark-*.jsa"):
-        if old != final:
-            old.unlink(missing_ok=True)  # made for a Java or Spark no longer here
+    forget_unused(final.parent, keep=final)
     return final
+
+
+UNUSED_DAYS = 30
+"""An archive neither built nor mapped for this long is deleted by the next build (another install's stays)."""
+
+
+def forget_unused(folder: Path, *, keep: Path, now: float | None = None) -> list[Path]:
+    """Delete the archives of ``folder`` not built or mapped (mapping a file updates its access time) for
+    :data:`UNUSED_DAYS`: made for a Java or Spark no longer here.  Returns those deleted."""
+    import time
+
+    now = time.time() if now is None else now
+    gone = []
+    for old in folder.glob("spark-*.jsa"):
+        try:
+            st = old.stat()
+        except OSError:
+            continue
+        if old != keep and now - max(st.st_atime, st.st_mtime) > UNUSED_DAYS * 86400:
+            old.unlink(missing_ok=True)
+            gone.append(old)
+    return gone
 
 
 def _dump(path: str) -> None:  # pragma: no cover - runs in the process build_archive starts
