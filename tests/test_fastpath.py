@@ -525,3 +525,24 @@ print("pandas" in sys.modules)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.stdout.split()[0] == "False", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("id_type", ["long", "int"])
+def test_an_integer_id_gives_the_record_paths_keys(tmp_path, id_type):
+    """id_field may be an integer: its key is the hash of its decimal text, on both paths (and the fast
+    path takes such chunks too)."""
+    schema = {"type": "record", "name": "WithIntId", "namespace": "t",
+              "fields": [{"name": "id", "type": ["null", id_type]},
+                         {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+    et = make_event_type(tmp_path / "types", "int_id", schema, time_field="ts", id_field="id",
+                         dedupe_window="10m", allowed_lateness="1d")
+    recs = [{"id": None if i % 5 == 0 else i * 7 - 20, "ts": BASE + 3 * HOUR + i} for i in range(30)]
+    data = b"".join(orjson.dumps(r) + b"\n" for r in recs)
+    from event_etl.task.payload import Decoder
+
+    plan = plan_for(Decoder(et))
+    assert plan is not None and plan.decode(data) is not None, "such chunks take the fast path"
+    out = run_both(tmp_path / "run", et, data, BASE)
+    assert_same(out)
+    keys = np.frombuffer(out[True][1], dtype=executor_key_dtype())
+    assert len(keys) == 24  # one key per event with an id

@@ -213,10 +213,14 @@ class FastPlan:
         return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends)
 
     def _id_hashes(self, ids, pa, pc) -> np.ndarray:
-        """:func:`event_etl.task.dedupe.key_hash` ``("i", id)`` of each id of a string array without nulls:
-        xxh3-64 of ``b"i:" + id`` (UTF-8), hashed from slices of one buffer (no Python string per id)."""
+        """:func:`event_etl.task.dedupe.key_hash` ``("i", id)`` of each id of an array without nulls: for
+        strings, xxh3-64 of ``b"i:" + id`` (UTF-8), hashed from slices of one buffer (no Python string per id)."""
         import xxhash
 
+        if not pa.types.is_string(ids.type):  # an integer id: hashed as its decimal text, as the record path does
+            from event_etl.task.dedupe import id_key_hashes
+
+            return id_key_hashes(ids.to_pylist())
         if self._id_prefix is None:
             self._id_prefix = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, 2], np.int32)),
                                                                      pa.py_buffer(b"i:")])[0]
