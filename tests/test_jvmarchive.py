@@ -60,3 +60,18 @@ def test_the_cache_defaults_to_the_xdg_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("EVENT_ETL_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert jvmarchive.cache_dir() == tmp_path / "xdg" / "event_etl"
+
+
+def test_a_build_forgets_unused_archives_and_killed_builds_files(tmp_path):
+    now = 2_000_000_000.0
+    files = {"spark-aaaa.jsa": 40, "spark-bbbb.jsa": 2, ".spark-cccc.jsa.77.tmp": 2, ".spark-dddd.jsa.78.tmp": 0.01}
+    for name, days in files.items():
+        p = tmp_path / name
+        p.write_bytes(b"x")
+        os.utime(p, (now - days * 86400,) * 2)
+    keep = tmp_path / "spark-eeee.jsa"
+    keep.write_bytes(b"x")
+    os.utime(keep, (now - 400 * 86400,) * 2)
+    gone = jvmarchive.forget_unused(tmp_path, keep=keep, now=now)
+    assert sorted(p.name for p in gone) == [".spark-cccc.jsa.77.tmp", "spark-aaaa.jsa"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".spark-dddd.jsa.78.tmp", "spark-bbbb.jsa", "spark-eeee.jsa"]

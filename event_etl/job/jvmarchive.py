@@ -117,17 +117,20 @@ UNUSED_DAYS = 30
 
 def forget_unused(folder: Path, *, keep: Path, now: float | None = None) -> list[Path]:
     """Delete the archives of ``folder`` not built or mapped (mapping a file updates its access time) for
-    :data:`UNUSED_DAYS`: made for a Java or Spark no longer here.  Returns those deleted."""
+    :data:`UNUSED_DAYS` (made for a Java or Spark no longer here), and the temporary files of builds killed
+    a day ago or more.  Returns those deleted."""
     import time
 
     now = time.time() if now is None else now
     gone = []
-    for old in folder.glob("spark-*.jsa"):
+    for old in [*folder.glob("spark-*.jsa"), *folder.glob(".spark-*.tmp")]:
         try:
             st = old.stat()
         except OSError:
             continue
-        if old != keep and now - max(st.st_atime, st.st_mtime) > UNUSED_DAYS * 86400:
+        # a temporary file a day old: its build was killed (its JVM finished writing long ago, or never will)
+        limit = 86400 if old.suffix == ".tmp" else UNUSED_DAYS * 86400
+        if old != keep and now - max(st.st_atime, st.st_mtime) > limit:
             old.unlink(missing_ok=True)
             gone.append(old)
     return gone
