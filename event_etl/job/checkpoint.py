@@ -246,9 +246,8 @@ class Checkpoint:
 
     def save_dedupe_rows(self, batch_id: int, rows) -> None:
         """The keys a batch wrote (``STORED_DTYPE`` rows of :mod:`event_etl.task.dedupe`), durably."""
-        from event_etl.task.dedupe import STORED_DTYPE, legacy_rows, stored
+        from event_etl.task.dedupe import legacy_rows
 
-        rows = rows if rows.dtype == STORED_DTYPE else stored(rows)
         d = self.etl / "dedupe"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{batch_id:010d}.k2"

@@ -139,10 +139,10 @@ def forget_unused(folder: Path, *, keep: Path, now: float | None = None) -> list
 def _dump(path: str) -> None:  # pragma: no cover - runs in the process build_archive starts
     """Start a local session whose JVM dumps its classes at exit into ``path``, run a job through a Python
     worker (the classes every job loads), stop it and wait for the JVM to finish writing."""
-    from event_etl.job.session import LOCAL_JIT, get_session, stop_session
+    from event_etl.job.session import check_java, driver_java_options, get_session, stop_session
 
-    log4j = Path(__file__).resolve().parent.parent / "log4j2.properties"
-    options = [f"-Dlog4j2.configurationFile=file:{log4j}", LOCAL_JIT, f"-XX:ArchiveClassesAtExit={path}", *QUIET]
+    options = [*driver_java_options("local[1]", check_java(), archive=False), f"-XX:ArchiveClassesAtExit={path}",
+               *QUIET]
     spark = get_session("local[1]", {"spark.driver.extraJavaOptions": " ".join(options)},
                         app_name="event_etl:warmup")
     spark.sparkContext.parallelize(range(4), 2).map(lambda x: x + 1).collect()

@@ -99,22 +99,15 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     # tasks (mimalloc, pyarrow's default, keeps them: ~100 MiB more per Python worker).
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # local workers inherit the driver's environment
     settings["spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL"] = os.environ["ARROW_DEFAULT_MEMORY_POOL"]
-    log4j = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "log4j2.properties")
-    driver_options = []
-    if os.path.isfile(log4j):  # not when event_etl is imported from a zip (`submit`)
-        driver_options.append(f"-Dlog4j2.configurationFile=file:{log4j}")
-        if master.startswith("local"):
-            settings["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
-    if master.startswith("local"):
-        driver_options.append(LOCAL_JIT)
-    from event_etl.job.jvmarchive import jvm_options
-
-    driver_options += jvm_options(java)  # Spark's classes mapped from `event-etl warmup`'s archive, if built
+    log4j = _log4j()
+    if log4j and master.startswith("local"):
+        settings["spark.executor.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
+    driver_options = driver_java_options(master, java)
     if driver_options:
         settings["spark.driver.extraJavaOptions"] = " ".join(driver_options)
     if master.startswith("local"):
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-        if os.path.isfile(log4j):  # event_etl installed as files (not a zip): its daemon entry can be run
+        if log4j:  # event_etl installed as files (not a zip): its daemon entry can be run
             # the workers are this job's own processes: keep them alive through a SIGTERM meant for the job
             settings["spark.python.daemon.module"] = "event_etl.job.sparkdaemon"
     settings.update(conf or {})
@@ -124,6 +117,24 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     spark = _off_the_main_thread(builder.getOrCreate)
     spark.sparkContext.setLogLevel(Settings.from_env().spark_log_level)
     return spark
+
+
+def _log4j() -> str | None:
+    """event_etl's log4j settings file; None when event_etl is imported from a zip (`submit`)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "log4j2.properties")
+    return path if os.path.isfile(path) else None
+
+
+def driver_java_options(master: str, java: str, *, archive: bool = True) -> list[str]:
+    """The driver JVM's options: event_etl's log settings, :data:`LOCAL_JIT` for a local master and, with
+    ``archive``, those mapping `event-etl warmup`'s class archive of Spark if it was built."""
+    from event_etl.job.jvmarchive import jvm_options
+
+    log4j = _log4j()
+    options = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j else []
+    if master.startswith("local"):
+        options.append(LOCAL_JIT)
+    return options + (jvm_options(java) if archive else [])
 
 
 def _launch_own_jvm(settings: Mapping[str, str]) -> None:

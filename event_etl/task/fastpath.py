@@ -222,8 +222,7 @@ class FastPlan:
 
             return id_key_hashes(ids.to_pylist())
         if self._id_prefix is None:
-            self._id_prefix = pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(np.array([0, 2], np.int32)),
-                                                                     pa.py_buffer(b"i:")])[0]
+            self._id_prefix = _bytes_array(pa.binary(), [b"i:"])[0]
         joined = pc.binary_join_element_wise(self._id_prefix, pc.cast(ids, pa.binary()), zero_scalar(pa.binary()))
         offs, data = rows_buffer(joined)
         bounds = offs.tolist()
@@ -275,10 +274,16 @@ def string_array(values) -> Any:
     worker, whatever the values: pyarrow checks whether they are pandas objects)."""
     import pyarrow as pa
 
-    data = [v.encode("utf-8") for v in values]
+    return _bytes_array(pa.string(), [v.encode("utf-8") for v in values])
+
+
+def _bytes_array(arrow_type, data: list[bytes]) -> Any:
+    """A string or binary array of ``data`` (each value's bytes), from its offsets and data buffers."""
+    import pyarrow as pa
+
     offsets = np.zeros(len(data) + 1, dtype=np.int32)
     np.cumsum([len(d) for d in data], out=offsets[1:])
-    return pa.StringArray.from_buffers(len(data), pa.py_buffer(offsets), pa.py_buffer(b"".join(data)))
+    return pa.Array.from_buffers(arrow_type, len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
 def int64_array(values: np.ndarray) -> Any:
@@ -320,8 +325,7 @@ def zero_scalar(arrow_type) -> Any:
         import pyarrow as pa
 
         if name in ("string", "binary"):
-            zero = pa.Array.from_buffers(arrow_type, 1, [None, pa.py_buffer(np.zeros(2, dtype=np.int32)),
-                                                         pa.py_buffer(b"")])
+            zero = _bytes_array(arrow_type, [b""])
         elif name == "bool":
             zero = pa.Array.from_buffers(pa.bool_(), 1, [None, pa.py_buffer(b"\x00")])
         else:
