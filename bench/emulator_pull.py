@@ -1,6 +1,6 @@
 """How fast Google's Pub/Sub emulator serves pulls while messages are held unacknowledged (issue 22).
 
-    .venv/bin/python bench/emulator_pull.py --messages 200000 --modes ack,hold,cap20000,cap50000
+    .venv/bin/python bench/emulator_pull.py --messages 200000 --modes ack,lag1,hold,cap20000,cap50000
 
 A job acknowledges a message only after the batch holding it is durable, so it always holds
 messages it has pulled and not yet acknowledged; the bare loop of ``bench/pubsub.py``
@@ -12,7 +12,19 @@ subscription per mode, then each subscription is drained by one synchronous pull
 - ``ack``: acknowledge every pull at once (the bare loop);
 - ``hold``: acknowledge nothing (everything pulled stays outstanding);
 - ``capN``: keep the newest N outstanding, acknowledging older ones in requests of 2,500
-  (a job whose batches hold N messages).
+  (a job whose batches hold N messages);
+- ``lagN``: acknowledge each pull's messages after the N-th pull that follows it, so that only the
+  last N pulls (at most N x 100 messages) are outstanding when the emulator serves a pull
+  (``lag1``: the smallest hold a job that acknowledges after saving can have while it pulls on).
+
+Each line also gives the rate over the first and the last fifth of the drain: while the
+subscription's backlog is still large and when it is nearly drained.  The emulator serves a
+pull in time that grows with the backlog not yet delivered as soon as one message is
+outstanding (in version 0.8.20, ``MessageBacklog.updateExpiredAckDeadlines``, which every pull
+calls first, returns at once only when nothing is outstanding; otherwise it walks every
+outstanding message and copies the whole set of undelivered ones into a new set): then the
+first fifth runs much slower than the last.  The bare loop never has a message outstanding
+when it pulls.
 
 It starts the emulator as ``bench/pubsub.py`` does (:class:`bench.pubsub.Emulator`, a free port of
 127.0.0.1, its process group stopped at the end).
@@ -33,10 +45,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.pubsub import PROJECT, Emulator, create  # noqa: E402
 
 
-def drain(sub, path: str, mode: str, total: int) -> tuple[int, float]:
-    """Pull ``path`` until it is empty, acknowledging as ``mode`` says; (messages, seconds)."""
+def drain(sub, path: str, mode: str, total: int) -> tuple[int, float, list[float]]:
+    """Pull ``path`` until it is empty, acknowledging as ``mode`` says.
+
+    Returns (messages, seconds, the time at which each fifth of ``total`` was reached)."""
     cap = int(mode[3:]) if mode.startswith("cap") else None
-    got, held = 0, []
+    lag = int(mode[3:]) if mode.startswith("lag") else None
+    got, held, pulls = 0, [], []
+    marks: list[float] = []
     start = time.monotonic()
     while got < total:
         resp = sub.pull(subscription=path, max_messages=1000, timeout=30)
@@ -44,6 +60,8 @@ def drain(sub, path: str, mode: str, total: int) -> tuple[int, float]:
         if not ids:
             break
         got += len(ids)
+        while len(marks) < 5 and got >= total * (len(marks) + 1) // 5:
+            marks.append(time.monotonic() - start)
         if mode == "ack":
             sub.acknowledge(subscription=path, ack_ids=ids)
         elif cap is not None:
@@ -52,18 +70,33 @@ def drain(sub, path: str, mode: str, total: int) -> tuple[int, float]:
                 old, held = held[:len(held) - cap], held[len(held) - cap:]
                 for i in range(0, len(old), 2500):
                     sub.acknowledge(subscription=path, ack_ids=old[i:i + 2500])
-    return got, time.monotonic() - start
+        elif lag is not None:
+            pulls.append(ids)
+            if len(pulls) > lag:
+                sub.acknowledge(subscription=path, ack_ids=pulls.pop(0))
+    for ids in pulls:  # lagN: what is still held once the subscription is drained
+        sub.acknowledge(subscription=path, ack_ids=ids)
+    return got, time.monotonic() - start, marks
+
+
+def fifths(marks: list[float], total: int) -> str:
+    """The rate over the first and over the last fifth of a drain."""
+    if len(marks) < 5:
+        return ""
+    first, last = marks[0], marks[4] - marks[3]
+    fifth = total / 5
+    return f"; first fifth {fifth / first:,.0f} msg/s, last fifth {fifth / last:,.0f} msg/s"
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200_000)
-    ap.add_argument("--modes", default="ack,hold,cap20000,cap50000")
+    ap.add_argument("--modes", default="ack,lag1,hold,cap20000,cap50000")
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     for m in modes:
-        if m not in ("ack", "hold") and not (m.startswith("cap") and m[3:].isdigit()):
-            ap.error(f"unknown mode {m!r}: use ack, hold or capN (e.g. cap20000)")
+        if m not in ("ack", "hold") and not (m[:3] in ("cap", "lag") and m[3:].isdigit()):
+            ap.error(f"unknown mode {m!r}: use ack, hold, capN (e.g. cap20000) or lagN (e.g. lag1)")
     with tempfile.TemporaryDirectory(prefix="event_etl-emulator-pull-") as work:
         emu = Emulator(Path(work)).start()
         os.environ["PUBSUB_EMULATOR_HOST"] = emu.host
@@ -79,8 +112,9 @@ def main(argv: list[str] | None = None) -> None:
                 pub.api.publish(topic=topic, messages=[PubsubMessage(data=b"x" * 225)] * 1000)
             print(f"published {args.messages:,} messages of 225 bytes; load average {os.getloadavg()[0]:.2f}")
             for m in modes:
-                got, secs = drain(sub, paths[m], m, args.messages)
-                print(f"{m:>10}: {got:,} in {secs:.1f} s = {got / secs:,.0f} msg/s", flush=True)
+                got, secs, marks = drain(sub, paths[m], m, args.messages)
+                print(f"{m:>10}: {got:,} in {secs:.1f} s = {got / secs:,.0f} msg/s{fifths(marks, args.messages)}",
+                      flush=True)
         finally:
             emu.stop()
 
