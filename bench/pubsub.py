@@ -50,6 +50,11 @@ Scenarios (``--scenarios``, comma-separated):
   its ``_COMPLETE`` (:mod:`bench.sinkwatch`); bound: 1 trigger interval + 2 s.
 - **soak**: the same at ``--soak-rate`` for ``--soak-minutes``, the job's process tree sampled
   every 5 s as ``bench/memory.py`` does (PSS by part; flat: no part grows more than 10 %).
+- **readers**: the ceiling of this machine for the live and soak rates, without Spark: a paced
+  publisher sends ``--soak-rate`` messages/s for ``--live-seconds`` while the bare loop reads (a
+  subscription of its own), then again while the saving loop reads; for each, how long after the
+  publisher stopped it had read everything.  A reader that ends well after the publisher cannot
+  sustain that rate here, whatever reads behind it.
 - **restart**: a live job is started on ``--prime`` messages and stopped (SIGINT: no drain); while
   it is down ``--messages`` are published (event time now); the same command is run again and the
   catch-up rate is taken from its start (JVM included) and from its first batch to the batch line
@@ -311,7 +316,7 @@ def bare_loop(subscription: str, expected: int, *, quiet: float = 3.0) -> dict:
     client = pubsub_v1.SubscriberClient()
     ids: set[str] = set()
     got = pulls = acks = 0
-    first = last = None
+    first = last = last_at = None
     empty_since = None
     try:
         while True:
@@ -333,32 +338,37 @@ def bare_loop(subscription: str, expected: int, *, quiet: float = 3.0) -> dict:
             client.acknowledge(subscription=subscription, ack_ids=[rm.ack_id for rm in resp.received_messages],
                                timeout=60)
             acks += 1
-            last = time.monotonic()
+            last, last_at = time.monotonic(), time.time()
     finally:
         client.close()
     secs = (last or time.monotonic()) - (first or time.monotonic())
     if len(ids) != expected:
         raise BenchError(f"WRONG OUTPUT: the bare loop got {len(ids):,} distinct messages, {expected:,} published")
     return {"received": got, "distinct": len(ids), "seconds": secs, "rate": len(ids) / secs if secs else None,
-            "pulls": pulls, "acks": acks}
+            "pulls": pulls, "acks": acks, "last_at": last_at}
 
 
-def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: int = 5000,
+def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: int = 5000, save_age: float = 0.5,
                 quiet: float = 3.0) -> dict:
-    """The bare loop keeping the job's contract: acknowledge only what is saved (written and fsync'd)."""
+    """The bare loop keeping the job's contract: acknowledge only what is saved (written and fsync'd).
+
+    It saves every ``save_every`` messages, when what it holds is ``save_age`` seconds old (as a spool
+    segment is written), and once it has every message it expects (a pull on an empty subscription can wait
+    for its whole timeout on the emulator)."""
     from google.cloud import pubsub_v1
     from google.pubsub_v1.types import PullResponse
 
     client = pubsub_v1.SubscriberClient()
     ids: set[str] = set()
     got = pulls = acks = saves = 0
-    first = last = None
+    first = last = last_at = None
+    opened = 0.0
     empty_since = None
     held: list[str] = []
     buf: list[bytes] = []
 
     def save() -> None:
-        nonlocal acks, saves, last
+        nonlocal acks, saves, last, last_at
         if not held:
             return
         with open(spool, "ab") as fh:
@@ -371,7 +381,7 @@ def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: in
             acks += 1
         held.clear()
         buf.clear()
-        last = time.monotonic()
+        last, last_at = time.monotonic(), time.time()
 
     try:
         while True:
@@ -391,9 +401,11 @@ def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: in
             empty_since = None
             got += len(resp.received_messages)
             ids.update(rm.message.message_id for rm in resp.received_messages)
+            if not held:
+                opened = now
             buf.append(resp.SerializeToString())
             held.extend(rm.ack_id for rm in resp.received_messages)
-            if len(held) >= save_every:
+            if len(held) >= save_every or now - opened >= save_age or len(ids) >= expected:
                 save()
         save()
     finally:
@@ -403,7 +415,7 @@ def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: in
     if len(ids) != expected:
         raise BenchError(f"WRONG OUTPUT: the saving loop got {len(ids):,} distinct messages, {expected:,} published")
     return {"received": got, "distinct": len(ids), "seconds": secs, "rate": len(ids) / secs if secs else None,
-            "pulls": pulls, "acks": acks, "saves": saves, "save_every": save_every}
+            "pulls": pulls, "acks": acks, "saves": saves, "save_every": save_every, "last_at": last_at}
 
 
 # -- the job ------------------------------------------------------------------------------------------
@@ -475,7 +487,8 @@ def scenario_drain(kind: str, emu: Emulator, args, work: Path) -> dict:
     print(f"  bare loop: {bare['distinct']:,} in {bare['seconds']:.1f} s = {bare['rate']:,.0f} msg/s "
           f"({bare['pulls']:,} pulls)", flush=True)
     print("saving loop ...", flush=True)
-    saving = saving_loop(saving_sub, n, work / f"{kind}-saving.spool", save_every=args.save_every)
+    saving = saving_loop(saving_sub, n, work / f"{kind}-saving.spool", save_every=args.save_every,
+                         save_age=args.save_age)
     print(f"  saving loop: {saving['distinct']:,} in {saving['seconds']:.1f} s = {saving['rate']:,.0f} msg/s "
           f"({saving['pulls']:,} pulls, {saving['saves']:,} saves)", flush=True)
     sink, ckpt = work / f"{kind}-sink", work / f"{kind}-ckpt"
@@ -506,6 +519,37 @@ def scenario_drain(kind: str, emu: Emulator, args, work: Path) -> dict:
           f"loop, {res['ratio_saving']:.2f}x the saving loop), {j['batches']} batches, CPU {j['cpu']:.0f} s, "
           f"peak PSS {j['peak_pss'] / 2**20:,.0f} MiB; "
           f"{j['stats']}", flush=True)
+    return res
+
+
+def scenario_readers(emu: Emulator, args, work: Path) -> dict:
+    """readers: the bare and the saving loop, each against a publisher at ``--soak-rate`` (no Spark)."""
+    rate, seconds = args.soak_rate, args.live_seconds
+    count = int(rate * seconds)
+    load = load_average()
+    res: dict = {"kind": "readers", "rate": rate, "seconds": seconds, "load": load}
+    for reader in ("bare", "saving"):
+        name = f"readers-{reader}-{int(time.time())}"
+        topic, sub = f"projects/{PROJECT}/topics/{name}", f"projects/{PROJECT}/subscriptions/{name}"
+        create(topic, [sub])
+        clock = fast_clock(seconds + 60, default_speedup(_trigger_s(args)), time.time() + 5)
+        pubs = Publishers(emu.host, topic, count=count, workers=args.publishers, seed=args.seed, clock=clock, rate=rate)
+        try:
+            print(f"readers: {reader} loop against {rate:,} msg/s for {seconds:.0f} s ...", flush=True)
+            if reader == "bare":
+                r = bare_loop(sub, count, quiet=30.0)
+            else:
+                r = saving_loop(sub, count, work / "readers-saving.spool", save_every=args.save_every,
+                                save_age=args.save_age, quiet=30.0)
+            done = r["last_at"]  # its last acknowledgement (its last pull, on an empty subscription, may wait 30 s)
+            sent = pubs.join()
+            pubs = None
+        finally:
+            if pubs is not None:
+                pubs.stop()
+        res[reader] = {"after": done - sent["t1"], "published_in": sent["t1"] - sent["t0"], "count": r["distinct"]}
+        print(f"  {reader} loop: read all {r['distinct']:,} {done - sent['t1']:.1f} s after the publisher stopped "
+              f"(it published for {sent['t1'] - sent['t0']:.1f} s)", flush=True)
     return res
 
 
@@ -734,7 +778,8 @@ def _mib(x: float) -> str:
 def report(res: dict, args, machine: dict, command: str) -> str:
     kind = res["kind"]
     title = {"backlog": "backlog after downtime", "backfill": "backfill of weeks-old events",
-             "live": "live at a fixed rate", "soak": "soak", "restart": "restart after a downtime"}[kind]
+             "live": "live at a fixed rate", "soak": "soak", "restart": "restart after a downtime",
+             "readers": "what plain readers sustain against a paced publisher"}[kind]
     head = [f"## Pub/Sub: {title} (bench/pubsub.py{', ' + args.label if args.label else ''})", "",
             machine_lines(machine, command, res["load"]), ""]
     emu_note = ("Google's Pub/Sub emulator on the same machine (it returns at most 100 messages a pull; the real "
@@ -765,6 +810,19 @@ def report(res: dict, args, machine: dict, command: str) -> str:
             f"The job: {j['batches']} batches (largest {lb[0]:,} messages in {lb[1]:.2f} s), query time "
             f"{_s(j['query_seconds'])}; outcomes {j['totals']}; {j['hours']} hours marked, {j['files']} files, "
             f"records checked against the messages published."])
+    if kind == "readers":
+        rows = [[f"{label} loop", f"{res[key]['published_in']:.1f}", f"{res[key]['after']:.1f}",
+                 "kept up" if res[key]["after"] <= 15 else "fell behind"]
+                for key, label in (("bare", "bare"), ("saving", "saving"))]
+        return "\n".join(head + [
+            f"No Spark: a publisher ({args.publishers} processes) at {res['rate']:,} messages/s for "
+            f"{res['seconds']:.0f} s, read by the bare loop (acknowledges each pull), then, on a topic of its own, "
+            f"by the saving loop (acknowledges what it holds once fsync'd, every {args.save_every:,} messages or "
+            f"{args.save_age:g} s). " + emu_note, "",
+            markdown_table(["reader", "publisher ran (s)", "read everything, s after the publisher stopped", ""],
+                           rows), "",
+            "A reader that ends well after the publisher cannot sustain the rate here: a job that reads as it does "
+            "cannot either."])
     if kind in ("live", "soak"):
         m, w = res["marker"], res["marker_written"]
         ok_consumed = res["consumed_after"] is not None and res["consumed_after"] <= 15
@@ -809,10 +867,13 @@ def report(res: dict, args, machine: dict, command: str) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", default="backlog,backfill,live,soak,restart",
-                    help="comma-separated: backlog, backfill, live, soak, restart (default: all)")
+                    help="comma-separated: backlog, backfill, live, soak, restart, readers "
+                         "(default: all but readers)")
     ap.add_argument("--messages", type=int, default=1_000_000, help="backlog, backfill, restart (default 1,000,000)")
     ap.add_argument("--save-every", type=int, default=5000,
-                    help="backlog, backfill: messages the saving loop holds before it saves and acknowledges")
+                    help="messages the saving loop holds before it saves and acknowledges (default 5,000)")
+    ap.add_argument("--save-age", type=float, default=0.5,
+                    help="seconds the saving loop holds messages before it saves and acknowledges (default 0.5)")
     ap.add_argument("--backfill-days", type=int, default=21)
     ap.add_argument("--backfill-hours", type=int, default=12)
     ap.add_argument("--live-rate", type=int, default=10_000)
@@ -835,7 +896,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args(argv)
     args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    bad = set(args.scenarios) - {"backlog", "backfill", "live", "soak", "restart"}
+    bad = set(args.scenarios) - {"backlog", "backfill", "live", "soak", "restart", "readers"}
     if bad:
         ap.error(f"unknown scenarios: {', '.join(sorted(bad))}")
     return args
@@ -863,6 +924,8 @@ def main(argv: list[str] | None = None) -> None:
                 res = scenario_drain(kind, emu, args, work)
             elif kind in ("live", "soak"):
                 res = scenario_live(kind, emu, args, work)
+            elif kind == "readers":
+                res = scenario_readers(emu, args, work)
             else:
                 res = scenario_restart(emu, args, work)
             results.append(res)
