@@ -307,45 +307,10 @@ def publish_all(host: str, topic: str, count: int, args, clock: Clock, *, first_
     return r
 
 
-# -- the bare loop ------------------------------------------------------------------------------------
+# -- the bare loop and the saving loop ----------------------------------------------------------------
 def bare_loop(subscription: str, expected: int, *, quiet: float = 3.0) -> dict:
     """Synchronous pull of up to 1,000 and acknowledge, until the subscription stays empty ``quiet`` seconds."""
-    from google.cloud import pubsub_v1
-    from google.pubsub_v1.types import PullResponse
-
-    client = pubsub_v1.SubscriberClient()
-    ids: set[str] = set()
-    got = pulls = acks = 0
-    first = last = last_at = None
-    empty_since = None
-    try:
-        while True:
-            resp = PullResponse.pb(client.pull(subscription=subscription, max_messages=PULL_MAX, timeout=30))
-            pulls += 1
-            now = time.monotonic()
-            if first is None:
-                first = now
-            if not resp.received_messages:
-                if got >= expected:
-                    break
-                empty_since = empty_since or now
-                if now - empty_since > quiet:
-                    break
-                continue
-            empty_since = None
-            got += len(resp.received_messages)
-            ids.update(rm.message.message_id for rm in resp.received_messages)
-            client.acknowledge(subscription=subscription, ack_ids=[rm.ack_id for rm in resp.received_messages],
-                               timeout=60)
-            acks += 1
-            last, last_at = time.monotonic(), time.time()
-    finally:
-        client.close()
-    secs = (last or time.monotonic()) - (first or time.monotonic())
-    if len(ids) != expected:
-        raise BenchError(f"WRONG OUTPUT: the bare loop got {len(ids):,} distinct messages, {expected:,} published")
-    return {"received": got, "distinct": len(ids), "seconds": secs, "rate": len(ids) / secs if secs else None,
-            "pulls": pulls, "acks": acks, "last_at": last_at}
+    return _read_loop(subscription, expected, quiet=quiet)
 
 
 def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: int = 5000, save_age: float = 0.5,
@@ -355,6 +320,17 @@ def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: in
     It saves every ``save_every`` messages, when what it holds is ``save_age`` seconds old (as a spool
     segment is written), and once it has every message it expects (a pull on an empty subscription can wait
     for its whole timeout on the emulator)."""
+    r = _read_loop(subscription, expected, quiet=quiet, spool=spool, save_every=save_every, save_age=save_age)
+    r["save_every"] = save_every
+    return r
+
+
+def _read_loop(subscription: str, expected: int, *, quiet: float, spool: Path | None = None,
+               save_every: int = 0, save_age: float = 0.0) -> dict:
+    """Pull until ``expected`` messages came and a pull found nothing, or nothing came for ``quiet`` seconds.
+    Without ``spool``, each pull is acknowledged at once; with it, held until saved (see :func:`saving_loop`).
+    Returns counts, the seconds from the first pull to the last acknowledgement and that acknowledgement's
+    wall time (``last_at``)."""
     from google.cloud import pubsub_v1
     from google.pubsub_v1.types import PullResponse
 
@@ -367,8 +343,15 @@ def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: in
     held: list[str] = []
     buf: list[bytes] = []
 
+    def acknowledge(ack_ids: list[str]) -> None:
+        nonlocal acks, last, last_at
+        for i in range(0, len(ack_ids), 2500):
+            client.acknowledge(subscription=subscription, ack_ids=ack_ids[i:i + 2500], timeout=60)
+            acks += 1
+        last, last_at = time.monotonic(), time.time()
+
     def save() -> None:
-        nonlocal acks, saves, last, last_at
+        nonlocal saves
         if not held:
             return
         with open(spool, "ab") as fh:
@@ -376,12 +359,9 @@ def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: in
             fh.flush()
             os.fsync(fh.fileno())
         saves += 1
-        for i in range(0, len(held), 2500):
-            client.acknowledge(subscription=subscription, ack_ids=held[i:i + 2500], timeout=60)
-            acks += 1
+        acknowledge(held)
         held.clear()
         buf.clear()
-        last, last_at = time.monotonic(), time.time()
 
     try:
         while True:
@@ -401,6 +381,9 @@ def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: in
             empty_since = None
             got += len(resp.received_messages)
             ids.update(rm.message.message_id for rm in resp.received_messages)
+            if spool is None:
+                acknowledge([rm.ack_id for rm in resp.received_messages])
+                continue
             if not held:
                 opened = now
             buf.append(resp.SerializeToString())
@@ -410,12 +393,14 @@ def saving_loop(subscription: str, expected: int, spool: Path, *, save_every: in
         save()
     finally:
         client.close()
-        spool.unlink(missing_ok=True)
+        if spool is not None:
+            spool.unlink(missing_ok=True)
     secs = (last or time.monotonic()) - (first or time.monotonic())
     if len(ids) != expected:
-        raise BenchError(f"WRONG OUTPUT: the saving loop got {len(ids):,} distinct messages, {expected:,} published")
+        which = "bare" if spool is None else "saving"
+        raise BenchError(f"WRONG OUTPUT: the {which} loop got {len(ids):,} distinct messages, {expected:,} published")
     return {"received": got, "distinct": len(ids), "seconds": secs, "rate": len(ids) / secs if secs else None,
-            "pulls": pulls, "acks": acks, "saves": saves, "save_every": save_every, "last_at": last_at}
+            "pulls": pulls, "acks": acks, "saves": saves, "last_at": last_at}
 
 
 # -- the job ------------------------------------------------------------------------------------------
