@@ -7,7 +7,8 @@
 ``EVENT_ETL_PUBSUB_STREAMS=1``) into a spool in a temporary folder while a publisher
 (:class:`bench.pubsub.Publishers`, ``--publishers`` processes) sends ``--rate`` messages/s for
 ``--seconds``; every ``--hold`` seconds it acknowledges the segments written so far and deletes
-them, as a job whose batches are saved every ``--hold`` seconds would.  Prints the progress every
+them, as a job whose batches are saved every ``--hold`` seconds would (and at once when every message
+has been pulled, as the saving loop of ``bench/pubsub.py`` saves when it has them all).  Prints the progress every
 10 s and how long after the publisher stopped everything was acknowledged (gives up after
 ``--give-up`` seconds).  Nothing is written to RESULTS.md.
 """
@@ -51,8 +52,12 @@ def main(argv: list[str] | None = None) -> None:
             fetcher = Fetcher(sub, spool, settings=FetchSettings.from_env()).start()
             t0 = next_print = time.time()
             try:
+                acked_at = time.time()
                 while fetcher.acked < count and time.time() - t0 < args.give_up:
-                    time.sleep(args.hold)
+                    time.sleep(0.05)
+                    if time.time() - acked_at < args.hold and fetcher.pulled < count:
+                        continue  # as a batch would: every --hold seconds, or at once when all has come
+                    acked_at = time.time()
                     with fetcher.lock:
                         names = [n for n, h in fetcher.held.items() if h.written]
                     fetcher.ack(names)
