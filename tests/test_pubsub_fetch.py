@@ -149,6 +149,21 @@ def test_messages_are_pulled_in_the_background_into_durable_segments(tmp_path):
         f.stop()
 
 
+def test_the_last_messages_before_a_pause_are_spooled_while_the_next_pull_waits(tmp_path):
+    # a pull on a quiet subscription waits (here 3 s, as for pull_timeout on the real service): what the
+    # stream pulled before it is written once it is segment_age old, not when that pull gives up
+    svc = RealServiceLike(wait=3.0)
+    for i in range(10):
+        svc.publish(b'{"n": %d}' % i, t("13:00") + i)
+    f = fetcher(tmp_path, svc, streams=1, segment_age=0.1, pull_timeout=3.0).start()
+    try:
+        wait_until(lambda: sum(segment_count(p.name) for p in segments(tmp_path)) == 10, timeout=1.5,
+                   what="the 10 messages spooled while the next pull waits")
+        assert svc.calls["pull"] == 2  # the one that brought them, and the one still waiting
+    finally:
+        f.stop()
+
+
 def test_acknowledgements_and_deadline_extensions_go_in_bulk(tmp_path):
     svc = RealServiceLike()
     for i in range(6000):

@@ -222,9 +222,10 @@ class Fetcher:
             t = threading.Thread(target=self._stream_loop, args=(s,), name=f"pubsub-pull-{s.index}", daemon=True)
             t.start()
             self._threads.append(t)
-        t = threading.Thread(target=self._extend_loop, name="pubsub-extend", daemon=True)
-        t.start()
-        self._threads.append(t)
+        for target, name in ((self._extend_loop, "pubsub-extend"), (self._age_loop, "pubsub-age")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -395,6 +396,20 @@ class Fetcher:
             if s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
                 self._flush(s)
         self._flush(s)
+
+    def _age_loop(self) -> None:
+        """Write every stream's open segment once it is ``segment_age`` old, while its stream waits in a pull.
+
+        A stream otherwise writes its segment only when a pull returns, and a pull on a quiet subscription
+        waits: up to ``pull_timeout`` on the real service, until its deadline is nearly over on the emulator.
+        The last messages before a pause would wait that long before a batch could take them."""
+        age = self.settings.segment_age
+        while not self._stop.wait(max(0.02, min(0.1, age / 2))):
+            now = time.monotonic()
+            with self.lock:
+                old = [s for s in self.streams if s.buffer and now - s.opened >= age]
+            for s in old:
+                self._flush(s)
 
     def _flush(self, s: _Stream) -> None:
         """Write the stream's open segment durably, then extend its messages' deadlines at once."""
