@@ -408,8 +408,16 @@ class Fetcher:
             now = time.monotonic()
             with self.lock:
                 old = [s for s in self.streams if s.buffer and now - s.opened >= age]
-            for s in old:
-                self._flush(s)
+            try:
+                for s in old:
+                    self._flush(s)
+            except Exception as err:  # noqa: BLE001 - as a stream that dies: the job stops, with the cause
+                log.exception("writing a spool segment of %s failed", self.subscription)
+                self._fail(SourceError(f"writing a spool segment of {self.subscription} failed: "
+                                       f"{type(err).__name__}: {err}",
+                                       fix="see the log for the cause; the job can be restarted on the same "
+                                           "checkpoint"))
+                return
 
     def _flush(self, s: _Stream) -> None:
         """Write the stream's open segment durably, then extend its messages' deadlines at once."""
@@ -448,6 +456,8 @@ class Fetcher:
         for t in self._threads:
             if t.name.startswith("pubsub-pull-"):
                 t.join()
+        while any(not h.written for h in list(self.held.values())) and not self._stop.is_set():
+            time.sleep(0.01)  # a segment the age timer is still writing
         if self.error is None:
             write_json_atomic(self.segdir / DRAINED, {"run": self.run, "at": self.clock(), "pulled": self.pulled})
 
