@@ -313,9 +313,13 @@ class Fetcher:
         try:
             self._pull_loop(s)
         except Exception as err:  # noqa: BLE001 - a stream that dies stops the job, with the cause
-            log.exception("pulling from %s failed", self.subscription)
-            self._fail(SourceError(f"pulling from {self.subscription} failed: {type(err).__name__}: {err}",
-                                   fix="see the log for the cause; the job can be restarted on the same checkpoint"))
+            self._died(f"pulling from {self.subscription}", err)
+
+    def _died(self, doing: str, err: Exception) -> None:
+        """A background thread failed unexpectedly: log it, and stop the job with the cause."""
+        log.exception("%s failed", doing)
+        self._fail(SourceError(f"{doing} failed: {type(err).__name__}: {err}",
+                               fix="see the log for the cause; the job can be restarted on the same checkpoint"))
 
     def _park(self, s: _Stream) -> None:
         """While the subscription is empty, one stream (the watcher) keeps pulling and the others wait here
@@ -412,11 +416,7 @@ class Fetcher:
                 for s in old:
                     self._flush(s)
             except Exception as err:  # noqa: BLE001 - as a stream that dies: the job stops, with the cause
-                log.exception("writing a spool segment of %s failed", self.subscription)
-                self._fail(SourceError(f"writing a spool segment of {self.subscription} failed: "
-                                       f"{type(err).__name__}: {err}",
-                                       fix="see the log for the cause; the job can be restarted on the same "
-                                           "checkpoint"))
+                self._died(f"writing a spool segment of {self.subscription}", err)
                 return
 
     def _flush(self, s: _Stream) -> None:
