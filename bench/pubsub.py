@@ -798,9 +798,9 @@ def report(res: dict, args, machine: dict, command: str) -> str:
             f"{_s(j['query_seconds'])}; outcomes {j['totals']}; {j['hours']} hours marked, {j['files']} files, "
             f"records checked against the messages published."])
     if kind == "readers":
-        rows = [[f"{label} loop", f"{res[key]['published_in']:.1f}", f"{res[key]['after']:.1f}",
+        rows = [[f"{key} loop", f"{res[key]['published_in']:.1f}", f"{res[key]['after']:.1f}",
                  "kept up" if res[key]["after"] <= 15 else "fell behind"]
-                for key, label in (("bare", "bare"), ("saving", "saving")) if key in res]
+                for key in args.readers]
         what = {"bare": "the bare loop (acknowledges each pull)",
                 "saving": f"the saving loop (acknowledges what it holds once fsync'd, every {args.save_every:,} "
                           f"messages or {args.save_age:g} s)"}
@@ -863,7 +863,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="messages the saving loop holds before it saves and acknowledges (default 5,000)")
     ap.add_argument("--save-age", type=float, default=0.5,
                     help="seconds the saving loop holds messages before it saves and acknowledges (default 0.5)")
-    ap.add_argument("--readers", default="bare,saving", type=lambda v: [r for r in v.split(",") if r],
+    ap.add_argument("--readers", default="bare,saving",
+                    type=lambda v: list(dict.fromkeys(r for r in v.split(",") if r)),
                     help="readers: which loops run, in order (default bare,saving; 'saving' alone meets a cold "
                          "emulator, as a job does)")
     ap.add_argument("--backfill-days", type=int, default=21)
