@@ -233,3 +233,24 @@ def test_a_local_jobs_jvm_compiles_with_c1_only_and_keeps_the_log_settings(spark
     args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert LOCAL_JIT in args
     assert any(a.startswith("-Dlog4j2.configurationFile=file:") for a in args), args
+
+
+def test_a_local_session_starts_its_python_workers_and_they_import_the_installed_pyspark(spark):
+    """A local session starts the Python workers in the background as it is built, so that a job's first
+    batch finds them running; they import PySpark from the installed package, not from the zip Spark puts
+    first on their path (whose modules would be compiled again in every daemon)."""
+    import time
+
+    from event_etl.job.session import WORKERS_GROUP
+
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+    jobs = tracker.getJobIdsForGroup(WORKERS_GROUP)
+    assert jobs, "no job started the workers when the session was built"
+    deadline = time.monotonic() + 60
+    while (info := tracker.getJobInfo(jobs[0])) is not None and info.status == "RUNNING":
+        assert time.monotonic() < deadline, "the job starting the workers is still running after 60 s"
+        time.sleep(0.1)
+    assert info is not None and info.status == "SUCCEEDED", info
+    files = sc.parallelize(range(2), 2).map(lambda _: __import__("pyspark").__file__).collect()
+    assert files and not any(".zip" in f for f in files), files

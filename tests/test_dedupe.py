@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from event_etl.task.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY, DedupeState, find_duplicates, key_hash, rows_of
+from event_etl.task.dedupe import (
+    ID_KEY,
+    KEY_DTYPE,
+    MESSAGE_KEY,
+    DedupeState,
+    find_duplicates,
+    key_hash,
+    may_hold_duplicates,
+    rows_of,
+    stored,
+    stored_of,
+)
 
 
 def rows(*items, kind=ID_KEY):
@@ -147,6 +158,29 @@ def test_find_duplicates_agrees_with_the_rule_spelled_out():
     check()
 
 
+def test_the_drivers_quick_check_on_the_tasks_key_blobs_agrees_with_find_duplicates():
+    """The driver settles a batch without duplicates from the tasks' key blobs alone (no copy of every row):
+    its answer, and the rows it keeps, must be those of the full path."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    row = st.tuples(st.integers(0, 40), st.integers(-5, 5), st.integers(0, 3), st.integers(0, 3), st.integers(0, 9),
+                    st.sampled_from([ID_KEY, MESSAGE_KEY]))
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.lists(row, max_size=8), max_size=4), st.lists(st.integers(0, 40), max_size=5),
+           st.booleans())
+    def check(tasks, seen_list, as_function):
+        blobs = [np.array(t, dtype=KEY_DTYPE).tobytes() for t in tasks]
+        seen = np.unique(np.array(seen_list, dtype=np.uint64))
+        known = (lambda k: np.isin(k, seen)) if as_function else seen
+        full = rows_of(blobs)
+        assert may_hold_duplicates(blobs, known) == bool(find_duplicates(full, known).any())
+        assert stored_of(blobs).tobytes() == stored(full).tobytes()
+
+    check()
+
+
 def test_incremental_state_equals_a_state_rebuilt_from_its_batches():
     from event_etl.task.dedupe import stored
 
@@ -204,3 +238,23 @@ def test_a_dropped_redelivery_delivered_once_more_after_its_id_left_the_window_i
     again = p.controller.run_batch(2, p.task_runner([spool("s2.avro", [msg("2", a, "13:20")])]))  # message 2 again
     assert again.result.counts == {"duplicate": 1}
     assert sorted(i for hc in read_sink(p.sink, "click").values() for i in hc.timely + hc.late) == ["a", "z"]
+
+
+def test_a_batchs_keys_are_saved_in_both_layouts_whatever_their_number(tmp_path, monkeypatch):
+    """``.k2`` (read by this release) and format 1's ``.keys`` (read by release 0.1.0 after a rollback) hold the
+    same keys; the latter is written a slice at a time, so slices must join into exactly format 1's file."""
+    from event_etl.job import checkpoint
+    from event_etl.task.dedupe import LEGACY_KEY_DTYPE, STORED_DTYPE, legacy_rows
+
+    monkeypatch.setattr(checkpoint, "_SLICE_ROWS", 3)
+    ckpt = checkpoint.Checkpoint(tmp_path / "ckpt")
+    kept = np.zeros(8, dtype=STORED_DTYPE)
+    kept["key"], kept["time"], kept["kind"] = np.arange(100, 108), np.arange(8) * 1000, [ID_KEY, MESSAGE_KEY] * 4
+    ckpt.save_dedupe_rows(7, kept)
+    d = tmp_path / "ckpt" / "etl" / "dedupe"
+    assert (d / "0000000007.k2").read_bytes() == kept.tobytes()
+    old = np.frombuffer((d / "0000000007.keys").read_bytes(), dtype=LEGACY_KEY_DTYPE)
+    assert old.tobytes() == legacy_rows(kept).tobytes()
+    assert old["key"].tolist() == list(range(100, 108))
+    [(batch, loaded, _)] = ckpt.load_dedupe_rows()
+    assert batch == 7 and loaded.tobytes() == kept.tobytes()

@@ -326,11 +326,15 @@ class Controller:
     def _drop_duplicates(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs, run_tasks):
         """Find records whose key was written before (in the window) and rewrite their splits without them.
 
-        Returns the final outputs, their key rows and the batch's drop list."""
-        from event_etl.task.dedupe import find_duplicates, rows_of
+        Returns the final outputs, their key rows (``STORED_DTYPE`` when the batch has no duplicate) and the
+        batch's drop list."""
+        from event_etl.task.dedupe import find_duplicates, may_hold_duplicates, rows_of, stored_of
 
-        rows = rows_of([keys for _, keys in outputs])
         known = self.dedupe.known_before(intent.batch_id)
+        blobs = [keys for _, keys in outputs]
+        if not may_hold_duplicates(blobs, known):  # the common case, settled on the keys alone
+            return outputs, stored_of(blobs), drop
+        rows = rows_of(blobs)
         dup = find_duplicates(rows, known)
         if not dup.any():
             return outputs, rows, drop

@@ -114,7 +114,8 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     for k, v in settings.items():
         builder = builder.config(k, v)
     _launch_own_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
-    spark = _off_the_main_thread(builder.getOrCreate)
+    spark = _off_the_main_thread(lambda: _create(builder, {"spark.master": master, "spark.app.name": app_name,
+                                                           **settings}, start_workers=master.startswith("local")))
     spark.sparkContext.setLogLevel(Settings.from_env().spark_log_level)
     return spark
 
@@ -191,6 +192,45 @@ class _JvmPopenKwargs(dict):
                 _ignore_stop_signals()
 
         super().__setitem__(key, value)
+
+
+def _create(builder, settings: Mapping[str, str], *, start_workers: bool):
+    """``builder.getOrCreate()``; with ``start_workers``, the Python workers are started while the session is built.
+
+    A job's first Spark job would otherwise start them itself: PySpark's worker daemon and its first
+    workers took ~0.7 s before the first task of a job's first batch could start (``bench/RESULTS.md``).
+    The SparkContext comes first, with the settings the builder would give it; a small job on it then
+    starts the workers in the background (:func:`_start_workers`) while the session, the controller
+    and the source are set up (~1 s), and the builder finds that context."""
+    if start_workers:
+        from pyspark import SparkConf
+        from pyspark.core.context import SparkContext
+
+        sc = SparkContext.getOrCreate(SparkConf().setAll(list(settings.items())))
+        _start_workers(sc)
+    return builder.getOrCreate()
+
+
+WORKERS_GROUP = "event_etl-start-workers"
+
+
+def _start_workers(sc) -> threading.Thread:
+    """Run one trivial task per core in a background thread: Spark starts the Python worker daemon and
+    forks a worker for each, which later tasks reuse (``spark.python.worker.reuse``).  Its failure is
+    not reported: the job's own first task meets the same cause and reports it."""
+    from event_etl.job.sparkdaemon import ready
+
+    def run() -> None:
+        try:
+            sc.setJobGroup(WORKERS_GROUP, "event_etl: starting the Python workers", interruptOnCancel=True)
+            n = max(1, int(sc.defaultParallelism))
+            sc.parallelize(range(n), n).mapPartitions(ready).collect()
+        except Exception:  # noqa: BLE001 - see above
+            pass
+
+    th = threading.Thread(target=run, name="event_etl-start-workers", daemon=True)
+    th.start()
+    return th
 
 
 def _off_the_main_thread(fn: Callable[[], Any]) -> Any:
