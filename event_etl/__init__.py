@@ -32,6 +32,6 @@ nothing but the command line imports :mod:`event_etl.cli`.  Lowest first:
    :mod:`event_etl.submit_main`.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 __all__ = ["__version__"]

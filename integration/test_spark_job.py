@@ -205,6 +205,31 @@ def test_restart_continues_and_a_second_sink_is_refused(spark, tmp_path, et):
                 install_signals=False)
 
 
+def test_a_new_checkpoint_cuts_a_batch_into_whole_rounds_of_tasks_and_a_format_2_one_keeps_its_cut(spark, tmp_path,
+                                                                                                     et):
+    """Three splits' worth of input on a 2-core session: 4 tasks for a new checkpoint (format 3, split_plan 2),
+    3 for one of format 2 (release 0.2.0's cut: its pending batch is replayed into the same files)."""
+    from event_etl.rules.buckets import parse_data_file_name
+    from event_etl.rules.compaction import MERGED_SHARD_BASE
+
+    write_inputs(et, tmp_path / "in", files=3, per_file=200)
+    size = (tmp_path / "in" / "events-0000.jsonl").stat().st_size
+    shards = {}
+    for fmt in (None, 2):
+        ckpt = tmp_path / f"ckpt-{fmt}"
+        if fmt is not None:  # created by 0.2.0, which stopped before its first batch
+            (ckpt / "etl").mkdir(parents=True)
+            (ckpt / "etl" / "format.json").write_text(json.dumps({"format": fmt, "written_by": "event_etl 0.2.0"}))
+        sink = tmp_path / f"sink-{fmt}"
+        run_job(et, opts(tmp_path, once=True, split_bytes=size, checkpoint=str(ckpt), sink=str(sink)), spark=spark,
+                clock=FakeClock(t("14:00")), install_signals=False)
+        job = json.loads((ckpt / "etl" / "job.json").read_text())
+        written = {parse_data_file_name(f.name).shard for f in sink.rglob("part-*.avro")}
+        shards[fmt] = (json.loads((ckpt / "etl" / "format.json").read_text())["format"], job.get("split_plan"),
+                       len({s for s in written if s < MERGED_SHARD_BASE}))  # not the files merged since
+    assert shards == {None: (3, 2, 4), 2: (2, None, 3)}
+
+
 def test_generator_source_once_with_count(spark, tmp_path):
     from event_etl.eventtypes import load_event_type
 

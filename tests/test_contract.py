@@ -397,10 +397,11 @@ def test_a_format_1_checkpoint_is_migrated_and_a_new_one_gets_the_current_format
     (old.etl / "job.json").write_text(json.dumps({"event_type": "click", "sink": "/s"}))
     assert old.open_format() == 1
     doc = json.loads((old.etl / "format.json").read_text())
-    assert doc["format"] == CHECKPOINT_FORMAT and doc["migrated_from"] == 1
-    assert old.open_format() == CHECKPOINT_FORMAT
+    # to format 2, which release 0.1.0 still opens; 3 would change how its pending batch is cut on a replay
+    assert doc["format"] == 2 and doc["migrated_from"] == 1 and old.format == 2
+    assert old.open_format() == 2 and old.format == 2, "a format 2 checkpoint stays format 2"
     new = Checkpoint(tmp_path / "new")
-    assert new.open_format() == 0
+    assert new.open_format() == 0 and new.format == CHECKPOINT_FORMAT == 3
     assert json.loads((new.etl / "format.json").read_text()) == {"format": CHECKPOINT_FORMAT, "written_by": ""}
 
 

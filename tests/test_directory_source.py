@@ -103,8 +103,9 @@ def test_parse_source(tmp_path):
         assert info.value.fix
 
 
+@pytest.mark.parametrize("whole_rounds", [False, True])
 @pytest.mark.parametrize("tasks, max_bytes", [(1, 1 << 30), (2, 1 << 30), (3, 1 << 30), (2, 100), (7, 333)])
-def test_plan_tasks_cover_every_line_once_in_order(tmp_path, tasks, max_bytes):
+def test_plan_tasks_cover_every_line_once_in_order(tmp_path, tasks, max_bytes, whole_rounds):
     from event_etl.sources.directory import plan_tasks
 
     files = []
@@ -115,7 +116,7 @@ def test_plan_tasks_cover_every_line_once_in_order(tmp_path, tasks, max_bytes):
         f.write_bytes(data)
         files.append((str(f), len(data), 1000 + k))
         expected += [ln for ln in data.split(b"\n") if ln]
-    plan = plan_tasks(files, tasks=tasks, max_bytes=max_bytes, min_bytes=1)
+    plan = plan_tasks(files, tasks=tasks, max_bytes=max_bytes, min_bytes=1, whole_rounds=whole_rounds)
     got = []
     for ranges in plan:
         for path, s, e, arrival in ranges:
@@ -128,7 +129,28 @@ def test_plan_tasks_cover_every_line_once_in_order(tmp_path, tasks, max_bytes):
         assert len(plan) == tasks
     else:
         assert all(sum(e - s for _, s, e, _ in r) <= max_bytes + 40 for r in plan)
-    assert plan_tasks(files, tasks=tasks, max_bytes=max_bytes, min_bytes=1) == plan, "a pure function"
+    assert plan_tasks(files, tasks=tasks, max_bytes=max_bytes, min_bytes=1, whole_rounds=whole_rounds) == plan, \
+        "a pure function"
+
+
+def test_a_new_checkpoints_batches_are_cut_into_whole_rounds_of_tasks_an_older_ones_as_before(tmp_path):
+    """11 equal tasks on 2 cores leave one core idle for the last; a new checkpoint's plan (split_plan 2) cuts
+    12.  A checkpoint without split_plan (event_etl 0.2.0 and before) keeps its cut: a batch it left pending
+    must be replayed into the same files."""
+    from event_etl.sources.directory import DirectoryPlanner
+
+    src = tmp_path / "in"
+    src.mkdir()
+    for k in range(11):
+        (src / f"f{k:02d}.jsonl").write_bytes(b"".join(b'{"n": %d}\n' % i for i in range(1000)))
+    size = (src / "f00.jsonl").stat().st_size
+    counts = {}
+    for plan in (1, 2):
+        p = DirectoryPlanner(str(src), str(tmp_path / f"log{plan}"), split_bytes=size, max_files=64,
+                             clock=lambda: 1_000, tasks_per_batch=2, split_plan=plan)
+        end = p.latest_offset(p.initial_offset(), None)
+        counts[plan] = len(p.splits(p.initial_offset(), end))
+    assert counts == {1: 11, 2: 12}
 
 
 @pytest.mark.parametrize("mtime", ["12:20", "13:30", "2026-11-24T00:00"])

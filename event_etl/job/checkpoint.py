@@ -36,6 +36,12 @@ checkpoint of a newer format with the versions and the fix:
    ``etl/source/pubsub/segments/`` (format 1's Avro spool files are still read).
    Migration from 1: nothing is rewritten (every new field has the meaning format 1 gave
    it when absent); ``format.json`` is added.  Release 0.1.0 can still open the result.
+3. ``job.json`` gains ``split_plan`` (2): the directory source cuts a batch into a multiple
+   of ``tasks_per_batch`` tasks (see :func:`event_etl.sources.directory.plan_tasks`).  Only
+   a new checkpoint gets format 3: a batch must be cut the same way when it is replayed, by
+   whichever release replays it, so a checkpoint of format 1 or 2 keeps the cut it had (no
+   ``split_plan``: 1) and its format, and release 0.2.0 refuses a checkpoint of format 3
+   instead of replaying its batches cut another way.
 
 The checkpoint is a local (or mounted) folder: Spark's checkpoint needs a
 Hadoop-compatible file system, and this one is written only by the driver.
@@ -57,8 +63,10 @@ from event_etl.storage.atomic import write_json_atomic
 
 __all__ = ["Checkpoint", "BatchIntent", "write_json_atomic", "CHECKPOINT_FORMAT", "FROZEN_SETTINGS"]
 
-CHECKPOINT_FORMAT = 2
-"""The format of ``etl/`` this release writes (see the module docstring)."""
+CHECKPOINT_FORMAT = 3
+"""The newest format of ``etl/`` this release reads, and the one a new checkpoint gets (see the module docstring)."""
+MIGRATED_FORMAT = 2
+"""The format an older checkpoint is migrated to: 3 would change how its batches are cut."""
 
 FROZEN_SETTINGS = (
     "schema", "time_field", "time_format", "time_logical_divisor", "id_field", "out_of_orderness",
@@ -119,7 +127,7 @@ class Checkpoint:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
         self.etl = self.root / "etl"
-
+        self.format = CHECKPOINT_FORMAT  # of etl/, once open_format has read it
     @property
     def spark_dir(self) -> Path:
         return self.root / "spark"
@@ -151,11 +159,12 @@ class Checkpoint:
                 f"({release or 'event_etl'}) reads formats 1 to {CHECKPOINT_FORMAT}",
                 fix=f"run the release that wrote it ({by}) or a newer one; the checkpoint was left unchanged",
             )
-        if found < CHECKPOINT_FORMAT:
-            doc: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "written_by": release}
+        if found == 0 or found < MIGRATED_FORMAT:
+            doc: dict[str, Any] = {"format": MIGRATED_FORMAT if found else CHECKPOINT_FORMAT, "written_by": release}
             if found:
                 doc["migrated_from"] = found
             write_json_atomic(path, doc)
+        self.format = int(_read_json(path)["format"])
         return found
 
     # -- job binding -----------------------------------------------------------------------

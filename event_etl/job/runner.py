@@ -208,19 +208,22 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
     its source.  The job has no query yet: :func:`open_job` adds one; a shared engine
     (:mod:`event_etl.job.shared`) plans the source itself."""
     from event_etl.metrics import job_metrics
+    from event_etl.sources.directory import SPLIT_PLAN
 
     et, options, ckpt = p.event_type, p.options, p.ckpt
     # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch
     # must get the same tasks, hence the same file names, whatever the cluster is now.
     job = ckpt.bind({"event_type": et.name, "sink": p.sink, "source": p.spec.identity(), "created_at": iso(p.now),
                      "split_bytes": options.split_bytes, "writer": secrets.token_hex(3),
-                     "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism))})
+                     "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism)),
+                     **({"split_plan": SPLIT_PLAN} if ckpt.format >= 3 else {})})  # see event_etl.job.checkpoint
     source_spec = {
         "kind": p.spec.kind,
         "params": p.spec.params,
         "log_dir": str(ckpt.source_dir(p.spec.kind)),
         "split_bytes": int(job.get("split_bytes", options.split_bytes)),
         "tasks_per_batch": int(job.get("tasks_per_batch", 2)),
+        "split_plan": int(job.get("split_plan", 1)),  # 1: as event_etl 0.2.0 and before cut batches
         "max_files_per_batch": options.max_files_per_batch,
         "max_events_per_batch": options.max_events_per_batch,
     }

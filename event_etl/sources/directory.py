@@ -63,12 +63,19 @@ def align_ranges(path: str, size: int, split_bytes: int) -> list[tuple[int, int]
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
 
 
+SPLIT_PLAN = 2
+"""How a new checkpoint's batches are cut (``split_plan`` in its ``job.json``): 2, whole rounds of tasks
+(:func:`plan_tasks`); 1 (no ``split_plan``, event_etl 0.2.0 and before), as many tasks as the batch's size needs."""
+
+
 def plan_tasks(files: list[tuple[str, int, int]], *, tasks: int, max_bytes: int,
-               min_bytes: int = 4 << 20) -> list[list[tuple[str, int, int, int]]]:
+               min_bytes: int = 4 << 20, whole_rounds: bool = False) -> list[list[tuple[str, int, int, int]]]:
     """Cut a batch's files (``[(path, size, arrival)]``, in order) into about equal tasks of whole lines.
 
     As many tasks as ``tasks`` (the cluster's parallelism) while each keeps at least
-    ``min_bytes``, more when one would exceed ``max_bytes``.  A task may span the end of
+    ``min_bytes``, more when one would exceed ``max_bytes``: with ``whole_rounds``, then a
+    multiple of ``tasks``, so that the cores finish together (11 equal tasks on 2 cores keep
+    one core idle for the last of them; 12 smaller ones do not).  A task may span the end of
     one file and the start of the next: a Spark task costs a fixed overhead, so a batch of
     many small files does not become many small tasks.  Pure function of its arguments,
     so a replayed batch gets the same tasks.
@@ -77,6 +84,8 @@ def plan_tasks(files: list[tuple[str, int, int]], *, tasks: int, max_bytes: int,
     if total <= 0:
         return []
     n = max(-(-total // max_bytes), min(tasks, max(1, total // min_bytes)))
+    if whole_rounds and n > tasks:
+        n = -(-n // tasks) * tasks
     # global cut positions -> (file index, offset), moved to line starts
     bounds: list[tuple[int, int]] = [(0, 0)]
     starts = []
@@ -115,10 +124,11 @@ class DirectoryPlanner:
 
     def __init__(
         self, path: str, log_dir: str, *, split_bytes: int, max_files: int, clock: Callable[[], int],
-        tasks_per_batch: int = 2,
+        tasks_per_batch: int = 2, split_plan: int = 1,
     ) -> None:
         self.path = path
         self.tasks_per_batch = max(1, tasks_per_batch)
+        self.split_plan = split_plan  # 2: whole rounds of tasks (see plan_tasks); fixed in the checkpoint's job.json
         self.log_dir = Path(log_dir)
         self.split_bytes = split_bytes
         self.max_files = max_files
@@ -201,7 +211,8 @@ class DirectoryPlanner:
                     fix="input files must stay in place, unchanged, until their batch is committed",
                 )
             files.append((full, int(e["size"]), int(e.get("arrival", e["found"]))))
-        tasks = plan_tasks(files, tasks=self.tasks_per_batch, max_bytes=self.split_bytes)
+        tasks = plan_tasks(files, tasks=self.tasks_per_batch, max_bytes=self.split_bytes,
+                           whole_rounds=self.split_plan >= 2)
         return [Split.of_files(i, ranges) for i, ranges in enumerate(tasks)]
 
     def commit(self, end: dict[str, Any]) -> None:

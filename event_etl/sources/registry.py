@@ -39,6 +39,7 @@ def _dir_planner(spec: dict[str, Any]):
         max_files=int(spec["max_files_per_batch"]),
         clock=_clock(),
         tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
+        split_plan=int(spec.get("split_plan", 1)),
     )
 
 

@@ -40,7 +40,7 @@ from event_etl.storage import Storage, open_storage
 from event_etl.storage.avroio import encode_container, sync_marker_for
 from event_etl.storage.deadletter import DEADLETTER_SCHEMA
 from event_etl.storage.lease import Fence
-from event_etl.task.fastpath import int64_array, plan_for
+from event_etl.task.fastpath import CHUNK_BYTES, int64_array, plan_for
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
 
 __all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
@@ -48,7 +48,7 @@ __all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "RE
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
 _BLOCK_BYTES = 64 * 1024
 DEADLETTER_FILE_KEY = 99_990_000  # "file" of dedupe rows that point into a shard's dead-letter file
-_READ_BYTES = 1024 * 1024  # the fast path's chunk size (event_etl.task.fastpath.CHUNK_BYTES)
+_READ_BYTES = CHUNK_BYTES  # the fast path's chunk size
 
 
 @dataclass(frozen=True)
