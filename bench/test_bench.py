@@ -137,3 +137,23 @@ def test_the_sink_watcher_lists_only_open_hours(tmp_path: Path):
     w.scan()
     assert "pv/dt=2026-11-21/hour=10/_COMPLETE" in w.seen
     assert "pv/dt=2026-11-21/hour=09/b.avro" not in w.seen
+
+
+def test_phases_split_a_run_at_its_marks_and_take_the_batchs_tasks_only(tmp_path: Path):
+    from bench.phases import phases_of, task_times
+
+    marks = {"process": [100.0], "jvm_launch": [100.5], "jvm_up": [101.5], "session": [103.0], "submit": [103.2],
+             "collected": [110.0], "batch_end": [110.5], "end": [110.8]}
+    log = tmp_path / "evlog" / "app"
+    log.parent.mkdir()
+    events = [{"Event": "SparkListenerJobStart", "Job ID": 0, "Stage IDs": [0]},  # starting the workers
+              {"Event": "SparkListenerJobStart", "Job ID": 1, "Stage IDs": [1]}]
+    for stage, launch, finish, run in [(0, 102.0, 102.1, 10), (1, 103.3, 106.0, 2600), (1, 103.4, 109.8, 6300)]:
+        events.append({"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Metrics": {"Executor Run Time": run},
+                       "Task Info": {"Launch Time": int(launch * 1000), "Finish Time": int(finish * 1000)}})
+    log.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    p = phases_of(marks, task_times(tmp_path / "evlog"))
+    assert p["task_count"] == 2 and abs(p["task_run"] - 8.9) < 1e-9
+    assert abs(p["first_task"] - 0.1) < 1e-6 and abs(p["tasks"] - 6.5) < 1e-6 and abs(p["results"] - 0.2) < 1e-6
+    phases = ("imports", "jvm", "session", "planning", "first_task", "tasks", "results", "driver", "stop")
+    assert abs(sum(p[k] for k in phases) - p["total"]) < 1e-6, "the phases add up to the whole run"
