@@ -127,7 +127,7 @@ class Checkpoint:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
         self.etl = self.root / "etl"
-        self.format = CHECKPOINT_FORMAT  # of etl/, once open_format has read it
+
     @property
     def spark_dir(self) -> Path:
         return self.root / "spark"
@@ -145,12 +145,7 @@ class Checkpoint:
         the module docstring); one of a newer format is refused, untouched.
         """
         path = self.etl / "format.json"
-        if path.exists():
-            found = int(_read_json(path).get("format", 0))
-        elif (self.etl / "job.json").exists() or (self.etl / "state.json").exists():
-            found = 1  # event_etl 0.1.0 wrote no format file
-        else:
-            found = 0  # new
+        found = self._found_format()
         if found > CHECKPOINT_FORMAT or found < 0:
             doc = _read_json(path) if path.exists() else {}
             by = doc.get("written_by") or "a newer event_etl"
@@ -159,13 +154,26 @@ class Checkpoint:
                 f"({release or 'event_etl'}) reads formats 1 to {CHECKPOINT_FORMAT}",
                 fix=f"run the release that wrote it ({by}) or a newer one; the checkpoint was left unchanged",
             )
-        if found == 0 or found < MIGRATED_FORMAT:
+        if found < MIGRATED_FORMAT:
             doc: dict[str, Any] = {"format": MIGRATED_FORMAT if found else CHECKPOINT_FORMAT, "written_by": release}
             if found:
                 doc["migrated_from"] = found
             write_json_atomic(path, doc)
-        self.format = int(_read_json(path)["format"])
         return found
+
+    def _found_format(self) -> int:
+        """The format of ``etl/`` as found: ``format.json``'s, 1 without it (event_etl 0.1.0), 0 for a new one."""
+        path = self.etl / "format.json"
+        if path.exists():
+            return int(_read_json(path).get("format", 0))
+        if (self.etl / "job.json").exists() or (self.etl / "state.json").exists():
+            return 1  # event_etl 0.1.0 wrote no format file
+        return 0  # new
+
+    @property
+    def format(self) -> int:
+        """The format of ``etl/`` (after :meth:`open_format`, which gives a new checkpoint the current one)."""
+        return self._found_format() or CHECKPOINT_FORMAT
 
     # -- job binding -----------------------------------------------------------------------
     def bind(self, job: dict[str, Any]) -> dict[str, Any]:

@@ -113,9 +113,9 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     settings.update(conf or {})
     for k, v in settings.items():
         builder = builder.config(k, v)
-    _launch_own_jvm({"spark.master": master, "spark.app.name": app_name, **settings})
-    spark = _off_the_main_thread(lambda: _create(builder, {"spark.master": master, "spark.app.name": app_name,
-                                                           **settings}, start_workers=master.startswith("local")))
+    launch = {"spark.master": master, "spark.app.name": app_name, **settings}
+    _launch_own_jvm(launch)
+    spark = _off_the_main_thread(lambda: _create(builder, launch, start_workers=master.startswith("local")))
     spark.sparkContext.setLogLevel(Settings.from_env().spark_log_level)
     return spark
 

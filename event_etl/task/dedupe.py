@@ -99,10 +99,8 @@ def _columns(blobs: Iterable[bytes], dtype: np.dtype) -> np.ndarray:
     at = 0
     for v in views:
         part = out[at:at + len(v)]
-        for name in dtype.names or ():
+        for name in dtype.names:
             part[name] = v[name]
-        if dtype.names is None:
-            part[...] = v["key"]
         at += len(v)
     return out
 
@@ -116,12 +114,18 @@ def may_hold_duplicates(blobs: Iterable[bytes], seen: np.ndarray | Callable[[np.
     """Whether the key rows of ``blobs`` hold a key twice, or one in ``seen`` (as :func:`find_duplicates`).
 
     False settles it: the batch has no duplicate.  True: :func:`find_duplicates` says which records."""
-    keys = _columns(blobs, np.dtype(np.uint64))
-    if len(keys) == 0:
-        return False
+    keys = _columns(blobs, np.dtype([("key", "<u8")]))["key"]
     keys.sort()
-    known = (lambda k: _in_sorted(k, seen)) if isinstance(seen, np.ndarray) else seen
-    return bool((keys[1:] == keys[:-1]).any() or known(keys).any())
+    return _repeated_or_known(keys, seen)
+
+
+def _repeated_or_known(keys: np.ndarray, seen: np.ndarray | Callable[[np.ndarray], np.ndarray]) -> bool:
+    """Whether the sorted ``keys`` hold one twice or one of ``seen`` (see :func:`find_duplicates`)."""
+    return bool(len(keys)) and bool((keys[1:] == keys[:-1]).any() or _known(seen)(keys).any())
+
+
+def _known(seen: np.ndarray | Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    return (lambda k: _in_sorted(k, seen)) if isinstance(seen, np.ndarray) else seen
 
 
 def _sorted_unique(keys: np.ndarray) -> np.ndarray:
@@ -153,10 +157,9 @@ def find_duplicates(rows: np.ndarray, seen: np.ndarray | Callable[[np.ndarray], 
     n = len(rows)
     if n == 0:
         return np.zeros(0, dtype=bool)
-    known = (lambda k: _in_sorted(k, seen)) if isinstance(seen, np.ndarray) else seen
+    known = _known(seen)
     # The common case, a batch without duplicates, is settled by one sort and lookups into what was seen.
-    keys = np.sort(rows["key"])
-    if not (keys[1:] == keys[:-1]).any() and not known(keys).any():
+    if not _repeated_or_known(np.sort(rows["key"]), seen):
         return np.zeros(n, dtype=bool)
     order = np.lexsort((rows["rec"], rows["file"], rows["shard"]))
     ordered = rows[order]
