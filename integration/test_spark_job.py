@@ -249,14 +249,18 @@ def test_generator_source_once_with_count(spark, tmp_path):
     assert s2["batches"] == 0
 
 
-def test_a_local_jobs_jvm_compiles_with_c1_only_and_keeps_the_log_settings(spark):
-    """A local job's driver JVM runs with LOCAL_JIT (its optimizing compiler would take CPU from the Python
-    workers on the same cores) and with event_etl's log4j settings, both given at its launch."""
-    from event_etl.job.session import LOCAL_JIT
+def test_a_local_jobs_jvm_compiles_with_c1_only_collects_serially_and_keeps_the_log_settings(spark):
+    """A local job's driver JVM runs with LOCAL_JIT and LOCAL_GC (its optimizing compiler and G1's threads would
+    take CPU from the Python workers on the same cores) and with event_etl's log4j settings, all given at its
+    launch; task results up to 64 MiB come back with the task's status, not through the block manager."""
+    from event_etl.job.session import LOCAL_GC, LOCAL_JIT
 
     jvm = spark.sparkContext._jvm
     args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
-    assert LOCAL_JIT in args
+    assert LOCAL_JIT in args and LOCAL_GC in args, args
+    collectors = [b.getName() for b in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()]
+    assert collectors == ["Copy", "MarkSweepCompact"], collectors  # the serial collector's two generations
+    assert spark.sparkContext.getConf().get("spark.task.maxDirectResultSize") == "64m"
     assert any(a.startswith("-Dlog4j2.configurationFile=file:") for a in args), args
 
 

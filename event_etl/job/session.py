@@ -41,6 +41,12 @@ _DEFAULTS = {
     "spark.sql.streaming.stopGracefullyOnShutdown": "false",
     # Our tasks write their own files and return small reports; keep driver memory modest.
     "spark.driver.memory": "1g",
+    # A task's result carries its dedupe keys (~29 B an event: ~7 MB for a split of 250,000 events).  Above
+    # 1 MiB (Spark's default) a result is stored in the executor's block manager and fetched by the driver
+    # through its block transfer service, a network round trip even in a local job: ~0.3 s of JVM CPU in a
+    # batch of 3 M events, on the cores the Python workers need.  Sent with the task's status instead (Spark
+    # caps it at spark.rpc.message.maxSize, 128 MiB).
+    "spark.task.maxDirectResultSize": "64m",
 }
 
 
@@ -50,6 +56,13 @@ moves their reports while the Python workers do the work on the same cores; HotS
 compiler (C2) spent ~6 s of CPU there in the first seconds of a 3 M-event run, taken from the workers
 (JVM start 15 % and the batch 15 % faster without it, bench/RESULTS.md).  ``--conf
 spark.driver.extraJavaOptions=...`` replaces it (and the log settings) with the user's own."""
+
+LOCAL_GC = "-XX:+UseSerialGC"
+"""JVM option of a local job's driver: the serial collector.  That JVM's heap is small (1 GiB) and its
+garbage short-lived (task results); G1's parallel and concurrent threads took ~0.2 s of CPU from the
+Python workers in a batch of 3 M events, the serial collector half that (the batch ~4 % faster, whole
+runs ~0.3 s shorter; bench/RESULTS.md).  It is the collector HotSpot itself picks on a small machine.
+Replaced, as :data:`LOCAL_JIT`, by the user's own ``spark.driver.extraJavaOptions``."""
 
 
 def parse_conf(pairs) -> dict[str, str]:
@@ -127,14 +140,14 @@ def _log4j() -> str | None:
 
 
 def driver_java_options(master: str, java: str, *, archive: bool = True) -> list[str]:
-    """The driver JVM's options: event_etl's log settings, :data:`LOCAL_JIT` for a local master and, with
-    ``archive``, those mapping `event-etl warmup`'s class archive of Spark if it was built."""
+    """The driver JVM's options: event_etl's log settings, :data:`LOCAL_JIT` and :data:`LOCAL_GC` for a local
+    master and, with ``archive``, those mapping `event-etl warmup`'s class archive of Spark if it was built."""
     from event_etl.job.jvmarchive import jvm_options
 
     log4j = _log4j()
     options = [f"-Dlog4j2.configurationFile=file:{log4j}"] if log4j else []
     if master.startswith("local"):
-        options.append(LOCAL_JIT)
+        options += [LOCAL_JIT, LOCAL_GC]
     return options + (jvm_options(java) if archive else [])
 
 

@@ -216,7 +216,8 @@ class FastPlan:
 
     def _id_hashes(self, ids, pa, pc) -> np.ndarray:
         """:func:`event_etl.task.dedupe.key_hash` ``("i", id)`` of each id of an array without nulls: for
-        strings, xxh3-64 of ``b"i:" + id`` (UTF-8), hashed from slices of one buffer (no Python string per id)."""
+        strings, xxh3-64 of ``b"i:" + id`` (UTF-8), hashed from the ``bytes`` of a binary array's ``to_pylist``
+        (no Python string per id; half the time of slicing one buffer, which made a slice object per id)."""
         import xxhash
 
         if not pa.types.is_string(ids.type):  # an integer id: hashed as its decimal text, as the record path does
@@ -226,11 +227,7 @@ class FastPlan:
         if self._id_prefix is None:
             self._id_prefix = _bytes_array(pa.binary(), [b"i:"])[0]
         joined = pc.binary_join_element_wise(self._id_prefix, pc.cast(ids, pa.binary()), zero_scalar(pa.binary()))
-        offs, data = rows_buffer(joined)
-        bounds = offs.tolist()
-        return np.fromiter(map(xxhash.xxh3_64_intdigest, map(bytes(data).__getitem__, map(slice, bounds[:-1],
-                                                                                         bounds[1:]))),
-                           dtype=np.uint64, count=len(ids))
+        return np.fromiter(map(xxhash.xxh3_64_intdigest, joined.to_pylist()), dtype=np.uint64, count=len(ids))
 
     # -- encoding ----------------------------------------------------------------------------
     def _encode(self, cols: dict[str, Any], n: int, pa, pc) -> list | None:
