@@ -258,3 +258,29 @@ def test_a_batchs_keys_are_saved_in_both_layouts_whatever_their_number(tmp_path,
     assert old["key"].tolist() == list(range(100, 108))
     [(batch, loaded, _)] = ckpt.load_dedupe_rows()
     assert batch == 7 and loaded.tobytes() == kept.tobytes()
+
+
+
+def test_keys_sorted_in_two_halves_at_once_are_sorted_as_one(monkeypatch):
+    """A large batch's keys are sorted as two halves in two threads and then merged: the same array as one sort,
+    repeated keys (the duplicates the driver looks for) included; and the driver's checks agree with it."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    import event_etl.task.dedupe as dedupe
+
+    monkeypatch.setattr(dedupe, "PARALLEL_SORT_KEYS", 2)
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(0, 2**64 - 1), max_size=60), st.integers(0, 20))
+    def check(keys, repeats):
+        arr = np.array(keys + keys[:repeats], dtype=np.uint64)
+        got = dedupe.sort_keys(arr)
+        assert got.dtype == np.uint64 and got.tolist() == sorted(arr.tolist())
+        rows = np.zeros(len(arr), dtype=KEY_DTYPE)
+        rows["key"], rows["rec"] = arr, np.arange(len(arr))
+        repeated = len(set(arr.tolist())) < len(arr)
+        assert dedupe.may_hold_duplicates([rows.tobytes()], np.zeros(0, dtype=np.uint64)) == repeated
+        assert dedupe.find_duplicates(rows, np.zeros(0, dtype=np.uint64)).any() == repeated
+
+    check()
