@@ -16,11 +16,14 @@ One command::
    Before the first measured run, each side gets a JVM class archive of its own kind of run
    (event_etl: ``event-etl warmup``; Spark: its file sink over 20,000 of the input's events),
    so both start as a machine set up to run them would.
+   Then ``--memory-rounds`` more (default 1) that also sample the trees' PSS: reading it makes
+   the kernel walk every page of every process, ~17 ms a sample on 2 cores, CPU taken from the
+   run it measures (event_etl's batch ran ~10 % slower under it), so the speed rounds do not.
 3. Checks every output's record count against the input (a wrong count stops everything).
 4. Prints, per contender, the median over rounds of: events/s over the whole process,
-   events/s in steady state (largest micro-batch), peak memory of the process tree (RSS
-   summed, and PSS: shared pages counted once), CPU seconds; and the ratios event_etl /
-   Spark.  Writes the table, every round's figures and the machine to ``bench/RESULTS.md``
+   events/s in steady state (largest micro-batch), CPU seconds, and from the memory rounds the
+   peak memory of the process tree (RSS summed, and PSS: shared pages counted once); and the
+   ratios event_etl / Spark.  Writes the table, every round's figures and the machine to ``bench/RESULTS.md``
    (section ``compare``).
 
 See :mod:`bench.contenders` for exactly what each figure measures.
@@ -73,10 +76,10 @@ def prepare_input(work: Path, *, events: int, seed: int, files: int, shape: str 
 
 
 def run_one(contender: str, inp: Path, work: Path, info: dict, args, *, event_type: str = "page_view",
-            event_types_dir: Path | None = None) -> RunResult:
-    """One measured run of ``contender`` over ``inp``."""
+            event_types_dir: Path | None = None, pss: bool = True) -> RunResult:
+    """One measured run of ``contender`` over ``inp`` (``pss``: sample its tree's PSS, which slows it)."""
     common = dict(events=info["events"], input_bytes=info["bytes"], master=args.master,
-                  files_per_batch=args.files_per_batch)
+                  files_per_batch=args.files_per_batch, pss=pss)
     if contender == "event_etl":
         return run_event_etl(inp, work, event_type=event_type, event_types_dir=event_types_dir, **common)
     fmt = contender.split("-", 1)[1]
@@ -112,19 +115,22 @@ def describe_run(r: RunResult) -> str:
             f"{r.batches} batches, {r.files} files, {r.records_checked:,} records checked")
 
 
-def summary_rows(results: dict[str, list[RunResult]]) -> list[list[str]]:
-    """One row per contender: medians over rounds, and ratios against event_etl."""
+def summary_rows(results: dict[str, list[RunResult]],
+                 memory: dict[str, list[RunResult]] | None = None) -> list[list[str]]:
+    """One row per contender: medians over rounds, and ratios against event_etl (memory from the ``memory`` runs,
+    if given: see :func:`main`)."""
     rows = []
+    mem = memory or results
     etl = results.get("event_etl", [])
     e_rate = median(r.rate for r in etl)
     e_steady = median(r.steady_rate for r in etl)
-    e_rss = median(r.peak_rss for r in etl)
-    e_pss = median(r.peak_pss for r in etl)
+    e_rss = median(r.peak_rss for r in mem.get("event_etl", []))
+    e_pss = median(r.peak_pss for r in mem.get("event_etl", []))
     for name, runs in results.items():
         if not runs:
             continue
         m_rate, m_steady = median(r.rate for r in runs), median(r.steady_rate for r in runs)
-        m_rss, m_pss = median(r.peak_rss for r in runs), median(r.peak_pss for r in runs)
+        m_rss, m_pss = median(r.peak_rss for r in mem.get(name, [])), median(r.peak_pss for r in mem.get(name, []))
         own = name == "event_etl"
         rows.append([
             name, len(runs), f"{median(r.wall for r in runs):.1f}", rate(m_rate), rate(m_steady),
@@ -151,22 +157,25 @@ PSS_TARGET = 1.2  # issue 15: peak memory (PSS) at most 1.2x Spark's
 STEADY_TARGET = 600_000  # issue 15: events/s of the steady batch on 2 cores
 
 
-def verdict(results: dict[str, list[RunResult]]) -> list[str]:
+def verdict(results: dict[str, list[RunResult]], memory: dict[str, list[RunResult]] | None = None) -> list[str]:
     """Issue 15's targets: the whole-process ratio (:func:`whole_process_target`), peak memory (PSS) <= 1.2x.
 
     Memory is judged on PSS, the tree's real footprint: summed RSS counts the pages that
     Spark's forked Python workers share once per worker, which event_etl has many of and
-    Spark's JVM-only sink none.  The RSS ratio is printed next to it.
+    Spark's JVM-only sink none.  The RSS ratio is printed next to it.  Memory comes from the
+    ``memory`` runs if given (see :func:`main`).
     """
     etl = results.get("event_etl", [])
+    mem = memory or results
     out = []
     for name in ("spark-json", "spark-parquet"):
         runs = results.get(name)
         if not etl or not runs:
             continue
         t = median(r.rate for r in etl) / median(r.rate for r in runs)
-        m_rss = median(r.peak_rss for r in etl) / median(r.peak_rss for r in runs)
-        m_pss = (median(r.peak_pss for r in etl) or 0) / (median(r.peak_pss for r in runs) or 1)
+        e_mem, m_mem = mem.get("event_etl", []), mem.get(name, [])
+        m_rss = (median(r.peak_rss for r in e_mem) or 0) / (median(r.peak_rss for r in m_mem) or 1)
+        m_pss = (median(r.peak_pss for r in e_mem) or 0) / (median(r.peak_pss for r in m_mem) or 1)
         target = whole_process_target(etl[0].events, name)
         ok = t >= target and m_pss <= PSS_TARGET
         out.append(f"vs {name}: throughput {t:.2f}× (target ≥ {target:.1f}), "
@@ -179,12 +188,18 @@ def verdict(results: dict[str, list[RunResult]]) -> list[str]:
     return out
 
 
-def report(results, info, args, machine, command, load) -> str:
+def report(results, info, args, machine, command, load, memory=None) -> str:
     """The Markdown section for RESULTS.md."""
-    per_round = [[f"{i + 1}", name, f"{runs[i].wall:.1f}", f"{runs[i].rate:,.0f}",
-                  "-" if runs[i].steady_rate is None else f"{runs[i].steady_rate:,.0f}", mib(runs[i].peak_rss),
-                  mib(runs[i].peak_pss), f"{runs[i].cpu:.1f}", f"{runs[i].records_checked:,}"]
-                 for i in range(args.rounds) for name, runs in results.items() if len(runs) > i]
+    memory = memory or {}
+
+    def line(label, r):
+        return [label, r.contender, f"{r.wall:.1f}", f"{r.rate:,.0f}",
+                "-" if r.steady_rate is None else f"{r.steady_rate:,.0f}", mib(r.peak_rss), mib(r.peak_pss),
+                f"{r.cpu:.1f}", f"{r.records_checked:,}"]
+
+    per_round = [line(f"{i + 1}", runs[i]) for i in range(args.rounds) for runs in results.values() if len(runs) > i]
+    per_round += [line(f"memory {i + 1}", runs[i]) for i in range(args.memory_rounds) for runs in memory.values()
+                  if len(runs) > i]
     rounds = markdown_table(["round", "contender", "wall s", "events/s whole", "events/s steady", "peak RSS",
                              "peak PSS", "CPU s", "records checked"], per_round)
     return "\n".join([
@@ -202,9 +217,12 @@ def report(results, info, args, machine, command, load) -> str:
         "also compiles with C1 only and collects with the serial collector, its defaults for local jobs (Spark "
         "keeps its default JIT and collector: its work runs in the JVM, and C1 only slowed its 3 M-event JSON run "
         "from 24.5 s to 32.3 s). "
-        f"Medians over {args.rounds} round(s), contenders alternating.", "",
-        markdown_table(HEADER, summary_rows(results)), "",
-        *[f"- {v}" for v in verdict(results)], "",
+        f"Medians over {args.rounds} round(s), contenders alternating; then {args.memory_rounds} round(s) that "
+        "sample the process trees' PSS, which the memory columns come from (sampling PSS costs the sampler ~17 ms "
+        "a sample on 2 cores, CPU taken from the run it measures: the speed rounds read only RSS and CPU times).",
+        "",
+        markdown_table(HEADER, summary_rows(results, memory)), "",
+        *[f"- {v}" for v in verdict(results, memory)], "",
         "Every round:", "", rounds, "",
         "How to read it: *whole process* is input events over the wall time of the process, JVM start-up "
         "included; *steady* is the largest micro-batch (event_etl: its `foreachBatch` time; Spark: "
@@ -222,6 +240,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=7, help="input seed: same seed and size, same bytes")
     ap.add_argument("--files", type=int, default=12, help="input files (default 12)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of A B C (median over rounds)")
+    ap.add_argument("--memory-rounds", type=int, default=1,
+                    help="rounds of A B C that also sample PSS, for the memory columns (default 1)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--files-per-batch", type=int, default=64,
                     help="files per micro-batch, for both sides (event_etl --max-files-per-batch, Spark "
@@ -257,19 +277,26 @@ def main(argv: list[str] | None = None) -> None:
               f"{info['files']} files in {inp}", flush=True)
         prepare_archives(work, inp, args)
         results: dict[str, list[RunResult]] = {c: [] for c in args.contenders}
-        for rnd in range(args.rounds):
+        for rnd in range(args.rounds):  # speed: the trees' RSS and CPU times only (cheap to read)
             for c in args.contenders:
-                r = run_one(c, inp, work, info, args)
+                r = run_one(c, inp, work, info, args, pss=False)
                 results[c].append(r)
                 print(f"round {rnd + 1}: {describe_run(r)}", flush=True)
-        (work / "compare-runs.json").write_text(json.dumps({c: [r.as_dict() for r in rs] for c, rs in results.items()},
-                                                           indent=1))
+        memory: dict[str, list[RunResult]] = {c: [] for c in args.contenders}
+        for rnd in range(args.memory_rounds):  # memory: PSS sampled too, which slows the runs
+            for c in args.contenders:
+                r = run_one(c, inp, work, info, args, pss=True)
+                memory[c].append(r)
+                print(f"memory round {rnd + 1}: {describe_run(r)}", flush=True)
+        (work / "compare-runs.json").write_text(json.dumps(
+            {"speed": {c: [r.as_dict() for r in rs] for c, rs in results.items()},
+             "memory": {c: [r.as_dict() for r in rs] for c, rs in memory.items()}}, indent=1))
         print()
-        print(markdown_table(HEADER, summary_rows(results)))
-        for v in verdict(results):
+        print(markdown_table(HEADER, summary_rows(results, memory)))
+        for v in verdict(results, memory):
             print(v)
         if not args.no_write:
-            publish("compare", report(results, info, args, machine, command, load), args.results)
+            publish("compare", report(results, info, args, machine, command, load, memory), args.results)
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)

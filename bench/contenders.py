@@ -60,7 +60,7 @@ class RunResult:
     wall: float
     cpu: float
     peak_rss: int
-    peak_pss: int
+    peak_pss: int | None  # None: not sampled (a run that measured speed)
     records_checked: int
     files: int
     batches: int
@@ -153,8 +153,9 @@ def _env() -> dict[str, str]:
 
 def run_event_etl(inp: Path, work: Path, *, events: int, input_bytes: int, master: str, files_per_batch: int,
                   event_type: str = "page_view", event_types_dir: Path | None = None,
-                  extra_args: tuple[str, ...] = ()) -> RunResult:
-    """One measured ``event-etl run --drain`` over the folder ``inp``; fails loudly on a wrong record count."""
+                  extra_args: tuple[str, ...] = (), pss: bool = True) -> RunResult:
+    """One measured ``event-etl run --drain`` over the folder ``inp``; fails loudly on a wrong record count.
+    ``pss``: sample the tree's PSS too (see :func:`bench.procstats.run_measured`)."""
     sink, ckpt = work / "etl-sink", work / "etl-ckpt"
     _fresh(sink, ckpt)
     cmd = [str(Path(sys.executable).with_name("event-etl")), "run", event_type, "--source", f"dir:{inp}",
@@ -162,7 +163,7 @@ def run_event_etl(inp: Path, work: Path, *, events: int, input_bytes: int, maste
            "--max-files-per-batch", str(files_per_batch), *extra_args]
     if event_types_dir is not None:
         cmd += ["--event-types", str(event_types_dir)]
-    r = run_measured(cmd, env=_env())
+    r = run_measured(cmd, env=_env(), pss=pss)
     if r["returncode"] != 0:
         raise _failed("event-etl", r)
     records, files, _ = count_manifests(sink, event_type)
@@ -221,14 +222,15 @@ def spark_archive_options(work: Path, small_input: Path, *, fmt: str, schema: Pa
 
 
 def run_spark(inp: Path, work: Path, *, fmt: str, events: int, input_bytes: int, master: str, files_per_batch: int,
-              schema: Path, time_field: str = "event_time", java_options: str = "") -> RunResult:
-    """One measured run of :mod:`bench.spark_sink` (``fmt``: json or parquet); fails loudly on a wrong count."""
+              schema: Path, time_field: str = "event_time", java_options: str = "", pss: bool = True) -> RunResult:
+    """One measured run of :mod:`bench.spark_sink` (``fmt``: json or parquet); fails loudly on a wrong count.
+    ``pss``: as :func:`run_event_etl`'s."""
     sink, ckpt = work / f"spark-{fmt}-sink", work / f"spark-{fmt}-ckpt"
     _fresh(sink, ckpt)
     cmd = [sys.executable, str(BENCH / "spark_sink.py"), "--source", str(inp), "--sink", str(sink),
            "--checkpoint", str(ckpt), "--format", fmt, "--schema", str(schema), "--time-field", time_field,
            "--files-per-trigger", str(files_per_batch), "--master", master, f"--java-options={java_options}"]
-    r = run_measured(cmd, env=_env())
+    r = run_measured(cmd, env=_env(), pss=pss)
     if r["returncode"] != 0:
         raise _failed(f"spark_sink --format {fmt}", r)
     records, files = count_spark_output(sink, fmt)
