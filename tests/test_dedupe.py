@@ -260,7 +260,6 @@ def test_a_batchs_keys_are_saved_in_both_layouts_whatever_their_number(tmp_path,
     assert batch == 7 and loaded.tobytes() == kept.tobytes()
 
 
-
 def test_keys_sorted_in_two_halves_at_once_are_sorted_as_one(monkeypatch):
     """A large batch's keys are sorted as two halves in two threads and then merged: the same array as one sort,
     repeated keys (the duplicates the driver looks for) included; and the driver's checks agree with it."""

@@ -59,10 +59,11 @@ spark.driver.extraJavaOptions=...`` replaces it (and the log settings) with the 
 
 LOCAL_GC = "-XX:+UseSerialGC"
 """JVM option of a local job's driver: the serial collector.  That JVM's heap is small (1 GiB) and its
-garbage short-lived (task results); G1's parallel and concurrent threads took ~0.2 s of CPU from the
-Python workers in a batch of 3 M events, the serial collector half that (the batch ~4 % faster, whole
-runs ~0.3 s shorter; bench/RESULTS.md).  It is the collector HotSpot itself picks on a small machine.
-Replaced, as :data:`LOCAL_JIT`, by the user's own ``spark.driver.extraJavaOptions``."""
+garbage short-lived (task results); G1's parallel and concurrent threads take CPU from the Python
+workers on the same cores: the JVM used 0.63-0.71 s of CPU during a batch of 3 M events with G1, 0.51-0.53 s
+with this, and the batch was ~4 % faster, the whole run ~0.3 s shorter (medians of 4-5 alternating runs).
+It is the collector HotSpot itself picks on a small machine.  Replaced, as :data:`LOCAL_JIT`, by the user's
+own ``spark.driver.extraJavaOptions``."""
 
 
 def parse_conf(pairs) -> dict[str, str]:
