@@ -111,8 +111,14 @@ def describe_run(r: RunResult) -> str:
     steady = ("-" if r.steady_rate is None
               else f"{r.steady_rate:,.0f}/s ({r.steady_events:,} in {r.steady_seconds:.2f}s)")
     return (f"{r.contender:<14} {r.wall:6.1f}s wall  {r.rate:>9,.0f} ev/s  steady {steady}  "
-            f"CPU {r.cpu:5.1f}s  peak RSS {mib(r.peak_rss)}  PSS {mib(r.peak_pss)}  "
+            f"CPU {r.cpu:5.1f}s  {_memory(r)}  "
             f"{r.batches} batches, {r.files} files, {r.records_checked:,} records checked")
+
+
+def _memory(r: RunResult) -> str:
+    """A run's peak memory, from the runs that sampled PSS: a speed run's summed RSS is no measure (it counts
+    a process that forks twice while the child shares its pages, e.g. a JVM starting a helper)."""
+    return "memory not sampled" if r.peak_pss is None else f"peak RSS {mib(r.peak_rss)}  PSS {mib(r.peak_pss)}"
 
 
 def summary_rows(results: dict[str, list[RunResult]],
@@ -194,7 +200,8 @@ def report(results, info, args, machine, command, load, memory=None) -> str:
 
     def line(label, r):
         return [label, r.contender, f"{r.wall:.1f}", f"{r.rate:,.0f}",
-                "-" if r.steady_rate is None else f"{r.steady_rate:,.0f}", mib(r.peak_rss), mib(r.peak_pss),
+                "-" if r.steady_rate is None else f"{r.steady_rate:,.0f}",
+                "-" if r.peak_pss is None else mib(r.peak_rss), mib(r.peak_pss),
                 f"{r.cpu:.1f}", f"{r.records_checked:,}"]
 
     per_round = [line(f"{i + 1}", runs[i]) for i in range(args.rounds) for runs in results.values() if len(runs) > i]
