@@ -226,7 +226,7 @@ def report(results, info, args, machine, command, load, memory=None) -> str:
         "from 24.5 s to 32.3 s). "
         f"Medians over {args.rounds} round(s), contenders alternating; then {args.memory_rounds} round(s) that "
         "sample the process trees' PSS, which the memory columns come from (sampling PSS costs the sampler ~17 ms "
-        "a sample on 2 cores, CPU taken from the run it measures: the speed rounds read only RSS and CPU times).",
+        "a sample on 2 cores, CPU taken from the run it measures: the speed rounds read only CPU times).",
         "",
         markdown_table(HEADER, summary_rows(results, memory)), "",
         *[f"- {v}" for v in verdict(results, memory)], "",
