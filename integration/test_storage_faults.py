@@ -55,14 +55,23 @@ def _run(tmp_path, gcs, src, *extra, retry_seconds="120", wait=True):
 
 
 def _check(gcs, ids: list[str]) -> None:
-    os.environ["STORAGE_EMULATOR_HOST"] = gcs.url
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
     from integration.test_pubsub_gcs import Scenario
 
     s = Scenario.__new__(Scenario)
     s.sink = "gs://faults/data"
-    content = s.sink_content_of("click", "id")
-    s.check_manifests(content)
+    # this test's own server, for this reading only: later tests keep the session's (its URL left in the
+    # environment pointed them at a server that had stopped, and they waited out their retries)
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
+    os.environ.update({"STORAGE_EMULATOR_HOST": gcs.url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"})
+    try:
+        content = s.sink_content_of("click", "id")
+        s.check_manifests(content)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     got = Counter(i for e in content.values() for i in e["timely"] + e["late"])
     assert set(got) == set(ids), f"{len(set(ids) - set(got))} lost"
     assert max(got.values()) == 1, "nothing duplicated"

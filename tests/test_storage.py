@@ -62,3 +62,41 @@ def test_a_cli_error_is_redacted(tmp_path):
     res = CliRunner().invoke(main, ["run", "page_view", "--source", "kafka://bob:pa55word@broker:9092/t",
                                     "--sink", str(tmp_path / "s")])
     assert res.exit_code != 0 and "pa55word" not in res.output and "***" in res.output
+
+
+def test_an_unreachable_bucket_is_retried_by_event_etl_alone_within_its_budget(monkeypatch, caplog):
+    """``EVENT_ETL_STORAGE_RETRY_SECONDS`` is the whole retry budget: gcsfs tries each request once (its own
+    six retries over ~31 s would run beneath it), event_etl retries with backoff, then says the storage was
+    unreachable."""
+    import logging
+
+    from event_etl.errors import StorageError
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # nothing listens on the discard port
+    monkeypatch.setenv("EVENT_ETL_STORAGE_RETRY_SECONDS", "1")
+    caplog.set_level(logging.DEBUG)
+    st = Storage("gs://bucket/prefix")
+    with pytest.raises(StorageError, match="unreachable for 1s"):
+        st.exists("page_view/2026/11/25/00/_COMPLETE")
+    ours = [r for r in caplog.records if r.name == "event_etl.storage" and "retrying in" in r.getMessage()]
+    theirs = [r for r in caplog.records if r.name.startswith("gcsfs") and "retrying" in r.getMessage()]
+    assert len(ours) >= 2 and theirs == [], [r.getMessage() for r in caplog.records]
+
+
+def test_what_gcsfs_would_retry_is_retried(monkeypatch):
+    """A token that could not be refreshed, a 408, a checksum mismatch: transient, as gcsfs's own retries took
+    them; a missing object or a refused precondition is not."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    Storage("gs://bucket/prefix")  # imports gcsfs
+    import google.auth.exceptions
+    from gcsfs.retry import ChecksumError, HttpError
+
+    from event_etl.storage import _is_transient
+
+    assert _is_transient(google.auth.exceptions.RefreshError("metadata server hiccup"))
+    assert _is_transient(HttpError({"code": 408, "message": "timeout"}))
+    assert _is_transient(HttpError({"code": 503, "message": "unavailable"}))
+    assert _is_transient(ChecksumError("crc32c mismatch"))
+    assert not _is_transient(HttpError({"code": 403, "message": "forbidden"}))
+    assert not _is_transient(FileNotFoundError("gone"))
+    assert not _is_transient(FileExistsError("precondition"))

@@ -23,8 +23,10 @@ sink.  Missing and unreadable are different answers: :meth:`exists` and
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
+import sys
 import uuid
 from typing import Any
 
@@ -79,14 +81,49 @@ _NOT_TRANSIENT = (FileNotFoundError, FileExistsError, PermissionError, NotADirec
 
 
 def _is_transient(err: BaseException) -> bool:
-    """Errors worth retrying on an object store: network trouble, timeouts, 429 and 5xx answers."""
+    """Errors worth retrying on an object store: network trouble, timeouts, 429 and 5xx answers, and whatever
+    gcsfs itself would retry (an expired token's refresh, a checksum mismatch, 408...)."""
     if isinstance(err, _NOT_TRANSIENT):
         return False
     code = getattr(err, "code", None)
+    if isinstance(code, int) and (code == 429 or code >= 500):
+        return True
+    gcs_retry = sys.modules.get("gcsfs.retry")  # imported with gcsfs, for a gs:// sink only
+    if gcs_retry is not None and gcs_retry.is_retriable(err):
+        return True
     if isinstance(code, int):
-        return code == 429 or code >= 500
+        return False
     return isinstance(err, (OSError, TimeoutError, ConnectionError)) or type(err).__name__ in (
         "ClientError", "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError")
+
+
+@functools.lru_cache(maxsize=None)
+def _single_attempt_gcs() -> type:
+    """gcsfs's file system with each HTTP request tried once, for :class:`Storage`, whose ``_retry`` owns the
+    retries.  gcsfs retries every request 6 times over ~31 s of backoff (a number fixed when its class is
+    defined) beneath ours: with the bucket unreachable, a command took ~31 s to say so even with a 1-s
+    budget, and the 120-s default could run to ~150 s.  A subclass, not a registration: other users of
+    gcsfs in the same process (an Airflow worker's) keep gcsfs's own behaviour."""
+    _prepare_gcs_env()
+    import gcsfs
+    import gcsfs.core
+
+    class SingleAttemptGCSFileSystem(gcsfs.GCSFileSystem):
+        _request = gcsfs.core.GCSFileSystem._request.__wrapped__  # the request itself, without retry_request
+
+    return SingleAttemptGCSFileSystem
+
+
+def _open_fs(url: str, options: dict[str, Any]) -> tuple[Any, str]:
+    """The file system of a sink URL and the root's path in it (``fsspec.core.url_to_fs``, but a gs:// sink gets
+    :func:`_single_attempt_gcs`'s file system)."""
+    import fsspec
+
+    if url.startswith("gs://"):
+        cls = _single_attempt_gcs()
+        fs = cls(**{**cls._get_kwargs_from_urls(url), **options})
+        return fs, fs._strip_protocol(url)
+    return fsspec.core.url_to_fs(url, **options)
 
 
 SUPPORTED_SCHEMES = ("gs",)
@@ -118,14 +155,13 @@ class Storage:
     """
 
     def __init__(self, url: str, **options: Any) -> None:
-        import fsspec
         from fsspec.implementations.local import LocalFileSystem
 
         check_sink_url(url)
         self.url = url.rstrip("/") if url not in ("/",) else url
         opts = {**_fs_options(url), **options}
         try:
-            self.fs, root = fsspec.core.url_to_fs(self.url, **opts)
+            self.fs, root = _open_fs(self.url, opts)
         except (ImportError, ValueError) as err:
             raise StorageError(
                 f"cannot open sink {url!r}: {err}",
