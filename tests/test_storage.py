@@ -100,3 +100,8 @@ def test_what_gcsfs_would_retry_is_retried(monkeypatch):
     assert not _is_transient(HttpError({"code": 403, "message": "forbidden"}))
     assert not _is_transient(FileNotFoundError("gone"))
     assert not _is_transient(FileExistsError("precondition"))
+    import aiohttp
+
+    assert not _is_transient(aiohttp.ClientResponseError(None, (), status=404))
+    assert not _is_transient(aiohttp.ClientResponseError(None, (), status=403))
+    assert _is_transient(aiohttp.ClientResponseError(None, (), status=502))

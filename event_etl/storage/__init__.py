@@ -85,14 +85,14 @@ def _is_transient(err: BaseException) -> bool:
     gcsfs itself would retry (an expired token's refresh, a checksum mismatch, 408...)."""
     if isinstance(err, _NOT_TRANSIENT):
         return False
-    code = getattr(err, "code", None)
-    if isinstance(code, int) and (code == 429 or code >= 500):
-        return True
+    status = getattr(err, "status", None)  # aiohttp's answers (their .code is deprecated)
+    code = status if isinstance(status, int) else getattr(err, "code", None)  # gcsfs's HttpError
     gcs_retry = sys.modules.get("gcsfs.retry")  # imported with gcsfs, for a gs:// sink only
-    if gcs_retry is not None and gcs_retry.is_retriable(err):
+    if isinstance(code, int):  # an answer: 429 and 5xx, and what gcsfs retries of its HttpErrors (408, expired token)
+        return code == 429 or code >= 500 or (
+            gcs_retry is not None and isinstance(err, gcs_retry.HttpError) and gcs_retry.is_retriable(err))
+    if gcs_retry is not None and gcs_retry.is_retriable(err):  # e.g. a token's refresh, a checksum mismatch
         return True
-    if isinstance(code, int):
-        return False
     return isinstance(err, (OSError, TimeoutError, ConnectionError)) or type(err).__name__ in (
         "ClientError", "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError")
 
@@ -108,8 +108,12 @@ def _single_attempt_gcs() -> type:
     import gcsfs
     import gcsfs.core
 
+    request = gcsfs.core.GCSFileSystem._request
+    # the request itself, without retry_request (a gcsfs without that decorator keeps its own behaviour)
+    once = getattr(request, "__wrapped__", request)
+
     class SingleAttemptGCSFileSystem(gcsfs.GCSFileSystem):
-        _request = gcsfs.core.GCSFileSystem._request.__wrapped__  # the request itself, without retry_request
+        _request = once
 
     return SingleAttemptGCSFileSystem
 
