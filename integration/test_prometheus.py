@@ -187,8 +187,11 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
             for target in panel.get("targets", []):
                 expr = target["expr"].replace("$event_type", "click").replace("$__rate_interval", "1m")
                 prom.query(expr)  # raises on a query Prometheus refuses
-        late_rate = scalar(prom, f'sum(rate(event_etl_events_total{{{sel},outcome="late"}}[5m]))')
-        assert late_rate > 0
+        # rate() needs two scrapes of the series in its window: wait for them rather than count on the timing
+        def late_rate():
+            return scalar(prom, f'sum(rate(event_etl_events_total{{{sel},outcome="late"}}[5m]))') or None
+
+        assert wait_until(late_rate, 30, "a late-event rate over at least two scrapes", job) > 0
 
         # Graphs from Prometheus, as a user runs them.
         out = tmp_path / "graphs"

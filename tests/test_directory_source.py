@@ -176,3 +176,25 @@ def test_a_file_logged_by_release_0_1_keeps_the_arrival_it_was_judged_with(tmp_p
         [{"name": "a.jsonl", "size": 2, "found": t("12:59"), "listed": t("13:00")}]))
     p = planner(tmp_path, FakeClock(t("14:00")))
     assert p.splits({"files": 0}, {"files": 1})[0].ranges()[0][3] == t("12:59")
+
+
+
+@pytest.mark.parametrize("kind", ["dir", "generate", "pubsub"])
+def test_every_source_kind_reads_the_job_clock_not_the_wall_clock(tmp_path, kind):
+    """A job run on a test's clock must see its files arrive at that clock's time: a planner that read the wall
+    clock made a test depend on the date it ran on (its ``future`` events were no longer in the future)."""
+    from event_etl.sources.generator import GeneratorParams
+    from event_etl.sources.registry import make_planner
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_bytes(b"1\n")
+    params = {"dir": {"path": str(tmp_path / "in")},
+              "generate": GeneratorParams(start=t("12:00"), rate=1, speedup=1.0, seed=1).to_json(),
+              "pubsub": {"subscription": "projects/p/subscriptions/s"}}[kind]
+    clock = FakeClock(t("13:00"))
+    p = make_planner({"kind": kind, "params": params, "log_dir": str(tmp_path / "log"), "split_bytes": 1 << 20,
+                      "max_files_per_batch": 10, "max_events_per_batch": 10}, clock)
+    assert p.clock is clock
+    if kind == "dir":
+        p.discover()
+        assert [e["arrival"] for e in p.entries] == [t("13:00")]

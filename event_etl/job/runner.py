@@ -347,7 +347,8 @@ def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None,
             fetcher.stop()
         raise
     try:
-        lane = Lane.open(make_planner(spec), SparkLog(p.ckpt.spark_dir), cap=batch_cap(spec), once=p.options.once)
+        lane = Lane.open(make_planner(spec, clock), SparkLog(p.ckpt.spark_dir), cap=batch_cap(spec),
+                         once=p.options.once)
     except BaseException:
         job.close()
         raise

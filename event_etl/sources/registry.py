@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap"]
 
 
-def _dir_planner(spec: dict[str, Any]):
+def _dir_planner(spec: dict[str, Any], clock: Callable[[], int]):
     from event_etl.sources.directory import DirectoryPlanner
 
     return DirectoryPlanner(
@@ -37,28 +37,28 @@ def _dir_planner(spec: dict[str, Any]):
         spec["log_dir"],
         split_bytes=int(spec["split_bytes"]),
         max_files=int(spec["max_files_per_batch"]),
-        clock=_clock(),
+        clock=clock,
         tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
         split_plan=int(spec.get("split_plan", 1)),
     )
 
 
-def _generate_planner(spec: dict[str, Any]):
+def _generate_planner(spec: dict[str, Any], clock: Callable[[], int]):
     from event_etl.sources.generate import GeneratorPlanner
     from event_etl.sources.generator import GeneratorParams
 
     return GeneratorPlanner(
-        GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=_clock(),
+        GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=clock,
         tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
     )
 
 
-def _pubsub_planner(spec: dict[str, Any]):
+def _pubsub_planner(spec: dict[str, Any], clock: Callable[[], int]):
     from event_etl.sources.pubsub import PubSubPlanner
 
     return PubSubPlanner(
         spec["params"]["subscription"], spec["log_dir"], max_messages=int(spec["max_events_per_batch"]),
-        clock=_clock(), tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
+        clock=clock, tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
     )
 
 
@@ -82,18 +82,13 @@ def _pubsub_fetcher(spec: "SourceSpec", log_dir: str, *, once: bool, spark=None)
     return Fetcher(spec.params["subscription"], log_dir, once=once, settings=settings)
 
 
-def _clock() -> Callable[[], int]:
-    from event_etl.timeutil import now_millis
-
-    return now_millis
-
-
 @dataclass(frozen=True)
 class SourceKind:
     """One kind of source (see the module docstring)."""
 
     name: str
-    planner: Callable[[dict[str, Any]], Any]
+    planner: Callable[[dict[str, Any], Callable[[], int]], Any]
+    """Makes the kind's planner: ``planner(spec, clock)``; the clock gives the arrival of what it finds."""
     identity_of: Callable[["SourceSpec"], str]
     check_before_start: Callable[["SourceSpec"], None] | None = None
     fetcher: Callable[..., Any] | None = None
@@ -145,9 +140,17 @@ def source_kind(kind: str) -> SourceKind:
         raise ValueError(f"unknown source kind {kind!r}") from None
 
 
-def make_planner(spec: dict[str, Any]):
-    """The planner for a source spec (``kind``, ``params``, ``log_dir``, limits)."""
-    return source_kind(spec["kind"]).planner(spec)
+def make_planner(spec: dict[str, Any], clock: Callable[[], int] | None = None):
+    """The planner for a source spec (``kind``, ``params``, ``log_dir``, limits).
+
+    ``clock`` is the job's clock (milliseconds since the epoch, UTC): what the planner finds arrives at its
+    time, so a job run on a test's clock judges ``future`` events against that clock, whatever today's date.
+    None: the wall clock (a streaming query's source, which Spark runs apart from the job's driver code)."""
+    if clock is None:
+        from event_etl.timeutil import now_millis
+
+        clock = now_millis
+    return source_kind(spec["kind"]).planner(spec, clock)
 
 
 def batch_cap(spec: dict[str, Any]) -> int:
