@@ -17,8 +17,10 @@ yet removed), ``files_written`` (all files of a batch are written, the ledger is
 ``state_saved``, ``idle_advance`` (an idle tick is about to move the watermark and mark
 hours), ``drain`` (a drain begins: its markers follow); a fleet's shared engine:
 ``offset_written`` (a type's end offset is durable, its batch not begun); Pub/Sub: ``pulled`` (messages pulled,
-not yet in a spool segment), ``spooled`` (a segment is durable, not yet offered to Spark) and
-``acknowledging`` (some of a saved batch's messages are acknowledged, not all).
+not yet in a spool segment), ``spooled`` (a segment is durable, not yet acknowledged nor offered to Spark),
+``acknowledging`` (some of a segment's or a saved batch's messages are acknowledged, not all), ``spool_acked`` (a
+segment's messages are acknowledged, the segment not yet offered) and ``segments_committed`` (Spark committed the
+batches that read some segments, which are not yet deleted).
 """
 
 from __future__ import annotations

@@ -74,10 +74,14 @@ from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 FAULT_POINTS = ("write_file", "files_written", "duplicates_rewritten", "before_marker", "after_marker", "state_saved",
-                "merge_write", "merged_written", "merge_recorded")  # the last three: merging an hour's small files
-PUBSUB_POINTS = ("pulled", "spooled", "acknowledging")  # pulled, not spooled; spooled, not offered; acking a batch
+                "merge_write", "merged_written", "merge_recorded",  # these three: merging an hour's small files
+                "offset_written")  # a round's end offsets durable, its batch not begun
+# pulled, not spooled; durable, not acknowledged; during an acknowledgement; acknowledged, not offered; Spark committed
+# a batch, its segments not yet deleted
+PUBSUB_POINTS = ("pulled", "spooled", "acknowledging", "spool_acked", "segments_committed")
 PAUSES = ("write_file=0.02,files_written=0.15,duplicates_rewritten=0.3,before_marker=0.25,after_marker=0.25,"
-          "state_saved=0.1,merge_write=0.05,merged_written=0.2,merge_recorded=0.2,drain=0.5,idle_advance=0.5,pulled=0.05,spooled=0.1,acknowledging=0.2")
+          "state_saved=0.1,merge_write=0.05,merged_written=0.2,merge_recorded=0.2,drain=0.5,idle_advance=0.5,pulled=0.05,spooled=0.1,acknowledging=0.2,"
+          "spool_acked=0.1,segments_committed=0.2")
 MAX_EVENTS_PER_FILE = 40  # the campaign's type: batches of a few dozen events write small files, merged
 IDLE_TIMEOUT_S = 20  # the campaign's type: longer than a run waits for input, shorter than its downtimes
 FAST_CLOCK_MS = 8 * MINUTE_MS
@@ -412,8 +416,12 @@ class Campaign:
         ``systemctl stop``, ``timeout`` and a closed terminal do): both drain; ``TERM_THEN_KILL``
         (SIGTERM, and SIGKILL up to two seconds into the drain: a grace period that ran out);
         ``DOWNTIME`` (SIGKILL, then down for longer than the idle timeout while input piles up);
-        ``IDLE`` (SIGKILL inside an idle tick, once all input is in).
+        ``IDLE`` (SIGKILL inside an idle tick, once all input is in); ``REPLAY`` (SIGKILL at ``point``, then
+        SIGKILL again while the next run replays the batch it left: a kill during the replay that follows a kill).
         """
+        if how == "REPLAY":
+            first = self.one_fault("SIGKILL", point)
+            return self.one_fault("REPLAY_KILL", "files_written") and first
         self.runs += 1
         t_start = time.monotonic()
         before = len(self.faults_seen())
@@ -440,10 +448,10 @@ class Campaign:
             time.sleep(self.rng.uniform(0.0, 2.0))
             hit = proc.poll() is None
         else:
-            occurrence = 1 if "marker" in point else self.rng.randint(1, 2)
+            occurrence = 1 if "marker" in point or how == "REPLAY_KILL" else self.rng.randint(1, 2)
             hit = self._wait_point(proc, point, before, occurrence)
         if proc.poll() is None:
-            if how in ("SIGKILL", "DOWNTIME", "IDLE"):
+            if how in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL"):
                 os.killpg(proc.pid, signal.SIGKILL)
             elif how == "SIGTERM":
                 os.kill(proc.pid, signal.SIGTERM)
@@ -545,8 +553,15 @@ class Campaign:
 
         return list(iter_deadletters(Storage(self.sink), "page_view"))
 
+    def leftovers(self) -> list[str]:
+        """Temporary files a killed run left and no later run finished or removed: in a local sink, and in the
+        checkpoint (a GCS sink writes each object in one upload: nothing is left there)."""
+        roots = [Path(self.checkpoint)] + ([] if self.sink.startswith("gs://") else [Path(self.sink)])
+        return sorted(str(p) for r in roots for p in r.rglob(".*.tmp"))
+
     def check(self, watcher: Watcher) -> dict:
         content, st = self.read_sink()
+        leftovers = self.leftovers()
         dls = self.read_deadletters()
         events = self.events.events
         valid = {e.id: e for e in events if e.kind in ("timely", "out_of_order", "late", "fast_clock")}
@@ -637,7 +652,10 @@ class Campaign:
             "bad inputs sent (kinds)": f"{sum(bad_inputs.values())} ({len(bad_inputs)} kinds)",
             "event-time hours": len(all_hours),
             "job runs": self.runs,
-            "SIGKILL": sum(n for (s, _), n in self.kills.items() if s in ("SIGKILL", "DOWNTIME", "IDLE")),
+            "SIGKILL": sum(n for (s, _), n in self.kills.items()
+                           if s in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL")),
+            "SIGKILL during the replay after a SIGKILL": sum(n for (s, _), n in self.kills.items()
+                                                             if s == "REPLAY_KILL"),
             "SIGTERM": sum(n for (s, _), n in self.kills.items() if s in ("SIGTERM", "SIGTERM_GROUP")),
             "SIGTERM to the process group": sum(n for (s, _), n in self.kills.items() if s == "SIGTERM_GROUP"),
             "SIGKILL during a SIGTERM drain": sum(n for (s, _), n in self.kills.items() if s == "TERM_THEN_KILL"),
@@ -659,6 +677,7 @@ class Campaign:
                 sum(1 for e in content.values() if e["marker"] for n in e["files"] if n.endswith(".avro")),
                 sum(1 for e in content.values() if e["marker"] for n in e["files"] if is_merged_name(n))),
             "hours marked before the real clock passed their end": len(early),
+            "temporary files left": len(leftovers),
             # Pub/Sub delivers the waves the campaign publishes ahead in any order: there a timely event may be
             # late for real, and the figure is shown, not judged.  Files arrive in order.
             ("timely events judged late (an hour closed early)" if self.args.source == "dir" else
@@ -669,6 +688,7 @@ class Campaign:
                          "misplaced": misplaced[:10],
                          "unmarked": unmarked[:10], "bad_manifests": bad_manifests[:10], "changed": changed[:10],
                          "early": early[:10], "too many files": too_many_files[:10], "judged_late": judged_late[:10],
+                         "temporary files left": leftovers[:10],
                          "dead letters": dl_detail},
         }
 
@@ -681,7 +701,7 @@ class Campaign:
         # half of the SIGTERMs to the whole process group, half to the event-etl process
         kills += [("SIGTERM_GROUP" if k % 2 == 0 else "SIGTERM", self.rng.choice([None, "write_file", "before_marker"]))
                   for k in range(self.args.sigterms)]
-        kills += [("TERM_THEN_KILL", None), ("DOWNTIME", None)]
+        kills += [("TERM_THEN_KILL", None), ("DOWNTIME", None), ("REPLAY", "files_written")]
         self.rng.shuffle(kills)
         return kills
 
@@ -727,7 +747,7 @@ FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "mis
                 "manifests not matching their folder", "hours changed after their marker (premature markers)",
                 "hours marked before the real clock passed their end",
                 "complete hours with more than ceil(records / max_events_per_file) + 2 files",
-                "timely events judged late (an hour closed early)", "final run exit code")
+                "timely events judged late (an hour closed early)", "final run exit code", "temporary files left")
 
 
 def failures(result: dict) -> list[str]:

@@ -82,7 +82,7 @@ def test_sigkill_then_restart_loses_and_duplicates_nothing(tmp_path):
     sink, ck = tmp_path / "data", tmp_path / "ck"
     from tests.harness import make_event_type
 
-    et = make_event_type(tmp_path / "types", "click")
+    et = make_event_type(tmp_path / "types", "click", max_backfill="0")
     lines = []
     base = 1_795_266_000_000  # 2026-11-21T09:00Z
     for k in range(6):
@@ -112,7 +112,7 @@ def test_sigkill_then_restart_loses_and_duplicates_nothing(tmp_path):
 def test_a_second_writer_is_refused_at_once_and_a_killed_one_does_not_block_its_restart(tmp_path):
     from tests.harness import make_event_type
 
-    make_event_type(tmp_path / "types", "click")
+    make_event_type(tmp_path / "types", "click", max_backfill="0")
     src = tmp_path / "in"
     src.mkdir()
     (src / "a.jsonl").write_text('{"id": "a", "ts": 1795266000000}\n')

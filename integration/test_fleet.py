@@ -31,7 +31,7 @@ def _type_with_files(root: Path, name: str, files: int, per_file: int = 200):
         f = src / f"f{k:03d}.jsonl"
         f.write_text("\n".join(lines) + "\n")
         os.utime(f, ((BASE + (k + 1) * 900_000) / 1000,) * 2)
-    et = make_event_type(root / "types", name, source=f"dir:{src}")
+    et = make_event_type(root / "types", name, source=f"dir:{src}", max_backfill="0")
     return et, ids, src
 
 

@@ -45,8 +45,8 @@ def test_a_type_moves_from_a_shared_application_to_a_query_of_its_own_and_back(s
     src_a, src_b = tmp_path / "in" / "clicks", tmp_path / "in" / "views"
     ids_a = _add_files(src_a, "clicks", 0, 3)
     ids_b = _add_files(src_b, "views", 0, 2)
-    a = make_event_type(tmp_path / "types", "clicks", source=f"dir:{src_a}")
-    b = make_event_type(tmp_path / "types", "views", source=f"dir:{src_b}")
+    a = make_event_type(tmp_path / "types", "clicks", source=f"dir:{src_a}", max_backfill="0")
+    b = make_event_type(tmp_path / "types", "views", source=f"dir:{src_b}", max_backfill="0")
     sink, ck = tmp_path / "sink", tmp_path / "ck"
 
     def fleet(**kw):
@@ -79,7 +79,7 @@ def test_a_batch_a_crash_left_unfinished_is_replayed_first_over_the_same_input(s
 
     src = tmp_path / "in" / "clicks"
     ids = _add_files(src, "clicks", 0, 2)
-    et = make_event_type(tmp_path / "types", "clicks", source=f"dir:{src}")
+    et = make_event_type(tmp_path / "types", "clicks", source=f"dir:{src}", max_backfill="0")
     sink, ck = tmp_path / "sink", tmp_path / "ck"
     options = RunOptions(sink=str(sink), checkpoint=str(ck), quiet=True, max_files_per_batch=5, engine="shared")
     # a first run offers batch 0 (its offset is durable) and dies before running it
@@ -114,7 +114,7 @@ def test_a_shared_fleet_killed_at_each_step_of_a_round_loses_and_duplicates_noth
     ids: dict[str, list[str]] = {}
     for k, name in enumerate(names):
         ids[name] = _add_files(tmp_path / "in" / name, name, 0, 4 + k)
-        make_event_type(tmp_path / "types", name, source=f"dir:{tmp_path / 'in' / name}")
+        make_event_type(tmp_path / "types", name, source=f"dir:{tmp_path / 'in' / name}", max_backfill="0")
     sink, ck, faults = tmp_path / "sink", tmp_path / "ck", tmp_path / "faults.log"
     cmd = [exe, "run", "--all", "--event-types", str(tmp_path / "types"), "--sink", str(sink), "--checkpoint", str(ck),
            "--master", "local[2]", "--trigger-interval", "1s", "--max-files-per-batch", "1", "--quiet"]

@@ -91,7 +91,7 @@ def _wait_for_writes(tmp_path, n: int, proc, timeout=180):
 
 
 def test_a_15s_storage_outage_is_ridden_out(tmp_path, gcs):
-    make_event_type(tmp_path / "types", "click")
+    make_event_type(tmp_path / "types", "click", max_backfill="0")
     src, ids = _inputs(tmp_path)
     proc = _run(tmp_path, gcs, src, "--drain", wait=False)
     try:
@@ -108,7 +108,7 @@ def test_a_15s_storage_outage_is_ridden_out(tmp_path, gcs):
 
 
 def test_a_job_that_gives_up_says_so_and_a_restart_completes(tmp_path, gcs):
-    make_event_type(tmp_path / "types", "click")
+    make_event_type(tmp_path / "types", "click", max_backfill="0")
     src, ids = _inputs(tmp_path)
     proc = _run(tmp_path, gcs, src, "--drain", retry_seconds="4", wait=False)
     try:

@@ -86,6 +86,7 @@ class LocalPipeline:
 
     def restart(self) -> None:
         """A new controller on the same checkpoint, as after a process restart."""
+        self.ckpt.sweep_temporaries()  # as a job does once it holds the checkpoint
         self.controller = Controller(
             event_type=self.et,
             storage=self.storage,

@@ -283,3 +283,60 @@ def test_keys_sorted_in_two_halves_at_once_are_sorted_as_one(monkeypatch):
         assert dedupe.find_duplicates(rows, np.zeros(0, dtype=np.uint64)).any() == repeated
 
     check()
+
+
+def test_a_replay_decides_its_duplicates_as_its_first_attempt_did(tmp_path, monkeypatch):
+    """A message delivered a third time, after its key left the window in memory, is written; the job dies between
+    the marker listing its file and the state.  The dedupe state reloaded from disk still holds the key (its first
+    batch was never acknowledged): the replay must still write the same file, not drop the record a marker lists."""
+    import json
+
+    import fastavro
+
+    from event_etl.job.checkpoint import Checkpoint
+    from event_etl.sources.pubsub import SPOOL_SCHEMA
+    from event_etl.sources.splits import Split
+    from tests.harness import FakeClock, LocalPipeline, check_manifest_matches_folder, hour, make_event_type, t
+
+    p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types", out_of_orderness="5m", dedupe_window="10m"),
+                      FakeClock(t("14:40")))
+    acks = iter([False, True, True, True, True, True])
+    p.controller.source_done = lambda inputs: next(acks)  # batch 0's acknowledgement lost: Pub/Sub sends it again
+
+    def msg(mid, id_, ts, at):
+        return {"message_id": mid, "publish_time": t(at), "attributes": {}, "ordering_key": "", "delivery_attempt": 0,
+                "data": json.dumps({"id": id_, "ts": t(ts)}).encode()}
+
+    def batch(b, *msgs):
+        path = tmp_path / f"s{b}.avro"
+        with open(path, "wb") as fh:
+            fastavro.writer(fh, SPOOL_SCHEMA, list(msgs))
+        return p.controller.run_batch(b, p.task_runner([Split(0, "spool", str(path), 0, len(msgs), 0)]))
+
+    x = msg("1", "x", "13:10", "13:20")
+    batch(0, x, msg("9", "v", "13:11", "13:20"))  # v never comes again: batch 0's keys stay in the checkpoint
+    batch(1, msg("8", "u", "13:12", "13:21"))
+    assert batch(2, x).result.counts == {"duplicate": 1}  # its redelivery: dropped, its key kept for the window
+    batch(3, msg("2", "y", "13:59", "14:00"))  # both clocks move on: x's keys leave the window
+    real_save = Checkpoint.save_state
+
+    def die_before_saving(self, state):
+        if state.last_batch_id == 4:
+            raise KeyboardInterrupt("killed between the markers and the state")
+        real_save(self, state)
+
+    monkeypatch.setattr(Checkpoint, "save_state", die_before_saving)
+    import pytest
+
+    with pytest.raises(KeyboardInterrupt):
+        batch(4, x, msg("3", "w", "14:30", "14:31"))  # x a third time: written; hour 13 marked with it
+    folder = p.sink / "click" / "dt=2026-11-21" / "hour=13"
+    before = {f.name: f.read_bytes() for f in folder.iterdir()}
+    from event_etl.rules.manifest import Manifest
+
+    assert Manifest.from_bytes(before["_COMPLETE"]).records == 5  # x (twice: after its window), v, u, y
+    monkeypatch.setattr(Checkpoint, "save_state", real_save)
+    p.restart()
+    batch(4, x, msg("3", "w", "14:30", "14:31"))  # Spark replays the batch
+    assert {f.name: f.read_bytes() for f in folder.iterdir()} == before, "a marked hour never changes"
+    check_manifest_matches_folder(p.sink, "click", hour("13"))

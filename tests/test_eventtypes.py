@@ -33,6 +33,16 @@ def test_defaults_apply(tmp_path):
     et = make_event_type(tmp_path)
     assert (et.out_of_orderness, et.allowed_lateness) == (120_000, 86_400_000)
     assert et.max_events_per_file == 500_000
+    assert et.max_backfill == 30 * 86_400_000
+
+
+@pytest.mark.parametrize("text, ms, shown", [("45d", 45 * 86_400_000, "45d"), ("36h", 36 * 3_600_000, "1d12h"),
+                                             ("0", 0, "0")])
+def test_max_backfill_is_a_duration_and_0_is_no_bound(tmp_path, text, ms, shown):
+    et = make_event_type(tmp_path, max_backfill=text)
+    assert et.max_backfill == ms
+    assert et.settings_summary()["max_backfill"] == shown
+    assert make_event_type(tmp_path / "d").settings_summary()["max_backfill"] == "30d"
 
 
 def test_event_types_dir_from_option_then_environment(tmp_path, monkeypatch):
@@ -69,6 +79,9 @@ def _write(tmp_path, schema, toml):
          "change time_format"),
         (CLICK_SCHEMA, 'time_field = "ts"\ntime_format = "unix"', "etl.toml", "time_format", "epoch_millis"),
         (CLICK_SCHEMA, 'time_field = "ts"\nmax_events_per_file = 0', "etl.toml", "max_events_per_file", "500000"),
+        (CLICK_SCHEMA, 'time_field = "ts"\nmax_backfill = "off"', "etl.toml", "max_backfill", 'max_backfill = "0"'),
+        (CLICK_SCHEMA, 'time_field = "ts"\nmax_backfill = 30', "etl.toml", "max_backfill", 'max_backfill = "30d"'),
+        (CLICK_SCHEMA, 'time_field = "ts"\nmax_backfill = "3 weeks"', "etl.toml", "max_backfill", "no bound"),
         (CLICK_SCHEMA, 'time_field = "ts"\ncodec = "zstd"', "etl.toml", "codec", "deflate"),
         (CLICK_SCHEMA, 'time_field = "ts" oops', "etl.toml", None, "toml"),
     ],

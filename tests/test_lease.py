@@ -150,3 +150,43 @@ def test_a_fence_trusts_the_lease_until_its_expiry_minus_the_margin(tmp_path):
     with pytest.raises(LeaseHeldError, match="runs out"):
         fence.check()
     ls.release()
+
+
+def test_a_restart_on_the_same_host_fences_the_dead_jobs_tasks_at_their_next_file(tmp_path):
+    """The restart takes over at once; a task of the dead job (an orphaned worker) trusted its cached fence for
+    up to ~45 s and could write over a file the new run's replay rewrote.  On local disk it now reads the lease
+    before every file, and stops."""
+    import pytest
+
+    from event_etl.errors import LeaseHeldError
+    from event_etl.storage import Storage
+    from event_etl.storage.lease import Fence, Lease
+    from event_etl.timeutil import now_millis
+
+    storage = Storage(str(tmp_path / "sink"))
+    old = Lease(storage, "click", tmp_path / "ck", now_millis).acquire()
+    task = Fence(old.fence(), storage)
+    task.check()  # the dead job's task wrote a file: its fence looked at the lease
+    old._stop.set()
+    old._unlock()  # the job died: the kernel released its checkpoint lock (its lease is still valid)
+    new = Lease(storage, "click", tmp_path / "ck", now_millis).acquire()
+    try:
+        assert new.old_tasks_until > now_millis(), "taken over before the dead job's lease ran out"
+        with pytest.raises(LeaseHeldError):
+            task.check()  # its next file
+        assert new.wait_for_old_tasks() == 0.0, "local disk: no need to wait"
+    finally:
+        new.release()
+
+
+def test_on_an_object_store_the_restart_waits_for_the_dead_jobs_lease_before_replaying(tmp_path, monkeypatch):
+    from event_etl.storage import Storage
+    from event_etl.storage.lease import Lease
+
+    storage = Storage(str(tmp_path / "sink"))
+    lease = Lease(storage, "click", tmp_path / "ck", lambda: 1_000_000)
+    lease.old_tasks_until = 1_045_000
+    monkeypatch.setattr(storage, "local", False)  # as on gs://, where a task trusts its fence until that expiry
+    slept, said = [], []
+    assert lease.wait_for_old_tasks(said.append, slept.append) == 45.0
+    assert slept == [45.0] and "waiting 45s" in said[0]

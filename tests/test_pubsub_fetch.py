@@ -164,11 +164,11 @@ def test_the_last_messages_before_a_pause_are_spooled_while_the_next_pull_waits(
         f.stop()
 
 
-def test_acknowledgements_and_deadline_extensions_go_in_bulk(tmp_path):
+def test_committed_acknowledgements_and_deadline_extensions_go_in_bulk(tmp_path):
     svc = RealServiceLike()
     for i in range(6000):
         svc.publish(b"x", t("13:00"))
-    f = fetcher(tmp_path, svc, streams=1, segment_messages=6000, segment_age=5.0).start()
+    f = fetcher(tmp_path, svc, streams=1, segment_messages=6000, segment_age=5.0, ack="committed").start()
     try:
         wait_until(lambda: len(segments(tmp_path)) == 1, what="one segment of 6000")
         assert f.ack({segments(tmp_path)[0].name})
@@ -276,10 +276,10 @@ def test_through_the_job_redeliveries_are_dropped_and_saved_batches_acknowledged
     p = LocalPipeline(tmp_path, et, FakeClock(t("13:30")))
     f = fetcher(tmp_path, svc, streams=1, segment_age=0.05)
     p.controller.source_done = f.ack
+    svc.publish(click("a", "13:10"), t("13:20"))
+    svc.publish(click("b", "13:11"), t("13:20"))
     f.start()
     try:
-        svc.publish(click("a", "13:10"), t("13:20"))
-        svc.publish(click("b", "13:11"), t("13:20"))
         wait_until(lambda: len(segments(tmp_path)) == 1, what="a segment")
         first = segments(tmp_path)[0]
         ev = p.controller.run_batch(
@@ -300,12 +300,13 @@ def test_through_the_job_redeliveries_are_dropped_and_saved_batches_acknowledged
 
 
 # -- fetch partitions (pulling on executors): the task's side, with the real service's behaviour --------------
-def _run_partition(tmp_path, svc, *, partitions=2, max_held=2000, once=False, run="a1b2c3d4", partition=1):
+def _run_partition(tmp_path, svc, *, partitions=2, max_held=2000, once=False, run="a1b2c3d4", partition=1,
+                   ack="committed"):
     from event_etl.sources.pubsub_partitions import fetch_partition
 
     (tmp_path / "spool" / "segments").mkdir(parents=True, exist_ok=True)
     settings = dict(streams=1, max_held_messages=max_held, segment_messages=200, segment_age=0.05, ack_deadline=60,
-                    outage_timeout=5.0, pull_timeout=0.2, once_quiet=0.5)
+                    outage_timeout=5.0, pull_timeout=0.2, once_quiet=0.5, ack=ack)
     out: dict = {}
 
     def body():

@@ -151,3 +151,71 @@ def test_a_fleet_drains_every_type_it_can_and_reports_the_one_it_cannot(tmp_path
     line = summary_lines({"stuck": {**status, "stopped_by": "SIGTERM", "drained": False}})[0]
     assert line.endswith(f"stopped by SIGTERM, {stuck.drain_error}"), line
     json.dumps(status)  # what status.json holds
+
+
+def _late_step(lease, proceed: threading.Event, outcome: dict, hold: float = 0.0):
+    """A batch's driver side that goes on after a stop at once: its next write is a marker (guarded)."""
+    from event_etl.errors import LeaseHeldError
+
+    def step():
+        proceed.wait(10)
+        try:
+            lease.guard()
+            outcome["wrote"] = True
+        except LeaseHeldError:
+            outcome["refused"] = True
+        time.sleep(hold)
+
+    return step
+
+
+def _stopped_at_once(step) -> StopSignals:
+    stops = StopSignals()
+    stops.request(signal.SIGTERM)
+    stops.request(signal.SIGTERM)  # the second: stop at once
+    with pytest.raises(Escalated):
+        run_watched(step, stops)
+    return stops
+
+
+def test_a_stop_at_once_fences_the_step_it_left_running_before_releasing_the_locks(tmp_path):
+    """A second SIGTERM leaves the batch's thread running; releasing the lease and the checkpoint lock at once let a
+    restart write beside it.  Now its next write is refused, and the locks go once it has ended."""
+    from event_etl.errors import LeaseHeldError
+    from event_etl.job.runner import release_lease
+    from event_etl.storage import Storage
+    from event_etl.storage.lease import Lease
+    from event_etl.timeutil import now_millis
+
+    storage = Storage(str(tmp_path / "sink"))
+    lease = Lease(storage, "click", tmp_path / "ck", now_millis).acquire()
+    proceed, outcome = threading.Event(), {}
+    stops = _stopped_at_once(_late_step(lease, proceed, outcome))
+    with pytest.raises(LeaseHeldError):
+        Lease(storage, "click", tmp_path / "ck", now_millis).acquire()  # the step still runs: the job holds on
+    threading.Timer(0.3, proceed.set).start()
+    release_lease(lease, stops)
+    assert outcome == {"refused": True}, "the step's write after the stop is refused"
+    Lease(storage, "click", tmp_path / "ck", now_millis).acquire().release()  # and now a restart may start
+
+
+def test_a_step_that_does_not_end_keeps_the_locks_until_the_process_ends(tmp_path, monkeypatch):
+    from event_etl.errors import LeaseHeldError
+    from event_etl.job import stopping
+    from event_etl.job.runner import release_lease
+    from event_etl.storage import Storage
+    from event_etl.storage.lease import Lease
+    from event_etl.timeutil import now_millis
+
+    monkeypatch.setattr(stopping, "LATE_STEP_WAIT_S", 0.3)
+    storage = Storage(str(tmp_path / "sink"))
+    lease = Lease(storage, "click", tmp_path / "ck", now_millis).acquire()
+    proceed, outcome = threading.Event(), {}
+    stops = _stopped_at_once(_late_step(lease, proceed, outcome))  # waits for `proceed`: longer than the wait
+    release_lease(lease, stops)
+    with pytest.raises(LeaseHeldError):
+        Lease(storage, "click", tmp_path / "ck", now_millis).acquire()
+    proceed.set()
+    time.sleep(0.2)
+    assert outcome == {"refused": True}
+    lease._unlock()  # what the end of the process does

@@ -59,7 +59,7 @@ from typing import Any
 from event_etl.errors import CheckpointFormatError, CheckpointMismatchError
 from event_etl.rules.manifest import FileEntry
 from event_etl.rules.watermark import WatermarkState
-from event_etl.storage.atomic import write_json_atomic
+from event_etl.storage.atomic import fsync_dir, makedirs_durable, write_json_atomic
 
 __all__ = ["Checkpoint", "BatchIntent", "write_json_atomic", "CHECKPOINT_FORMAT", "FROZEN_SETTINGS"]
 
@@ -71,13 +71,15 @@ MIGRATED_FORMAT = 2
 FROZEN_SETTINGS = (
     "schema", "time_field", "time_format", "time_logical_divisor", "id_field", "out_of_orderness",
     "allowed_lateness", "max_future_skew", "dedupe_window", "max_events_per_file", "max_payload_bytes", "codec",
-    "time_attribute", "publish_time_fallback", "schema_versions",
+    "time_attribute", "publish_time_fallback", "schema_versions", "max_backfill",
 )
 """What of an event type decides which files a batch writes: frozen in the batch's intent.
 
 ``schema_versions`` (the registered writer schemas, whose single-object payloads are accepted
 and resolved to ``schema``): a replay must accept and dead-letter exactly what its first
-attempt did, even if a version was registered or removed meanwhile."""
+attempt did, even if a version was registered or removed meanwhile.  ``max_backfill`` (how far
+before its arrival an event of a job without a watermark may be): an intent written before it
+existed judged with no bound, and so does its replay."""
 
 
 _SLICE_ROWS = 1 << 16  # key rows converted and written at a time (format 1's layout: 1.8 MB)
@@ -133,8 +135,10 @@ class Checkpoint:
         return self.root / "spark"
 
     def source_dir(self, name: str) -> Path:
+        from event_etl.storage.atomic import makedirs_durable
+
         d = self.etl / "source" / name
-        d.mkdir(parents=True, exist_ok=True)
+        makedirs_durable(d)  # the source's logs in it must not vanish with a power cut
         return d
 
     # -- format ----------------------------------------------------------------------------
@@ -174,6 +178,13 @@ class Checkpoint:
     def format(self) -> int:
         """The format of ``etl/`` (after :meth:`open_format`, which gives a new checkpoint the current one)."""
         return self._found_format() or CHECKPOINT_FORMAT
+
+    def sweep_temporaries(self) -> list[str]:
+        """Remove the temporary files a killed run left in the checkpoint (see :mod:`event_etl.storage.temporaries`):
+        only while no writer runs (the job holds the checkpoint's lock, and its source has not started)."""
+        from event_etl.storage.temporaries import sweep_temporaries
+
+        return sweep_temporaries(self.root)
 
     # -- job binding -----------------------------------------------------------------------
     def bind(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -248,13 +259,14 @@ class Checkpoint:
     def save_dropped_keys(self, batch_id: int, rows) -> None:
         """The keys of the records a batch dropped as duplicates (``STORED_DTYPE`` rows), durably."""
         path = self.etl / "batches" / f"{batch_id:010d}.dropkeys"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        makedirs_durable(path.parent)
         tmp = path.with_name(f".{path.name}.tmp")
         with open(tmp, "wb") as fh:
             fh.write(_buffer(rows))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)  # the rename too: a power cut must not take it back once the drops are saved
 
     def load_dropped_keys(self, batch_id: int):
         import numpy as np
@@ -265,6 +277,10 @@ class Checkpoint:
         return np.frombuffer(path.read_bytes(), dtype=STORED_DTYPE).copy() if path.exists() else \
             np.zeros(0, dtype=STORED_DTYPE)
 
+    def has_drops(self, batch_id: int) -> bool:
+        """Whether the batch's duplicates were decided (its drop list written, empty when it dropped nothing)."""
+        return self._drops_path(batch_id).exists()
+
     def load_drops(self, batch_id: int) -> dict[str, tuple[int, ...]]:
         p = self._drops_path(batch_id)
         return {k: tuple(v) for k, v in _read_json(p).items()} if p.exists() else {}
@@ -274,7 +290,7 @@ class Checkpoint:
         from event_etl.task.dedupe import legacy_rows
 
         d = self.etl / "dedupe"
-        d.mkdir(parents=True, exist_ok=True)
+        makedirs_durable(d)
         path = d / f"{batch_id:010d}.k2"
         tmp = d / f".{path.name}.tmp"
         with open(tmp, "wb") as fh:
@@ -282,8 +298,10 @@ class Checkpoint:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        fsync_dir(d)  # the rename too, before the state that relies on these keys is saved
         # The same keys in format 1's layout, for a rollback to release 0.1.0 (which reads only .keys):
-        # not synced, since this release reads .k2; a rolled-back job without them would let copies through.
+        # not synced (neither the file nor its rename), since this release reads .k2; a rolled-back job
+        # without them would let copies through.
         # Written a slice at a time: a batch of millions of keys would otherwise take a second copy of them
         # (~28 B a key), whose fresh pages cost more than the copying.
         old = d / f"{batch_id:010d}.keys"

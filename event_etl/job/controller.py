@@ -60,11 +60,14 @@ from event_etl.rules.manifest import FileEntry, Manifest, build_manifest, compar
 from event_etl.rules.watermark import (
     SourceActivity,
     WatermarkState,
+    clock_step,
     drain_watermark,
-    idle_watermark,
+    idle_advance,
     quiet_since,
+    quiet_start,
 )
 from event_etl.storage import Storage
+from event_etl.storage.temporaries import sweep_temporaries
 from event_etl.task.executor import REPORT_SCHEMA, BatchContext, make_task
 from event_etl.timeutil import HOUR_MS
 
@@ -199,8 +202,12 @@ class Controller:
         source_activity: Callable[[], SourceActivity | None] | None = None,
         activity_stale_ms: int = 60_000,
         source_done: Callable[[set[str]], bool] | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.et = event_type
+        # seconds on a clock that never steps (time.monotonic in a job): how long the source has been quiet is
+        # measured on it; without one (tests driving a fake wall clock), the wall clock stands in for it
+        self.monotonic = monotonic or (lambda: clock() / 1000)
         self.writer = writer
         self._attempt_started: int | None = None
         self.guard = guard  # raises if this job may no longer write (it lost its lease)
@@ -218,6 +225,10 @@ class Controller:
         self.ckpt = checkpoint
         self.clock = clock
         self.listeners = list(listeners or [])
+        # before anything is replayed or judged: what a killed run left half written (see event_etl.storage.temporaries)
+        self.swept = sweep_temporaries(storage.path(event_type.name), keep_top=True) if storage.local else []
+        if self.swept:
+            self._emit("swept", self.swept)
         self.lock = threading.RLock()
         self.state = checkpoint.load_state()
         latest = checkpoint.latest_intent_id()
@@ -226,6 +237,9 @@ class Controller:
         self.last_input = started  # the idle timer runs from the last batch holding any record, or the start
         self.quiet_since = started
         self.wm_when_quiet = self.state.watermark
+        self._wall_look, self._mono_look = started, self.monotonic()  # the last look at both clocks (a tick)
+        self.mono_quiet_start = self._mono_look  # the monotonic instant the source went quiet (see tick)
+        self.clock_steps = 0
         self.stopping = False
         self.busy = False
         self.failure: BaseException | None = None
@@ -240,6 +254,7 @@ class Controller:
         self._unmerged: Counter = Counter()
         self._unmerged_files: Counter = Counter()  # small files batches added to each open hour since its last merge
         self.merges = 0
+        self.held = False  # the watermark was held while the source was settling; it catches up once it is not
         self.dedupe = None
         if self.pending_batch is None:
             self.adopted = self._adopt_markers()
@@ -310,7 +325,16 @@ class Controller:
             intent, outputs = self._settle_first_batch(intent, drop, outputs, run_tasks)
         rows = None
         if self.dedupe is not None:
-            outputs, rows, drop = self._drop_duplicates(intent, drop, outputs, run_tasks)
+            if replayed and self.ckpt.has_drops(batch_id):
+                # decided by an earlier attempt, whose files a marker may list already: the dedupe state as
+                # reloaded can know keys that attempt did not (a redelivery found again only in its memory)
+                from event_etl.task.dedupe import stored_of
+
+                rows = stored_of(keys for _, keys in outputs)
+            else:
+                outputs, rows, drop = self._drop_duplicates(intent, drop, outputs, run_tasks)
+                if not drop:
+                    self.ckpt.save_drops(batch_id, {})  # the decision: nothing dropped (before any ledger or marker)
             # the keys of the records dropped as duplicates are remembered too: a message dropped here may be
             # delivered again (its acknowledgement can be lost), and its id key may be gone from the window by then
             dropped = self.ckpt.load_dropped_keys(batch_id)
@@ -459,6 +483,7 @@ class Controller:
             return self.et
         frozen = {k: v for k, v in intent.settings.items() if k in FROZEN_SETTINGS}
         frozen.setdefault("schema_versions", ())  # an intent from before schema versions accepted its schema only
+        frozen.setdefault("max_backfill", 0)  # an intent from before max_backfill judged with no bound
         return replace(self.et, **frozen)
 
     def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None) -> BatchContext:
@@ -488,6 +513,7 @@ class Controller:
             batch_max_hour=result.max_hour,
             out_of_orderness=self.event_type_of(intent).out_of_orderness,
         )
+        new = self._hold_or_catch_up(new)
         marks = bool(hours_to_mark(new.first_hour, new.marked_through, new.watermark))
         if not marks:
             self._markers_done()
@@ -533,6 +559,22 @@ class Controller:
                            self._attempt_started or intent.started_at)
         self._emit("batch", event)
         return event
+
+    def _settling(self) -> bool:
+        """Whether the source says input a killed run held may still come back (see SourceActivity.settling)."""
+        activity = self.source_activity() if self.source_activity is not None else None
+        return bool(activity is not None and activity.settling and activity.updated_at >= self.started_at)
+
+    def _hold_or_catch_up(self, new: WatermarkState) -> WatermarkState:
+        """While the source is settling the watermark holds where it was (events still count in the state's
+        maxima); once it is not, it catches up with the events seen meanwhile."""
+        if self._settling():
+            self.held = True
+            return replace(new, watermark=self.state.watermark)
+        if self.held and new.max_counted_time is not None:
+            self.held = False
+            return new.with_watermark(new.max_counted_time - self.et.out_of_orderness)
+        return new
 
     def _markers_done(self) -> None:
         """The batch wrote the markers it completes (or completes none): tell :attr:`after_markers`."""
@@ -732,7 +774,9 @@ class Controller:
             self.ckpt.save_merge(hour, generation, [e.name for e in members], merged)
             faults.point("merge_recorded", str(hour))
             self._guard()
-            self._each_file(self.storage.delete, rel_dir, members)
+            # not synced one by one: members a power cut brings back are deleted again by the next merge or the
+            # marker (whose own sync comes first)
+            self._each_file(lambda rel: self.storage.delete(rel, durable=False), rel_dir, members)
             self.merges += 1
             changed = True
             self._emit("merged", Merge(hour, len(merged), sum(e.bytes for e in merged), len(members),
@@ -767,6 +811,15 @@ class Controller:
             if self.busy or self.pending_batch is not None:
                 return []
             now = self.clock()
+            mono = self.monotonic()
+            step = clock_step(self._wall_look, self._mono_look, now, mono)
+            if step:  # what this run remembers of the wall clock moves with it (quiet_start bounds the rest)
+                self.clock_steps += 1
+                self.started_at += step
+                self.quiet_since += step
+                self.last_input += step
+                self._emit("clock_step", step)
+            activity = None
             if self.source_activity is None:  # no source reports (tests driving batches by hand): batches only
                 since = max(self.quiet_since, self.last_input)
             else:
@@ -778,19 +831,28 @@ class Controller:
             if since != self.quiet_since:  # not quiet after all: the idle timer starts again from here
                 self.quiet_since = since
                 self.wm_when_quiet = self.state.watermark
-            wm = idle_watermark(
+                self.mono_quiet_start = quiet_start(since, now, mono_now=mono, mono_last_look=self._mono_look)
+            self._wall_look, self._mono_look = now, mono
+            # quiet for the monotonic time since then: a step of the wall clock moves nothing
+            wm = idle_advance(
                 self.state.watermark,
-                quiet_since=self.quiet_since,
+                quiet_for=int((mono - self.mono_quiet_start) * 1000),
                 watermark_when_quiet=self.wm_when_quiet,
-                now=now,
                 idle_timeout=self.et.idle_timeout,
             )
+            if activity is not None and activity.settling:
+                self.held = True
+                return []  # a killed run's input may still come back: nothing moves, nothing is marked
+            caught_up = self.held
+            if caught_up:
+                wm = self._hold_or_catch_up(self.state.with_watermark(wm)).watermark
             if (wm is None or wm == self.state.watermark) and not self.unmarked_complete_hours():
                 return []
             self._guard()
             faults.point("idle_advance", str(wm))
             before = self.state.watermark
-            new, marked = self._mark(self.state.with_watermark(wm), now, "idle" if wm != before else "watermark")
+            closed_by = "idle" if wm != before and not caught_up else "watermark"
+            new, marked = self._mark(self.state.with_watermark(wm), now, closed_by)
             self._commit_state(new, marked)
             if new.watermark != before or marked:
                 self._emit("idle", new)

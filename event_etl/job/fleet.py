@@ -39,6 +39,7 @@ from event_etl.job.runner import (
     acquire_lease,
     open_job,
     prepare_job,
+    release_lease,
 )
 from event_etl.job.status import STATUS_FILE, read_status  # noqa: F401 - read_status: part of the fleet API
 from event_etl.job.stopping import POLL_S, Escalated, StopSignals, exit_now, run_watched, say, signal_name
@@ -124,6 +125,7 @@ def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, 
     if options.drain:
         options.once = True
     members: list[FleetMember] = []
+    stops = stops if stops is not None else StopSignals()
     try:
         for et in event_types:  # check and lock everything before Spark starts
             p = prepare_job(et, options, clock=clock, checkpoint=_member_checkpoint(options, et.name))
@@ -131,12 +133,11 @@ def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, 
             acquire_lease(p)
         run = _run_shared if options.engine == "shared" else _run
         return run(members, options, spark=spark, clock=clock, install_signals=install_signals,
-                   status_every_s=status_every_s, stop_event=stop_event,
-                   stops=stops if stops is not None else StopSignals())
+                   status_every_s=status_every_s, stop_event=stop_event, stops=stops)
     finally:
         for m in members:
             if m.prepared.lease is not None:
-                m.prepared.lease.release()
+                release_lease(m.prepared.lease, stops)
 
 
 def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s, stop_event,

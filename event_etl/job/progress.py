@@ -102,6 +102,13 @@ class ProgressPrinter:
             line = self.marker_line(payload)
         elif kind in ("idle", "drain"):
             line = f"[{self.et}] {kind}: watermark {iso(payload.watermark)}"
+        elif kind == "swept":
+            line = (f"[{self.et}] removed {len(payload)} temporary file{'s' if len(payload) != 1 else ''} a killed run "
+                    f"left (e.g. {payload[0]})")
+        elif kind == "clock_step":
+            sign = "+" if payload > 0 else ""
+            line = (f"[{self.et}] clock step: the wall clock jumped {sign}{format_duration(payload)}; quiet time is "
+                    "measured on the monotonic clock, so nothing moved")
         else:
             return
         out = self.out or sys.stdout

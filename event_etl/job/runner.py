@@ -10,6 +10,7 @@ data is marked); a second SIGINT or SIGTERM stops at once (exit 130 or 143).
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import signal
 import threading
@@ -134,10 +135,38 @@ def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[
     return Prepared(event_type, options, spec, sink, storage, ckpt, trigger_ms, now)
 
 
+def release_lease(lease, stops: StopSignals | None = None) -> None:
+    """Release a job's lease and checkpoint lock once nothing of the job can write any more.
+
+    After a stop at once, a batch or a drain may go on in the thread :func:`run_watched` left it in.  Its writes
+    are fenced first (each checks the lease: the next one is refused), and it is given a few seconds to end; if it
+    has not, the locks are kept: the process ends now, and the kernel releases the checkpoint lock only then (a
+    restart on this host takes the sink lease over once it holds that lock)."""
+    from event_etl.job.stopping import LATE_STEP_WAIT_S, abandoned_steps
+
+    late = abandoned_steps(stops)
+    if late:
+        lease.fence_off("this job was stopped at once")
+        deadline = time.monotonic() + LATE_STEP_WAIT_S
+        for th in late:
+            th.join(max(0.0, deadline - time.monotonic()))
+        if any(th.is_alive() for th in late):
+            lease.abandon()
+            return
+    lease.release()
+
+
 def acquire_lease(p: Prepared) -> None:
     from event_etl.storage.lease import Lease, default_ttl_ms
 
     p.lease = Lease(p.storage, p.event_type.name, p.ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
+    # A SIGKILLed predecessor may have renamed files it had not synced yet, which this job relies on from now on
+    # (a data file a replay finds in place, a marker it adopts): made durable before anything builds on them.
+    os.sync()
+    p.ckpt.sweep_temporaries()  # the checkpoint is this job's now; its source starts writing there only later
+    latest = p.ckpt.latest_intent_id()
+    if latest is not None and latest > p.ckpt.load_state().last_batch_id:  # a batch to replay: its tasks may live on
+        p.lease.wait_for_old_tasks(None if p.options.quiet else say)
 
 
 @dataclass
@@ -176,6 +205,9 @@ def start_fetcher(p: Prepared):
     if not kind.fetches:
         return None
     fetcher = kind.fetcher(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once)
+    warning = kind.warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
+    if warning:
+        say(warning, err=True)
     return fetcher.start() if fetcher is not None else None  # None: it pulls on executors, once Spark runs
 
 
@@ -240,7 +272,7 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
         writer=str(job.get("writer", "")), guard=p.lease.guard if p.lease is not None else None,
         fence=p.lease.fence() if p.lease is not None else None,
-        source_activity=lambda: read_activity(log_dir),
+        source_activity=lambda: read_activity(log_dir), monotonic=time.monotonic,
         # the source reports at every trigger; a report older than this cannot tell what waits
         activity_stale_ms=max(3 * p.trigger_ms, 30_000),
     )
@@ -329,7 +361,7 @@ def run_job(
         finally:
             if install_signals:
                 stops.restore()
-            p.lease.release()
+            release_lease(p.lease, stops)
 
 
 def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,

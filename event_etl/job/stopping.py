@@ -57,6 +57,8 @@ __all__ = [
     "at_once_line",
     "exit_now",
     "on_exit_now",
+    "abandoned_steps",
+    "LATE_STEP_WAIT_S",
 ]
 
 T = TypeVar("T")
@@ -108,6 +110,7 @@ class StopSignals:
         self.signals = tuple(signals)
         self.received: list[int] = []
         self._previous: dict[int, Any] = {}
+        self.left_running: list[threading.Thread] = []  # steps a stop at once left going (see abandoned_steps)
 
     # -- handlers ------------------------------------------------------------------------------
     def _record(self, signum: int, _frame: Any) -> None:
@@ -225,10 +228,23 @@ def run_watched(fn: Callable[[], T], stops: StopSignals | None, *, name: str = "
         if not th.is_alive():
             break
         if stops.escalation is not None:
+            stops.left_running.append(th)  # fn goes on in its thread: see abandoned_steps
             raise Escalated(stops.escalation)
     if "error" in box:
         raise box["error"]
     return box.get("value")  # type: ignore[return-value]
+
+
+LATE_STEP_WAIT_S = 5.0
+"""How long a stop at once waits for a step it left running (a batch, a drain) to meet its next guarded write and
+end, before it releases the job's locks."""
+
+
+def abandoned_steps(stops: "StopSignals | None") -> list[threading.Thread]:
+    """Steps that :func:`run_watched` left running when ``stops`` asked to stop at once, still alive.  Until they end,
+    the job must not release its lease and checkpoint lock: they may still write markers or state, and a restart
+    that took the lock meanwhile would write beside them."""
+    return [th for th in (stops.left_running if stops is not None else []) if th.is_alive()]
 
 
 def at_once_line(who: str, signum: int, cut: list[tuple[str, int]]) -> str:

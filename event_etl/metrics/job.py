@@ -176,6 +176,8 @@ class JobMetrics:
         self.merged_files = meter.create_counter(**spec("event_etl.merged.files"))
         self.merged_bytes = meter.create_counter(**spec("event_etl.merged.bytes"))
         self.merged_files.add(0, self.attrs)  # exported from the start: 0 until a merge happens
+        self.clock_steps = meter.create_counter(**spec("event_etl.clock.steps"))
+        self.clock_steps.add(0, self.attrs)
         self.merged_bytes.add(0, self.attrs)
         self.batches = meter.create_counter(**spec("event_etl.batches"))
         self.hours = meter.create_counter(**spec("event_etl.markers.written"))
@@ -261,6 +263,8 @@ class JobMetrics:
                 self._on_watermark(kind, payload)
             elif kind == "merged":
                 self._on_merged(payload)
+            elif kind == "clock_step":
+                self.clock_steps.add(1, self.attrs)
         except Exception:  # noqa: BLE001 - the data is safe; the numbers are not worth a failed batch
             self.errors += 1
             if self.errors <= 3:

@@ -80,6 +80,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "Small data files merged into larger ones and deleted (files in hour folders: written minus merged)."),
     MetricSpec("event_etl_merged_bytes_total", "event_etl.merged.bytes", MetricKind.COUNTER, "By", _ET,
                "Bytes of the small data files merged and deleted."),
+    MetricSpec("event_etl_clock_steps_total", "event_etl.clock.steps", MetricKind.COUNTER, "{step}", _ET,
+               "Steps of the wall clock seen by the job (a jump of more than 1 s against the monotonic clock, e.g. "
+               "NTP correcting a wrong clock); idle time is measured on the monotonic clock, so a step moves nothing."),
     MetricSpec("event_etl_batches_total", "event_etl.batches", MetricKind.COUNTER, "{batch}",
                ("event_type", "replayed"),
                "Micro-batches finished; replayed=\"true\" for a batch Spark replayed after a restart."),

@@ -15,6 +15,14 @@ outcome        condition                                                  writte
 
 The open hour is the hour that holds the watermark; it is never complete, since an hour
 is complete exactly when the watermark has reached its end.
+
+A job with no watermark yet (its first batches) has no hour to measure "too late" against:
+there an event is ``too_late`` when it is more than ``max_backfill`` before its arrival
+(``0`` or ``None``: no bound), or, once the batch knows it, when its hour ended more than
+``allowed_lateness`` before the batch's ``too_late_reference`` (the watermark its own events
+give).  So one stray event stamped 1970 cannot open fifty years of hours, alone in a batch
+or not, while a backfill of events weeks old (within ``max_backfill``) opens its first hour
+where its events are.  Once a watermark exists, ``max_backfill`` plays no part.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["Outcome", "OUTCOMES", "Verdict", "judge", "make_judge", "judge_array", "OUTCOME_CODES",
-           "too_late_in_first_batch"]
+           "too_late_in_first_batch", "beyond_backfill"]
 
 
 class Outcome(str, enum.Enum):
@@ -57,9 +65,20 @@ class Verdict:
     hour: int | None
 
 
-def too_late_in_first_batch(event_time: int, reference: int | None, allowed_lateness: int) -> bool:
-    """Whether an event of a job's first batch (no watermark yet) is too late against the batch's ``reference``
-    (the watermark its own events give): its hour ended more than ``allowed_lateness`` before it."""
+def beyond_backfill(event_time: int, arrival: int, max_backfill: int | None) -> bool:
+    """Whether an event is more than ``max_backfill`` before its arrival (``0`` or ``None``: no bound).
+
+    Only a job with no watermark yet asks (see :func:`too_late_in_first_batch`)."""
+    return bool(max_backfill) and arrival - event_time > max_backfill
+
+
+def too_late_in_first_batch(event_time: int, reference: int | None, allowed_lateness: int, *,
+                            arrival: int | None = None, max_backfill: int | None = None) -> bool:
+    """Whether an event of a job's first batch (no watermark yet) is too late: more than ``max_backfill``
+    before its ``arrival`` (checked when both are given; ``0`` or ``None``: no bound), or, against the batch's
+    ``reference`` (the watermark its own events give), its hour ended more than ``allowed_lateness`` before it."""
+    if arrival is not None and beyond_backfill(event_time, arrival, max_backfill):
+        return True
     hour = event_time - event_time % HOUR_MS
     return reference is not None and reference - hour - HOUR_MS > allowed_lateness
 
@@ -70,23 +89,26 @@ def make_judge(
     allowed_lateness: int,
     max_future_skew: int,
     too_late_reference: int | None = None,
+    max_backfill: int | None = None,
 ) -> Callable[[int, int], tuple[Outcome, int | None]]:
     """A judge for one batch: ``f(event_time, arrival) -> (outcome, hour)``.
 
     The hot path of an executor calls it once per event, so the constants are bound once
     and no object is allocated per call.  :func:`judge` is the same rule, one event at a time.
-    ``too_late_reference`` is the watermark to measure "too late" against when there is no
-    watermark yet (a job's very first batch): without it an event from 1970 in the first
-    batch would open fifty years of hours.
+    When there is no watermark yet (a job's first batches), ``max_backfill`` bounds how far
+    before its arrival an event may be (``0`` or ``None``: no bound), and
+    ``too_late_reference`` is the watermark to measure "too late" against: without them an
+    event from 1970 would open fifty years of hours.  With a watermark neither plays a part.
     """
     timely, late, too_late, future = Outcome.TIMELY, Outcome.LATE, Outcome.TOO_LATE, Outcome.FUTURE
     if wm_start is None:
         ref = too_late_reference
+        backfill = max_backfill or None
 
         def first_batch(event_time: int, arrival: int) -> tuple[Outcome, int | None]:
             if event_time > arrival + max_future_skew:
                 return future, None
-            if too_late_in_first_batch(event_time, ref, allowed_lateness):
+            if too_late_in_first_batch(event_time, ref, allowed_lateness, arrival=arrival, max_backfill=backfill):
                 return too_late, None
             return timely, event_time - event_time % HOUR_MS
 
@@ -117,6 +139,7 @@ def judge(
     allowed_lateness: int,
     max_future_skew: int,
     too_late_reference: int | None = None,
+    max_backfill: int | None = None,
 ) -> Verdict:
     """Judge one event (all times in ms since the epoch, UTC); see the module docstring."""
     outcome, hour = make_judge(
@@ -124,6 +147,7 @@ def judge(
         allowed_lateness=allowed_lateness,
         max_future_skew=max_future_skew,
         too_late_reference=too_late_reference,
+        max_backfill=max_backfill,
     )(event_time, arrival)
     return Verdict(outcome, hour)
 
@@ -140,11 +164,13 @@ def judge_array(
     allowed_lateness: int,
     max_future_skew: int,
     too_late_reference: int | None = None,
+    max_backfill: int | None = None,
 ) -> "tuple[np.ndarray, np.ndarray]":
     """:func:`make_judge`'s rule over an array of event times.
 
     ``arrival`` is one arrival for all of them (the lines of a file), or an array of one
-    arrival per event (Pub/Sub messages: each its publish time).  Returns ``(codes, hours)``:
+    arrival per event (Pub/Sub messages: each its publish time); ``max_backfill`` (no
+    watermark yet) is measured from each event's own arrival.  Returns ``(codes, hours)``:
     ``codes[i]`` indexes :data:`OUTCOME_CODES`; ``hours[i]`` is the hour to write into
     (meaningful for timely and late events only).  Pure function.
     """
@@ -160,6 +186,8 @@ def judge_array(
     if wm_start is None:
         if too_late_reference is not None:
             codes[too_late_reference - hour - HOUR_MS > allowed_lateness] = 2
+        if max_backfill:
+            codes[arrival - t > max_backfill] = 2
         out_hour = hour
     else:
         open_hour = wm_start - wm_start % HOUR_MS

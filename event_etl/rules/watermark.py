@@ -11,8 +11,11 @@ move it, and it never goes back:
    of its own event time, but cannot move the watermark past the real clock, so it
    cannot complete an hour that correct events are still arriving for.
 2. **Idleness** (:func:`idle_watermark`): once the source has been quiet for the idle
-   timeout, it advances by the wall-clock time that passes after that, starting from
-   where it stood when the source went quiet.  A quiet live source still closes its
+   timeout, it advances by the time that passes after that, starting from where it stood
+   when the source went quiet.  That time is measured on the monotonic clock
+   (:func:`quiet_start`): a step of the wall clock (NTP correcting a wrong clock) neither
+   lengthens the quiet nor moves the watermark; :func:`clock_step` tells that one happened.
+   A quiet live source still closes its hours, and a finished backfill does not jump to
    today.  A source is *not* quiet while it reports a backlog, is retrying (an outage
    is not silence), or has delivered anything (timely, late, invalid or duplicate)
    within the idle timeout: :func:`quiet_since`.
@@ -30,8 +33,12 @@ from typing import Any
 
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["WatermarkState", "SourceActivity", "counted_time", "drain_watermark", "idle_watermark", "quiet_since",
-           "watermark_after_batch"]
+__all__ = ["WatermarkState", "SourceActivity", "counted_time", "drain_watermark", "idle_watermark", "idle_advance",
+           "quiet_since", "quiet_start", "clock_step", "CLOCK_STEP_TOLERANCE_MS", "watermark_after_batch"]
+
+CLOCK_STEP_TOLERANCE_MS = 1_000
+"""How far the wall clock may drift from the monotonic clock between two looks before it counts as a step (NTP
+slews by at most 0.5 ms a second; a step is a jump)."""
 
 
 def _max(a: int | None, b: int | None) -> int | None:
@@ -71,12 +78,39 @@ def idle_watermark(
     ``watermark_when_quiet`` plus the wall time elapsed beyond the timeout.  A job that
     has never seen an event has no watermark to advance.
     """
+    return idle_advance(watermark, quiet_for=now - quiet_since, watermark_when_quiet=watermark_when_quiet,
+                        idle_timeout=idle_timeout)
+
+
+def idle_advance(watermark: int | None, *, quiet_for: int, watermark_when_quiet: int | None,
+                 idle_timeout: int) -> int | None:
+    """:func:`idle_watermark` for a source quiet for ``quiet_for`` ms (measured on a monotonic clock)."""
     if watermark_when_quiet is None:
         return watermark
-    elapsed = now - quiet_since - idle_timeout
+    elapsed = quiet_for - idle_timeout
     if elapsed <= 0:
         return watermark
     return _max(watermark, watermark_when_quiet + elapsed)
+
+
+def quiet_start(since: int, now: int, *, mono_now: float, mono_last_look: float) -> float:
+    """The monotonic instant (seconds) at which a source quiet since ``since`` (wall ms) went quiet, seen at wall
+    time ``now`` and monotonic time ``mono_now``; ``mono_last_look`` is the monotonic time of the last look, when it
+    was not yet quiet since then.
+
+    The wall clock's gap ``now - since`` is trusted only up to the monotonic time since that last look: a step
+    of the wall clock in between (forward: a gap of hours in two seconds) cannot make the quiet longer than the
+    time that really passed, and a step back makes it no shorter than nothing.  Pure function."""
+    gap = max(0, now - since) / 1000
+    return mono_now - min(gap, max(0.0, mono_now - mono_last_look))
+
+
+def clock_step(wall_before: int, mono_before: float, wall_now: int, mono_now: float,
+               tolerance_ms: int = CLOCK_STEP_TOLERANCE_MS) -> int:
+    """How far (ms, signed) the wall clock jumped between two looks beyond the monotonic time that passed; 0 within
+    ``tolerance_ms``.  Pure function."""
+    step = (wall_now - wall_before) - round((mono_now - mono_before) * 1000)
+    return step if abs(step) > tolerance_ms else 0
 
 
 def drain_watermark(watermark: int | None, max_event_time: int | None, last_hour: int | None = None) -> int | None:
@@ -98,13 +132,16 @@ class SourceActivity:
     - ``updated_at``: when it reported (it reports whenever Spark asks it for offsets);
     - ``backlog``: input it knows of and has not offered yet (files, events, messages);
     - ``retrying``: it cannot reach its input right now and keeps trying (an outage);
-    - ``delivered_at``: when it last offered new input.
+    - ``delivered_at``: when it last offered new input;
+    - ``settling``: input that a killed run held may still come back (Pub/Sub leases running
+      out): until it stops settling, the watermark holds and no hour is marked.
     """
 
     updated_at: int
     backlog: int = 0
     retrying: bool = False
     delivered_at: int | None = None
+    settling: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +149,8 @@ class SourceActivity:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "SourceActivity":
         return cls(int(data["updated_at"]), int(data.get("backlog") or 0), bool(data.get("retrying")),
-                   None if data.get("delivered_at") is None else int(data["delivered_at"]))
+                   None if data.get("delivered_at") is None else int(data["delivered_at"]),
+                   bool(data.get("settling")))
 
 
 def quiet_since(last_input: int, activity: SourceActivity | None, *, now: int, stale_after: int) -> int:
@@ -120,13 +158,14 @@ def quiet_since(last_input: int, activity: SourceActivity | None, *, now: int, s
 
     ``last_input`` is when a batch last held any record (timely, late, invalid, duplicate:
     all of it shows the source is alive), or when the job started.  A source that reports a
-    backlog or an outage is not quiet at all (``now``); one that has not reported (``None``,
+    backlog, an outage or that it is settling is not quiet at all (``now``); one that has not reported (``None``,
     e.g. while the job starts after a downtime) or whose report is older than ``stale_after``
     cannot tell, and counts as not quiet either: only a source that says so is quiet.  Pure
     function.
     """
     since = last_input
-    if activity is None or activity.retrying or activity.backlog > 0 or now - activity.updated_at > stale_after:
+    if (activity is None or activity.retrying or activity.settling or activity.backlog > 0
+            or now - activity.updated_at > stale_after):
         return now
     if activity.delivered_at is not None and activity.delivered_at > since:
         since = activity.delivered_at

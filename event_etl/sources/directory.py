@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from event_etl.errors import SourceError
 from event_etl.sources.splits import Split
-from event_etl.storage.atomic import write_json_atomic
+from event_etl.storage.atomic import fsync_dir, makedirs_durable, write_json_atomic
 
 __all__ = ["DirectoryPlanner", "align_ranges"]
 
@@ -139,7 +139,10 @@ class DirectoryPlanner:
         self._load()
 
     def _load(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # The log's folder durable before the log is written into it (a power cut would take the log with it),
+        # also when the job made it without a sync (Checkpoint.source_dir): once a start.
+        makedirs_durable(self.log_dir)
+        fsync_dir(self.log_dir.parent)
         for seg in sorted(self.log_dir.glob("*.json")):
             first = int(seg.stem)
             items = json.loads(seg.read_text())

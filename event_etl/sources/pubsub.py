@@ -40,10 +40,11 @@ from typing import Any, Callable, Iterator
 
 import fastavro
 
+from event_etl import faults
 from event_etl.errors import SourceError
 from event_etl.sources.splits import Split
 from event_etl.sources.spool import segment_count
-from event_etl.storage.atomic import write_json_atomic
+from event_etl.storage.atomic import fsync_dir, write_json_atomic
 
 __all__ = ["PubSubPlanner", "SPOOL_SCHEMA", "read_spool", "parse_subscription", "subscriber_client",
            "publisher_client", "check_subscription", "ERROR_FILE", "permanent_error"]
@@ -174,6 +175,10 @@ class PubSubPlanner:
         self._load()
 
     # -- the segment log -----------------------------------------------------------------------
+    _dirs_synced = False  # whether the spool's folders were synced (the first time the log is written)
+    _log_unsynced = True  # whether a log file may have been unlinked since the log's folder was synced (at
+    # first: unknown, a run killed before it synced may have)
+
     def _load(self) -> None:
         files = sorted((p for p in self.logdir.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
         if files:
@@ -190,7 +195,16 @@ class PubSubPlanner:
         new = sorted(n for n in os.listdir(self.segdir) if n.endswith(".seg") and not n.startswith(".")
                      and n not in self.seen)
         if new:
+            # Before the log names them, the segments must be durable: the fetcher syncs each after its rename,
+            # but may not have yet (it runs beside).  The first time, the folders themselves too: they may be
+            # new, and a log in a folder a power cut takes back is lost with it.
+            if not self._dirs_synced:
+                fsync_dir(self.dir.parent)
+                fsync_dir(self.dir)
+                self._dirs_synced = True
+            fsync_dir(self.segdir)
             write_json_atomic(self.logdir / f"{self.base + len(self.entries):012d}.json", new)
+            self._log_unsynced = False  # the log's folder was synced with it
             self.entries.extend(new)
             self.seen.update(new)
 
@@ -314,15 +328,27 @@ class PubSubPlanner:
             if int(p.stem) < int(end.get("spool", 0)):
                 p.unlink(missing_ok=True)
         k = self._position(end)
+        faults.point("segments_committed", str(k))  # Spark committed the batches; their segments not yet deleted
         for name in self.entries[:max(0, k - self.base)]:
             (self.segdir / name).unlink(missing_ok=True)
             (self.segdir / (name + ".acked")).unlink(missing_ok=True)  # left by the driver for fetch partitions
         # forget log files whose segments are all committed (the first one stays: it holds the base)
         files = sorted((p for p in self.logdir.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
+        segments_synced = False
         for p, nxt in zip(files, files[1:]):
             if int(nxt.stem) <= k:
                 drop = int(nxt.stem) - int(p.stem)
+                if not segments_synced:
+                    # The segments' unlinks before the log's: a segment a power cut brings back that no log
+                    # names any more would be discovered, and offered, again (its messages twice).
+                    fsync_dir(self.segdir)
+                    segments_synced = True
+                if self._log_unsynced:
+                    # Log files go oldest first, each unlink durable before the next: one brought back after
+                    # a later one is gone would leave a gap, and a log that does not load.
+                    fsync_dir(self.logdir)
                 p.unlink(missing_ok=True)
+                self._log_unsynced = True
                 self.entries = self.entries[drop:]
                 self.base += drop
                 self.seen = set(self.entries)

@@ -1,26 +1,44 @@
 """Pulling a Pub/Sub subscription continuously, in parallel, off the trigger's path.
 
-:class:`Fetcher` runs beside the streaming query (threads of the job's driver process).
-Several *streams* each loop on a synchronous pull of up to 1,000 messages and append what
-they get to their open spool segment; a segment is written durably (:mod:`event_etl.sources.spool`)
-when it holds ``segment_messages`` messages or is ``segment_age`` old.  The planner
-(:class:`event_etl.sources.pubsub.PubSubPlanner`, in Spark's source process) offers Spark
-the segments that exist; a micro-batch takes what has accumulated, while the streams go
-on pulling for the next one.
+:class:`Fetcher` runs beside the micro-batches (threads of the job's driver process).
+Several *streams* each loop on a synchronous pull of up to 1,000 messages and write what
+they get to spool segments (:mod:`event_etl.sources.spool`) in the checkpoint.  The planner
+(:class:`event_etl.sources.pubsub.PubSubPlanner`) offers Spark the segments that exist; a
+micro-batch takes what has accumulated, while the streams go on pulling for the next one.
 
-The contract is the one of the synchronous source it replaces:
+When a message is acknowledged is a setting, ``EVENT_ETL_PUBSUB_ACK`` (docs/production.md):
+
+- ``spooled`` (the default), as Dataflow, Spark Streaming's write-ahead log and Flink's
+  Pub/Sub source do: **pull, make durable, acknowledge, pull again**.  Each pull's
+  messages become one segment, written durably (the file and its directory synced), then
+  acknowledged in one request before the stream pulls again: nothing stays leased longer
+  than one pull's write, no deadline is ever extended, and a killed process leaves at most
+  one pull per stream to be delivered again.  The spool is then the write-ahead log: the
+  only copy of an acknowledged message until its batch commits, so the checkpoint must be
+  on durable storage (the job warns at start when it can tell it is not).
+- ``committed``: the segments are written as above (several pulls to a segment, up to
+  ``segment_messages`` or ``segment_age``), the messages stay leased, their deadlines
+  extended in bulk every quarter of ``ack_deadline``, and they are acknowledged when the
+  batch that read them is saved (:meth:`Fetcher.ack`).  Nothing acknowledged is ever only on
+  the job's disk; the cost is every lease held (on the emulator, a pull's time grows with
+  what is leased; on the service, modifyAckDeadline requests and, after a kill, every held
+  message delivered again one deadline later).
+
+Either way:
 
 - **Durable before offered.**  A message is in a segment on disk before Spark can see an
-  offset covering it; a replayed batch reads the same segments.
-- **Acknowledged after the batch is saved.**  The controller calls :meth:`Fetcher.ack` with
-  the segments a batch read once its files, markers and state are durable; the messages
-  are acknowledged then, in bulk (up to 2,500 ids a request), not at the next batch, so a
-  clean stop leaves nothing unacknowledged.
-- **Deadlines extended.**  Until then, the deadlines of everything held are extended in
-  bulk every quarter of the ack deadline, however long a batch takes.
-- **Bounded.**  Streams stop pulling while the spool holds ``max_held_messages`` messages
-  or ``max_held_bytes`` bytes that are not yet acknowledged: a backlog of ten million
-  messages is never pulled into memory or onto disk at once.
+  offset covering it; a replayed batch reads the same segments, which are deleted only once
+  the batch that read them has committed.
+- **Bounded by the spool.**  Streams stop pulling while the spool holds ``max_held_messages``
+  messages or ``max_held_bytes`` bytes that no batch has saved yet: a backlog of ten million
+  messages stays in Pub/Sub, never on the job's disk or in its memory at once.
+- **A restart after an unclean stop waits out the leases.**  A run records in the spool
+  (``run.json``) the longest lease it may grant and, when it stops, whether it left any
+  message leased.  The next run, finding an unclean stop, is *settling* until that lease has
+  run out (on the monotonic clock, from its start): the messages the killed run held come
+  back meanwhile, and until then the watermark holds, no hour is marked, the quiet time of
+  the idle rule does not run, and ``once`` does not take the subscription for empty
+  (:meth:`Fetcher.activity`, ``settling``).
 
 An empty pull is empty, whether the service answers with no messages (the emulator) or
 lets the call run out (``DeadlineExceeded``, what the real service does on a quiet
@@ -46,17 +64,28 @@ from pathlib import Path
 from typing import Any, Callable
 
 from event_etl import faults
-from event_etl.errors import SourceError
+from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.spool import SegmentName, segment_count, write_segment
 
-__all__ = ["Fetcher", "FetchSettings", "DRAINED", "ACK_CHUNK", "subscriber", "acknowledge_in_bulk", "stats_line"]
+__all__ = ["Fetcher", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
+           "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning"]
 
 log = logging.getLogger(__name__)
 
 DRAINED = "DRAINED"
 ACK_CHUNK = 2500  # acknowledgement ids per Acknowledge / ModifyAckDeadline request (the client library's own limit)
 PULL_MAX = 1000
+ACK_MODES = ("spooled", "committed")
+"""When messages are acknowledged (``EVENT_ETL_PUBSUB_ACK``): once durable in the spool, or once their batch is
+saved.  See the module docstring."""
+RUN_FILE = "run.json"
+DEFAULT_SUBSCRIPTION_DEADLINE = 10
+"""Seconds: a subscription's ack deadline when it was created without one (Pub/Sub's default)."""
+MAX_LEASE_SECONDS = 600
+"""The longest ack deadline Pub/Sub grants: what a run assumes when it cannot learn its subscription's."""
+SETTLE_MARGIN_SECONDS = 2.0
+"""Added to the longest lease a killed run may have left: requests in flight, and the service's own delay."""
 
 
 def subscriber(factory: Callable[[], Any] | None) -> Any:
@@ -81,6 +110,96 @@ def acknowledge_in_bulk(client, subscription: str, ids: list[str], requests: Cou
             log.warning("acknowledging %d messages failed: %s", len(ids[i:i + ACK_CHUNK]), err)
             ok = False
     return ok
+
+
+def subscription_deadline(client, subscription: str) -> int:
+    """The subscription's ack deadline in seconds (the lease a pull grants), or :data:`MAX_LEASE_SECONDS` when it
+    cannot be learnt: what a killed run may have left leased is then assumed as long as Pub/Sub allows."""
+    try:
+        sub = client.get_subscription(subscription=subscription, timeout=10)
+    except Exception as err:  # noqa: BLE001 - unknown: assume the longest
+        log.warning("could not read the ack deadline of %s (%s); assuming %d s", subscription, err,
+                    MAX_LEASE_SECONDS)
+        return MAX_LEASE_SECONDS
+    return int(getattr(sub, "ack_deadline_seconds", 0) or DEFAULT_SUBSCRIPTION_DEADLINE)
+
+
+class RunRecord:
+    """``run.json`` in the spool: the longest lease the current run may grant, and whether the last run stopped
+    leaving nothing leased.  A run that finds an unclean stop before it settles for that lease (see the module
+    docstring); a spool that has no record but holds an earlier release's log or segments was written by a
+    release that held every message until its batch was saved (``committed``, 60-s extensions)."""
+
+    def __init__(self, spool_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(spool_dir) / RUN_FILE
+
+    def previous_lease(self) -> float:
+        """Seconds the last run may have left messages leased for, from now (0: it stopped cleanly, or none ran)."""
+        import json
+
+        try:
+            doc = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            d = self.path.parent
+            used = any((d / "segments").glob("*.seg")) or any((d / "log").glob("*.json"))
+            return float(FetchSettings.ack_deadline) if used else 0.0
+        except ValueError:
+            return float(MAX_LEASE_SECONDS)
+        return 0.0 if doc.get("clean") else float(doc.get("lease_seconds", MAX_LEASE_SECONDS))
+
+    def begin(self, run: str, ack: str, lease_seconds: int, *, clock: Callable[[], int]) -> None:
+        """This run starts: until it ends cleanly, whatever it leases may be left leased for ``lease_seconds``."""
+        from event_etl.storage.atomic import write_json_atomic
+
+        write_json_atomic(self.path, {"run": run, "ack": ack, "lease_seconds": lease_seconds,
+                                      "started_at": clock(), "clean": False})
+
+    def end(self, run: str, *, clean: bool, clock: Callable[[], int]) -> None:
+        """This run stops; ``clean``: no message it pulled is still leased."""
+        import json
+
+        from event_etl.storage.atomic import write_json_atomic
+
+        try:
+            doc = json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        if doc.get("run") == run:
+            write_json_atomic(self.path, {**doc, "clean": clean, "stopped_at": clock()})
+
+
+VOLATILE_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+
+
+def filesystem_type(path: str | os.PathLike[str], mounts: str = "/proc/self/mounts") -> str | None:
+    """The type of the file system ``path`` lies on (the longest mount point that holds it), or None if unknown."""
+    real = os.path.realpath(path)
+    best, kind = "", None
+    try:
+        with open(mounts, encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                point = parts[1].replace("\\040", " ")
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, parts[2]
+    except OSError:
+        return None
+    return kind
+
+
+def spool_warning(name: str, spool_dir: str | os.PathLike[str], settings: "FetchSettings",
+                  mounts: str = "/proc/self/mounts") -> str | None:
+    """The one-line warning for ``spooled`` acknowledgements over a checkpoint that a restart of the machine loses
+    (a tmpfs), or None."""
+    kind = filesystem_type(spool_dir, mounts)
+    if not settings.spooled or kind not in VOLATILE_FILESYSTEMS:
+        return None
+    return (f"[{name}] warning: the checkpoint is on {kind}, and with EVENT_ETL_PUBSUB_ACK=spooled an acknowledged "
+            "message is only in its spool until its batch commits: a restart of this machine loses it; fix: put "
+            "--checkpoint on durable storage (a persistent volume), or set EVENT_ETL_PUBSUB_ACK=committed")
 
 
 def stats_line(name: str, stats: dict[str, Any]) -> str:
@@ -115,6 +234,13 @@ class FetchSettings:
     fetch_partitions: int = 0
     """0: pull in the driver (threads beside the query).  N: pull in N tasks on the cluster's executors
     (:mod:`event_etl.sources.pubsub_partitions`), each with ``streams`` streams; they take N cores."""
+    ack: str = "spooled"
+    """When messages are acknowledged: ``spooled`` (once durable in the spool) or ``committed`` (once their batch is
+    saved); see the module docstring."""
+
+    @property
+    def spooled(self) -> bool:
+        return self.ack == "spooled"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "FetchSettings":
@@ -123,7 +249,7 @@ class FetchSettings:
         for name, conv in (("streams", int), ("max_held_messages", int), ("max_held_bytes", int),
                            ("segment_messages", int), ("segment_age", float), ("ack_deadline", int),
                            ("outage_timeout", float), ("pull_timeout", float), ("once_quiet", float),
-                           ("fetch_partitions", int)):
+                           ("fetch_partitions", int), ("ack", _ack_mode)):
             key = f"EVENT_ETL_PUBSUB_{name.upper()}"
             if name == "outage_timeout":
                 key = "EVENT_ETL_PUBSUB_OUTAGE_SECONDS"
@@ -134,12 +260,22 @@ class FetchSettings:
         return s
 
 
+def _ack_mode(text: str) -> str:
+    mode = text.strip().lower()
+    if mode not in ACK_MODES:
+        raise UsageError(f"EVENT_ETL_PUBSUB_ACK={text!r} is not a way to acknowledge",
+                         fix="set it to 'spooled' (the default: once durable in the spool) or 'committed' (once the "
+                             "batch is saved); docs/production.md says what each promises and costs")
+    return mode
+
+
 @dataclass
 class _Held:
-    ack_ids: list[str]
+    ack_ids: list[str]  # still to acknowledge (committed: when the batch is saved; spooled: none once acknowledged)
     count: int
     bytes: int
     written: bool = True  # False while its segment is being written
+    acked: bool = False  # spooled: acknowledged once durable
 
 
 @dataclass
@@ -200,6 +336,11 @@ class Fetcher:
         self._stop = threading.Event()  # everything: pulling and extending deadlines
         self._no_more_pulls = threading.Event()  # pulling only (``once``: the subscription stayed empty)
         self._threads: list[threading.Thread] = []
+        self.fresh = fresh  # this fetcher owns the run (its record, the hold): a fetch partition's driver does
+        self.record = RunRecord(self.dir)
+        self.settle_until = 0.0  # monotonic: until then a killed run's leases may still come back (settling)
+        self.settle_seconds = 0.0
+        self.left_leased = False  # spooled: an acknowledgement failed, so messages stay leased after this run
         if fresh:  # a fetch partition leaves this to the driver's coordinator
             (self.segdir / DRAINED).unlink(missing_ok=True)
             from event_etl.sources.pubsub import ERROR_FILE
@@ -213,20 +354,46 @@ class Fetcher:
             self._client = subscriber(self._client_factory)
         return self._client
 
+    @property
+    def spooled(self) -> bool:
+        return self.settings.spooled
+
     def start(self) -> "Fetcher":
         """Start pulling (once; calling it again changes nothing)."""
         if self._threads:
             return self
+        if self.fresh:
+            self.begin_run()
         self._count_leftovers()
         for s in self.streams:
             t = threading.Thread(target=self._stream_loop, args=(s,), name=f"pubsub-pull-{s.index}", daemon=True)
             t.start()
             self._threads.append(t)
-        for target, name in ((self._extend_loop, "pubsub-extend"), (self._age_loop, "pubsub-age")):
+        # spooled: no deadline is extended, and no segment stays open across pulls
+        loops = () if self.spooled else ((self._extend_loop, "pubsub-extend"), (self._age_loop, "pubsub-age"))
+        for target, name in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
         return self
+
+    def begin_run(self) -> None:
+        """Settle for the leases an unclean stop of the last run may have left, and record this run's."""
+        lease = self.record.previous_lease()
+        if lease > 0:
+            self.settle_seconds = lease + SETTLE_MARGIN_SECONDS
+            self.settle_until = time.monotonic() + self.settle_seconds
+            log.warning("the last run of %s did not stop cleanly: messages it held may come back within %.0f s; "
+                        "until then no hour is marked", self.subscription, self.settle_seconds)
+        own = subscription_deadline(self.client, self.subscription)
+        self.requests["get_subscription"] += 1
+        if not self.spooled:
+            own = max(own, self.settings.ack_deadline)  # the extensions this run grants
+        self.record.begin(self.run, self.settings.ack, own, clock=self.clock)
+
+    def settling(self) -> bool:
+        """Whether messages a killed run left leased may still come back (see the module docstring)."""
+        return time.monotonic() < self.settle_until
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop pulling; messages pulled but not written are left to be delivered again."""
@@ -237,6 +404,16 @@ class Fetcher:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
+        if self.fresh and self._threads:
+            stopped = not any(t.is_alive() for t in self._threads)
+            self.record.end(self.run, clean=stopped and not self._leaves_leased(), clock=self.clock)
+
+    def _leaves_leased(self) -> bool:
+        """Whether messages this run pulled are still leased to it (they come back when their lease runs out)."""
+        with self.lock:
+            if any(s.count for s in self.streams) or self.left_leased:
+                return True
+            return any(h.ack_ids for h in self.held.values())
 
     def _count_leftovers(self) -> None:
         msgs = size = 0
@@ -397,8 +574,9 @@ class Fetcher:
                 s.bytes += len(data)
                 self.pulled += n
                 self.delivered_at = self.clock()
-            if s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
-                self._flush(s)
+            if (self.spooled or s.count >= self.settings.segment_messages
+                    or time.monotonic() - s.opened >= self.settings.segment_age):
+                self._flush(s)  # spooled: this pull's messages, durable and acknowledged before the next pull
         self._flush(s)
 
     def _age_loop(self) -> None:
@@ -420,7 +598,8 @@ class Fetcher:
                 return
 
     def _flush(self, s: _Stream) -> None:
-        """Write the stream's open segment durably, then extend its messages' deadlines at once."""
+        """Write the stream's open segment durably; then acknowledge its messages (``spooled``) or extend their
+        deadlines (``committed``) at once."""
         with self.lock:
             if not s.buffer:
                 return
@@ -432,8 +611,23 @@ class Fetcher:
             held = self.held[name.name] = _Held(ids, count, size, written=False)
         write_segment(self.segdir, name, buffer)
         held.written = True
-        faults.point("spooled", name.name)  # durable, not yet offered to Spark
-        self._modify(ids, self.settings.ack_deadline)
+        faults.point("spooled", name.name)  # durable, not yet acknowledged (spooled) nor offered to Spark
+        if not self.spooled:
+            self._modify(ids, self.settings.ack_deadline)
+            return
+        ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
+        faults.point("spool_acked", name.name)  # acknowledged: the segment is the only copy until its batch commits
+        with self.lock:
+            held.ack_ids, held.acked = [], ok
+            if ok:
+                self.acked += count
+            else:  # its messages come again once their lease runs out: the batch's dedupe keys wait for them
+                self.left_leased = True
+        self._spool_acked(name.name, ok)
+
+    def _spool_acked(self, name: str, ok: bool) -> None:
+        """A segment's messages were acknowledged once durable (``ok``: all of them); a fetch partition tells the
+        driver (:mod:`event_etl.sources.pubsub_partitions`)."""
 
     def _check_drained(self) -> None:
         """``once``: the subscription stayed empty for ``once_quiet`` seconds on every stream.
@@ -442,6 +636,8 @@ class Fetcher:
         in and written what that pull brought (a pull may return messages after the others found
         the subscription empty), so the planner sees every segment before it ends the run."""
         now = time.monotonic()
+        if now < self.settle_until:  # what a killed run held may still come back: the subscription is not empty
+            return
         with self.lock:
             if self.drained or any(s.empty_since is None or now - s.empty_since < self.settings.once_quiet
                                    or s.buffer for s in self.streams):
@@ -484,10 +680,13 @@ class Fetcher:
                 self._modify(ids, self.settings.ack_deadline)
 
     def ack(self, names: set[str] | list[str]) -> bool:
-        """Acknowledge the messages of the segments ``names`` (a batch saved them).
+        """A batch saved the segments ``names``: acknowledge their messages (``committed``; ``spooled``: they were
+        acknowledged when written), and no longer count them against the spool's bound.
 
         True if every one of them was pulled by this run and acknowledged: otherwise Pub/Sub
-        will deliver some of them again (an earlier run's ids have expired)."""
+        will deliver some of them again (an earlier run's ids have expired, or an acknowledgement failed)."""
+        if self.spooled:
+            return self._release(names)
         all_fresh = True
         ids: list[str] = []
         done: list[str] = []
@@ -514,11 +713,29 @@ class Fetcher:
                     self.room.notify_all()
         return all_fresh and ok
 
+    def _release(self, names: set[str] | list[str]) -> bool:
+        """``spooled``: the segments ``names`` are saved by a batch; True if this run acknowledged all of them."""
+        all_acked = True
+        with self.room:
+            for name in names:
+                base = os.path.basename(name)
+                h = self.held.pop(base, None)
+                if h is None:  # an earlier run's: acknowledged or not, it is no longer held once saved
+                    all_acked = False
+                    m, b = self.leftover
+                    self.leftover = (max(0, m - segment_count(base)), b)
+                elif not h.acked:
+                    all_acked = False
+            self.room.notify_all()
+        return all_acked
+
     # -- what the controller asks ----------------------------------------------------------
     def activity(self) -> SourceActivity:
-        """Backlog (pulled, not yet acknowledged), outage and last delivery, for the idle rule."""
+        """Backlog (pulled, not yet saved by a batch), outage, last delivery and whether a killed run's leases may
+        still come back (settling), for the idle rule and the markers."""
         msgs, _ = self.held_totals()
-        return SourceActivity(self.clock(), msgs, self.outage_since is not None, self.delivered_at)
+        return SourceActivity(self.clock(), msgs, self.outage_since is not None, self.delivered_at,
+                              settling=self.settling())
 
     def stats(self) -> dict[str, Any]:
         msgs, size = self.held_totals()
@@ -533,6 +750,9 @@ class Fetcher:
 
     def describe(self) -> str:
         s = self.settings
+        if self.spooled:
+            return (f"{s.streams} pull streams acknowledging once spooled, at most {s.max_held_messages:,} messages / "
+                    f"{s.max_held_bytes >> 20} MiB spooled and not yet saved")
         return (f"{s.streams} pull streams, at most {s.max_held_messages:,} messages / {s.max_held_bytes >> 20} MiB "
-                f"held, segments of {s.segment_messages:,} messages or {s.segment_age}s")
+                f"held until saved, segments of {s.segment_messages:,} messages or {s.segment_age}s")
 

@@ -12,14 +12,20 @@ driver process; each partition takes one core for the whole run.
 The contract is the driver fetcher's (:mod:`event_etl.sources.pubsub_fetch`):
 
 - **Durable before offered**: a task writes a segment (synced, renamed) before the planner
-  can see it; the planner in the driver logs and offers segments as before.
-- **Acknowledged after the batch is saved**: the driver acknowledges a saved batch's
-  messages itself, in bulk, with the ack ids the segments carry (an ack id is valid from any
-  client of the subscription), then leaves ``<segment>.acked`` beside each segment.
-- **Deadlines extended** by the task that pulled them, until it sees that mark (or the
-  segment gone).
+  can see it; the planner in the driver logs and offers segments as before.  Whichever
+  attempt of a task wrote a segment, it is offered once: the planner logs each name once, and
+  a retried attempt numbers its segments apart (:data:`ATTEMPT_SEQ`).
+- **Acknowledged** (``EVENT_ETL_PUBSUB_ACK``):
+  ``spooled``: by the task, once the segment is durable, before it pulls again; it then
+  leaves ``<segment>.acked`` beside it, so the driver knows which segments' messages were
+  acknowledged, also those of an attempt that died before it could report.
+  ``committed``: by the driver once the batch is saved, in bulk, with the ack ids the segments
+  carry (an ack id is valid from any client of the subscription), then ``<segment>.acked``;
+  deadlines are extended by the task that pulled them until it sees that mark (or the segment
+  gone).  A segment of an attempt no longer running was not extended: its messages come
+  again, and the batch that read it says so to the dedupe state.
 - **Bounded**: each task holds at most ``max_held_messages / N`` messages
-  (``max_held_bytes / N`` bytes) not yet acknowledged.
+  (``max_held_bytes / N`` bytes) that no batch has saved yet.
 
 Each task reports to ``status/<partition>.json`` twice a second (pulled, requests, last
 delivery, outage), from which the driver answers the idle rule's questions.  ``--once``:
@@ -46,7 +52,17 @@ from typing import Any, Callable
 
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
-from event_etl.sources.pubsub_fetch import DRAINED, Fetcher, FetchSettings, acknowledge_in_bulk, stats_line, subscriber
+from event_etl.sources.pubsub_fetch import (
+    DRAINED,
+    SETTLE_MARGIN_SECONDS,
+    Fetcher,
+    FetchSettings,
+    RunRecord,
+    acknowledge_in_bulk,
+    stats_line,
+    subscriber,
+    subscription_deadline,
+)
 from event_etl.sources.spool import SegmentName, ack_ids, segment_count
 
 __all__ = ["ExecutorFetcher", "PartitionFetcher", "fetch_partition", "acknowledge_segments", "ACKED_SUFFIX", "STOP"]
@@ -69,16 +85,26 @@ class PartitionFetcher(Fetcher):
 
     def __init__(self, subscription: str, spool_dir: str | os.PathLike[str], *, partition: int, partitions: int,
                  settings: FetchSettings, run: str, attempt: int = 0, once: bool = False,
-                 client_factory: Callable[[], Any] | None = None, clock: Callable[[], int] | None = None) -> None:
+                 client_factory: Callable[[], Any] | None = None, clock: Callable[[], int] | None = None,
+                 settle_seconds: float = 0.0) -> None:
         share = max(1, partitions)
         mine = replace(settings, max_held_messages=max(1, settings.max_held_messages // share),
                        max_held_bytes=max(1, settings.max_held_bytes // share))
         super().__init__(subscription, spool_dir, settings=mine, once=once, client_factory=client_factory,
                          clock=clock, run=run, stream_base=partition * max(1, settings.streams), fresh=False)
         self.partition = partition
+        self.attempt = attempt
         for s in self.streams:
             s.seq = attempt * ATTEMPT_SEQ
         self.pulls_done = threading.Event()
+        if settle_seconds > 0:  # the driver found an unclean stop: ``once`` waits for its leases as the driver does
+            self.settle_seconds = settle_seconds
+            self.settle_until = time.monotonic() + settle_seconds
+
+    def _spool_acked(self, name: str, ok: bool) -> None:
+        """``spooled``: tell the driver the segment's messages were acknowledged (they come again otherwise)."""
+        if ok:
+            (self.segdir / (name + ACKED_SUFFIX)).touch()
 
     def _forget_acked(self) -> None:
         """The driver acknowledged a segment (``.acked`` beside it) or the planner deleted it: no longer held."""
@@ -87,10 +113,12 @@ class PartitionFetcher(Fetcher):
 
     def _drop_acked(self) -> None:
         """:meth:`_forget_acked` with the lock already held."""
-        gone = [n for n, h in self.held.items()
-                if (self.segdir / (n + ACKED_SUFFIX)).exists() or (h.written and not (self.segdir / n).exists())]
+        gone = [n for n, h in self.held.items() if (not self.spooled and (self.segdir / (n + ACKED_SUFFIX)).exists())
+                or (h.written and not (self.segdir / n).exists())]
         for n in gone:
-            self.acked += self.held.pop(n).count
+            h = self.held.pop(n)
+            if not self.spooled:
+                self.acked += h.count
         if gone:
             self.room.notify_all()
 
@@ -106,7 +134,8 @@ class PartitionFetcher(Fetcher):
 
     def status(self) -> dict[str, Any]:
         msgs, size = self.held_totals()
-        return {"partition": self.partition, "run": self.run, "host": socket.gethostname(), "pid": os.getpid(),
+        return {"partition": self.partition, "run": self.run, "attempt": self.attempt, "host": socket.gethostname(),
+                "pid": os.getpid(), "left_leased": self._leaves_leased(),
                 "pulled": self.pulled, "acked": self.acked, "held_messages": msgs, "held_bytes": size,
                 "requests": dict(self.requests), "delivered_at": self.delivered_at,
                 "outage": self.outage_since is not None, "error": self.error.message if self.error else None,
@@ -120,9 +149,10 @@ class PartitionFetcher(Fetcher):
 
 def fetch_partition(subscription: str, spool_dir: str, partition: int, partitions: int, settings: dict[str, Any],
                     run: str, once: bool, attempt: int = 0, *, client_factory: Callable[[], Any] | None = None,
-                    report_every: float = 0.5) -> dict[str, Any]:
+                    report_every: float = 0.5, settle_seconds: float = 0.0) -> dict[str, Any]:
     """The body of fetch partition ``partition`` (an executor task): pull until ``STOP``, an error, or (``once``)
-    the subscription stayed empty and everything pulled was acknowledged.  Returns its last status."""
+    the subscription stayed empty (after ``settle_seconds``: see :class:`PartitionFetcher`) and everything pulled
+    was acknowledged.  Returns its last status."""
     d = Path(spool_dir)
     if not (d / "segments").is_dir():
         raise SourceError(f"fetch partition {partition} on {socket.gethostname()} cannot reach the spool {d}",
@@ -131,7 +161,7 @@ def fetch_partition(subscription: str, spool_dir: str, partition: int, partition
     (d / STATUS_DIR).mkdir(exist_ok=True)
     f = PartitionFetcher(subscription, d, partition=partition, partitions=partitions,
                          settings=FetchSettings(**settings), run=run, attempt=attempt, once=once,
-                         client_factory=client_factory)
+                         client_factory=client_factory, settle_seconds=settle_seconds)
     f.start()
     stop = d / "segments" / STOP
     try:
@@ -139,7 +169,7 @@ def fetch_partition(subscription: str, spool_dir: str, partition: int, partition
             f.write_status()
             if once and f.pulls_done.is_set():
                 f._forget_acked()
-                if not f.held:
+                if f.spooled or not f.held:  # spooled: every message was acknowledged when its segment was written
                     break
             time.sleep(report_every)
     finally:
@@ -172,15 +202,20 @@ def acknowledge_segments(client, subscription: str, segdir: Path, names, request
     return sum(segment_count(b) for b in done), True
 
 
-def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str, Any], run: str, once: bool):
+def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str, Any], run: str, once: bool,
+          settle_until_ms: int = 0):
     """What Spark runs for each fetch partition (a partition of ``range(N)``)."""
 
     def run_partition(index, _rows):
         from pyspark import TaskContext
 
+        from event_etl.timeutil import now_millis
+
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx is not None else 0
-        yield json.dumps(fetch_partition(subscription, spool_dir, index, partitions, settings, run, once, attempt))
+        settle = max(0.0, (settle_until_ms - now_millis()) / 1000)
+        yield json.dumps(fetch_partition(subscription, spool_dir, index, partitions, settings, run, once, attempt,
+                                         settle_seconds=settle))
 
     return run_partition
 
@@ -214,6 +249,10 @@ class ExecutorFetcher:
         self.error: SourceError | None = None
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
+        self.record = RunRecord(self.dir)
+        self.settle_until = 0.0  # monotonic (see event_etl.sources.pubsub_fetch: settling)
+        self.settle_until_ms = 0  # the same on the wall clock, for the tasks on other hosts
+        self.cancelled = False
         cores = int(spark.sparkContext.defaultParallelism)
         with _TAKEN_LOCK:  # a fleet's Pub/Sub types share the application's cores: count them all
             others = _TAKEN.get(id(spark.sparkContext), 0)
@@ -248,6 +287,16 @@ class ExecutorFetcher:
         for p in self.segdir.glob("*" + ACKED_SUFFIX):  # marks of segments the planner deleted since
             if not (self.segdir / p.name[:-len(ACKED_SUFFIX)]).exists():
                 p.unlink(missing_ok=True)
+        lease = self.record.previous_lease()
+        if lease > 0:
+            settle = lease + SETTLE_MARGIN_SECONDS
+            self.settle_until, self.settle_until_ms = time.monotonic() + settle, self.clock() + int(settle * 1000)
+            log.warning("the last run of %s did not stop cleanly: messages it held may come back within %.0f s; "
+                        "until then no hour is marked", self.subscription, settle)
+        own = subscription_deadline(self.client, self.subscription)
+        self.requests["get_subscription"] += 1
+        self.record.begin(self.run, self.settings.ack,
+                          own if self.settings.spooled else max(own, self.settings.ack_deadline), clock=self.clock)
         self._thread = threading.Thread(target=self._run_job, name="pubsub-fetch-job", daemon=True)
         self._thread.start()
         return self
@@ -261,8 +310,11 @@ class ExecutorFetcher:
         try:
             sc.setJobGroup(self.group, f"event_etl: pulling {self.subscription} ({self.partitions} fetch partitions)",
                            interruptOnCancel=True)
-            body = _task(self.subscription, str(self.dir), self.partitions, settings, self.run, self.once)
+            body = _task(self.subscription, str(self.dir), self.partitions, settings, self.run, self.once,
+                         self.settle_until_ms)
             sc.parallelize(range(self.partitions), self.partitions).mapPartitionsWithIndex(body).collect()
+            while self.once and self.settling():  # a killed run's leases: the tasks waited too, this is their rest
+                time.sleep(0.1)
             if self.once and not (self.segdir / STOP).exists() and not (self.dir / ERROR_FILE).exists():
                 write_json_atomic(self.segdir / DRAINED, {"run": self.run, "at": self.clock(),
                                                           "pulled": self.stats()["pulled"]})
@@ -292,20 +344,42 @@ class ExecutorFetcher:
         (self.segdir / STOP).write_text("stop\n")
         self._thread.join(timeout)
         if self._thread.is_alive():
+            self.cancelled = True
             try:
                 self.spark.sparkContext.cancelJobGroup(self.group)
             except Exception as err:  # noqa: BLE001 - the session may be going already
                 log.warning("cancelling the fetch job failed: %s", err)
             self._thread.join(5.0)
+        self.record.end(self.run, clean=not self.cancelled and not self._leaves_leased(), clock=self.clock)
+
+    def _leaves_leased(self) -> bool:
+        """Whether messages this run's tasks pulled may still be leased (they come back when their lease runs out)."""
+        statuses = self._statuses()
+        if len(statuses) < self.partitions or any(d.get("left_leased", True) for d in statuses):
+            return True
+        return not self.settings.spooled and self.held_totals()[0] > 0
+
+    def settling(self) -> bool:
+        return time.monotonic() < self.settle_until
 
     # -- acknowledgements --------------------------------------------------------------------
     def ack(self, names: set[str] | list[str]) -> bool:
-        """Acknowledge the messages of the segments ``names`` (a batch saved them); True if all were this
-        run's (an earlier run's messages come again: their ack ids have expired)."""
+        """A batch saved the segments ``names``.  ``committed``: acknowledge their messages.  True if every one of
+        them is acknowledged in time: ``spooled``, its task left the ``.acked`` mark; ``committed``, it is this
+        run's and the attempt that wrote it still runs (its lease was extended).  Otherwise they come again."""
+        if self.settings.spooled:
+            return all((self.segdir / (os.path.basename(x) + ACKED_SUFFIX)).exists() for x in names)
         acked, ok = acknowledge_segments(self.client, self.subscription, self.segdir, names, self.requests)
         self.acked += acked
-        fresh = all((n := SegmentName.parse(os.path.basename(x))) is not None and n.run == self.run for x in names)
-        return fresh and ok
+        running = {int(d["partition"]): int(d.get("attempt", 0)) for d in self._statuses()}
+        streams = max(1, self.settings.streams)
+
+        def extended(name: str) -> bool:
+            n = SegmentName.parse(os.path.basename(name))
+            return (n is not None and n.run == self.run
+                    and running.get(n.stream // streams) == n.seq // ATTEMPT_SEQ)
+
+        return all(extended(x) for x in names) and ok
 
     # -- what the controller asks ----------------------------------------------------------
     def _statuses(self) -> list[dict[str, Any]]:
@@ -320,10 +394,10 @@ class ExecutorFetcher:
         return out
 
     def held_totals(self) -> tuple[int, int]:
-        """Messages and bytes in segments not yet acknowledged, plus what the partitions hold unwritten."""
+        """Messages and bytes in segments no batch has saved yet (``committed``: not yet acknowledged)."""
         msgs = size = 0
         for p in self.segdir.glob("*.seg"):
-            if (self.segdir / (p.name + ACKED_SUFFIX)).exists():
+            if not self.settings.spooled and (self.segdir / (p.name + ACKED_SUFFIX)).exists():
                 continue
             msgs += segment_count(p.name)
             try:
@@ -337,7 +411,7 @@ class ExecutorFetcher:
         msgs, _ = self.held_totals()
         delivered = [d["delivered_at"] for d in st if d.get("delivered_at") is not None]
         return SourceActivity(self.clock(), msgs, any(d.get("outage") for d in st),
-                              max(delivered) if delivered else None)
+                              max(delivered) if delivered else None, settling=self.settling())
 
     def stats(self) -> dict[str, Any]:
         st = self._statuses()
@@ -347,7 +421,11 @@ class ExecutorFetcher:
         pulled = sum(d.get("pulled", 0) for d in st)
         msgs, size = self.held_totals()
         total = sum(requests.values())
-        return {"pulled": pulled, "acked": self.acked, "held_messages": msgs, "held_bytes": size,
+        if self.settings.spooled:  # the tasks acknowledged what they spooled
+            requests["acknowledge"] += sum(d.get("requests", {}).get("acknowledge", 0) for d in st)
+            total = sum(requests.values())
+        acked = sum(d.get("acked", 0) for d in st) if self.settings.spooled else self.acked
+        return {"pulled": pulled, "acked": acked, "held_messages": msgs, "held_bytes": size,
                 "requests": dict(requests), "requests_per_1000": (1000 * total / pulled) if pulled else None,
                 "partitions": len(st)}
 

@@ -68,6 +68,13 @@ def _pubsub_check(spec: "SourceSpec") -> None:
     check_subscription(spec.params["subscription"])
 
 
+def _pubsub_warning(name: str, spec: "SourceSpec", log_dir: str) -> str | None:
+    from event_etl.settings import Settings
+    from event_etl.sources.pubsub_fetch import FetchSettings, spool_warning
+
+    return spool_warning(name, log_dir, FetchSettings.from_env(dict(Settings.from_env().pubsub)))
+
+
 def _pubsub_fetcher(spec: "SourceSpec", log_dir: str, *, once: bool, spark=None):
     from event_etl.settings import Settings
     from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
@@ -95,6 +102,9 @@ class SourceKind:
     """Makes the fetcher the driver runs beside the query: ``fetcher(spec, log_dir, once=..., spark=None)``, which
     may answer None without a session (one that pulls on executors); None here: no fetcher."""
     event_clock: bool = False
+    start_warning: Callable[[str, "SourceSpec", str], str | None] | None = None
+    """``start_warning(event type, spec, log_dir)``: a line to print when the job starts, or None (Pub/Sub: a
+    checkpoint a restart of the machine loses)."""
     shared: str | None = None
     requires: tuple[str, ...] = ()
     install_hint: str | None = None
@@ -105,6 +115,10 @@ class SourceKind:
 
     def identity(self, spec: "SourceSpec") -> str:
         return self.identity_of(spec)
+
+    def warning(self, name: str, spec: "SourceSpec", log_dir: str) -> str | None:
+        """What to warn of when the job starts (see :attr:`start_warning`)."""
+        return self.start_warning(name, spec, log_dir) if self.start_warning is not None else None
 
     def check(self, spec: "SourceSpec") -> None:
         """What must hold before the job starts (raises with the fix); nothing for most kinds."""
@@ -127,8 +141,8 @@ SOURCES: dict[str, SourceKind] = {
     "dir": SourceKind("dir", _dir_planner, lambda spec: f"dir:{spec.params['path']}", shared="input"),
     "generate": SourceKind("generate", _generate_planner, lambda spec: "generate:", event_clock=True),
     "pubsub": SourceKind("pubsub", _pubsub_planner, lambda spec: spec.url, check_before_start=_pubsub_check,
-                         fetcher=_pubsub_fetcher, shared="checkpoint", requires=("google.cloud.pubsub_v1",),
-                         install_hint="pip install 'event_etl[job]'"),
+                         fetcher=_pubsub_fetcher, start_warning=_pubsub_warning, shared="checkpoint",
+                         requires=("google.cloud.pubsub_v1",), install_hint="pip install 'event_etl[job]'"),
 }
 """Every kind of source, by the ``kind`` of its :class:`~event_etl.sources.SourceSpec`."""
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from event_etl.storage.atomic import fsync_dir
+
 __all__ = [
     "MAGIC",
     "SegmentName",
@@ -76,6 +78,7 @@ def write_segment(directory: str | os.PathLike[str], name: SegmentName, response
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+    fsync_dir(d)  # the rename too: a power cut must not take back a segment once it is written
     return path
 
 

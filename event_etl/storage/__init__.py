@@ -11,6 +11,11 @@ Two guarantees the rest of event_etl builds on:
   (compare-and-swap: a generation match on GCS, a lock file on local disk); the lease is
   built on it.
 
+On local disk these writes are durable when they return, against a power cut too: the file is synced
+before its rename or link, and its folder after it (and a folder created for it, in its parent:
+:func:`event_etl.storage.atomic.makedirs_durable`).  So is :meth:`Storage.delete` unless told
+otherwise.
+
 Only sinks whose writes are proven create-only and atomic are accepted: local folders and
 ``gs://``.  Other fsspec schemes (``s3://``, ``hdfs://``, ...) are refused with that reason:
 their "create unless it exists" is a check followed by a write, which two writers can both pass.
@@ -32,6 +37,7 @@ from typing import Any
 
 from event_etl.errors import StorageError
 from event_etl.settings import Settings
+from event_etl.storage.atomic import fsync_dir, makedirs_durable
 
 __all__ = ["Storage", "open_storage", "safe_relpath"]
 
@@ -68,7 +74,7 @@ def _fs_options(url: str) -> dict[str, Any]:
 def _durable_temp(target: str, data: bytes) -> str:
     """Write ``data`` to a hidden temporary file next to ``target`` (never ending in .avro), synced."""
     d = os.path.dirname(target)
-    os.makedirs(d, exist_ok=True)
+    makedirs_durable(d)  # a new hour's folder (and day's) must not vanish with a power cut, files and all
     tmp = os.path.join(d, f".{os.path.basename(target)}.{uuid.uuid4().hex[:12]}.tmp")
     with open(tmp, "wb") as fh:
         fh.write(data)
@@ -223,6 +229,7 @@ class Storage:
         try:
             if self.local:
                 os.replace(_durable_temp(target, data), target)
+                fsync_dir(os.path.dirname(target))  # the rename itself, or a power cut can undo it
             else:
                 self._retry(f"writing {self.display(rel)}", lambda: self.fs.pipe_file(target, data))
         except OSError as err:
@@ -237,11 +244,16 @@ class Storage:
                 tmp = _durable_temp(target, data)
                 try:
                     os.link(tmp, target)
+                    created = True
                 except FileExistsError:
-                    return False
+                    created = False
                 finally:
                     os.unlink(tmp)
-                return True
+                # One sync for the link and the temporary's unlink (before it, a power cut may lose either:
+                # nothing relied on them yet).  Also when the file was there: a process killed before it
+                # synced its own link may have made it, and the caller takes it as durable now.
+                fsync_dir(os.path.dirname(target))
+                return created
             try:
                 self._retry(f"creating {self.display(rel)}", lambda: self.fs.pipe_file(target, data, mode="create"))
             except FileExistsError:
@@ -317,23 +329,49 @@ class Storage:
                     "credentials through Application Default Credentials, or STORAGE_EMULATOR_HOST for an emulator)",
             ) from err
 
-    def delete(self, rel: str) -> None:
+    def delete(self, rel: str, *, durable: bool = True) -> None:
+        """Delete ``rel`` (nothing if it is not there).
+
+        On local disk the folder is synced afterwards (unless ``durable=False``), so that a power cut
+        cannot bring the file back: a batch's files that its duplicates emptied, or a first batch's
+        files written before it knew its "too late" reference, are recorded nowhere, and one that
+        came back would keep its hour from being marked.  A caller that deletes again what comes back
+        (a merge's members: the next merge or the marker deletes them, and the marker's own sync comes
+        first) may save the sync with ``durable=False``."""
+        target = self.path(rel)
         try:
-            self._retry(f"deleting {self.display(rel)}", lambda: self.fs.rm_file(self.path(rel)))
+            if self.local:
+                try:
+                    os.unlink(target)
+                except FileNotFoundError:
+                    if not os.path.isdir(os.path.dirname(target)):
+                        return
+                if durable:  # also when it was gone: a killed process may have unlinked it, unsynced
+                    fsync_dir(os.path.dirname(target))
+                return
+            self._retry(f"deleting {self.display(rel)}", lambda: self.fs.rm_file(target))
         except FileNotFoundError:
             pass
         except OSError as err:
             raise StorageError(f"cannot delete {self.display(rel)}: {err}") from err
 
     def remove_empty_folder(self, rel_dir: str) -> bool:
-        """Remove the folder ``rel_dir`` if it is empty; True if it was removed.  On an object store a folder is
-        only a prefix of objects and goes with its last one: nothing to do."""
+        """Remove the folder ``rel_dir`` if it is empty (temporaries that writes killed before their rename left
+        aside: they go with it); True if it was removed.  On an object store a folder is only a prefix of objects
+        and goes with its last one: nothing to do."""
         if not self.local:
             return False
+        target = self.path(rel_dir)
         try:
-            os.rmdir(self.path(rel_dir))
+            with os.scandir(target) as it:
+                names = [e.name for e in it]
+            if names and all(n.startswith(".") and n.endswith(".tmp") for n in names):
+                for n in names:  # temporaries of writes killed before their rename (see _durable_temp)
+                    os.unlink(os.path.join(target, n))
+            os.rmdir(target)
         except OSError:  # not empty, or already gone
             return False
+        fsync_dir(os.path.dirname(target))  # or a power cut brings back an empty hour that never gets a marker
         return True
 
     # -- reads -----------------------------------------------------------------------------

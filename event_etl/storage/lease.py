@@ -20,9 +20,17 @@ Two locks, both taken before Spark starts:
 last successful renewal wrote, minus the ``margin``.  Another job can take over only after
 that expiry plus the margin, so their writes never overlap.  The driver checks it (no I/O:
 :meth:`Lease.guard`) before every batch, every marker, idle tick and drain; executor tasks
-check it before every file they write (:class:`Fence`, which reads the lease again when its
-last look is about to run out).  A job that cannot renew (the sink is unreachable) stops
-writing when its lease runs out, and stops.
+check it before every file they write (:class:`Fence`).  On local disk a task reads the lease
+before every file (a read of a few hundred bytes); on an object store it trusts its last read
+until that lease's expiry minus the margin.  A job that cannot renew (the sink is unreachable)
+stops writing when its lease runs out, and stops.
+
+A restart on the same host takes over its dead predecessor's lease at once, but tasks of the
+dead job (executors on a cluster, Python workers orphaned when only the driver died) may still
+trust that lease until its expiry.  On local disk they read it again before their next file
+and stop; on an object store the new job waits until that expiry before it replays the batch
+those tasks were writing (:meth:`Lease.wait_for_old_tasks`), so that no file it replays can be
+written over by them.
 
 Behind the lease, two more guards: file names carry the checkpoint's writer id, so two
 jobs can never write the same file name, and a job never adds a file to an hour that is
@@ -98,6 +106,7 @@ class Lease:
         self.lost: str | None = None
         self.started_at = self.clock()
         self.valid_until = 0  # the last instant this job may write (its last renewal's expiry minus the margin)
+        self.old_tasks_until = 0  # a dead predecessor's tasks may trust its lease until then (see the docstring)
 
     def describe(self) -> dict[str, Any]:
         return {"holder": self.holder, "host": self.host, "pid": os.getpid(),
@@ -158,6 +167,9 @@ class Lease:
                 )
             if self.storage.write_if(self.rel, self._doc(now), None if current is None else current[1]):
                 self.valid_until = now + self.ttl_ms - self.margin_ms
+                expires = int(doc.get("expires_at_ms", 0))
+                if doc.get("holder") not in (None, self.holder) and expires > now:  # a dead job's, taken over early
+                    self.old_tasks_until = expires
                 return
         raise LeaseHeldError(f"{self.storage.display(self.rel)} keeps changing: another job is taking it",
                              fix="run only one job per event type and sink")
@@ -222,6 +234,32 @@ class Lease:
             self._lock_fh.close()
             self._lock_fh = None
 
+    def wait_for_old_tasks(self, say: Callable[[str], None] | None = None,
+                           sleep: Callable[[float], None] | None = None) -> float:
+        """On an object store, after taking over a dead job's lease before it ran out: wait until it has, so that
+        no task of that job can still write a file of the batch this job is about to replay.  Returns the seconds
+        waited (0 on local disk, where tasks read the lease before every file)."""
+        import time
+
+        wait_ms = self.old_tasks_until - self.clock()
+        if self.storage.local or wait_ms <= 0:
+            return 0.0
+        if say is not None:
+            say(f"[{self.event_type}] waiting {format_duration(wait_ms)} for the tasks of the job that held this type "
+                "before (it died) to stop writing: its lease runs out then")
+        (sleep or time.sleep)(wait_ms / 1000)
+        return wait_ms / 1000
+
+    def fence_off(self, reason: str) -> None:
+        """From now on this job writes nothing more: :meth:`guard` refuses (a step still running meets it at its next
+        write).  The lease and the lock stay held until :meth:`release` or :meth:`abandon`."""
+        self.lost = self.lost or reason
+
+    def abandon(self) -> None:
+        """Stop renewing, but keep the lease and the checkpoint lock: the process is about to end with a step still
+        running, and the kernel releases the lock with it (a restart on this host then takes the lease over)."""
+        self._stop.set()
+
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:
@@ -266,7 +304,7 @@ class Fence:
 
     def check(self) -> None:
         now = self.clock()
-        if now < self.valid_until:
+        if now < self.valid_until and not self.storage.local:  # local disk: read before every file, it costs little
             return
         try:
             doc = _parse(self.storage.read(self.rel))

@@ -33,7 +33,7 @@ from event_etl import faults
 from event_etl.errors import EventEtlError, IntegrityError, SourceError
 from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import MARKER_NAME, data_file_name, deadletter_file_path, hour_dir
-from event_etl.rules.judge import OUTCOME_CODES, Outcome, judge_array, make_judge
+from event_etl.rules.judge import OUTCOME_CODES, Outcome, beyond_backfill, judge_array, make_judge
 from event_etl.rules.reasons import Reason
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage, open_storage
@@ -498,18 +498,21 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
     """The largest counted time (event time, at most its arrival) of the split's acceptable events.
 
     A job's first batch has no watermark: it measures "too late" against the one its own
-    events give, the largest of these over its splits minus the out-of-orderness bound.  A
-    first batch's run reports it (``reference``) as it writes; this separate pass over the
-    split is the rule spelled out, which the tests hold that report to.
+    events give, the largest of these over its splits minus the out-of-orderness bound.  An
+    acceptable event is neither ``future`` nor more than ``max_backfill`` before its arrival
+    (a stray event from 1970 sets no reference).  A first batch's run reports it
+    (``reference``) as it writes; this separate pass over the split is the rule spelled out,
+    which the tests hold that report to.
     """
     decoder = _decoder(et)
     skew = et.max_future_skew
+    backfill = et.max_backfill or None
     best = None
     plan = _fast_plan(decoder, split) if fast else None
 
     def consider(t: int, arrival: int) -> None:
         nonlocal best
-        if t <= arrival + skew:
+        if t <= arrival + skew and not beyond_backfill(t, arrival, backfill):
             c = t if t <= arrival else arrival
             if best is None or c > best:
                 best = c
@@ -519,6 +522,8 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
             fc = mc.decode(plan)
             if fc is not None:
                 ok = fc.times <= mc.arrivals + skew
+                if backfill:
+                    ok &= mc.arrivals - fc.times <= backfill
                 if ok.any():
                     c = int(np.minimum(fc.times[ok], mc.arrivals[ok]).max())
                     consider(c, c)
@@ -531,7 +536,10 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
     if plan is not None:
         for fc, data, base, arrival, _ in _decoded_chunks(split, plan):
             if fc is not None:
-                ok = fc.times[fc.times <= arrival + skew]
+                keep = fc.times <= arrival + skew
+                if backfill:
+                    keep &= arrival - fc.times <= backfill
+                ok = fc.times[keep]
                 if len(ok):
                     consider(int(ok.max()), arrival)
                 continue
@@ -573,7 +581,7 @@ def process_split(
 
     judge = make_judge(
         ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
-        too_late_reference=reference,
+        too_late_reference=reference, max_backfill=et.max_backfill,
     )
     dedupe = et.dedupe_window > 0
     id_field = et.id_field if dedupe else None
@@ -602,7 +610,7 @@ def process_split(
             rejects.append((rec.value, t, payload, where + str(off), arrival, None))
             return
         outcome, hour = judge(t, arrival)
-        if measuring and outcome is not Outcome.FUTURE:  # as split_reference counts it
+        if measuring and outcome is timely_o:  # accepted (not future, within max_backfill): as split_reference counts
             note(t if t <= arrival else arrival, t)
         if outcome is timely_o or outcome is late_o:
             late = outcome is late_o
@@ -645,10 +653,11 @@ def process_split(
         ``mids``: the message id of each line (Pub/Sub), for the message dedupe keys."""
 
         codes, hours = judge_array(fc.times, arrival, ctx.wm_start, allowed_lateness=et.allowed_lateness,
-                                   max_future_skew=et.max_future_skew, too_late_reference=reference)
+                                   max_future_skew=et.max_future_skew, too_late_reference=reference,
+                                   max_backfill=et.max_backfill)
         per_line = not np.isscalar(arrival)
         if measuring:
-            ok = codes != 3  # not future: as split_reference counts them
+            ok = codes == 0  # accepted (not future, within max_backfill): as split_reference counts them
             if ok.any():
                 times_ok = fc.times[ok]
                 note(int(np.minimum(times_ok, arrival[ok] if per_line else arrival).max()), int(times_ok.min()))
@@ -787,6 +796,9 @@ def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: 
         return (f"event time {iso(t)} is {format_duration(t - arrival)} after its arrival "
                 f"(max_future_skew {format_duration(et.max_future_skew)})")
     wm = ctx.wm_start
+    if wm is None and beyond_backfill(t, arrival, et.max_backfill):
+        return (f"event time {iso(t)} is {format_duration(arrival - t)} before its arrival and the job has no "
+                f"watermark yet (max_backfill {format_duration(et.max_backfill)})")
     return (f"event time {iso(t)}; watermark {iso(wm) if wm is not None else 'not set'} "
             f"(allowed_lateness {format_duration(et.allowed_lateness)})")
 
