@@ -80,6 +80,8 @@ ACK_MODES = ("spooled", "committed")
 """When messages are acknowledged (``EVENT_ETL_PUBSUB_ACK``): once durable in the spool, or once their batch is
 saved.  See the module docstring."""
 RUN_FILE = "run.json"
+EMULATOR_STREAMS = 1
+"""Pull streams by default against the emulator (see :meth:`FetchSettings.from_env`); 4 against the service."""
 DEFAULT_SUBSCRIPTION_DEADLINE = 10
 """Seconds: a subscription's ack deadline when it was created without one (Pub/Sub's default)."""
 MAX_LEASE_SECONDS = 600
@@ -243,9 +245,16 @@ class FetchSettings:
         return self.ack == "spooled"
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> "FetchSettings":
+    def from_env(cls, env: dict[str, str] | None = None, *, emulator: bool = False,
+                 **overrides: Any) -> "FetchSettings":
+        """The ``EVENT_ETL_PUBSUB_*`` settings of ``env``.  ``emulator``: the job pulls from Google's Pub/Sub emulator
+        (``PUBSUB_EMULATOR_HOST``), where the streams default to 1: its pulls slow down in proportion to the backlog
+        as soon as anything is leased, so a second stream, whose pull always finds the first one's messages
+        leased, halves the rate instead of doubling it (bench/RESULTS.md)."""
         env = dict(os.environ if env is None else env)
         s = cls()
+        if emulator:
+            s.streams = EMULATOR_STREAMS
         for name, conv in (("streams", int), ("max_held_messages", int), ("max_held_bytes", int),
                            ("segment_messages", int), ("segment_age", float), ("ack_deadline", int),
                            ("outage_timeout", float), ("pull_timeout", float), ("once_quiet", float),

@@ -18,6 +18,7 @@ The planners are imported only when used: a kind's modules may need an extra (Pu
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -79,7 +80,8 @@ def _pubsub_fetcher(spec: "SourceSpec", log_dir: str, *, once: bool, spark=None)
     from event_etl.settings import Settings
     from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 
-    settings = FetchSettings.from_env(dict(Settings.from_env().pubsub))  # the EVENT_ETL_PUBSUB_* variables
+    settings = FetchSettings.from_env(dict(Settings.from_env().pubsub),  # the EVENT_ETL_PUBSUB_* variables
+                                      emulator=bool(os.environ.get("PUBSUB_EMULATOR_HOST")))
     if settings.fetch_partitions > 0:  # pulling on the executors: needs the session, so not before Spark starts
         if spark is None:
             return None
