@@ -456,3 +456,25 @@ def test_a_batch_tells_its_engine_when_its_markers_are_written_before_its_state_
     p.batch([click("b", "14:05")])  # completes 13:00
     assert seen == [([], -1, []), ([hour("13")], 0, [hour("13"), hour("14")])]
     assert p.controller.ckpt.load_state().last_batch_id == 1 and marked(p) == [hour("13")]
+
+
+def test_while_the_source_settles_the_watermark_holds_and_no_hour_is_marked_then_it_catches_up(tmp_path):
+    """A restart after a kill settles for the killed run's Pub/Sub leases: messages it held come back meanwhile,
+    maybe older than what newer batches bring.  They must be judged against a watermark that did not move."""
+    p = pipeline(tmp_path)
+    p.clock.now = t("13:10")
+    p.batch([click("a", "13:05")])
+    settling = {"on": True}
+    p.controller.source_activity = lambda: SourceActivity(p.clock.now, settling=settling["on"])
+    p.clock.now = t("14:20")
+    p.batch([click("b", "14:15")])  # would close hour 13
+    assert p.controller.state.watermark == t("13:03") and not marked(p)
+    p.clock.now = t("14:40")
+    p.controller.tick()  # long past idle_timeout: still nothing moves
+    ev = p.batch([click("c", "13:50")])  # the killed run's message, back after its lease ran out
+    assert ev.result.counts == {"timely": 1}, "judged against the held watermark: timely, in its own hour"
+    settling["on"] = False
+    p.controller.tick()  # settled: the watermark catches up with what the batches brought
+    assert p.controller.state.watermark == t("14:13")
+    assert marked(p) == [hour("13")]
+    assert sorted(read_sink(p.sink, p.et.name)[hour("13")].timely) == ["a", "c"]

@@ -43,6 +43,7 @@ class RealServiceLike:
         self.wait = wait
         self.outage = False
         self.blackhole = False
+        self.subscription_deadline = 10  # what get_subscription says (the lease a pull grants)
         self.n = 0
 
     def publish(self, data: bytes, published: int) -> str:
@@ -100,9 +101,11 @@ class RealServiceLike:
                     self.leased[a] = (mid, data, pub, time.monotonic() + ack_deadline_seconds)
 
     def get_subscription(self, subscription, timeout=None):
+        from types import SimpleNamespace
+
         self.calls["get_subscription"] += 1
         self._check()
-        return {"name": subscription}
+        return SimpleNamespace(name=subscription, ack_deadline_seconds=self.subscription_deadline)
 
 
 SUB = "projects/test-project/subscriptions/clicks"
@@ -391,3 +394,182 @@ def test_a_fetch_partition_that_cannot_reach_the_spool_says_so_with_the_fix(tmp_
         fetch_partition(SUB, str(tmp_path / "not-mounted"), 0, 1, {}, "a1b2c3d4", False,
                         client_factory=RealServiceLike)
     assert "cannot reach the spool" in e.value.message and "shares at the same path" in e.value.fix
+
+
+# -- spooled acknowledgements: what the real service does ------------------------------------------------------
+def test_spooled_each_pull_is_durable_and_acknowledged_before_the_next_pull(tmp_path, monkeypatch):
+    """Pull, make durable, acknowledge, pull again: when a pull is sent, every message pulled before it is in a
+    segment on disk and acknowledged; no deadline is ever extended."""
+    from event_etl.sources import pubsub_fetch
+
+    svc = RealServiceLike()
+    for i in range(2500):
+        svc.publish(b'{"n": %d}' % i, t("13:00") + i)
+    order = []
+    real_write = pubsub_fetch.write_segment
+
+    def write(directory, name, responses):
+        path = real_write(directory, name, responses)
+        order.append(("write", name.count))
+        return path
+
+    monkeypatch.setattr(pubsub_fetch, "write_segment", write)
+    real_pull, real_ack = svc.pull, svc.acknowledge
+    svc.pull = lambda **kw: (order.append(("pull", len(svc.acked))), real_pull(**kw))[1]
+    svc.acknowledge = lambda **kw: (real_ack(**kw), order.append(("ack", len(kw["ack_ids"]))))[0]
+    f = fetcher(tmp_path, svc, streams=1, max_held_messages=10_000).start()
+    try:
+        wait_until(lambda: len(svc.acked) == 2500, what="every message acknowledged")
+        assert svc.calls["modify_ack_deadline"] == 0
+        pulls = [k for k, (what, _) in enumerate(order) if what == "pull"]
+        for a, b in zip(pulls, pulls[1:]):
+            between = [what for what, _ in order[a + 1:b]]
+            assert between in ([], ["write", "ack"]), order[a:b + 1]
+        assert f.stats()["acked"] == 2500 and sum(segment_count(p.name) for p in segments(tmp_path)) == 2500
+        assert not svc.leased, "nothing left leased"
+    finally:
+        f.stop()
+
+
+def test_spooled_flow_control_counts_what_no_batch_has_saved(tmp_path):
+    svc = RealServiceLike()
+    for i in range(10_000):
+        svc.publish(b"x" * 100, t("13:00"))
+    f = fetcher(tmp_path, svc, max_held_messages=2_000).start()
+    try:
+        wait_until(lambda: _spooled(tmp_path) >= 2_000, what="the first 2,000")
+        time.sleep(0.5)
+        assert _spooled(tmp_path) <= 2_000 + 2 * 1_000, "acknowledged, but not yet saved: they still count"
+        assert len(svc.acked) == _spooled(tmp_path) and not svc.leased
+        assert len(svc.queue) > 5_000, "the rest stays in the subscription"
+        names = [p.name for p in segments(tmp_path)]
+        assert f.ack(names) is True  # a batch saved them
+        for n in names:
+            (tmp_path / "spool" / "segments" / n).unlink()
+        wait_until(lambda: len(svc.acked) > len(names), what="pulling again once a batch saved them")
+    finally:
+        f.stop()
+
+
+def test_spooled_a_failed_acknowledgement_tells_the_batch_and_the_next_run(tmp_path):
+    """An acknowledgement that fails leaves its messages leased: they come again.  The batch that saved that
+    segment reports it (its dedupe keys wait for the redelivery), and the run does not count as a clean stop."""
+    from event_etl.sources.pubsub_fetch import RunRecord
+
+    svc = RealServiceLike()
+    for i in range(50):
+        svc.publish(b"x", t("13:00"))
+    real_ack = svc.acknowledge
+    failing = {"on": True}
+
+    def ack(**kw):
+        if failing["on"]:
+            svc.calls["acknowledge"] += 1
+            raise ex.ServiceUnavailable("unavailable")
+        return real_ack(**kw)
+
+    svc.acknowledge = ack
+    f = fetcher(tmp_path, svc, streams=1).start()
+    try:
+        wait_until(lambda: _spooled(tmp_path) == 50, what="spooled")
+        assert f.ack([p.name for p in segments(tmp_path)]) is False, "not acknowledged: they come again"
+    finally:
+        f.stop()
+    assert RunRecord(tmp_path / "spool").previous_lease() == 10.0, "unclean: the next run settles for the lease"
+
+
+def test_an_expired_lease_delivers_again_and_the_copy_is_dropped_by_message_id(tmp_path):
+    """The real service delivers again what was not acknowledged within its lease (a slow disk, a pause): the copy
+    is spooled again and dropped from the buckets as a duplicate of the same message."""
+    from event_etl.sources.splits import Split
+
+    svc = RealServiceLike()
+    svc.deadline_s = 0.0  # every lease runs out at once: the acknowledgement comes too late
+    real_ack = svc.acknowledge
+    late = {"n": 0}
+
+    def ack(**kw):
+        if late["n"] == 0:
+            late["n"] += 1
+            time.sleep(0.05)  # too late: the service already handed the message out again
+            svc.calls["acknowledge"] += 1
+            return None
+        svc.deadline_s = 60.0
+        return real_ack(**kw)
+
+    svc.acknowledge = ack
+    svc.publish(click("a", "13:10"), t("13:20"))
+    et = make_event_type(tmp_path / "types")
+    p = LocalPipeline(tmp_path, et, FakeClock(t("13:30")))
+    f = fetcher(tmp_path, svc, streams=1).start()
+    try:
+        wait_until(lambda: len(segments(tmp_path)) >= 2, what="the message spooled twice")
+    finally:
+        f.stop()
+    spans = [[str(s), 0, segment_count(s.name), 0] for s in segments(tmp_path)]
+    ev = p.controller.run_batch(0, p.task_runner([Split(0, "seg", "", 0, 2, 0, json.dumps(spans))]))
+    assert ev.result.counts == {"timely": 1, "duplicate": 1}
+    assert [i for hc in read_sink(p.sink, "click").values() for i in hc.timely] == ["a"]
+
+
+def test_a_restart_after_an_unclean_stop_settles_for_the_killed_runs_leases(tmp_path):
+    """A killed run leaves its last pull leased; until that lease has run out, the next run says it is settling
+    (the watermark holds, no hour is marked, quiet time does not run) and ``once`` does not end."""
+    from event_etl.sources.pubsub_fetch import RunRecord
+
+    svc = RealServiceLike()
+    svc.subscription_deadline = 1  # a lease of 1 s: the next run settles for 1 + 2 s
+    first = fetcher(tmp_path, svc).start()
+    first.stop()
+    assert RunRecord(tmp_path / "spool").previous_lease() == 0.0, "a clean stop leaves nothing leased"
+    killed = fetcher(tmp_path, svc).start()  # and never stopped: its record says unclean
+    killed._stop.set()
+    assert RunRecord(tmp_path / "spool").previous_lease() == 1.0, "the subscription's ack deadline"
+    again = fetcher(tmp_path, svc, once=True).start()
+    try:
+        assert again.activity().settling and 2.5 < again.settle_seconds < 3.5
+        time.sleep(2.0)
+        assert not (tmp_path / "spool" / "segments" / DRAINED).exists(), "--once does not end while settling"
+        wait_until(lambda: (tmp_path / "spool" / "segments" / DRAINED).exists(), what="DRAINED once settled")
+        assert not again.activity().settling
+    finally:
+        again.stop()
+
+
+def test_committed_mode_keeps_the_old_behaviour(tmp_path):
+    svc = RealServiceLike()
+    for i in range(300):
+        svc.publish(b"x", t("13:00"))
+    f = fetcher(tmp_path, svc, ack="committed", ack_deadline=4).start()
+    try:
+        wait_until(lambda: _spooled(tmp_path) == 300, what="spooled")
+        assert svc.acked == set(), "nothing acknowledged before a batch saved it"
+        wait_until(lambda: svc.calls["modify_ack_deadline"] >= 2, what="deadlines extended")
+        assert f.ack([p.name for p in segments(tmp_path)]) is True and len(svc.acked) == 300
+    finally:
+        f.stop()
+
+
+def test_the_ack_setting_is_checked_with_its_fix():
+    import pytest
+
+    from event_etl.errors import UsageError
+
+    assert FetchSettings.from_env({"EVENT_ETL_PUBSUB_ACK": "committed"}).ack == "committed"
+    assert FetchSettings.from_env({}).ack == "spooled"
+    assert FetchSettings.from_env({}, emulator=True).streams == 1 and FetchSettings.from_env({}).streams == 4
+    with pytest.raises(UsageError) as e:
+        FetchSettings.from_env({"EVENT_ETL_PUBSUB_ACK": "later"})
+    assert "spooled" in e.value.fix and "committed" in e.value.fix
+
+
+def test_a_tmpfs_checkpoint_with_spooled_acknowledgements_is_named_at_start(tmp_path):
+    from event_etl.sources.pubsub_fetch import spool_warning
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\ntmpfs {tmp_path} tmpfs rw 0 0\n")
+    line = spool_warning("page_view", tmp_path / "ck", FetchSettings(), mounts=str(mounts))
+    assert line.startswith("[page_view] warning: the checkpoint is on tmpfs") and "fix:" in line
+    assert spool_warning("page_view", tmp_path / "ck", FetchSettings(ack="committed"), mounts=str(mounts)) is None
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\n/dev/vdb {tmp_path} xfs rw 0 0\n")
+    assert spool_warning("page_view", tmp_path / "ck", FetchSettings(), mounts=str(mounts)) is None
