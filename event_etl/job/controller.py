@@ -258,6 +258,7 @@ class Controller:
         self.dedupe = None
         if self.pending_batch is None:
             self.adopted = self._adopt_markers()
+            self._drop_marked_ledgers()
         if event_type.dedupe_window > 0:
             from event_etl.task.dedupe import DedupeState
 
@@ -545,7 +546,8 @@ class Controller:
         if self.dedupe is not None:
             for gone in self.dedupe.evict(self._event_clock(new)):
                 self.ckpt.drop_dedupe_rows(gone)
-        self.ckpt.prune_intents(batch_id - 2, sweep=self.batches == 0)  # a full sweep once a run
+        if batch_id >= 2:
+            self.ckpt.prune_intents(batch_id - 2, sweep=self.batches == 0)  # a full sweep once a run
         self.pending_batch = None
         if result.events_in:  # any record shows the source is alive: late, invalid and duplicate ones too
             self.last_input = now
@@ -648,6 +650,13 @@ class Controller:
             self._commit_state(new, adopted)
             self._emit("adopted", adopted)
         return adopted
+
+    def _drop_marked_ledgers(self) -> None:
+        """Ledgers of hours marked and saved that a kill left (in the middle of dropping one): nothing reads them."""
+        done = self.state.marked_through
+        for hour in self.ckpt.ledger_hours() if done is not None else []:
+            if hour <= done:
+                self.ckpt.drop_ledger(hour)
 
     def _write_marker(self, hour: int, watermark: int, now: int, last_batch: int, closed_by: str) -> Manifest:
         rel_dir = hour_dir(self.et.name, hour)

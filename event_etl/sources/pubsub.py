@@ -55,6 +55,9 @@ _SUB_RE = re.compile(
     r"^projects/([a-z][a-z0-9-]{4,28}[a-z0-9]|[a-zA-Z][\w.-]{2,})/subscriptions/([a-zA-Z][\w.~+%-]{2,254})$"
 )
 ERROR_FILE = "error.json"
+ONCE_FILL_SECONDS = 2.0
+"""``--once``: how long a batch waits for its source to hold a batch's worth (``--max-events-per-batch``) before it
+takes what there is (the subscription found empty ends the wait)."""
 SPLIT_MESSAGES = 100_000
 
 SPOOL_SCHEMA = fastavro.parse_schema({
@@ -268,6 +271,15 @@ class PubSubPlanner:
                 time.sleep(0.1)
                 self._discover()
             self._discover()  # segments flushed just before the subscription was found empty
+        if self.once:
+            # A backlog streaming in: wait a moment for a batch's worth rather than take a trickle (each batch
+            # costs a Spark job; thousands of small ones would take the cores the pulling needs)
+            until = time.monotonic() + ONCE_FILL_SECONDS
+            while (sum(segment_count(e) for e in self.entries[k - self.base:]) < cap and time.monotonic() < until
+                   and not (self.segdir / "DRAINED").exists()):
+                self._check_error()
+                time.sleep(0.1)
+                self._discover()
         end, taken = k, 0
         while end < self.base + len(self.entries):
             c = segment_count(self.entries[end - self.base])

@@ -91,12 +91,13 @@ SETTLE_MARGIN_SECONDS = 2.0
 
 
 def subscriber(factory: Callable[[], Any] | None) -> Any:
-    """A subscriber client: ``factory()`` (tests: a fake of the real service), else Google's, from the environment."""
+    """A subscriber client: ``factory()`` (tests: a fake of the real service, with the library client's methods),
+    else Pull and Acknowledge on the gRPC wire (:mod:`event_etl.sources.pubsub_wire`), from the environment."""
     if factory is not None:
         return factory()
-    from event_etl.sources.pubsub import subscriber_client
+    from event_etl.sources.pubsub_wire import WireSubscriber
 
-    return subscriber_client()
+    return WireSubscriber()
 
 
 def acknowledge_in_bulk(client, subscription: str, ids: list[str], requests: Counter) -> bool:
@@ -287,6 +288,30 @@ class _Held:
     acked: bool = False  # spooled: acknowledged once durable
 
 
+class _HeldSegments(dict):
+    """The segments held (by name): their messages and bytes summed as they come and go, so that flow control
+    looks at two numbers before every pull instead of adding up thousands of segments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages = 0
+        self.bytes = 0
+
+    def __setitem__(self, name: str, held: _Held) -> None:
+        self.pop(name)
+        super().__setitem__(name, held)
+        self.messages += held.count
+        self.bytes += held.bytes
+
+    def pop(self, name: str, default: Any = None) -> Any:
+        held = super().pop(name, None)
+        if held is None:
+            return default
+        self.messages -= held.count
+        self.bytes -= held.bytes
+        return held
+
+
 @dataclass
 class _Stream:
     index: int
@@ -332,7 +357,7 @@ class Fetcher:
         self.wake = threading.Condition(self.lock)  # parked streams wait here for the watcher to find messages
         self._empty = False  # the last pull found the subscription empty
         self._watcher: int | None = None  # the one stream that keeps pulling while it is empty
-        self.held: dict[str, _Held] = {}
+        self.held = _HeldSegments()
         self.leftover = (0, 0)  # messages and bytes of segments of earlier runs still in the spool
         self.streams = [_Stream(stream_base + i) for i in range(max(1, self.settings.streams))]
         self.requests: Counter = Counter()
@@ -438,16 +463,16 @@ class Fetcher:
 
     def held_totals(self) -> tuple[int, int]:
         """Messages and bytes pulled and not yet acknowledged (in segments or in the streams' buffers)."""
-        msgs = self.leftover[0] + sum(h.count for h in self.held.values()) + sum(s.count for s in self.streams)
-        size = self.leftover[1] + sum(h.bytes for h in self.held.values()) + sum(s.bytes for s in self.streams)
+        msgs = self.leftover[0] + self.held.messages + sum(s.count for s in self.streams)
+        size = self.leftover[1] + self.held.bytes + sum(s.bytes for s in self.streams)
         return msgs, size
 
     def _fail(self, err: SourceError) -> None:
         from event_etl.sources.pubsub import ERROR_FILE
         from event_etl.storage.atomic import write_json_atomic
 
-        self.error = err
         write_json_atomic(self.dir / ERROR_FILE, {"message": err.message, "fix": err.fix})
+        self.error = err  # after the file: whoever sees the error finds it written
         self._stop.set()
 
     def _outage(self, what: str, err: Exception) -> float:
@@ -519,7 +544,8 @@ class Fetcher:
 
     def _pull_loop(self, s: _Stream) -> None:
         from google.api_core import exceptions as ex
-        from google.pubsub_v1.types import PullResponse
+
+        from event_etl.sources.pubsub_wire import pull_bytes
 
         pause = 0.05
         while self._pulling():
@@ -530,9 +556,8 @@ class Fetcher:
             sent = time.monotonic()
             try:
                 self.requests["pull"] += 1
-                resp = self.client.pull(subscription=self.subscription, max_messages=PULL_MAX,
-                                        timeout=self.settings.pull_timeout)
-                raw = PullResponse.pb(resp)
+                data, raw = pull_bytes(self.client.pull(subscription=self.subscription, max_messages=PULL_MAX,
+                                                        timeout=self.settings.pull_timeout))
                 if not raw.received_messages and faults.empty_pulls_run_out():
                     time.sleep(self.settings.pull_timeout)  # as the real service answers a quiet subscription
                     raise ex.DeadlineExceeded("Deadline Exceeded")
@@ -567,7 +592,6 @@ class Fetcher:
                 pause = min(0.5, pause * 2)
                 continue
             pause = 0.05
-            data = raw.SerializeToString()
             ids = [rm.ack_id for rm in raw.received_messages]
             faults.point("pulled", str(n))  # pulled, not yet in a segment
             with self.lock:
