@@ -9,6 +9,7 @@ instead of returning an empty list.  The emulator itself is used in integration/
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -400,20 +401,19 @@ def test_a_fetch_partition_that_cannot_reach_the_spool_says_so_with_the_fix(tmp_
 def test_spooled_each_pull_is_durable_and_acknowledged_before_the_next_pull(tmp_path, monkeypatch):
     """Pull, make durable, acknowledge, pull again: when a pull is sent, every message pulled before it is in a
     segment on disk and acknowledged; no deadline is ever extended."""
-    from event_etl.sources import pubsub_fetch
+    from event_etl.sources.spool import OpenSegment
 
     svc = RealServiceLike()
     for i in range(2500):
         svc.publish(b'{"n": %d}' % i, t("13:00") + i)
     order = []
-    real_write = pubsub_fetch.write_segment
+    real_append = OpenSegment.append
 
-    def write(directory, name, responses):
-        path = real_write(directory, name, responses)
-        order.append(("write", name.count))
-        return path
+    def append(self, response, messages):
+        real_append(self, response, messages)  # written and synced when it returns
+        order.append(("write", messages))
 
-    monkeypatch.setattr(pubsub_fetch, "write_segment", write)
+    monkeypatch.setattr(OpenSegment, "append", append)
     real_pull, real_ack = svc.pull, svc.acknowledge
     svc.pull = lambda **kw: (order.append(("pull", len(svc.acked))), real_pull(**kw))[1]
     svc.acknowledge = lambda **kw: (real_ack(**kw), order.append(("ack", len(kw["ack_ids"]))))[0]
@@ -503,7 +503,7 @@ def test_an_expired_lease_delivers_again_and_the_copy_is_dropped_by_message_id(t
     p = LocalPipeline(tmp_path, et, FakeClock(t("13:30")))
     f = fetcher(tmp_path, svc, streams=1).start()
     try:
-        wait_until(lambda: len(segments(tmp_path)) >= 2, what="the message spooled twice")
+        wait_until(lambda: _spooled(tmp_path) >= 2, what="the message spooled twice")
     finally:
         f.stop()
     spans = [[str(s), 0, segment_count(s.name), 0] for s in segments(tmp_path)]
@@ -573,3 +573,37 @@ def test_a_tmpfs_checkpoint_with_spooled_acknowledgements_is_named_at_start(tmp_
     assert spool_warning("page_view", tmp_path / "ck", FetchSettings(ack="committed"), mounts=str(mounts)) is None
     mounts.write_text(f"/dev/vda / ext4 rw 0 0\n/dev/vdb {tmp_path} xfs rw 0 0\n")
     assert spool_warning("page_view", tmp_path / "ck", FetchSettings(), mounts=str(mounts)) is None
+
+
+def test_an_open_segment_a_killed_run_left_is_finished_not_thrown_away(tmp_path):
+    """With spooled acknowledgements the pulls in an open segment were acknowledged: they exist nowhere else.  The
+    next run makes its whole frames a segment (a torn last frame was never synced, so never acknowledged)."""
+    from event_etl.sources.spool import OpenSegment, finish_open_segments, read_messages
+
+    svc = RealServiceLike()
+    for i in range(250):
+        svc.publish(b'{"n": %d}' % i, t("13:00") + i)
+    segdir = tmp_path / "spool" / "segments"
+    segdir.mkdir(parents=True)
+    seg = OpenSegment(segdir, "0badcafe", 0, 7)
+    for _ in range(3):
+        resp = svc.pull(subscription=SUB, max_messages=100)
+        seg.append(PullResponse.pb(resp).SerializeToString(), len(resp.received_messages))
+    os.write(seg.fd, b"\x10\x27\x00\x00half a frame")  # the kill came in the middle of a fourth write
+    assert finish_open_segments(segdir) == ["0badcafe-00-00000007-n250.seg"]
+    assert [m for _, m, _, _, _ in read_messages(segdir / "0badcafe-00-00000007-n250.seg")] == [
+        str(i) for i in range(1, 251)]
+    assert not list(segdir.glob("*.open"))
+
+
+def test_a_killed_fetchers_open_segment_is_offered_by_the_next_run(tmp_path):
+    svc = RealServiceLike()
+    for i in range(300):
+        svc.publish(b"x", t("13:00"))
+    killed = fetcher(tmp_path, svc, streams=1, segment_age=60.0, segment_messages=10_000).start()
+    wait_until(lambda: len(svc.acked) == 300, what="acknowledged once spooled")
+    killed._stop.set()  # killed: its open segment stays open
+    assert not segments(tmp_path) and list((tmp_path / "spool" / "segments").glob("*.open"))
+    again = fetcher(tmp_path, svc, streams=1)
+    again.begin_run()
+    assert _spooled(tmp_path) == 300, "finished: the acknowledged messages are offered"

@@ -66,7 +66,7 @@ from typing import Any, Callable
 from event_etl import faults
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
-from event_etl.sources.spool import SegmentName, segment_count, write_segment
+from event_etl.sources.spool import OpenSegment, SegmentName, finish_open_segments, segment_count, write_segment
 
 __all__ = ["Fetcher", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
            "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning"]
@@ -322,6 +322,9 @@ class _Stream:
     bytes: int = 0
     opened: float = 0.0
     empty_since: float | None = None  # monotonic time of its first empty pull after messages
+    open: OpenSegment | None = None  # spooled: the segment its pulls are appended to
+    open_acked: bool = True  # spooled: every pull appended to it was acknowledged
+    inflight: int = 0  # spooled: pulls appended and not yet acknowledged (the segment is not closed meanwhile)
 
 
 def _transient_errors() -> tuple[type, ...]:
@@ -403,8 +406,8 @@ class Fetcher:
             t = threading.Thread(target=self._stream_loop, args=(s,), name=f"pubsub-pull-{s.index}", daemon=True)
             t.start()
             self._threads.append(t)
-        # spooled: no deadline is extended, and no segment stays open across pulls
-        loops = () if self.spooled else ((self._extend_loop, "pubsub-extend"), (self._age_loop, "pubsub-age"))
+        # spooled: no deadline is ever extended
+        loops = ((self._age_loop, "pubsub-age"),) + (() if self.spooled else ((self._extend_loop, "pubsub-extend"),))
         for target, name in loops:
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
@@ -412,7 +415,9 @@ class Fetcher:
         return self
 
     def begin_run(self) -> None:
-        """Settle for the leases an unclean stop of the last run may have left, and record this run's."""
+        """Finish the open segments a killed run left, settle for the leases an unclean stop of the last run may have
+        left, and record this run's."""
+        finish_open_segments(self.segdir)
         lease = self.record.previous_lease()
         if lease > 0:
             self.settle_seconds = lease + SETTLE_MARGIN_SECONDS
@@ -438,9 +443,18 @@ class Fetcher:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
+        stopped = not any(t.is_alive() for t in self._threads)
+        if stopped:
+            self._close_open_segments()
         if self.fresh and self._threads:
-            stopped = not any(t.is_alive() for t in self._threads)
             self.record.end(self.run, clean=stopped and not self._leaves_leased(), clock=self.clock)
+
+    def _close_open_segments(self) -> None:
+        """``spooled``: make every stream's open segment a segment (its pulls are durable and acknowledged)."""
+        with self.lock:
+            for s in self.streams:
+                if s.open is not None and not s.inflight:
+                    self._roll(s)
 
     def _leaves_leased(self) -> bool:
         """Whether messages this run pulled are still leased to it (they come back when their lease runs out)."""
@@ -463,8 +477,9 @@ class Fetcher:
 
     def held_totals(self) -> tuple[int, int]:
         """Messages and bytes pulled and not yet acknowledged (in segments or in the streams' buffers)."""
-        msgs = self.leftover[0] + self.held.messages + sum(s.count for s in self.streams)
-        size = self.leftover[1] + self.held.bytes + sum(s.bytes for s in self.streams)
+        opened = [s.open for s in self.streams if s.open is not None]
+        msgs = self.leftover[0] + self.held.messages + sum(s.count for s in self.streams) + sum(o.count for o in opened)
+        size = self.leftover[1] + self.held.bytes + sum(s.bytes for s in self.streams) + sum(o.bytes for o in opened)
         return msgs, size
 
     def _fail(self, err: SourceError) -> None:
@@ -599,40 +614,79 @@ class Fetcher:
                 if self._empty:  # messages again: every stream pulls
                     self._empty, self._watcher = False, None
                     self.wake.notify_all()
-                if not s.buffer:
-                    s.opened = time.monotonic()
-                s.buffer.append(data)
-                s.ack_ids.extend(ids)
-                s.count += n
-                s.bytes += len(data)
                 self.pulled += n
                 self.delivered_at = self.clock()
-            if (self.spooled or s.count >= self.settings.segment_messages
-                    or time.monotonic() - s.opened >= self.settings.segment_age):
-                self._flush(s)  # spooled: this pull's messages, durable and acknowledged before the next pull
+                if not self.spooled:
+                    if not s.buffer:
+                        s.opened = time.monotonic()
+                    s.buffer.append(data)
+                    s.ack_ids.extend(ids)
+                    s.count += n
+                    s.bytes += len(data)
+            if self.spooled:
+                self._spool_pull(s, data, ids, n)  # durable and acknowledged before the next pull
+            elif s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
+                self._flush(s)
         self._flush(s)
 
     def _age_loop(self) -> None:
-        """Write every stream's open segment once it is ``segment_age`` old, while its stream waits in a pull.
+        """Write (``committed``) or close (``spooled``) every stream's open segment once it is ``segment_age`` old,
+        while its stream waits in a pull.
 
-        A stream otherwise writes its segment only when a pull returns, and a pull on a quiet subscription
-        waits: up to ``pull_timeout`` on the real service, until its deadline is nearly over on the emulator.
-        The last messages before a pause would wait that long before a batch could take them."""
+        A stream otherwise does it only when a pull returns, and a pull on a quiet subscription waits: up to
+        ``pull_timeout`` on the real service, until its deadline is nearly over on the emulator.  The last
+        messages before a pause would wait that long before a batch could take them."""
         age = self.settings.segment_age
         while not self._stop.wait(max(0.02, min(0.1, age / 2))):
             now = time.monotonic()
-            with self.lock:
-                old = [s for s in self.streams if s.buffer and now - s.opened >= age]
             try:
+                if self.spooled:
+                    with self.lock:
+                        for s in self.streams:
+                            if s.open is not None and not s.inflight and now - s.opened >= age:
+                                self._roll(s)
+                    continue
+                with self.lock:
+                    old = [s for s in self.streams if s.buffer and now - s.opened >= age]
                 for s in old:
                     self._flush(s)
             except Exception as err:  # noqa: BLE001 - as a stream that dies: the job stops, with the cause
                 self._died(f"writing a spool segment of {self.subscription}", err)
                 return
 
+    def _spool_pull(self, s: _Stream, data: bytes, ids: list[str], n: int) -> None:
+        """``spooled``: append the pull to the stream's open segment durably, acknowledge it, and close the segment
+        (the planner may offer it from then on) once it is full or old."""
+        with self.lock:
+            if s.open is None:
+                s.open = OpenSegment(self.segdir, self.run, s.index, s.seq)
+                s.open_acked, s.opened, s.seq = True, time.monotonic(), s.seq + 1
+            seg = s.open
+            seg.append(data, n)
+            s.inflight += 1
+        faults.point("spooled", seg.path.name)  # durable, not yet acknowledged nor offered to Spark
+        ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
+        faults.point("spool_acked", seg.path.name)  # acknowledged: the spool is the only copy until its batch commits
+        with self.lock:
+            s.inflight -= 1
+            if ok:
+                self.acked += n
+            else:  # they come again once their lease runs out: the batch's dedupe keys wait for them
+                self.left_leased = True
+                s.open_acked = False
+            if seg.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
+                self._roll(s)
+
+    def _roll(self, s: _Stream) -> None:
+        """Close the stream's open segment (with the lock held): a segment from now on, held until a batch saves it."""
+        seg, s.open = s.open, None
+        name = seg.close()
+        if name is not None:
+            self.held[name.name] = _Held([], name.count, seg.bytes, written=True, acked=s.open_acked)
+            self._spool_acked(name.name, s.open_acked)
+
     def _flush(self, s: _Stream) -> None:
-        """Write the stream's open segment durably; then acknowledge its messages (``spooled``) or extend their
-        deadlines (``committed``) at once."""
+        """``committed``: write the stream's open segment durably, then extend its messages' deadlines at once."""
         with self.lock:
             if not s.buffer:
                 return
@@ -644,19 +698,8 @@ class Fetcher:
             held = self.held[name.name] = _Held(ids, count, size, written=False)
         write_segment(self.segdir, name, buffer)
         held.written = True
-        faults.point("spooled", name.name)  # durable, not yet acknowledged (spooled) nor offered to Spark
-        if not self.spooled:
-            self._modify(ids, self.settings.ack_deadline)
-            return
-        ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
-        faults.point("spool_acked", name.name)  # acknowledged: the segment is the only copy until its batch commits
-        with self.lock:
-            held.ack_ids, held.acked = [], ok
-            if ok:
-                self.acked += count
-            else:  # its messages come again once their lease runs out: the batch's dedupe keys wait for them
-                self.left_leased = True
-        self._spool_acked(name.name, ok)
+        faults.point("spooled", name.name)  # durable, not yet offered to Spark
+        self._modify(ids, self.settings.ack_deadline)
 
     def _spool_acked(self, name: str, ok: bool) -> None:
         """A segment's messages were acknowledged once durable (``ok``: all of them); a fetch partition tells the
@@ -685,6 +728,7 @@ class Fetcher:
         for t in self._threads:
             if t.name.startswith("pubsub-pull-"):
                 t.join()
+        self._close_open_segments()
         while any(not h.written for h in list(self.held.values())) and not self._stop.is_set():
             time.sleep(0.01)  # a segment the age timer is still writing
         if self.error is None:

@@ -63,7 +63,7 @@ from event_etl.sources.pubsub_fetch import (
     subscriber,
     subscription_deadline,
 )
-from event_etl.sources.spool import SegmentName, ack_ids, segment_count
+from event_etl.sources.spool import SegmentName, ack_ids, finish_open_segments, segment_count
 
 __all__ = ["ExecutorFetcher", "PartitionFetcher", "fetch_partition", "acknowledge_segments", "ACKED_SUFFIX", "STOP"]
 
@@ -96,6 +96,10 @@ class PartitionFetcher(Fetcher):
         self.attempt = attempt
         for s in self.streams:
             s.seq = attempt * ATTEMPT_SEQ
+        # an earlier attempt of this task that died left its open segments: acknowledged messages, finished here
+        mine = {s.index for s in self.streams}
+        finish_open_segments(self.segdir, keep=lambda r, stream, seq: r == run and stream in mine
+                             and seq < attempt * ATTEMPT_SEQ)
         self.pulls_done = threading.Event()
         if settle_seconds > 0:  # the driver found an unclean stop: ``once`` waits for its leases as the driver does
             self.settle_seconds = settle_seconds
@@ -287,6 +291,7 @@ class ExecutorFetcher:
         for p in self.segdir.glob("*" + ACKED_SUFFIX):  # marks of segments the planner deleted since
             if not (self.segdir / p.name[:-len(ACKED_SUFFIX)]).exists():
                 p.unlink(missing_ok=True)
+        finish_open_segments(self.segdir)  # a killed run's open segments: acknowledged messages, offered now
         lease = self.record.previous_lease()
         if lease > 0:
             settle = lease + SETTLE_MARGIN_SECONDS
