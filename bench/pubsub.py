@@ -33,13 +33,15 @@ Scenarios (``--scenarios``, comma-separated):
   what came, until a pull finds nothing: its time runs from the first pull to the last
   acknowledgement), then ``event-etl run --once --drain`` drains the other, measured as a whole
   process (JVM start included, :func:`bench.procstats.run_measured`: wall, CPU, peak PSS).
-  Goal: the job at >= 0.5x the bare loop.  A third subscription is drained by the **saving loop**,
-  the fastest reader that keeps the job's contract: it pulls the same way, but acknowledges only
+  Goal: the job at >= 0.5x the bare loop.  With ``--drain-readers bare,saving`` a third
+  subscription is drained by the **saving loop** (off by default since the job acknowledges what
+  is spooled, ``EVENT_ETL_PUBSUB_ACK=spooled``, and holds nothing leased while it pulls),
+  the fastest reader that keeps ``committed``'s contract: it pulls the same way, but acknowledges only
   what it has saved (every ``--save-every`` messages, default 5,000 = one spool segment, written
   to a file and fsync'd), so it always holds up to that many messages while it pulls.  On the
   emulator that costs much more than on the real service (``bench/emulator_pull.py``: with one
   message outstanding, every pull costs time in proportion to the backlog not yet delivered); the
-  job's ratio to the saving loop is what the job itself adds.
+  job's ratio to the saving loop is what ``committed`` would add.
 - **live**: a job with default settings runs live; ``--prime`` messages start it (its first
   batch); then a publisher sends ``--live-rate`` messages/s for ``--live-seconds``.  Figures:
   how long after the publisher stopped the job had saved every message (the batch line that
