@@ -420,12 +420,14 @@ def test_spooled_each_pull_is_durable_and_acknowledged_before_the_next_pull(tmp_
     f = fetcher(tmp_path, svc, streams=1, max_held_messages=10_000).start()
     try:
         wait_until(lambda: len(svc.acked) == 2500, what="every message acknowledged")
+        # the last segment is closed (offered) once it is 0.5 s old
+        wait_until(lambda: sum(segment_count(p.name) for p in segments(tmp_path)) == 2500, what="segments closed")
         assert svc.calls["modify_ack_deadline"] == 0
-        pulls = [k for k, (what, _) in enumerate(order) if what == "pull"]
+        pulls = [k for k, (what, _) in enumerate(order[:]) if what == "pull"]
         for a, b in zip(pulls, pulls[1:]):
             between = [what for what, _ in order[a + 1:b]]
             assert between in ([], ["write", "ack"]), order[a:b + 1]
-        assert f.stats()["acked"] == 2500 and sum(segment_count(p.name) for p in segments(tmp_path)) == 2500
+        assert f.stats()["acked"] == 2500
         assert not svc.leased, "nothing left leased"
     finally:
         f.stop()
@@ -534,6 +536,30 @@ def test_a_restart_after_an_unclean_stop_settles_for_the_killed_runs_leases(tmp_
         assert not again.activity().settling
     finally:
         again.stop()
+
+
+def test_the_settling_counts_from_when_the_job_took_its_checkpoint_not_from_when_pulling_starts(tmp_path):
+    """The killed run was gone when the restart took the checkpoint's lease, so its leases have run out by then +
+    their length: the time Spark takes to start counts toward the settling."""
+    svc = RealServiceLike()
+    svc.subscription_deadline = 10  # settles for 10 + 2 s from the lease
+    killed = fetcher(tmp_path, svc).start()
+    killed._stop.set()
+    again = fetcher(tmp_path, svc)
+    again.leased_at = time.monotonic() - 9.0  # the lease taken 9 s ago (Spark's start since)
+    again.start()
+    try:
+        left = again.settle_until - time.monotonic()
+        assert again.activity().settling and 2.0 < left < 3.5, left
+    finally:
+        again.stop()
+    late = fetcher(tmp_path, svc)
+    late.leased_at = time.monotonic() - 30.0  # longer ago than the lease: nothing left to wait for
+    late.start()
+    try:
+        assert not late.activity().settling
+    finally:
+        late.stop()
 
 
 def test_committed_mode_keeps_the_old_behaviour(tmp_path):

@@ -99,6 +99,7 @@ class Prepared:
     trigger_ms: int
     now: int
     lease: Any = None
+    leased_at: float | None = None  # monotonic: when the lease was taken (a Pub/Sub restart settles from then)
 
 
 def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[], int],
@@ -160,6 +161,7 @@ def acquire_lease(p: Prepared) -> None:
     from event_etl.storage.lease import Lease, default_ttl_ms
 
     p.lease = Lease(p.storage, p.event_type.name, p.ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
+    p.leased_at = time.monotonic()
     # A SIGKILLed predecessor may have renamed files it had not synced yet, which this job relies on from now on
     # (a data file a replay finds in place, a marker it adopts): made durable before anything builds on them.
     os.sync()
@@ -205,6 +207,8 @@ def start_fetcher(p: Prepared):
     if not kind.fetches:
         return None
     fetcher = kind.fetcher(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once)
+    if fetcher is not None:
+        fetcher.leased_at = p.leased_at
     warning = kind.warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
     if warning:
         say(warning, err=True)
@@ -278,7 +282,9 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
     )
     if source_kind(p.spec.kind).fetches:  # Pub/Sub
         # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
-        fetcher = fetcher or source_kind(p.spec.kind).fetcher(p.spec, log_dir, once=options.once, spark=spark)
+        if fetcher is None:
+            fetcher = source_kind(p.spec.kind).fetcher(p.spec, log_dir, once=options.once, spark=spark)
+            fetcher.leased_at = p.leased_at
         controller.source_activity = fetcher.activity
         controller.source_done = fetcher.ack
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)

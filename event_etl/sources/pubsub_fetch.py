@@ -90,6 +90,15 @@ SETTLE_MARGIN_SECONDS = 2.0
 """Added to the longest lease a killed run may have left: requests in flight, and the service's own delay."""
 
 
+def settle_until(seconds: float, leased_at: float | None) -> float:
+    """The monotonic time until which a restart settles for ``seconds`` of leases a killed run may have left.
+
+    Counted from ``leased_at``, when the job took its checkpoint's lease (the killed run was gone by then), not from
+    when pulling starts: the wait then overlaps the start of Spark.  None: from now."""
+    now = time.monotonic()
+    return (min(leased_at, now) if leased_at is not None else now) + seconds
+
+
 def subscriber(factory: Callable[[], Any] | None) -> Any:
     """A subscriber client: ``factory()`` (tests: a fake of the real service, with the library client's methods),
     else Pull and Acknowledge on the gRPC wire (:mod:`event_etl.sources.pubsub_wire`), from the environment."""
@@ -377,6 +386,9 @@ class Fetcher:
         self.record = RunRecord(self.dir)
         self.settle_until = 0.0  # monotonic: until then a killed run's leases may still come back (settling)
         self.settle_seconds = 0.0
+        # monotonic: when the job took its checkpoint's lease (the killed run was gone by then, so its leases run
+        # out by that time + their length: the settling runs while Spark starts); None: when this run begins
+        self.leased_at: float | None = None
         self.left_leased = False  # spooled: an acknowledgement failed, so messages stay leased after this run
         if fresh:  # a fetch partition leaves this to the driver's coordinator
             (self.segdir / DRAINED).unlink(missing_ok=True)
@@ -421,9 +433,9 @@ class Fetcher:
         lease = self.record.previous_lease()
         if lease > 0:
             self.settle_seconds = lease + SETTLE_MARGIN_SECONDS
-            self.settle_until = time.monotonic() + self.settle_seconds
+            self.settle_until = settle_until(self.settle_seconds, self.leased_at)
             log.warning("the last run of %s did not stop cleanly: messages it held may come back within %.0f s; "
-                        "until then no hour is marked", self.subscription, self.settle_seconds)
+                        "until then no hour is marked", self.subscription, self.settle_until - time.monotonic())
         own = subscription_deadline(self.client, self.subscription)
         self.requests["get_subscription"] += 1
         if not self.spooled:

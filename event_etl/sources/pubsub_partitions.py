@@ -59,6 +59,7 @@ from event_etl.sources.pubsub_fetch import (
     FetchSettings,
     RunRecord,
     acknowledge_in_bulk,
+    settle_until,
     stats_line,
     subscriber,
     subscription_deadline,
@@ -256,6 +257,7 @@ class ExecutorFetcher:
         self.record = RunRecord(self.dir)
         self.settle_until = 0.0  # monotonic (see event_etl.sources.pubsub_fetch: settling)
         self.settle_until_ms = 0  # the same on the wall clock, for the tasks on other hosts
+        self.leased_at: float | None = None  # monotonic: when the job took its checkpoint (see Fetcher.leased_at)
         self.cancelled = False
         cores = int(spark.sparkContext.defaultParallelism)
         with _TAKEN_LOCK:  # a fleet's Pub/Sub types share the application's cores: count them all
@@ -294,10 +296,11 @@ class ExecutorFetcher:
         finish_open_segments(self.segdir)  # a killed run's open segments: acknowledged messages, offered now
         lease = self.record.previous_lease()
         if lease > 0:
-            settle = lease + SETTLE_MARGIN_SECONDS
-            self.settle_until, self.settle_until_ms = time.monotonic() + settle, self.clock() + int(settle * 1000)
+            self.settle_until = settle_until(lease + SETTLE_MARGIN_SECONDS, self.leased_at)
+            left = max(0.0, self.settle_until - time.monotonic())
+            self.settle_until_ms = self.clock() + int(left * 1000)
             log.warning("the last run of %s did not stop cleanly: messages it held may come back within %.0f s; "
-                        "until then no hour is marked", self.subscription, settle)
+                        "until then no hour is marked", self.subscription, left)
         own = subscription_deadline(self.client, self.subscription)
         self.requests["get_subscription"] += 1
         self.record.begin(self.run, self.settings.ack,
