@@ -695,7 +695,11 @@ class Campaign:
     # -- the campaign ----------------------------------------------------------------------
     def plan(self) -> list[tuple[str, str | None]]:
         points = FAULT_POINTS + (PUBSUB_POINTS if self.args.source == "pubsub" else ())
-        kills = [("SIGKILL", p) for p in points]
+        # "source": a SIGKILL at each of the source's own points only (the batch protocol's points are the same for
+        # every source: the directory campaign kills at each), the rest of --kills at random points
+        own = getattr(self.args, "points", "all") == "source" and self.args.source == "pubsub"
+        each = PUBSUB_POINTS if own else points
+        kills = [("SIGKILL", p) for p in each]
         while len(kills) < self.args.kills:
             kills.append(("SIGKILL", self.rng.choice([*points, None, None])))
         # half of the SIGTERMs to the whole process group, half to the event-etl process
@@ -775,6 +779,10 @@ def main(argv=None) -> int:
     ap.add_argument("--files", type=int, default=96, help="batches of input (files, or waves of messages)")
     ap.add_argument("--seed", type=int, default=20261121)
     ap.add_argument("--kills", type=int, default=10, help="SIGKILLs (at least one per fault point)")
+    ap.add_argument("--points", choices=("all", "source"), default="all",
+                    help="a SIGKILL at every fault point (all), or only at the source's own (source: Pub/Sub's; "
+                         "the batch protocol's points, the same for every source, are each killed by the directory "
+                         "campaign)")
     ap.add_argument("--sigterms", type=int, default=2)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
