@@ -2,7 +2,10 @@
 
     .venv/bin/python integration/campaign.py                      # directory source -> local disk
     .venv/bin/python integration/campaign.py --source pubsub      # Pub/Sub emulator -> GCS emulator
+    .venv/bin/python integration/campaign.py --sink gcs           # directory source -> GCS emulator
+    .venv/bin/python integration/campaign.py --source pubsub --sink local
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
+             --points all|source
 
 The event set spans more than six event-time hours, ending ten minutes before the real
 clock: timely, out-of-order, late, too-late, future (ahead of the real clock), duplicate
@@ -297,15 +300,20 @@ class Campaign:
         start = now - span_of(self.args.files) - 10 * MINUTE_MS
         self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
                                   start=start, future_from=now + HOUR_MS)
-        if self.args.source == "dir":
+        sink = getattr(self.args, "sink", None) or ("local" if self.args.source == "dir" else "gcs")
+        if sink == "gcs":
+            self.start_gcs()
+            self.sink = "gs://campaign/data"
+        else:
             self.sink = str(self.work / "sink")
+        if self.args.source == "dir":
             src, pending = self.work / "in", self.work / "pending"
             src.mkdir()
             pending.mkdir()
             self.pending = [pending / f"events-{k:04d}.jsonl" for k in range(len(self.events.batches))]
             self.source = f"dir:{src}"
         else:
-            self.start_servers()
+            self.start_pubsub()
             from google.cloud import pubsub_v1
 
             self.publisher = pubsub_v1.PublisherClient()
@@ -313,20 +321,24 @@ class Campaign:
             self.source = f"pubsub:{self.subscription}"
         self.checkpoint = str(self.work / "ck")
 
-    def start_servers(self) -> None:
-        from integration.servers import GcsEmulator, PubSubEmulator
+    def start_gcs(self) -> None:
+        from integration.servers import GcsEmulator
+
+        gcs = GcsEmulator(self.work / "gcs").start()
+        self.servers.append(gcs)
+        gcs.create_bucket("campaign")
+        self.env.update({"STORAGE_EMULATOR_HOST": gcs.url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"})
+        os.environ.update({k: self.env[k] for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")})
+
+    def start_pubsub(self) -> None:
+        from integration.servers import PubSubEmulator
 
         ps = PubSubEmulator(self.work / "pubsub").start(timeout=90)
-        gcs = GcsEmulator(self.work / "gcs").start()
-        self.servers = [ps, gcs]
-        gcs.create_bucket("campaign")
+        self.servers.append(ps)
         # empty pulls run out with DeadlineExceeded, as on the real service (the emulator answers at once)
-        self.env.update({"PUBSUB_EMULATOR_HOST": ps.host, "STORAGE_EMULATOR_HOST": gcs.url,
-                         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "EVENT_ETL_PUBSUB_ACK_DEADLINE": "10",
+        self.env.update({"PUBSUB_EMULATOR_HOST": ps.host, "EVENT_ETL_PUBSUB_ACK_DEADLINE": "10",
                          "EVENT_ETL_FAULT_EMPTY_PULLS": "deadline", "EVENT_ETL_PUBSUB_PULL_TIMEOUT": "2"})
-        os.environ.update({k: self.env[k] for k in ("PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST",
-                                                     "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")})
-        self.sink = "gs://campaign/data"
+        os.environ["PUBSUB_EMULATOR_HOST"] = ps.host
         self.topic = "projects/campaign/topics/page-view"
         self.subscription = "projects/campaign/subscriptions/page-view-etl"
         r = subprocess.run([EXE, "setup", "page_view", "--topic", self.topic, "--subscription", self.subscription,
@@ -775,6 +787,8 @@ def print_table(result: dict, args) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", choices=("dir", "pubsub"), default="dir")
+    ap.add_argument("--sink", choices=("local", "gcs"), default=None,
+                    help="local disk or the GCS emulator (default: local for dir, gcs for pubsub)")
     ap.add_argument("--events", type=int, default=6000)
     ap.add_argument("--files", type=int, default=96, help="batches of input (files, or waves of messages)")
     ap.add_argument("--seed", type=int, default=20261121)
