@@ -94,9 +94,10 @@ def test_a_kill_after_markers_of_a_drain_or_tick_leaves_a_job_that_goes_on(tmp_p
     assert marked(p) == [hour("13"), hour("14")]
     assert p.ckpt.load_state().marked_through is None, "the kill came before the state was saved"
     p.restart()
-    assert p.controller.state.marked_through == hour("14")
     wm = p.controller.state.watermark
     assert wm >= hour("15"), "the watermark those markers were written at"
+    # and the hours it completes that the killed step had not marked yet (see the test below)
+    assert p.controller.state.marked_through == wm - wm % HOUR_MS - HOUR_MS >= hour("14")
     p.clock.now = t("17:01")
     ev = p.batch([click("d", "14:30"), click("e", "17:00")])  # d: its hour is marked
     assert ev.result.counts == {"late": 1, "timely": 1}
@@ -108,6 +109,38 @@ def test_a_kill_after_markers_of_a_drain_or_tick_leaves_a_job_that_goes_on(tmp_p
     for h in marked(p):
         check_manifest_matches_folder(p.sink, p.et.name, h)
     assert sorted(i for tl in content.values() for part in tl for i in part) == ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.parametrize("step", ["drain", "idle"])
+def test_a_restart_finishes_the_marking_a_killed_tick_or_drain_began_before_any_batch(tmp_path, kill_at, step):
+    """A tick (or drain) decided that hours 13 and 14 are complete and was killed after 13's marker: the restart
+    adopts that marker and its watermark, and marks 14 at once, before a batch judges anything by that watermark.
+    (Before, 14 stayed unmarked while the next batch sent its late events to the open hour: a late record of an
+    hour with no marker yet, which the Pub/Sub campaign reported as misplaced.)"""
+    p = pipeline(tmp_path)
+    p.clock.now = t("13:40")
+    p.batch([click("a", "13:10"), click("b", "13:39")])
+    p.clock.now = t("14:01:30")
+    p.batch([click("c", "14:01")])
+    kill_at("before_marker", nth=2)  # hour 13 marked, killed before hour 14's marker
+    with pytest.raises(Killed):
+        if step == "drain":
+            p.controller.drain()
+        else:
+            p.clock.now = t("17:00")  # quiet for 2h40m
+            p.controller.tick()
+    assert marked(p) == [hour("13")]
+    p.restart()
+    wm = p.controller.state.watermark
+    assert wm >= hour("15"), "the watermark hour 13's marker was written at"
+    assert marked(p) == list(range(hour("13"), wm - wm % HOUR_MS, HOUR_MS)), "every hour that watermark completes"
+    assert p.ckpt.load_state().marked_through == wm - wm % HOUR_MS - HOUR_MS, "and saved"
+    for h in marked(p):
+        check_manifest_matches_folder(p.sink, p.et.name, h)
+    p.clock.now = t("17:01")
+    ev = p.batch([click("d", "14:30")])
+    assert ev.result.counts == {"late": 1}
+    assert ids_by_hour(p)[hour("14")] == (["c"], []), "hour 14 as its marker lists it"
 
 
 def test_a_killed_drain_restarted_drains_again_to_the_end(tmp_path, kill_at):

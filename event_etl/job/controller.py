@@ -24,7 +24,8 @@ while a batch's intent is pending (written but its batch not finished): the pend
 batch must first be replayed against the watermark it was judged with.  Markers are
 written in hour order and each records the watermark that completed it, so markers a
 killed job wrote before saving its state (in a batch, an idle tick or a drain) are
-*adopted* when the controller starts: its watermark moves to theirs.
+*adopted* when the controller starts: its watermark moves to theirs, and the hours that watermark
+completes and the killed step had not marked yet are marked then, before any batch.
 
 Every write checks first that the job still holds its lease (``guard``): a job that lost
 it writes nothing more.
@@ -647,7 +648,10 @@ class Controller:
             hour += HOUR_MS
         if adopted:
             new = replace(st.with_watermark(max(m.watermark for m in adopted)), marked_through=adopted[-1].hour)
-            self._commit_state(new, adopted)
+            # The step that wrote them (a tick or a drain) was killed before it had marked every hour that watermark
+            # completes: finish it now, before a batch judges events by that watermark (late for an hour not marked)
+            new, rest = self._mark(new, self.clock(), adopted[-1].extra.get("closed_by", "watermark"))
+            self._commit_state(new, adopted + rest)
             self._emit("adopted", adopted)
         return adopted
 
