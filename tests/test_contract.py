@@ -74,23 +74,29 @@ def marked(p: LocalPipeline) -> list[int]:
 
 
 # -- kills between markers and the saved state ----------------------------------------------------
-@pytest.mark.parametrize("step", ["drain", "idle"])
-def test_a_kill_after_markers_of_a_drain_or_tick_leaves_a_job_that_goes_on(tmp_path, kill_at, step):
-    """Kubernetes' grace-period kill during a SIGTERM drain: markers are written, the state is not.
-    The restarted job adopts them, and the next event of a marked hour is late, not an error."""
-    p = pipeline(tmp_path)
+def _killed_in_a_tick_or_drain(p: LocalPipeline, kill_at, step: str, point: str) -> None:
+    """Events of hours 13 and 14, then a drain (or an idle tick after 2h40m of quiet) killed at ``point``'s second
+    occurrence: the step had decided both hours were complete."""
     p.clock.now = t("13:40")
     p.batch([click("a", "13:10"), click("b", "13:39")])
     p.clock.now = t("14:01:30")
     p.batch([click("c", "14:01")])
     assert marked(p) == []
-    kill_at("after_marker", nth=2)  # hour 13 marked, hour 14 marked, killed before the state is saved
+    kill_at(point, nth=2)
     with pytest.raises(Killed):
         if step == "drain":
             p.controller.drain()
         else:
             p.clock.now = t("17:00")  # quiet for 2h40m
             p.controller.tick()
+
+
+@pytest.mark.parametrize("step", ["drain", "idle"])
+def test_a_kill_after_markers_of_a_drain_or_tick_leaves_a_job_that_goes_on(tmp_path, kill_at, step):
+    """Kubernetes' grace-period kill during a SIGTERM drain: markers are written, the state is not.
+    The restarted job adopts them, and the next event of a marked hour is late, not an error."""
+    p = pipeline(tmp_path)
+    _killed_in_a_tick_or_drain(p, kill_at, step, "after_marker")  # hours 13 and 14 marked, the state not saved
     assert marked(p) == [hour("13"), hour("14")]
     assert p.ckpt.load_state().marked_through is None, "the kill came before the state was saved"
     p.restart()
@@ -118,17 +124,7 @@ def test_a_restart_finishes_the_marking_a_killed_tick_or_drain_began_before_any_
     (Before, 14 stayed unmarked while the next batch sent its late events to the open hour: a late record of an
     hour with no marker yet, which the Pub/Sub campaign reported as misplaced.)"""
     p = pipeline(tmp_path)
-    p.clock.now = t("13:40")
-    p.batch([click("a", "13:10"), click("b", "13:39")])
-    p.clock.now = t("14:01:30")
-    p.batch([click("c", "14:01")])
-    kill_at("before_marker", nth=2)  # hour 13 marked, killed before hour 14's marker
-    with pytest.raises(Killed):
-        if step == "drain":
-            p.controller.drain()
-        else:
-            p.clock.now = t("17:00")  # quiet for 2h40m
-            p.controller.tick()
+    _killed_in_a_tick_or_drain(p, kill_at, step, "before_marker")  # hour 13 marked, killed before hour 14's marker
     assert marked(p) == [hour("13")]
     p.restart()
     wm = p.controller.state.watermark
