@@ -25,8 +25,10 @@ def _env():
     return {**os.environ, "PYSPARK_PYTHON": sys.executable, "EVENT_ETL_SPARK_LOG_LEVEL": "ERROR"}
 
 
-def _first_unmarked_hour(sink: Path, deadline: float, job: subprocess.Popen) -> int:
-    """The hour after the last complete one, once the job has marked at least one hour."""
+def _an_unmarked_hour(sink: Path, deadline: float, job: subprocess.Popen) -> int:
+    """The hour after next of the last complete one, once the job has marked at least one hour: at least one
+    hour of the demo's event time (30 s) away, so that a marker written while the folders were being listed (the
+    job marks the hours a step completes one after the other) cannot have marked it already."""
     now = hour_floor(now_millis())  # the demo's event time starts 2h15m before this hour and runs 120x faster
     while time.monotonic() < deadline:
         assert job.poll() is None, f"the demo job exited ({job.returncode}):\n{job.stdout.read()}"
@@ -37,7 +39,7 @@ def _first_unmarked_hour(sink: Path, deadline: float, job: subprocess.Popen) -> 
             continue
         complete = [s for s in states if s.is_complete]
         if complete:
-            return to_millis(complete[-1].hour) + HOUR_MS
+            return to_millis(complete[-1].hour) + 2 * HOUR_MS
         time.sleep(0.5)
     raise AssertionError("the demo marked no hour in time")
 
@@ -48,7 +50,7 @@ def test_wait_for_the_next_hour_of_the_demo_then_cat_it(tmp_path):
                            stderr=subprocess.STDOUT, text=True)
     try:
         sink = tmp_path / "data"
-        nxt = _first_unmarked_hour(sink, time.monotonic() + 120, job)
+        nxt = _an_unmarked_hour(sink, time.monotonic() + 120, job)
         marker = sink / hour_dir("page_view", nxt) / MARKER_NAME
         assert not marker.exists()
         waiter = subprocess.run([EXE, "wait", "page_view", iso(nxt), "--timeout", "3m", "--poll-interval", "1s"],
