@@ -240,8 +240,9 @@ def warmup_cmd(check: bool) -> None:
     Once per Java and Spark install (bin/ does it at its first install); ~20 s. Jobs run as
     before without it. It goes to $EVENT_ETL_CACHE_DIR (default ~/.cache/event_etl)."""
     require_extra("job", "`event-etl warmup`")
-    from event_etl.job.jvmarchive import archive_path, build_archive, jvm_options
+    from event_etl.job.jvmarchive import archive_path, jvm_options
     from event_etl.job.session import check_java
+    from event_etl.job.warmup import build_archive
 
     java = check_java()
     if check:

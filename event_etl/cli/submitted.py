@@ -90,9 +90,9 @@ def _member_options(options, name: str):
     """A fleet member's options as preflight checks them: its own checkpoint (the fleet's is their folder)."""
     from dataclasses import replace
 
-    from event_etl.job.fleet import _member_checkpoint
+    from event_etl.job.fleet import member_checkpoint
 
-    return replace(options, checkpoint=_member_checkpoint(options, name))
+    return replace(options, checkpoint=member_checkpoint(options, name))
 
 
 def _run_fleet(types, options, spark, stops) -> None:

@@ -24,25 +24,32 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import EventType
 from event_etl.job.runner import (
-    Job,
     RunOptions,
-    _cut_short_line,
-    _stop_at_boundary,
-    _stop_at_once,
     acquire_lease,
     open_job,
     prepare_job,
     release_lease,
 )
+from event_etl.job.shared import FleetMember
 from event_etl.job.status import STATUS_FILE, read_status  # noqa: F401 - read_status: part of the fleet API
-from event_etl.job.stopping import POLL_S, Escalated, StopSignals, exit_now, run_watched, say, signal_name
+from event_etl.job.stopping import (
+    POLL_S,
+    Escalated,
+    StopSignals,
+    cut_short_line,
+    exit_now,
+    run_watched,
+    say,
+    signal_name,
+    stop_at_boundary,
+    stop_at_once,
+)
 from event_etl.rules.judge import OUTCOMES
 from event_etl.storage.atomic import write_json_atomic
 from event_etl.timeutil import format_duration, iso, now_millis
@@ -65,45 +72,8 @@ def backoff_seconds(failures: int, first: float | None = None) -> float:
     return min(MAX_BACKOFF_S, base * 2 ** max(0, failures - 1))
 
 
-@dataclass
-class FleetMember:
-    """One type of the fleet and what the supervisor knows of it."""
-
-    event_type: EventType
-    prepared: Any
-    job: Job | None = None
-    query: Any = None
-    state: str = "starting"
-    lane: Any = None  # the shared engine's hold on its source (event_etl.job.shared.Lane)
-    failures: int = 0
-    restart_at: float | None = None
-    last_error: str | None = None
-    drain_error: str | None = None
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def name(self) -> str:
-        return self.event_type.name
-
-    def status(self, clock: Callable[[], int]) -> dict[str, Any]:
-        st = self.job.controller.state if self.job else None
-        wm = st.watermark if st else None
-        printer = self.job.printer if self.job else None
-        now = printer.now() if printer is not None else clock()  # the generator's own clock for generate:
-        return {
-            "event_type": self.name,
-            "state": self.state,
-            "watermark": iso(wm),
-            "lag_ms": None if wm is None or now is None else now - wm,
-            "last_marker": iso(st.marked_through) if st and st.marked_through is not None else None,
-            "last_batch": st.last_batch_id if st else None,
-            "restarts": self.failures,
-            "last_error": self.drain_error or self.last_error,
-            "updated_at": iso(clock()),
-        }
-
-
-def _member_checkpoint(options: RunOptions, name: str) -> str:
+def member_checkpoint(options: RunOptions, name: str) -> str:
+    """The checkpoint of fleet member ``name``: ``<--checkpoint>/<name>``, else the type's default."""
     from event_etl.storage.locations import default_checkpoint
 
     return str(Path(options.checkpoint) / name) if options.checkpoint else default_checkpoint(name)
@@ -128,7 +98,7 @@ def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, 
     stops = stops if stops is not None else StopSignals()
     try:
         for et in event_types:  # check and lock everything before Spark starts
-            p = prepare_job(et, options, clock=clock, checkpoint=_member_checkpoint(options, et.name))
+            p = prepare_job(et, options, clock=clock, checkpoint=member_checkpoint(options, et.name))
             members.append(FleetMember(et, p))
             acquire_lease(p)
         run = _run_shared if options.engine == "shared" else _run
@@ -186,9 +156,9 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
         drain = stops.drain if stops.first is not None else options.drain
         running = [(m.job, m.query) for m in members if m.query is not None and m.query.isActive]
         try:
-            _stop_at_boundary(running, stops, drain=drain)
+            stop_at_boundary(running, stops, drain=drain)
         except Escalated as esc:
-            _stop_at_once(running, stops, esc.signum)  # raises Interrupted
+            stop_at_once(running, stops, esc.signum)  # raises Interrupted
         return _finish(members, stops, clock, drain, started)
     finally:
         _release(members, lambda m: m.job.close(), endpoint, spark if own_spark else None, stops, install_signals)
@@ -377,7 +347,7 @@ def drain_all(members: list[FleetMember], stops: StopSignals | None, clock) -> N
         try:
             run_watched(lambda: _drain(m, clock), stops, name="event_etl-drain")
         except Escalated as esc:
-            exit_now(128 + esc.signum, _cut_short_line(m.name, esc.signum))
+            exit_now(128 + esc.signum, cut_short_line(m.name, esc.signum))
 
 
 def _drain(m: FleetMember, clock) -> None:

@@ -45,11 +45,13 @@ from typing import Any, Callable
 
 from event_etl import faults
 from event_etl.errors import EventEtlError
+from event_etl.eventtypes import EventType
 from event_etl.job.stopping import POLL_S, Escalated, StopSignals, run_watched
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.activity import observe
 from event_etl.sources.splits import Split
 from event_etl.storage.atomic import write_text_atomic
+from event_etl.timeutil import iso
 
 __all__ = ["SparkLog", "Lane", "Rendezvous", "SharedEngine", "ENGINES", "run_rounds", "interrupted_line"]
 
@@ -71,6 +73,44 @@ _RECORDED_CONFS = (
     "spark.sql.streaming.join.stateFormatVersion",
     "spark.sql.streaming.stateStore.compression.codec",
 )
+
+
+@dataclass
+class FleetMember:
+    """One type of the fleet and what the supervisor knows of it."""
+
+    event_type: EventType
+    prepared: Any
+    job: Any = None  # its event_etl.job.runner.Job once opened
+    query: Any = None
+    state: str = "starting"
+    lane: Any = None  # the shared engine's hold on its source (event_etl.job.shared.Lane)
+    failures: int = 0
+    restart_at: float | None = None
+    last_error: str | None = None
+    drain_error: str | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def name(self) -> str:
+        return self.event_type.name
+
+    def status(self, clock: Callable[[], int]) -> dict[str, Any]:
+        st = self.job.controller.state if self.job else None
+        wm = st.watermark if st else None
+        printer = self.job.printer if self.job else None
+        now = printer.now() if printer is not None else clock()  # the generator's own clock for generate:
+        return {
+            "event_type": self.name,
+            "state": self.state,
+            "watermark": iso(wm),
+            "lag_ms": None if wm is None or now is None else now - wm,
+            "last_marker": iso(st.marked_through) if st and st.marked_through is not None else None,
+            "last_batch": st.last_batch_id if st else None,
+            "restarts": self.failures,
+            "last_error": self.drain_error or self.last_error,
+            "updated_at": iso(clock()),
+        }
 
 
 class SparkLog:
@@ -292,7 +332,7 @@ ROUND_PHASES = (
 class SharedEngine:
     """Runs the batches of many types' controllers, one round per trigger (see the module docstring).
 
-    ``members`` are :class:`~event_etl.job.fleet.FleetMember` s whose job (controller, metrics,
+    ``members`` are :class:`FleetMember` s whose job (controller, metrics,
     printer) is open; ``lanes`` their sources, by name.  The fleet loop calls :meth:`run_round`
     once per trigger and :meth:`tick` between rounds."""
 

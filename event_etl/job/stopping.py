@@ -49,6 +49,11 @@ __all__ = [
     "Escalated",
     "BatchGate",
     "BatchInterrupted",
+    "stop_at_boundary",
+    "stop_at_once",
+    "cut_short_line",
+    "PENDING_REPLAY_TIMEOUT_S",
+    "STOP_AT_ONCE_TIMEOUT_S",
     "signal_name",
     "exit_code_for",
     "wait_for",
@@ -390,3 +395,122 @@ class BatchGate:
                                    + SPARK_STOP_TEXT.format(what="java.lang.Thread.sleep") + ")") from None
         raise BatchInterrupted(f"batch {batch_id} was held back for a stop that did not come; it is replayed "
                                "on restart")
+
+
+PENDING_REPLAY_TIMEOUT_S = 300.0
+"""How long a stop that drains waits for Spark to replay a batch a crash left unfinished."""
+STOP_AT_ONCE_TIMEOUT_S = 15.0
+"""How long a stop at once waits for Spark to cancel the batch in flight before the process just exits."""
+
+
+def stop_at_boundary(running: list[tuple[Any, Any]], stops: StopSignals | None, *, drain: bool) -> None:
+    """Stop queries between two batches: the batch in flight finishes, a batch not begun is left for the next run.
+
+    For each query: (when it will drain) wait until Spark has replayed a batch a crash left
+    unfinished; wait until no batch is in flight and close its gate; then stop it through
+    the API, which Spark logs as a requested stop.  Raises :class:`Escalated` on a second signal."""
+    running = [(job, q) for job, q in running if q is not None]
+    if drain:
+        for job, q in running:
+            c = job.controller
+            if c.pending_batch is not None:
+                wait_for(lambda: c.pending_batch is None or not q.isActive, stops, timeout=PENDING_REPLAY_TIMEOUT_S)
+    closers = [_boundary(job, q) for job, q in running if job.gate is not None]
+    wait_for(lambda: all([close() for close in closers]), stops)  # every gate at once (a list: no short cut)
+    for job, q in running:
+        job.controller.request_stop()  # no batch runs: does not wait
+    for job, q in running:
+        run_watched(q.stop, stops, name="event_etl-stop")
+
+
+def _boundary(job: Any, query: Any) -> Callable[[], bool]:
+    """A check that closes the job's gate at the query's next batch boundary (True once closed).
+
+    The batch in flight finishes, and Spark commits it (it writes its commit log after the
+    batch function returned, then reports progress): a stop in between would make the next
+    run replay a batch that is done.  When no batch is in flight but Spark is already
+    planning one (its trigger is active), that one batch is let in and processed too (a
+    drain includes it).  Otherwise the gate closes while Spark waits for its next trigger,
+    and ``query.stop()`` interrupts that wait.  Should Spark begin a batch in the instant
+    between, that batch is left for the next run (:class:`~event_etl.job.stopping.BatchGate`).
+    The waits are bounded (a couple of trigger intervals; ten seconds for a commit)."""
+    gate = job.gate
+    done_before = len(gate.finished) + len(gate.abandoned)
+    current = gate.busy
+    patience_s = max(2.0, 2 * job.prepared.trigger_ms / 1000.0)
+    patience = time.monotonic() + patience_s
+    committed_by: dict[int, float] = {}
+
+    def reported_batch() -> int:
+        try:
+            return int((query.lastProgress or {}).get("batchId", -1))
+        except Exception:  # noqa: BLE001 - the query ended meanwhile: nothing more will come
+            return 1 << 62
+
+    def planning() -> bool:
+        try:
+            return bool((query.status or {}).get("isTriggerActive"))
+        except Exception:  # noqa: BLE001 - as above
+            return False
+
+    def close() -> bool:
+        if gate.closed:
+            return True
+        if gate.busy:
+            return False
+        if gate.finished:  # the last batch done: wait (a while) for Spark to commit it
+            last = gate.finished[-1]
+            deadline = committed_by.setdefault(last, time.monotonic() + max(10.0, patience_s))
+            if reported_batch() < last and time.monotonic() < deadline:
+                return False
+        one_ran = current or len(gate.finished) + len(gate.abandoned) > done_before
+        if not one_ran and time.monotonic() < patience and planning():
+            return False
+        return gate.close_when_idle(0)
+
+    return close
+
+
+def stop_at_once(running: list[tuple[Any, Any]], stops: StopSignals, signum: int) -> None:
+    """A second signal: stop the queries now, cancelling the batch in flight (Spark replays it on restart).
+
+    Spark's ``stop()`` cancels the query's Spark jobs once and interrupts its thread; a batch
+    that submits a job a moment later would run to its end, so the jobs are cancelled again
+    until the stop returns.  Raises :class:`Interrupted` with a line saying which batch, if any,
+    was cut short; ends the process at once if Spark does not stop in time or yet another
+    signal comes."""
+    from pyspark import SparkContext
+
+    running = [(job, q) for job, q in running if q is not None]
+    in_flight = [(job, job.gate.running) for job, _ in running if job.gate is not None and job.gate.running is not None]
+    for job, _ in running:
+        if job.gate is not None:
+            job.gate.close_now()
+    seen = len(stops.received)
+
+    def stop_all() -> None:
+        for _, q in running:
+            q.stop()
+
+    th = threading.Thread(target=stop_all, name="event_etl-stop-now", daemon=True)
+    th.start()
+    deadline = time.monotonic() + STOP_AT_ONCE_TIMEOUT_S
+    sc = SparkContext._active_spark_context
+    while th.is_alive() and len(stops.received) == seen and time.monotonic() < deadline:
+        for _, q in running:
+            try:
+                sc.cancelJobGroup(str(q.runId))
+            except Exception:  # noqa: BLE001 - the stop goes on regardless
+                pass
+        th.join(0.25)
+    cut = [(job.prepared.event_type.name, b) for job, b in in_flight if b not in job.gate.finished]
+    line = at_once_line(", ".join(job.prepared.event_type.name for job, _ in running) or "job", signum, cut)
+    if th.is_alive():
+        exit_now(128 + signum, line + f" ({signal_name(signum)}: Spark did not stop in time; the process ended)")
+    raise Interrupted(signum, line)
+
+
+def cut_short_line(name: str, signum: int) -> str:
+    what = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    return (f"[{name}] drain cut short ({what} again): the hours marked so far stay complete, the others are not; "
+            f"run the same command to continue")
