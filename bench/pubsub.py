@@ -177,7 +177,7 @@ class Emulator:
 
 def create(topic: str, subscriptions: list[str], ack_deadline: int = 60) -> None:
     """The topic and its subscriptions, as ``event-etl setup`` creates them."""
-    from event_etl.publisher import setup_pubsub
+    from event_etl.sources.publisher import setup_pubsub
 
     for s in subscriptions:
         setup_pubsub(topic, s, ack_deadline=ack_deadline)

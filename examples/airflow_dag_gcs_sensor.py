@@ -2,7 +2,7 @@
 needed on the worker for the wait itself).
 
 The marker of hour H is ``<prefix>/<event_type>/dt=YYYY-MM-DD/hour=HH/_COMPLETE`` in the sink's
-bucket (``event_etl.airflow.marker_object`` computes it).  What this sensor cannot tell you, and
+bucket (``event_etl.consumer.airflow.marker_object`` computes it).  What this sensor cannot tell you, and
 event_etl's sensor can: a wrong bucket or prefix looks exactly like "not yet" (it pokes until its
 timeout), so can a permission error on some versions, and an hour before the job's first hour
 never gets a marker.  Give it a ``timeout`` and alert on it.  Needs

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from airflow import DAG
 from airflow.operators.python import PythonOperator
 
-from event_etl.airflow import HourCompleteSensor
+from event_etl.consumer.airflow import HourCompleteSensor
 from event_etl.consumer import read_table
 
 SINK = "gs://my-events/prod"

@@ -116,8 +116,8 @@ def test_the_library_and_the_recipes_from_the_light_install(light_venv, tmp_path
     code = f"""
 import json
 from event_etl.consumer import read_table, verify_hour, wait_for_hour
-from event_etl.recipes import hour_uris
-from event_etl.airflow import poke
+from event_etl.consumer.recipes import hour_uris
+from event_etl.consumer.airflow import poke
 sink = {sc.sink!r}
 m = wait_for_hour(sink, "click", "2026-11-21T14", timeout=5)
 t = read_table(sink, "click", "2026-11-21T13", until="2026-11-21T15")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from event_etl.recipes import hour_uris, spark_avro_package, type_root
+from event_etl.consumer.recipes import hour_uris, spark_avro_package, type_root
 from tests.test_consumer_scenario import build_hours
 
 

@@ -75,7 +75,7 @@ def _render_strftime(template: str, when) -> str:
 def test_the_gcs_sensor_example_watches_the_marker_event_etl_writes(tmp_path):
     from datetime import datetime, timezone
 
-    from event_etl.airflow import marker_object
+    from event_etl.consumer.airflow import marker_object
 
     values = _assigns(EXAMPLE.with_name("airflow_dag_gcs_sensor.py"))
     consts = {k: v.value for k, v in values.items() if isinstance(v, ast.Constant)}
@@ -95,4 +95,4 @@ def test_the_deferrable_sensor_example_passes_what_the_sensor_takes():
     ]
     given = {k.arg for k in call.keywords}
     assert {"sink", "event_type", "hour", "deferrable"} <= given
-    assert any(isinstance(n, ast.ImportFrom) and n.module == "event_etl.airflow" for n in ast.walk(tree))
+    assert any(isinstance(n, ast.ImportFrom) and n.module == "event_etl.consumer.airflow" for n in ast.walk(tree))

@@ -18,8 +18,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("storage", ("event_etl.storage", "event_etl.eventtypes", "event_etl.bundled")),
     ("sources/task/consumer", ("event_etl.sources", "event_etl.task", "event_etl.consumer", "event_etl.recipes",
                                "event_etl.airflow")),
-    ("metrics", ("event_etl.metrics", "event_etl.graphs")),
-    ("job", ("event_etl.job", "event_etl.publisher", "event_etl.runner")),
+    ("metrics", ("event_etl.metrics",)),
+    ("job", ("event_etl.job", "event_etl.sources.publisher")),  # the publisher stops as a job does (job.stopping)
     ("cluster", ("event_etl.cluster",)),
     ("testing", ("event_etl.testing",)),
     ("cli", ("event_etl.cli", "event_etl.__main__", "event_etl.submit_main")),
@@ -109,3 +109,15 @@ def test_every_package_has_an_init():
     """``packages = find:`` (setup.cfg) and a job bundle's zip import see only folders with an ``__init__.py``."""
     folders = {p.parent for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
     assert sorted(str(f.relative_to(PACKAGE.parent)) for f in folders if not (f / "__init__.py").is_file()) == []
+
+
+FLAT_MODULES_AT_MOST = 12
+
+
+def test_at_most_twelve_modules_lie_flat_in_the_package():
+    """A module belongs to a package of its layer; the top level keeps the base layer, the entry points and
+    the public paths of earlier releases (thin re-exports), no more than twelve in all."""
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(flat) <= FLAT_MODULES_AT_MOST, (
+        f"{len(flat)} modules lie flat in event_etl/ ({', '.join(flat)}): move the new one into the package of "
+        f"its layer (LAYERS above)")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from event_etl.graphs import PROMQL
 from event_etl.metrics import METRICS, exported_series
+from event_etl.metrics.graphs import PROMQL
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITORING = ROOT / "monitoring"

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from event_etl.cli import main
 from event_etl.errors import EventEtlError, UsageError
-from event_etl.graphs import (
+from event_etl.metrics import JobMetrics, MetricsHistory
+from event_etl.metrics.graphs import (
     HistorySource,
     PrometheusSource,
     TimeRange,
@@ -23,7 +24,6 @@ from event_etl.graphs import (
     seconds_scale,
     windowed_sums,
 )
-from event_etl.metrics import JobMetrics, MetricsHistory
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 UTC = timezone.utc
@@ -184,7 +184,7 @@ def test_unreachable_prometheus_says_what_to_do():
 
 
 def test_promql_strings_are_escaped():
-    from event_etl.graphs import _promql_string
+    from event_etl.metrics.graphs import _promql_string
 
     assert _promql_string('a"b\\c') == '"a\\"b\\\\c"'
     assert json.loads(_promql_string("page_view")) == "page_view"

@@ -1,4 +1,5 @@
-"""Recipes for the tools consumers use (event_etl.recipes) and the Airflow sensor's logic (event_etl.airflow).
+"""Recipes for the tools consumers use (event_etl.consumer.recipes) and the Airflow sensor's logic
+(event_etl.consumer.airflow).
 
 Airflow is not installed here: the sensor's poke rule and its trigger's event stream are tested
 as the functions the Airflow classes call (``poke``, ``watch``); the classes themselves, which only
@@ -16,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from event_etl.consumer import CouldNotCheckError, HourNotCompleteError, read_table
+from event_etl.consumer.recipes import bq_load_command, hour_uris, shell, type_root
 from event_etl.errors import NoDataError, UsageError
-from event_etl.recipes import bq_load_command, hour_uris, shell, type_root
 from tests.test_consumer_scenario import build_hours
 
 
@@ -83,7 +84,7 @@ def test_pandas_reads_an_hour(sc):
 
 # -- Airflow ------------------------------------------------------------------------------------------------
 def test_poke_answers_done_not_yet_or_fails(sc, tmp_path):
-    from event_etl.airflow import poke
+    from event_etl.consumer.airflow import poke
 
     got = poke(sc.sink, "click", "2026-11-21 14:00:00+00:00")  # as Airflow renders data_interval_start
     assert got.done and got.summary["records"] == 2 and got.summary["hour"] == "2026-11-21T14:00:00Z"
@@ -99,7 +100,7 @@ def test_poke_answers_done_not_yet_or_fails(sc, tmp_path):
 
 
 def test_the_trigger_polls_until_complete_then_yields_once(sc):
-    from event_etl.airflow import watch
+    from event_etl.consumer.airflow import watch
     from tests.test_consumer_scenario import complete_hour_15
 
     naps = []
@@ -118,7 +119,7 @@ def test_the_trigger_polls_until_complete_then_yields_once(sc):
 
 
 def test_the_trigger_reports_a_wrong_sink_as_an_error_event(tmp_path):
-    from event_etl.airflow import watch
+    from event_etl.consumer.airflow import watch
 
     async def collect():
         return [e async for e in watch(str(tmp_path / "nope"), "click", "2026-11-21T15", poke_interval=1)]
@@ -128,7 +129,7 @@ def test_the_trigger_reports_a_wrong_sink_as_an_error_event(tmp_path):
 
 
 def test_the_marker_object_for_gcs_object_existence_sensor():
-    from event_etl.airflow import marker_object
+    from event_etl.consumer.airflow import marker_object
 
     assert marker_object("gs://my-events/prod", "page_view", "2026-11-21 13:00:00+00:00") == (
         "my-events", "prod/page_view/dt=2026-11-21/hour=13/_COMPLETE")
@@ -137,7 +138,7 @@ def test_the_marker_object_for_gcs_object_existence_sensor():
 
 
 def test_the_sensor_without_airflow_says_what_is_missing():
-    code = ("import event_etl.airflow as a\n"
+    code = ("import event_etl.consumer.airflow as a\n"
             "try:\n    a.HourCompleteSensor\nexcept ImportError as e:\n    print('ImportError:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     try:
@@ -146,3 +147,22 @@ def test_the_sensor_without_airflow_says_what_is_missing():
         assert "needs Apache Airflow" in out
     else:  # pragma: no cover - only where Airflow is installed
         assert out == ""
+
+
+def test_the_paths_of_release_0_3_still_import_what_they_did():
+    """DAGs and scripts written against 0.3 import ``event_etl.airflow`` and ``event_etl.recipes``; a trigger that
+    0.3 deferred is re-created from ``event_etl.airflow.HourCompleteTrigger``.  Importing the old path still
+    imports no Airflow, and every name is the same object as at its new home."""
+    code = ("import sys\nimport event_etl.airflow as old, event_etl.consumer.airflow as new\n"
+            "import event_etl.recipes as old_r, event_etl.consumer.recipes as new_r\n"
+            "assert 'airflow' not in sys.modules, 'importing the old path imported Airflow'\n"
+            "assert old.poke is new.poke and old.marker_object is new.marker_object\n"
+            "assert old_r.hour_uris is new_r.hour_uris and old_r.__all__ == new_r.__all__\n"
+            "from event_etl.airflow import PokeResult, watch\n"
+            "try:\n    old.HourCompleteTrigger\nexcept ImportError as e:\n    print('ImportError:', e)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    try:
+        import airflow  # noqa: F401
+    except ImportError:
+        assert "needs Apache Airflow" in run.stdout

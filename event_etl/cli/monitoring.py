@@ -1,6 +1,6 @@
 """``event-etl graphs``: PNG charts of a job for operators, from Prometheus or a local metrics history.
 
-The command parses its options and calls :func:`event_etl.graphs.make_graphs`; see that
+The command parses its options and calls :func:`event_etl.metrics.graphs.make_graphs`; see that
 module for what is drawn and how.
 """
 
@@ -44,7 +44,7 @@ def graphs_cmd(event_type, prometheus_url, history_file, last, since, until, ste
     ago, try --last 15m --step 10s --window 1m.
     """
     require_extra("graphs", "`event-etl graphs`")
-    from event_etl.graphs import make_graphs, parse_range
+    from event_etl.metrics.graphs import make_graphs, parse_range
 
     rng = parse_range(since=since, until=until, last=None if last is None else last.text, step=step.text,
                       window=window.text, now=datetime.now(timezone.utc))

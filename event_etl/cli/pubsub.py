@@ -29,7 +29,7 @@ def setup_cmd(event_type, topic, subscription, ack_deadline, event_types_dir) ->
     if not 10 <= ack_deadline <= 600:
         raise click.BadParameter(f"{ack_deadline:g}s is not from 10s to 10m", param_hint="'--ack-deadline'")
     require_extra("job", "`event-etl setup`", _PUBSUB)
-    from event_etl.publisher import pubsub_names, setup_pubsub
+    from event_etl.sources.publisher import pubsub_names, setup_pubsub
 
     et = load_type(event_types_dir, event_type)
     topic, subscription = pubsub_names(et, topic, subscription)
@@ -63,7 +63,7 @@ def publish_cmd(event_type, rate, duration, topic, params, count_file, event_typ
     """
     require_extra("job", "`event-etl publish`", _PUBSUB)
     from event_etl.job.stopping import StopSignals
-    from event_etl.publisher import publish_generated, pubsub_names, write_count_file
+    from event_etl.sources.publisher import publish_generated, pubsub_names, write_count_file
 
     et = load_type(event_types_dir, event_type)
     topic, _ = pubsub_names(et, topic, et.pubsub.get("subscription") or "-")

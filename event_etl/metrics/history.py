@@ -22,7 +22,7 @@ HISTORY_VERSION = 1
 
 
 class MetricsHistory:
-    """Appends one JSON object per line to a local file (the format :mod:`event_etl.graphs` reads).
+    """Appends one JSON object per line to a local file (the format :mod:`event_etl.metrics.graphs` reads).
 
     Lines (``"v": 1``), each with ``kind``, ``event_type``, ``t`` (seconds since the epoch)
     and ``time`` (ISO UTC):

@@ -1,0 +1,178 @@
+"""Airflow: a sensor that waits for an hour's ``_COMPLETE`` marker, deferrable where Airflow supports it.
+
+Airflow is not a dependency of event_etl: this module imports it only when
+:class:`HourCompleteSensor` or :class:`HourCompleteTrigger` is first used, so the rest of
+event_etl (and this module's logic) works without it.  In a DAG::
+
+    from event_etl.consumer.airflow import HourCompleteSensor
+
+    wait = HourCompleteSensor(task_id="wait_for_hour", sink="gs://my-events/prod", event_type="page_view",
+                              hour="{{ data_interval_start }}", deferrable=True, poke_interval=60, timeout=6 * 3600)
+
+What a poke answers (:func:`poke`, the same rule as :func:`event_etl.consumer.poke_hour`):
+
+- the hour has its marker: done; the sensor returns the manifest's summary (XCom);
+- not yet (open, not started): poke again after ``poke_interval``;
+- the sink cannot be read, the hour lies before the job's first hour, or nothing at all is at
+  ``<sink>/<event_type>/`` (a wrong sink): the task **fails** (Airflow's ``retries`` apply),
+  never "not yet" forever.
+
+``deferrable=True`` (Airflow 2.2+ with a triggerer running) hands the waiting to
+:class:`HourCompleteTrigger`, which polls in the triggerer's event loop (the blocking poll runs
+in a thread) and frees the worker slot; ``mode="reschedule"`` is the other way to free it.
+
+Without this module, Google's own ``GCSObjectExistenceSensor`` on the marker's object does the
+waiting as well (docs/consumers.md), but it takes a wrong bucket or a damaged marker for "not
+yet": it has no notion of a wrong sink, a job's first hour or a manifest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from event_etl.consumer.hours import hour_text
+from event_etl.consumer.status import HourState, hour_status, require_complete
+from event_etl.errors import EventEtlError
+from event_etl.timeutil import iso
+
+# HourCompleteSensor and HourCompleteTrigger are made on first use (module __getattr__), when Airflow is importable
+__all__ = ["HourCompleteSensor", "HourCompleteTrigger", "PokeResult", "marker_object", "poke", "watch"]  # noqa: F822
+
+
+@dataclass(frozen=True)
+class PokeResult:
+    """One poke: ``done`` and, when done, the summary a sensor returns (JSON-able, for XCom)."""
+
+    done: bool
+    state: str
+    summary: dict[str, Any] | None = None
+
+
+def poke(sink: str, event_type: str, hour: Any) -> PokeResult:
+    """One look at the hour.  Raises (an :class:`~event_etl.errors.EventEtlError`) for every answer that is
+    not "complete" or "not yet": could not check (4), no data at all (6), an hour that is never marked (2)."""
+    status = hour_status(sink, event_type, hour)
+    if status.state is HourState.NEVER:
+        require_complete(status)  # raises HourNeverCompleteError
+    if not status.is_complete:
+        return PokeResult(False, str(status.state))
+    m = status.manifest
+    return PokeResult(True, str(status.state), {
+        "event_type": m.event_type, "hour": hour_text(m.hour), "records": m.records, "late_records": m.late_records,
+        "files": [f.name for f in m.files], "completed_at": iso(m.completed_at),
+    })
+
+
+async def watch(sink: str, event_type: str, hour: Any, *, poke_interval: float,
+                sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                poke_fn: Callable[[str, str, Any], PokeResult] = poke) -> AsyncIterator[dict[str, Any]]:
+    """What :class:`HourCompleteTrigger` yields: one event, ``{"status": "complete", ...}`` or
+    ``{"status": "error", "message": ..., "fix": ..., "exit_code": ...}``.  Each poke runs in a thread."""
+    while True:
+        try:
+            got = await asyncio.to_thread(poke_fn, sink, event_type, hour)
+        except EventEtlError as err:
+            yield {"status": "error", "message": err.message, "fix": err.fix, "exit_code": int(err.exit_code)}
+            return
+        if got.done:
+            yield {"status": "complete", **(got.summary or {})}
+            return
+        await sleep(poke_interval)
+
+
+def marker_object(sink: str, event_type: str, hour: Any) -> tuple[str, str]:
+    """``(bucket, object)`` of the hour's ``_COMPLETE`` marker in a ``gs://`` sink, for
+    ``GCSObjectExistenceSensor(bucket=..., object=...)``."""
+    from event_etl.consumer.hours import hour_ms
+    from event_etl.consumer.sink import type_name
+    from event_etl.errors import UsageError
+    from event_etl.rules.buckets import MARKER_NAME, hour_dir
+
+    if not sink.startswith("gs://"):
+        raise UsageError(f"{sink} is not a gs:// sink", fix="GCSObjectExistenceSensor watches Cloud Storage only")
+    bucket, _, prefix = sink[len("gs://"):].rstrip("/").partition("/")
+    rel = f"{hour_dir(type_name(event_type), hour_ms(hour))}/{MARKER_NAME}"
+    return bucket, f"{prefix}/{rel}" if prefix else rel
+
+
+def _airflow_error(err: ImportError) -> ImportError:
+    return ImportError(f"event_etl.consumer.airflow.HourCompleteSensor needs Apache Airflow, which is not installed "
+                       f"({err}); "
+                       "install event_etl into the Airflow workers' environment, not Airflow into event_etl's")
+
+
+def _build() -> dict[str, type]:
+    try:
+        from airflow.exceptions import AirflowException
+        from airflow.triggers.base import BaseTrigger, TriggerEvent
+        try:  # Airflow 3
+            from airflow.sdk.bases.sensor import BaseSensorOperator
+        except ImportError:  # Airflow 2
+            from airflow.sensors.base import BaseSensorOperator
+    except ImportError as err:
+        raise _airflow_error(err) from err
+
+    class HourCompleteTrigger(BaseTrigger):
+        """Polls the hour's marker in the triggerer (see :func:`watch`)."""
+
+        def __init__(self, sink: str, event_type: str, hour: str, poke_interval: float = 60.0) -> None:
+            super().__init__()
+            self.sink, self.event_type, self.hour, self.poke_interval = sink, event_type, hour, float(poke_interval)
+
+        def serialize(self) -> tuple[str, dict[str, Any]]:
+            return ("event_etl.consumer.airflow.HourCompleteTrigger",
+                    {"sink": self.sink, "event_type": self.event_type, "hour": self.hour,
+                     "poke_interval": self.poke_interval})
+
+        async def run(self):
+            async for event in watch(self.sink, self.event_type, self.hour, poke_interval=self.poke_interval):
+                yield TriggerEvent(event)
+
+    class HourCompleteSensor(BaseSensorOperator):
+        """Waits until ``hour`` of ``event_type`` in ``sink`` is complete; returns the manifest's summary."""
+
+        template_fields = ("sink", "event_type", "hour")
+
+        def __init__(self, *, sink: str, event_type: str, hour: str = "{{ data_interval_start }}",
+                     deferrable: bool = False, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.sink, self.event_type, self.hour, self.deferrable = sink, event_type, hour, deferrable
+            self._summary: dict[str, Any] | None = None
+
+        def poke(self, context: Any) -> bool:
+            try:
+                got = poke(self.sink, self.event_type, self.hour)
+            except EventEtlError as err:
+                raise AirflowException(f"{err.message} (fix: {err.fix})") from err
+            self._summary = got.summary
+            return got.done
+
+        def execute(self, context: Any) -> Any:
+            if not self.deferrable:
+                super().execute(context)
+                return self._summary
+            if self.poke(context):
+                return self._summary
+            self.defer(trigger=HourCompleteTrigger(self.sink, self.event_type, str(self.hour), self.poke_interval),
+                       method_name="execute_complete")
+
+        def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
+            if not event or event.get("status") != "complete":
+                raise AirflowException(f"{(event or {}).get('message')} (fix: {(event or {}).get('fix')})")
+            return {k: v for k, v in event.items() if k != "status"}
+
+    return {"HourCompleteSensor": HourCompleteSensor, "HourCompleteTrigger": HourCompleteTrigger}
+
+
+_built: dict[str, type] = {}
+
+
+def __getattr__(name: str) -> type:
+    """``HourCompleteSensor`` and ``HourCompleteTrigger`` are made (importing Airflow) when first asked for."""
+    if name in ("HourCompleteSensor", "HourCompleteTrigger"):
+        if not _built:
+            _built.update(_build())
+        return _built[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
