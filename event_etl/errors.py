@@ -25,6 +25,7 @@ def redact(text: str) -> str:
 
 __all__ = [
     "redact",
+    "unwrap_task_error",
     "EventEtlError",
     "ConfigError",
     "UsageError",
@@ -115,3 +116,15 @@ class NoDataError(EventEtlError):
         self.sink = sink
         self.event_type = event_type
         super().__init__(message, fix=fix)
+
+
+_TASK_ERROR_RE = re.compile(r"event_etl\.errors\.(\w+Error): (.*?)(?:\n\s+fix: (.*?))?\n", re.S)
+
+
+def unwrap_task_error(err: BaseException) -> BaseException:
+    """An executor task's event_etl error arrives wrapped in Spark's; give it back its own class and fix."""
+    m = _TASK_ERROR_RE.search(str(err) + "\n")
+    cls = globals().get(m.group(1)) if m else None
+    if cls is None or not isinstance(cls, type) or not issubclass(cls, EventEtlError) or cls is ConfigError:
+        return err
+    return cls(m.group(2).strip(), fix=(m.group(3) or "").strip() or None)

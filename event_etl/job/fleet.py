@@ -331,7 +331,7 @@ def _tick_shared(running: list[FleetMember], pool, clock, stops: StopSignals | N
 
 def _quarantine(m: FleetMember, err: BaseException, clock) -> None:
     """A member's source or batch failed: it waits out a backoff while the others go on (its batch stays pending)."""
-    from event_etl.job.controller import unwrap_task_error
+    from event_etl.errors import unwrap_task_error
 
     err = unwrap_task_error(err)
     wait = _hold(m, err, clock, "quarantined")
@@ -410,7 +410,7 @@ def _failed(m: FleetMember, err: BaseException, clock) -> None:
 
 def _hold(m: FleetMember, err: BaseException, clock, state: str) -> float:
     """Count a member's failure, note its error and backoff, put it in ``state``; returns the wait in seconds."""
-    from event_etl.job.controller import unwrap_task_error
+    from event_etl.errors import unwrap_task_error
 
     err = unwrap_task_error(err)
     m.failures += 1

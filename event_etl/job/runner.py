@@ -411,7 +411,7 @@ def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSign
     in flight; SIGTERM and SIGHUP also drain; a second one cancels the batch, which is replayed on the
     next run), the same summary.  A batch that fails ends the run with its error (a fleet would
     quarantine the type instead)."""
-    from event_etl.job.controller import unwrap_task_error
+    from event_etl.errors import unwrap_task_error
     from event_etl.job.shared import FleetMember, SharedEngine, run_rounds
 
     p, controller = job.prepared, job.controller

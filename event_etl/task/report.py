@@ -10,10 +10,13 @@ so it is kept as it is, and :meth:`SplitReport.from_json` keeps "absent" apart f
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["REPORT_SCHEMA", "DELAY_BUCKETS_S", "SplitReport"]
+from event_etl.rules.manifest import FileEntry
+
+__all__ = ["REPORT_SCHEMA", "DELAY_BUCKETS_S", "SplitReport", "BatchResult", "summarize"]
 
 REPORT_SCHEMA = "report string, keys binary"
 
@@ -75,3 +78,71 @@ class SplitReport:
             delay_sum_ms=int(doc.get("delay_sum_ms") or 0),
             inputs=doc.get("inputs"),
         )
+
+
+@dataclass
+class BatchResult:
+    """What a micro-batch did, summed over its splits (see :func:`summarize`)."""
+
+    counts: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=Counter)
+    files: dict[int, list[FileEntry]] = field(default_factory=dict)
+    files_written: int = 0
+    bytes_written: int = 0
+    deadletter_files: int = 0
+    max_event_time: int | None = None
+    max_counted_time: int | None = None
+    min_hour: int | None = None
+    max_hour: int | None = None
+    delay_buckets: list[int] = field(default_factory=list)
+    delay_sum_ms: int = 0
+    inputs: set[str] = field(default_factory=set)
+    """What the batch read that its source must be told about once it is saved (Pub/Sub spool segments)."""
+
+    @property
+    def events_in(self) -> int:
+        """Every payload the batch read: timely, late, too late, future, invalid and duplicate."""
+        return sum(self.counts.values())
+
+    @property
+    def deadlettered(self) -> int:
+        return sum(self.reasons.values())
+
+
+def summarize(reports: list[dict[str, Any]]) -> BatchResult:
+    """Add up the reports of a batch's splits (pure)."""
+    r = BatchResult()
+    for rep in reports:
+        r.counts.update(rep["counts"])
+        r.reasons.update(rep["reasons"])
+        for f in rep["files"]:
+            r.files.setdefault(int(f["hour"]), []).append(
+                FileEntry(f["name"], int(f["records"]), int(f["bytes"]), f["sha256"], bool(f["late"]),
+                          f.get("schema_fingerprint", ""))
+            )
+            r.files_written += 1
+            r.bytes_written += int(f["bytes"])
+        if rep.get("deadletter"):
+            r.deadletter_files += 1
+        t = rep.get("max_event_time")
+        if t is not None and (r.max_event_time is None or t > r.max_event_time):
+            r.max_event_time = t
+        # an executor of format 1 did not report counted times: its events count as before
+        c = rep.get("max_counted_time", t)
+        if c is not None and (r.max_counted_time is None or c > r.max_counted_time):
+            r.max_counted_time = c
+        h = rep.get("min_hour")
+        if h is not None and (r.min_hour is None or h < r.min_hour):
+            r.min_hour = h
+        h = rep.get("max_hour")
+        if h is not None and (r.max_hour is None or h > r.max_hour):
+            r.max_hour = h
+        b = rep.get("delay_buckets") or []
+        if len(r.delay_buckets) < len(b):
+            r.delay_buckets.extend([0] * (len(b) - len(r.delay_buckets)))
+        for i, n in enumerate(b):
+            r.delay_buckets[i] += n
+        r.delay_sum_ms += int(rep.get("delay_sum_ms") or 0)
+        r.inputs.update(rep.get("inputs") or ())
+    r.counts = Counter({k: v for k, v in r.counts.items() if v})
+    return r
