@@ -246,11 +246,23 @@ def _site() -> str:
             if inner is None and code.co_filename not in _HELPERS and code.co_name not in _PASS_THROUGH \
                     and not code.co_name.startswith("<"):
                 inner = code.co_name
-            phase = _PHASES.get(code.co_name)
+            phase = _PHASES.get(code.co_name) or _suspended_phase(f)
             if phase is not None and inner is not None:
                 return inner if code.co_name == inner else f"{phase}/{inner}"
         f = f.f_back
     return inner or "?"
+
+
+def _suspended_phase(frame) -> str | None:
+    """The phase a batch's phases are suspended in while their engine runs the tasks they asked for: a frame of
+    :func:`event_etl.job.phases.drive` holds the batch's generator, whose innermost ``yield from`` names it."""
+    if frame.f_code.co_name != "drive" or not frame.f_code.co_filename.endswith(os.path.join("job", "phases.py")):
+        return None
+    gen, phase = frame.f_locals.get("phases"), None
+    while gen is not None and hasattr(gen, "gi_code"):
+        phase = _PHASES.get(gen.gi_code.co_name, phase)
+        gen = gen.gi_yieldfrom
+    return phase
 
 
 _PHASES = {"_adopt_markers": "adopt", "_write_marker": "marker", "_rolling_merges": "rolling",

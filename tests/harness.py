@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from event_etl.eventtypes import EventType, load_event_type
 from event_etl.job.checkpoint import Checkpoint
-from event_etl.job.controller import BatchEvent, Controller
+from event_etl.job.controller import MARKED, BatchEvent, Controller, Tasks
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage
 from event_etl.task.executor import process_split
@@ -95,12 +95,32 @@ class LocalPipeline:
             listeners=[lambda kind, payload: self.events.append((kind, payload))],
         )
 
-    def batch(self, lines: list[bytes], *, batch_id: int | None = None, shards: int = 1) -> BatchEvent:
-        """Run one micro-batch over ``lines``, cut into ``shards`` splits.
+    def batch(self, lines: list[bytes], *, batch_id: int | None = None, shards: int = 1,
+              at_marked: Callable[[], None] | None = None) -> BatchEvent:
+        """Run one micro-batch over ``lines``, cut into ``shards`` splits (calling ``at_marked`` when its phases
+        say that its markers are written).
 
         The payloads arrive at the clock's now.  Giving the ``batch_id`` of an earlier batch
         replays it as Spark would after a crash: same input file, same arrival time.
         """
+        batch_id, splits = self.prepare(lines, batch_id=batch_id, shards=shards)
+        if at_marked is None:
+            return self.controller.run_batch(batch_id, self.task_runner(splits))
+        run_tasks, phases = self.task_runner(splits), self.controller.batch_phases(batch_id)
+        try:  # the phases driven by hand, as an engine does: ``at_marked`` where they say their markers are out
+            request = next(phases)
+            while True:
+                if isinstance(request, Tasks):
+                    request = phases.send(run_tasks(request.ctx, request.shards))
+                else:
+                    assert request == MARKED, request
+                    at_marked()
+                    request = phases.send(None)
+        except StopIteration as done:
+            return done.value
+
+    def prepare(self, lines: list[bytes], *, batch_id: int | None = None, shards: int = 1) -> tuple[int, list[Split]]:
+        """The input of a micro-batch over ``lines`` (see :meth:`batch`): its number and its splits."""
         if batch_id is None:
             batch_id = self.next_batch
             self.next_batch += 1
@@ -111,7 +131,7 @@ class LocalPipeline:
         data = path.read_bytes()
         splits = [Split.of_files(shard, [(str(path), a, b, self.arrivals[batch_id])])
                   for shard, (a, b) in enumerate(_line_bounds(data, shards))]
-        return self.controller.run_batch(batch_id, self.task_runner(splits))
+        return batch_id, splits
 
     def task_runner(self, splits: list[Split]):
         """What Spark does for the controller: run the executor on all splits, or on some shards again."""

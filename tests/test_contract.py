@@ -469,8 +469,8 @@ def test_a_restart_holds_the_watermark_until_the_source_reports_again(tmp_path):
 
 
 def test_a_batch_tells_its_engine_when_its_markers_are_written_before_its_state_is_saved(tmp_path):
-    """The shared engine holds each type's bookkeeping until the round's markers are out: the hook comes after the
-    batch's markers and before its state, and before its ledger when it completes no hour."""
+    """The shared engine holds each type's bookkeeping until the round's markers are out: a batch's phases say
+    MARKED after the batch's markers and before its state, and before its ledger when it completes no hour."""
     p = pipeline(tmp_path)
     seen = []
 
@@ -478,11 +478,10 @@ def test_a_batch_tells_its_engine_when_its_markers_are_written_before_its_state_
         c = p.controller
         seen.append((marked(p), c.ckpt.load_state().last_batch_id, c.ckpt.ledger_hours()))
 
-    p.controller.after_markers = hook
     p.clock.now = t("13:10")
-    p.batch([click("a", "13:05")])  # completes nothing: told before its ledger
+    p.batch([click("a", "13:05")], at_marked=hook)  # completes nothing: told before its ledger
     p.clock.now = t("14:10")
-    p.batch([click("b", "14:05")])  # completes 13:00
+    p.batch([click("b", "14:05")], at_marked=hook)  # completes 13:00
     assert seen == [([], -1, []), ([hour("13")], 0, [hour("13"), hour("14")])]
     assert p.controller.ckpt.load_state().last_batch_id == 1 and marked(p) == [hour("13")]
 

@@ -1,14 +1,17 @@
-"""The shared engine's own parts, without Spark: its offset log, a type's lane, the round's meeting point, the tasks."""
+"""The shared engine's own parts, without Spark: its offset log, a type's lane, a round's phases, the tasks."""
 
 from __future__ import annotations
 
 import json
-import threading
+from collections import deque
+from types import SimpleNamespace
 
 import pytest
 
-from event_etl.job.shared import Lane, Rendezvous, SparkLog, _balance, round_summary
+from event_etl.errors import LeaseHeldError
+from event_etl.job.shared import Lane, Round, SharedEngine, SparkLog, _balance, round_summary
 from event_etl.sources.directory import DirectoryPlanner
+from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 
 def _planner(tmp_path, src):
@@ -120,60 +123,75 @@ def test_once_ends_a_lane_at_what_was_there_when_it_started(tmp_path):
     assert lane.offer(now=2, conf={}) is None and lane.exhausted
 
 
-def test_the_round_runs_once_every_type_submitted_or_failed_before():
-    rv = Rendezvous({"a", "b", "c"})
-    got = {}
+class _Engine(SharedEngine):
+    """The shared engine with its Spark job played by the real executor in this process (each call recorded)."""
 
-    def batch(name, fail=False):
-        try:
-            if fail:
-                raise RuntimeError("its source is gone")
-            got[name] = rv.submit(name, f"ctx-{name}", [])
-        except (RuntimeError, ValueError) as err:
-            got[name] = err
-        finally:
-            rv.leave(name)
+    def __init__(self, pipes: dict[str, LocalPipeline], failing_tasks: set[str] = frozenset()) -> None:
+        self.members = {n: SimpleNamespace(name=n, job=SimpleNamespace(controller=p.controller))
+                        for n, p in pipes.items()}
+        self.lanes = {n: SimpleNamespace(committed=lambda n=n: self.commits.append(n)) for n in pipes}
+        self.pipes, self.failing_tasks = pipes, failing_tasks
+        self.rounds, self.history, self.jobs, self.commits = 0, deque(), [], []
 
-    threads = [threading.Thread(target=batch, args=(n, n == "b")) for n in ("a", "b", "c")]
-    for th in threads:
-        th.start()
-    submitted = rv.collect()
-    assert sorted(submitted) == ["a", "c"] and submitted["a"][0] == "ctx-a"
-    rv.deliver({"a": [({"shard": 0}, b"")], "c": ValueError("a task failed")})
-    for th in threads:
-        th.join(5)
-    assert got["a"] == [({"shard": 0}, b"")]
-    assert isinstance(got["b"], RuntimeError)  # failed before it submitted: the round did not wait for it
-    assert isinstance(got["c"], ValueError)  # c's error was raised in c's thread, not handed to a
+    def _run_splits(self, work, rnd):
+        self.jobs.append({n: sorted(s.shard for s in splits) for n, (_, splits) in work.items()})
+        return {n: ValueError(f"a task of {n} failed") if n in self.failing_tasks
+                else self.pipes[n].task_runner(splits)(ctx, None) for n, (ctx, splits) in work.items()}
 
 
-def test_a_rounds_bookkeeping_waits_until_every_type_wrote_its_markers():
-    """Markers first: a type's state, keys and merges wait until every batch of the round has written its
-    markers, or failed; then all go on."""
-    rv = Rendezvous({"a", "b", "c"})
+def _pipes(tmp_path, *names):
+    clock = FakeClock(t("13:10"))
+    return {n: LocalPipeline(tmp_path / n, make_event_type(tmp_path / "types", n, out_of_orderness="2m"), clock)
+            for n in names}, clock
+
+
+def _round(pipes, lines):
+    rnd = Round()
+    for n, p in pipes.items():
+        batch, splits = p.prepare(lines[n])
+        rnd.work[n] = (batch, {}, {}, splits)
+    return rnd
+
+
+def test_the_round_runs_once_every_type_began_and_a_failed_type_leaves_it(tmp_path):
+    """One Spark job for every type that began its batch; a type that failed before (its lease lost) is not waited
+    for; a type whose tasks failed fails alone (its error raised in its batch, not handed to another), and only
+    the batches that finished commit."""
+    pipes, _ = _pipes(tmp_path, "a", "b", "c")
+
+    def lost():
+        raise LeaseHeldError("another job took the lease", fix="run one job per type")
+
+    pipes["c"].controller.guard = lost
+    engine = _Engine(pipes, failing_tasks={"b"})
+    rnd = engine.run(_round(pipes, {n: [click(n, "13:05")] for n in pipes}))
+    assert engine.jobs == [{"a": [0], "b": [0]}]  # c failed at its start: not in the job, not waited for
+    assert rnd.finished == {"a"} and engine.commits == ["a"]
+    assert isinstance(rnd.failed["b"], ValueError) and "of b" in str(rnd.failed["b"])
+    assert isinstance(rnd.failed["c"], LeaseHeldError)
+    assert pipes["a"].controller.state.last_batch_id == 0 and pipes["b"].controller.state.last_batch_id == -1
+    assert pipes["b"].controller.failure is rnd.failed["b"]  # the job reports the real cause
+    assert not any(p.controller.busy for p in pipes.values()) and all(
+        p.controller.lock.acquire(blocking=False) for p in pipes.values())  # every turn ended
+
+
+def test_a_rounds_bookkeeping_waits_until_every_type_wrote_its_markers(tmp_path):
+    """Markers first: no type saves its state (nor writes the ledgers of a batch that completes nothing) before
+    every batch of the round has written its markers."""
+    pipes, clock = _pipes(tmp_path, "a", "b", "c")
+    engine = _Engine(pipes)
+    engine.run(_round(pipes, {n: [click(n, "13:05")] for n in pipes}))  # first hours: 13:00
     order = []
-    b_marks = threading.Event()
-
-    def batch(name):
-        if name == "b":
-            b_marks.wait(5)
-            order.append("marker b")
-        rv.markers_done(name)
-        order.append(f"state {name}")
-        rv.leave(name)
-
-    def failing():
-        rv.leave("c")  # failed before its markers: the others do not wait for it
-
-    threads = [threading.Thread(target=batch, args=(n,)) for n in ("a", "b")] + [threading.Thread(target=failing)]
-    for th in threads:
-        th.start()
-    threads[0].join(0.3)
-    assert threads[0].is_alive() and order == []  # a waits: b has not written its markers yet
-    b_marks.set()
-    for th in threads:
-        th.join(5)
-    assert order[0] == "marker b" and sorted(order[1:]) == ["state a", "state b"]
+    for n, p in pipes.items():
+        save_state, create_only = p.ckpt.save_state, p.storage.create_only
+        p.ckpt.save_state = lambda st, n=n, f=save_state: (order.append(f"state {n}"), f(st))[1]
+        p.storage.create_only = lambda rel, data, n=n, f=create_only: (order.append(f"marker {n}"), f(rel, data))[1]
+    clock.now = t("14:10")
+    lines = {"a": [click("a2", "14:05")], "b": [click("b2", "13:30")], "c": [click("c2", "14:06")]}  # b marks none
+    rnd = engine.run(_round(pipes, lines))
+    assert rnd.finished == {"a", "b", "c"} and not rnd.failed
+    assert sorted(order[:2]) == ["marker a", "marker c"], order
+    assert sorted(order[2:]) == ["state a", "state b", "state c"], order
 
 
 def _row(name, shard, size):

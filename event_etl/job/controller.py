@@ -37,8 +37,9 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Generator, Iterator
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
 from event_etl.job.markers import MarkerSteps
 from event_etl.job.merges import MERGE_REQUESTS, Merge, MergeSteps
+from event_etl.job.phases import MARKED, Phases, Tasks, drive
 from event_etl.job.rewrites import RewriteSteps
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import Manifest
@@ -65,7 +67,8 @@ from event_etl.storage.temporaries import sweep_temporaries
 from event_etl.task.executor import REPORT_SCHEMA, BatchContext, make_task
 from event_etl.task.report import BatchResult, summarize
 
-__all__ = ["Controller", "BatchEvent", "BatchResult", "Merge", "summarize", "unwrap_task_error", "MERGE_REQUESTS"]
+__all__ = ["Controller", "Tasks", "MARKED", "Phases", "drive", "BatchEvent", "BatchResult", "Merge", "summarize",
+           "unwrap_task_error", "MERGE_REQUESTS"]
 
 
 @dataclass(frozen=True)
@@ -117,10 +120,6 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         # told, after a batch's state is saved, what the batch read (Pub/Sub acknowledges it); True if all of
         # it was acknowledged in time (else redeliveries are expected: see event_etl.task.dedupe)
         self.source_done = source_done
-        # called in a batch once its markers are written (before the ledgers when it completes no hour): a shared
-        # engine holds the rest of each type's batch (its state, keys, merges) there until every type of the round
-        # has written its markers, so that a round's markers do not queue behind other types' bookkeeping
-        self.after_markers: Callable[[], None] | None = None
         self.storage = storage
         self.ckpt = checkpoint
         self.clock = clock
@@ -184,15 +183,22 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
 
     def run_batch_locked(self, batch_id: int,
                          run_tasks: Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]) -> BatchEvent:
-        """:meth:`run_batch` under the controller's lock, marked busy (ticks wait); its error is remembered."""
+        """:meth:`run_batch` in the batch's turn (:meth:`turn`)."""
+        with self.turn():
+            return self.run_batch(batch_id, run_tasks)
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        """A batch's turn: under the controller's lock, marked busy (ticks wait); its error is remembered, so that
+        the job reports the real cause, not Spark's wrapper."""
         try:
             with self.lock:
                 self.busy = True
                 try:
-                    return self.run_batch(batch_id, run_tasks)
+                    yield
                 finally:
                     self.busy = False
-        except BaseException as err:  # remembered so the job reports the real cause, not Spark's wrapper
+        except BaseException as err:
             self.failure = err
             raise
 
@@ -214,16 +220,29 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
 
     def run_batch(self, batch_id: int, run_tasks: Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]
                   ) -> BatchEvent:
-        """One micro-batch: intent, tasks (``run_tasks(ctx, shards)`` runs the executor on all or some splits),
-        duplicates, ledger, markers, state.  Public so that tests can drive it without Spark."""
+        """One micro-batch, its phases (:meth:`batch_phases`) driven one after the other: ``run_tasks(ctx, shards)``
+        runs the executor on all or some splits.  Public so that tests can drive it without Spark."""
+        return drive(self.batch_phases(batch_id), run_tasks)
+
+    def batch_phases(self, batch_id: int) -> Phases:
+        """One micro-batch as its phases, in order (a generator; :func:`drive` or the shared engine runs it):
+
+        1. **intent**: written, or read back for a replay (:meth:`begin_batch`);
+        2. **tasks**: it yields :class:`Tasks` (all its splits) and is sent their outputs;
+        3. **settle**: a first batch's too-late rewrite and the duplicates' rewrite may yield :class:`Tasks` again
+           (some splits), each decision recorded before (:mod:`~event_etl.job.rewrites`);
+        4. **mark**: ledgers, watermark, markers; then it yields :data:`MARKED` (an engine running several batches
+           lets every one of them write its markers before any goes on);
+        5. **commit**: dedupe keys, the state (the batch is done), then after-commit work: merges, the source told
+           what the batch read, old intents pruned; it returns the :class:`BatchEvent`."""
         self._guard()
         self._attempt_started = self.clock()
         intent, replayed = self.begin_batch(batch_id)
         self._replaying = replayed
         drop = self.ckpt.load_drops(batch_id) if replayed else {}
-        outputs = run_tasks(self.batch_context(intent, drop), None)
+        outputs = yield Tasks(self.batch_context(intent, drop), None)
         if intent.wm_start is None and intent.reference is None:
-            intent, outputs = self._settle_first_batch(intent, drop, outputs, run_tasks)
+            intent, outputs = yield from self._settle_first_batch(intent, drop, outputs)
         rows = None
         if self.dedupe is not None:
             if replayed and self.ckpt.has_drops(batch_id):
@@ -233,7 +252,7 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
 
                 rows = stored_of(keys for _, keys in outputs)
             else:
-                outputs, rows, drop = self._drop_duplicates(intent, drop, outputs, run_tasks)
+                outputs, rows, drop = yield from self._drop_duplicates(intent, drop, outputs)
                 if not drop:
                     self.ckpt.save_drops(batch_id, {})  # the decision: nothing dropped (before any ledger or marker)
             # the keys of the records dropped as duplicates are remembered too: a message dropped here may be
@@ -246,7 +265,7 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         if drop:
             self._remove_emptied(intent, drop, [rep for rep, _ in outputs])
         result = summarize([rep for rep, _ in outputs])
-        return self.finish_batch(intent, result, replayed=replayed, dedupe_rows=rows)
+        return (yield from self._finish_phases(intent, result, replayed=replayed, dedupe_rows=rows))
 
     def begin_batch(self, batch_id: int) -> tuple[BatchIntent, bool]:
         """Step 1: the batch's intent, new or (for a replay) as first written.  Returns ``(intent, replayed)``.
@@ -292,7 +311,12 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
 
     def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False,
                      dedupe_rows: np.ndarray | None = None) -> BatchEvent:
-        """Steps 3 to 5 of a batch."""
+        """Steps 3 to 5 of a batch (the module docstring): its mark and commit phases, at once."""
+        return drive(self._finish_phases(intent, result, replayed=replayed, dedupe_rows=dedupe_rows), None)
+
+    def _finish_phases(self, intent: BatchIntent, result: BatchResult, *, replayed: bool,
+                       dedupe_rows: np.ndarray | None) -> Generator[str, None, BatchEvent]:
+        """The mark and commit phases of a batch (:meth:`batch_phases`)."""
         batch_id = intent.batch_id
         faults.point("files_written", str(batch_id))
         new = self.state.after_batch(
@@ -307,7 +331,7 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         new = self._hold_or_catch_up(new)
         marks = bool(hours_to_mark(new.first_hour, new.marked_through, new.watermark))
         if not marks:
-            self._markers_done()
+            yield MARKED  # it completes no hour: its markers are done before its ledgers
         for hour, entries in sorted(result.files.items()):
             if self.state.marked_through is not None and hour <= self.state.marked_through:
                 continue  # a replay of a batch whose hours were marked: the ledger is gone on purpose
@@ -315,7 +339,7 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         now = self.clock()
         new, marked = self._mark(new, now)
         if marks:
-            self._markers_done()
+            yield MARKED
         if self.dedupe is not None and dedupe_rows is not None:
             # before the state: a batch whose state is saved must have its keys remembered
             from event_etl.task.dedupe import STORED_DTYPE, stored
@@ -367,11 +391,6 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
             self.held = False
             return new.with_watermark(new.max_counted_time - self.et.out_of_orderness)
         return new
-
-    def _markers_done(self) -> None:
-        """The batch wrote the markers it completes (or completes none): tell :attr:`after_markers`."""
-        if self.after_markers is not None:
-            self.after_markers()
 
     def _event_clock(self, state: WatermarkState) -> int | None:
         """How far event time has come, for forgetting old keys: the watermark the events alone

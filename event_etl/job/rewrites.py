@@ -17,6 +17,7 @@ import numpy as np
 from event_etl import faults
 from event_etl.errors import IntegrityError
 from event_etl.job.checkpoint import BatchIntent
+from event_etl.job.phases import Tasks
 from event_etl.rules.buckets import deadletter_file_path, hour_dir, parse_data_file_name
 from event_etl.rules.judge import too_late_in_first_batch
 
@@ -28,7 +29,7 @@ _DL_NAME_RE = re.compile(r"^dl-(?:w[0-9a-f]{6}-)?b\d{10}-s(\d{4})\.avro$")
 class RewriteSteps:
     """The rewrite steps of a :class:`~event_etl.job.controller.Controller` (see the module docstring)."""
 
-    def _drop_duplicates(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs, run_tasks):
+    def _drop_duplicates(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs):
         """Find records whose key was written before (in the window) and rewrite their splits without them.
 
         Returns the final outputs, their key rows (``STORED_DTYPE`` when the batch has no duplicate) and the
@@ -57,7 +58,7 @@ class RewriteSteps:
         self.ckpt.save_dropped_keys(intent.batch_id, np.concatenate([earlier, stored(rows[dup])]))
         self.ckpt.save_drops(intent.batch_id, frozen)  # a replay skips the same records
         shards = {int(s) for s in np.unique(rows[dup]["shard"])}
-        again = run_tasks(self.batch_context(intent, frozen), shards)
+        again = yield Tasks(self.batch_context(intent, frozen), shards)
         faults.point("duplicates_rewritten", str(intent.batch_id))
         outputs = [o for o in outputs if o[0]["shard"] not in shards] + again
         rows = rows_of([keys for _, keys in outputs])
@@ -67,7 +68,7 @@ class RewriteSteps:
                                  fix="report this as a bug, with the checkpoint's etl/ folder")
         return outputs, rows, frozen
 
-    def _settle_first_batch(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs, run_tasks):
+    def _settle_first_batch(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs):
         """A job's first batch has no watermark: it measures "too late" against the one its own events give,
         the largest counted time over its splits minus the out-of-orderness bound (one reference for
         the whole batch, so that the verdicts do not depend on how the input was split).
@@ -101,7 +102,7 @@ class RewriteSteps:
         faults.point("first_batch_unwritten", str(intent.batch_id))
         intent = replace(intent, reference=reference)
         self.ckpt.save_intent(intent)
-        again = run_tasks(self.batch_context(intent, drop), affected)
+        again = yield Tasks(self.batch_context(intent, drop), affected)
         return intent, [out for out in outputs if out[0]["shard"] not in affected] + list(again)
 
     def _made_paths(self, reports) -> set[str]:

@@ -34,18 +34,19 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 import uuid
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from event_etl import faults
 from event_etl.errors import EventEtlError
 from event_etl.eventtypes import EventType
+from event_etl.job.phases import Phases, Tasks
 from event_etl.job.stopping import POLL_S, Escalated, StopSignals, run_watched
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.activity import observe
@@ -53,7 +54,7 @@ from event_etl.sources.splits import Split
 from event_etl.storage.atomic import write_text_atomic
 from event_etl.timeutil import iso
 
-__all__ = ["SparkLog", "Lane", "Rendezvous", "SharedEngine", "ENGINES", "run_rounds", "interrupted_line"]
+__all__ = ["SparkLog", "Lane", "SharedEngine", "ENGINES", "run_rounds", "interrupted_line"]
 
 ENGINES = ("shared", "queries")
 """How a fleet runs: one shared micro-batch loop (this module), or one streaming query per type."""
@@ -246,58 +247,15 @@ class Lane:
         self.start, self.pending, self.next_batch = end, None, batch + 1
 
 
-class Rendezvous:
-    """Where the batches of one round meet so that their splits run as one Spark job.
-
-    Each type's batch runs in a thread of its own (:meth:`Controller.run_batch`, unchanged); when
-    it needs its splits processed it :meth:`submit` s them and waits.  The engine :meth:`collect` s
-    once every type of the round has submitted or left (failed before), runs one job, and
-    :meth:`deliver` s each type's reports (or its error)."""
-
-    def __init__(self, names: set[str]) -> None:
-        self.cond = threading.Condition()
-        self.waiting = set(names)
-        self.marking = set(names)  # batches that may still write markers this round
-        self.submitted: dict[str, tuple[Any, list[Split]]] = {}
-        self.results: dict[str, Any] = {}
-
-    def submit(self, name: str, ctx: Any, splits: list[Split]) -> list[tuple[dict, bytes]]:
-        with self.cond:
-            self.submitted[name] = (ctx, splits)
-            self.waiting.discard(name)
-            self.cond.notify_all()
-            while name not in self.results:
-                self.cond.wait()
-            result = self.results.pop(name)
-        if isinstance(result, BaseException):
-            raise result
-        return result
-
-    def markers_done(self, name: str) -> None:
-        """``name``'s batch wrote its markers (or has none): wait until every batch of the round has, so that the
-        round's markers are written first and the batches' other bookkeeping after them."""
-        with self.cond:
-            self.marking.discard(name)
-            self.cond.notify_all()
-            while self.marking:
-                self.cond.wait()
-
-    def leave(self, name: str) -> None:
-        with self.cond:
-            self.waiting.discard(name)
-            self.marking.discard(name)
-            self.cond.notify_all()
-
-    def collect(self) -> dict[str, tuple[Any, list[Split]]]:
-        with self.cond:
-            while self.waiting:
-                self.cond.wait(POLL_S)
-            return dict(self.submitted)
-
-    def deliver(self, results: dict[str, Any]) -> None:
-        with self.cond:
-            self.results.update(results)
-            self.cond.notify_all()
+@contextmanager
+def _failures_kept(controller: Any, rnd: Round, name: str) -> Iterator[None]:
+    """A type's turn in the round (the controller held from its batch's begin to its commit); an error of the
+    turn itself fails the type only."""
+    try:
+        with controller.turn():
+            yield
+    except BaseException as err:  # noqa: BLE001 - this type is quarantined; the others go on
+        rnd.failed.setdefault(name, err)
 
 
 def _task_error(batch: int, name: str, parts: tuple[str, str, str | None]) -> BaseException:
@@ -385,53 +343,74 @@ class SharedEngine:
         return rnd
 
     def run(self, rnd: Round) -> Round:
-        """Run every batch of the round: one thread per type's controller, their splits in one Spark job."""
+        """Run every batch of the round, phase by phase (:mod:`event_etl.job.phases`), all in this thread:
+
+        1. **begin**: each type's batch writes its intent and asks for its tasks;
+        2. **tasks**: one Spark job runs the tasks every batch asks for, and again while some ask for more (a
+           first batch's or duplicates' rewrites: a few splits);
+        3. **mark**: each batch records its ledgers, moves its watermark and writes its markers;
+        4. **commit**: only once every batch's markers are out, each saves its state (the batch is done), then
+           its after-commit work (merges, the source told what the batch read), and its lane commits.
+
+        A type whose batch fails (at any phase) is recorded in ``rnd.failed`` and leaves the round; the others go
+        on.  Each controller is held (:meth:`~event_etl.job.controller.Controller.turn`) from begin to commit."""
         if not rnd.work:
             return rnd
         t0 = time.monotonic()
-        rv = Rendezvous(set(rnd.work))
-        threads = []
-        for name, (batch, _, _, splits) in rnd.work.items():
-            th = threading.Thread(target=self._batch, args=(rv, rnd, name, batch, splits),
-                                  name=f"event_etl-batch-{name}", daemon=True)
-            th.start()
-            threads.append(th)
-        submitted = rv.collect()
-        t1 = time.monotonic()
-        try:
-            results = self._run_splits({n: (ctx, sp) for n, (ctx, sp) in submitted.items()}, rnd)
-        except Exception as err:  # noqa: BLE001 - the job as a whole failed: every batch in it fails
-            results = {n: err for n in submitted}
-        t2 = time.monotonic()
-        rv.deliver(results)
-        for th in threads:
-            th.join()
-        rnd.timings.update(begin=t1 - t0, job=t2 - t1, end=time.monotonic() - t2)
+        first_job, job_s = None, 0.0
+        with ExitStack() as turns:
+            batches = {}
+            for name, (batch, _, _, _) in rnd.work.items():
+                controller = self.members[name].job.controller
+                turns.enter_context(_failures_kept(controller, rnd, name))
+                batches[name] = controller.batch_phases(batch)
+            asks = self._advance(rnd, batches, dict.fromkeys(batches))  # 1. begin
+            while tasks := {n: a for n, a in asks.items() if isinstance(a, Tasks)}:  # 2. tasks
+                t = time.monotonic()
+                first_job = t if first_job is None else first_job
+                outputs = self._run_tasks(tasks, rnd)
+                job_s += time.monotonic() - t
+                asks.update(self._advance(rnd, batches, outputs))  # 3. mark: then each says MARKED
+                asks = {n: a for n, a in asks.items() if n not in rnd.failed and n not in rnd.finished}
+            for name, ask in self._advance(rnd, batches, dict.fromkeys(asks)).items():  # 4. commit
+                rnd.failed[name] = AssertionError(f"[{name}] a batch asked for {ask!r} after its markers")
+        for name in sorted(rnd.finished - set(rnd.failed)):
+            self.lanes[name].committed()  # its state is saved: now its commit, then the source may let go
+        begin = (first_job or time.monotonic()) - t0
+        rnd.timings.update(begin=begin, job=job_s, end=time.monotonic() - t0 - begin - job_s)
         self.rounds += 1
         self.history.append(dict(rnd.timings))
         return rnd
 
-    def _batch(self, rv: Rendezvous, rnd: Round, name: str, batch: int, splits: list[Split]) -> None:
-        controller = self.members[name].job.controller
-        used = []
+    def _advance(self, rnd: Round, batches: dict[str, Phases], sent: dict[str, Any]) -> dict[str, Any]:
+        """Send each named batch what it waits for (None, its tasks' outputs, or their error, raised where it
+        asked) and run it to what it asks next; returns those asks.  A batch that ends is finished, one that
+        fails leaves the round."""
+        asks = {}
+        for name, value in sent.items():
+            phases = batches[name]
+            try:
+                if isinstance(value, BaseException):
+                    asks[name] = phases.throw(value)
+                else:
+                    asks[name] = phases.send(value) if value is not None else next(phases)
+            except StopIteration:
+                rnd.finished.add(name)
+            except BaseException as err:  # noqa: BLE001 - this type is quarantined; the others go on
+                rnd.failed[name] = err
+                self.members[name].job.controller.failure = err
+        return asks
 
-        def run_tasks(ctx, shards):
-            if shards is None and not used:
-                used.append(True)
-                return rv.submit(name, ctx, splits)
-            part = splits if shards is None else [s for s in splits if s.shard in shards]
-            return self._run_splits({name: (ctx, part)}, rnd)[name]  # a first batch's splits again, or duplicates
-
-        controller.after_markers = lambda: rv.markers_done(name)
+    def _run_tasks(self, tasks: dict[str, Tasks], rnd: Round) -> dict[str, Any]:
+        """One Spark job over the tasks the batches ask for: all of a batch's splits, or those of some shards."""
+        work = {}
+        for name, ask in tasks.items():
+            splits = rnd.work[name][3]
+            work[name] = (ask.ctx, splits if ask.shards is None else [s for s in splits if s.shard in ask.shards])
         try:
-            controller.run_batch_locked(batch, run_tasks)
-            self.lanes[name].committed()  # its state is saved: now its commit, then the source may let go
-            rnd.finished.add(name)
-        except BaseException as err:  # noqa: BLE001 - this type is quarantined; the others go on
-            rnd.failed[name] = err
-        finally:
-            controller.after_markers = None
-            rv.leave(name)
+            return self._run_splits(work, rnd)
+        except Exception as err:  # noqa: BLE001 - the job as a whole failed: every batch in it fails
+            return dict.fromkeys(work, err)
 
     def _run_splits(self, work: dict[str, tuple[Any, list[Split]]], rnd: Round) -> dict[str, Any]:
         """One Spark job over the splits of ``work`` (``{name: (ctx, splits)}``): each type's
