@@ -299,7 +299,7 @@ class _Checker:
             return
         self._same_kind_or_promoted(w, wns, wk, r, rns, rk, path)
 
-    def _writer_union(self, w: list, wns: str, r: Any, rns: str, path: str) -> None:
+    def _writer_union(self, w: list[Any], wns: str, r: Any, rns: str, path: str) -> None:
         if _kind(r) == "union":
             missing = []
             for b in w:
@@ -338,7 +338,7 @@ class _Checker:
             if b not in bad:
                 self.check(b, wns, r, rns, path)
 
-    def _first_match(self, w: Any, wns: str, branches: list, rns: str) -> Any:
+    def _first_match(self, w: Any, wns: str, branches: list[Any], rns: str) -> Any:
         """The first reader union branch that matches the writer's (non-union) type, or ``None``."""
         w, wns = self.w_side.deref(w, wns)
         wk = _kind(w)
@@ -351,7 +351,7 @@ class _Checker:
                 return b
         return None
 
-    def _names_match(self, w: dict, wns: str, r: dict, rns: str) -> bool:
+    def _names_match(self, w: dict[str, Any], wns: str, r: dict[str, Any], rns: str) -> bool:
         wname, rname = w.get("name", ""), r.get("name", "")
         if _short(wname) == _short(rname):
             return True
@@ -417,7 +417,7 @@ class _Checker:
                                       f"logical type changed from {old} to {new}: Avro reads the underlying "
                                       f"{_kind(w)} as it is, so its values may change meaning"))
 
-    def _record(self, w: dict, wns: str, r: dict, rns: str, path: str) -> None:
+    def _record(self, w: dict[str, Any], wns: str, r: dict[str, Any], rns: str, path: str) -> None:
         key = (id(w), id(r))
         if key in self._active:
             return  # a recursive type: this pair is being checked further up
@@ -448,7 +448,7 @@ class _Checker:
         finally:
             self._active.discard(key)
 
-    def _enum(self, w: dict, r: dict, path: str) -> None:
+    def _enum(self, w: dict[str, Any], r: dict[str, Any], path: str) -> None:
         r_symbols = list(r.get("symbols") or [])
         missing = [s for s in w.get("symbols") or [] if s not in r_symbols]
         if not missing:

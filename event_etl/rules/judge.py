@@ -69,7 +69,9 @@ def beyond_backfill(event_time: int, arrival: int, max_backfill: int | None) -> 
     """Whether an event is more than ``max_backfill`` before its arrival (``0`` or ``None``: no bound).
 
     Only a job with no watermark yet asks (see :func:`too_late_in_first_batch`)."""
-    return bool(max_backfill) and arrival - event_time > max_backfill
+    if not max_backfill:
+        return False
+    return arrival - event_time > max_backfill
 
 
 def too_late_in_first_batch(event_time: int, reference: int | None, allowed_lateness: int, *,
@@ -177,17 +179,19 @@ def judge_array(
     import numpy as np
 
     t = np.asarray(times, dtype=np.int64)
+    # a new name: np.isscalar's TypeGuard would narrow `arrival` to "any scalar" (str, bytes...) for mypy
+    arrivals: int | np.ndarray = arrival
     if not np.isscalar(arrival):
-        arrival = np.asarray(arrival, dtype=np.int64)
-        if arrival.shape != t.shape:
-            raise ValueError(f"{len(arrival)} arrivals for {len(t)} event times")
+        arrivals = np.asarray(arrival, dtype=np.int64)
+        if arrivals.shape != t.shape:
+            raise ValueError(f"{len(arrivals)} arrivals for {len(t)} event times")
     hour = t - t % HOUR_MS
     codes = np.zeros(len(t), dtype=np.int8)
     if wm_start is None:
         if too_late_reference is not None:
             codes[too_late_reference - hour - HOUR_MS > allowed_lateness] = 2
         if max_backfill:
-            codes[arrival - t > max_backfill] = 2
+            codes[arrivals - t > max_backfill] = 2
         out_hour = hour
     else:
         open_hour = wm_start - wm_start % HOUR_MS
@@ -196,5 +200,5 @@ def judge_array(
         codes[~timely] = 1
         codes[~timely & too_late] = 2
         out_hour = np.where(timely, hour, open_hour)
-    codes[t > arrival + max_future_skew] = 3
+    codes[t > arrivals + max_future_skew] = 3
     return codes, out_hour

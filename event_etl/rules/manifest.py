@@ -33,6 +33,7 @@ the hour's own ``schema_fingerprint`` is the schema of the job that marked it.  
 
 from __future__ import annotations
 
+import builtins
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -129,7 +130,7 @@ class Manifest:
         doc.update(self.extra)
         return doc
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self) -> builtins.bytes:  # builtins.: `bytes` in this class is the property above
         return (json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n").encode("utf-8")
 
     @classmethod
@@ -167,7 +168,7 @@ class Manifest:
         return m
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Manifest":
+    def from_bytes(cls, data: builtins.bytes) -> "Manifest":
         return cls.from_json(json.loads(data.decode("utf-8")))
 
 

@@ -70,11 +70,11 @@ def key_hash(kind: str, value: object) -> int:
     return xxhash.xxh3_64_intdigest(f"{kind}:{value}".encode("utf-8", "surrogatepass"))
 
 
-def id_key_hashes(values: list) -> np.ndarray:
+def id_key_hashes(values: list[object]) -> np.ndarray:
     """:func:`key_hash` ``("i", v)`` of each value (``uint64``), for many ids at once."""
     h = xxhash.xxh3_64_intdigest
     if all(type(v) is str for v in values):
-        return np.fromiter((h(("i:" + v).encode("utf-8", "surrogatepass")) for v in values), dtype=np.uint64,
+        return np.fromiter((h(f"i:{v}".encode("utf-8", "surrogatepass")) for v in values), dtype=np.uint64,
                            count=len(values))
     return np.fromiter((key_hash("i", v) for v in values), dtype=np.uint64, count=len(values))
 
@@ -95,12 +95,15 @@ def _columns(blobs: Iterable[bytes], dtype: np.dtype) -> np.ndarray:
 
     Copies only those fields: cheaper than :func:`rows_of` followed by a selection, which first takes a
     copy of every row (a batch of millions of keys spends more on that copy's fresh pages than on the copy)."""
+    names = dtype.names
+    if names is None:
+        raise TypeError(f"{dtype} is not a structured dtype: it has no fields to copy")
     views = [np.frombuffer(b, dtype=KEY_DTYPE) for b in blobs if b]
     out = np.empty(sum(len(v) for v in views), dtype=dtype)
     at = 0
     for v in views:
         part = out[at:at + len(v)]
-        for name in dtype.names:
+        for name in names:
             part[name] = v[name]
         at += len(v)
     return out
@@ -160,7 +163,8 @@ def _in_sorted(keys: np.ndarray, run: np.ndarray) -> np.ndarray:
         return np.zeros(len(keys), dtype=bool)
     at = np.searchsorted(run, keys)
     np.minimum(at, len(run) - 1, out=at)
-    return run[at] == keys
+    found: np.ndarray = run[at] == keys  # numpy's stubs type an array comparison as Any
+    return found
 
 
 def find_duplicates(rows: np.ndarray, seen: np.ndarray | Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
@@ -340,8 +344,9 @@ class DedupeState:
     # -- forgetting ----------------------------------------------------------------------------
     def evict(self, event_clock: int | None) -> list[int]:
         """Forget what is older than the window on its clock; returns the batches whose stored keys may go."""
-        limits = {ID_KEY: None if event_clock is None else event_clock - self.window_ms,
-                  MESSAGE_KEY: None if self.arrival_clock is None else self.arrival_clock - self.window_ms}
+        id_limit = None if event_clock is None else event_clock - self.window_ms
+        message_limit = None if self.arrival_clock is None else self.arrival_clock - self.window_ms
+        limits = {ID_KEY: id_limit, MESSAGE_KEY: message_limit}
         for (kind, sl) in list(self.runs):
             limit = limits.get(kind)
             if limit is not None and (sl + 1) * self.slice_ms <= limit:
@@ -354,9 +359,9 @@ class DedupeState:
         for b, meta in list(self.batches.items()):
             if self.latest is not None and b == self.latest[0]:
                 continue
-            i_done = meta.imax is None or (limits[ID_KEY] is not None and meta.imax < limits[ID_KEY])
+            i_done = meta.imax is None or (id_limit is not None and meta.imax < id_limit)
             if meta.acked:
-                m_done = meta.mmax is None or (limits[MESSAGE_KEY] is not None and meta.mmax < limits[MESSAGE_KEY])
+                m_done = meta.mmax is None or (message_limit is not None and meta.mmax < message_limit)
             else:
                 m_done = b not in self.unacked
             if i_done and m_done:

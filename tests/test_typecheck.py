@@ -1,0 +1,80 @@
+"""The type checker: what ``[tool.mypy]`` in pyproject.toml checks has no type error, and is checked strictly.
+
+``bin/test`` runs ``mypy`` before the tests when it runs everything (CI); these tests hold the same line when
+only the unit tests run (``bin/test tests``, ``tox -e unit``).  They run mypy in this process (``mypy.api``),
+with its cache: a fraction of a second once the cache is warm, a few seconds without it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+from mypy import api
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+
+
+def _strict_patterns() -> list[str]:
+    """The module patterns of the override that turns --strict's flags on."""
+    for override in _config().get("overrides", []):
+        if override.get("disallow_untyped_defs") and override.get("disallow_any_generics"):
+            return list(override["module"])
+    return []
+
+
+def _modules(path: str) -> list[str]:
+    """The dotted names of the modules of a file or package of ``files``."""
+    p = ROOT / path
+    files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
+    names = []
+    for f in files:
+        parts = list(f.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        names.append(".".join(parts))
+    return names
+
+
+def _matches(module: str, pattern: str) -> bool:
+    # mypy's rule: "a.b.*" is a.b and its submodules; otherwise the exact name
+    if pattern.endswith(".*"):
+        return module == pattern[:-2] or module.startswith(pattern[:-1])
+    return fnmatch(module, pattern)
+
+
+def test_the_configured_files_have_no_type_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # mypy reads pyproject.toml and its `files` from the working directory
+    out, err, status = api.run([])
+    assert status == 0, f"mypy (as bin/test runs it) found type errors:\n{out}{err}"
+    assert out.startswith("Success: no issues found"), out
+
+
+def test_every_configured_file_is_checked_strictly() -> None:
+    files, patterns = _config()["files"], _strict_patterns()
+    assert files, "[tool.mypy] names no files"
+    assert patterns, "no override of [tool.mypy] turns --strict's flags on (disallow_untyped_defs, ...)"
+    loose = [m for f in files for m in _modules(f) if not any(_matches(m, p) for p in patterns)]
+    assert not loose, f"checked by mypy but not strictly (add them to the strict override's modules): {loose}"
+
+
+def test_the_strict_override_rejects_an_unannotated_rule_and_only_there(tmp_path: Path) -> None:
+    """The configuration bites: an unannotated function is an error in a module of event_etl.rules, not in a
+    module the override does not name (``strict = true`` in an override would be global: see pyproject.toml)."""
+    for package in ("event_etl", "event_etl/rules"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    unannotated = "def untyped(x):\n    return x\n"
+    (tmp_path / "event_etl/rules/probe.py").write_text(unannotated)
+    (tmp_path / "event_etl/elsewhere.py").write_text(unannotated)
+    out, err, status = api.run(["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
+                                str(tmp_path / "event_etl/rules/probe.py"), str(tmp_path / "event_etl/elsewhere.py")])
+    assert status == 1, out + err
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "probe.py:1:" in errors[0] and "[no-untyped-def]" in errors[0], out
