@@ -3,7 +3,8 @@
 Every decision that depends on a source's kind is made here, from :data:`SOURCES`:
 
 - :func:`make_planner`: the planner of Spark's streaming source (:mod:`event_etl.sources.spark`);
-- :meth:`SourceKind.identity`: what a checkpoint remembers of its source;
+- :meth:`SourceKind.identity`: what a checkpoint remembers of its source (:meth:`SourceSpec.identity`, the
+  parsed ``--source``, lives here for that reason; :mod:`event_etl.sources` re-exports it);
 - :meth:`SourceKind.check`: a check before the job starts (the subscription exists);
 - ``fetcher``: what the driver runs beside the query, if anything (Pub/Sub pulls into a spool);
 - ``event_clock``: whether progress lines show the generator's event clock;
@@ -20,14 +21,28 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from event_etl.errors import UsageError
 
-if TYPE_CHECKING:
-    from event_etl.sources import SourceSpec
+__all__ = ["SourceSpec", "SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap"]
 
-__all__ = ["SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap"]
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A parsed source URL: its kind and its parameters (JSON-able).
+
+    Made by :func:`event_etl.sources.parse_source` (and imported from :mod:`event_etl.sources`); it lives here,
+    beside :data:`SOURCES`, since what a checkpoint remembers of it depends on its kind."""
+
+    kind: str
+    params: dict[str, Any]
+    url: str
+
+    def identity(self) -> str:
+        """What a checkpoint remembers of its source: same identity, same offsets meaning."""
+        kind = SOURCES.get(self.kind)
+        return kind.identity(self) if kind is not None else self.url
 
 
 def _dir_planner(spec: dict[str, Any], clock: Callable[[], int]):
@@ -146,7 +161,7 @@ SOURCES: dict[str, SourceKind] = {
                          fetcher=_pubsub_fetcher, start_warning=_pubsub_warning, shared="checkpoint",
                          requires=("google.cloud.pubsub_v1",), install_hint="pip install 'event_etl[job]'"),
 }
-"""Every kind of source, by the ``kind`` of its :class:`~event_etl.sources.SourceSpec`."""
+"""Every kind of source, by the ``kind`` of its :class:`SourceSpec`."""
 
 
 def source_kind(kind: str) -> SourceKind:
