@@ -38,7 +38,7 @@ from event_etl.rules.reasons import Reason
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage, open_storage
 from event_etl.storage.avroio import encode_container, sync_marker_for
-from event_etl.storage.deadletter import DEADLETTER_SCHEMA
+from event_etl.storage.deadletter import DEADLETTER_SCHEMA, Rejected
 from event_etl.storage.lease import Fence
 from event_etl.task.fastpath import CHUNK_BYTES, int64_array, plan_for
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
@@ -589,7 +589,7 @@ def process_split(
     keys: list[tuple[int, int, int, int, int, int]] = []
     key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
     groups: dict[tuple[int, bool], _Group] = {}
-    rejects: list[tuple[str, str, bytes, str, int, int | None]] = []  # reason, detail, payload, pos, arrival, et
+    rejects: list[Rejected] = []
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
     delay_sum = [0]
@@ -607,7 +607,7 @@ def process_split(
         """The record path: one payload."""
         ok, rec, t = decode(payload) if msg is None else decode_message(payload, msg[1], arrival)
         if not ok:
-            rejects.append((rec.value, t, payload, where + str(off), arrival, None))
+            rejects.append(Rejected(rec.value, t, payload, where + str(off), arrival, None))
             return
         outcome, hour = judge(t, arrival)
         if measuring and outcome is timely_o:  # accepted (not future, within max_backfill): as split_reference counts
@@ -620,7 +620,8 @@ def process_split(
                 if problem == -1:
                     counts["duplicate"] += 1
                 else:
-                    rejects.append((Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival, t))
+                    rejects.append(Rejected(Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival,
+                                            t))
                 return
             if dedupe:
                 fk, pos = g.last
@@ -639,9 +640,8 @@ def process_split(
                 delay_sum[0] += d
         else:
             reason = Reason.FUTURE if outcome is Outcome.FUTURE else Reason.TOO_LATE
-            rejects.append(
-                (reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t)
-            )
+            rejects.append(Rejected(reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
+                                    where + str(off), arrival, t))
         counts[outcome.value] += 1
 
     def chunk(fc, data: bytes, arrival: "int | np.ndarray", position, mids: list[str] | None = None) -> None:
@@ -711,7 +711,7 @@ def process_split(
             t = int(fc.times[i])
             a = int(arrival[i]) if per_line else arrival
             payload = data[fc.starts[i]:fc.ends[i]]
-            rejects.append((reason.value, _reject_detail(reason, t, a, ctx, et), payload, position(i), a, t))
+            rejects.append(Rejected(reason.value, _reject_detail(reason, t, a, ctx, et), payload, position(i), a, t))
 
     if plan is not None and split.kind == "files":
         for run in _chunk_runs(split):
@@ -767,11 +767,12 @@ def process_split(
         counts["duplicate"] += len(dl_skip)
     if dedupe:
         for i, r in enumerate(rejects):
-            if r[3].startswith("msg:") and i not in dl_skip:
-                keys.append((key_hash("m", f"{r[3][4:]}@{r[4]}"), r[4], shard, DEADLETTER_FILE_KEY, i, MESSAGE_KEY))
+            if r.position.startswith("msg:") and i not in dl_skip:
+                keys.append((key_hash("m", f"{r.position[4:]}@{r.arrival}"), r.arrival, shard, DEADLETTER_FILE_KEY, i,
+                             MESSAGE_KEY))
     rejects = [r for i, r in enumerate(rejects) if i not in dl_skip]
     dl = _write_deadletters(rejects, dl_rel, ctx, storage, fence)
-    reasons = Counter(r[0] for r in rejects)
+    reasons = Counter(r.reason for r in rejects)
     counts["invalid"] = sum(n for r, n in reasons.items() if r not in (Reason.FUTURE.value, Reason.TOO_LATE.value))
     report = SplitReport(shard=shard, counts={k: v for k, v in counts.items() if v}, reasons=dict(reasons), files=files,
                          deadletter=dl, max_event_time=max_t, max_counted_time=counted[0], min_hour=min_hour,
@@ -841,15 +842,10 @@ def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence
     return True
 
 
-def _write_deadletters(rejects, rel, ctx, storage, fence=None) -> dict[str, Any] | None:
+def _write_deadletters(rejects: list[Rejected], rel, ctx, storage, fence=None) -> dict[str, Any] | None:
     if not rejects:
         return None
-    et = ctx.event_type
-    recs = [
-        {"event_type": et.name, "reason": reason, "detail": detail, "arrived_at": arrival, "event_time": t,
-         "source": pos, "batch_id": ctx.batch_id, "payload": payload}
-        for reason, detail, payload, pos, arrival, t in rejects
-    ]
+    recs = [r.record(ctx.event_type.name, ctx.batch_id) for r in rejects]
     data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
     written = _store_once(storage, rel, data, None, fence)
     return {"path": rel, "records": len(recs), "bytes": len(data), "written": written,
