@@ -1,14 +1,14 @@
 """What one executor task does with one split: read, decode, judge, write.
 
-For every payload of the split: decode and check it (:mod:`event_etl.task.payload`), judge
-its event time against the batch's starting watermark (:func:`event_etl.rules.make_judge`),
-and append it to the open Avro file of its (hour, late) group, or to the dead-letter
-list.  Records are encoded as they come (one datum at a time, so a record fastavro
-cannot encode is rejected alone), so a task holds encoded bytes, not Python objects.
-A group's file is closed when it reaches ``max_events_per_file`` records and at the
-end of the split, under a deterministic name.  A file that already exists under its
-final name is not written again: it is the same file, written by an earlier attempt of
-the same batch.
+For every payload of the split: decode and check it (:mod:`event_etl.task.payload`), judge its
+event time against the batch's starting watermark (:func:`event_etl.rules.make_judge`), and append it to the open Avro
+file of its (hour, late) group (:class:`event_etl.storage.rolling.RollingFiles`), or to the
+dead-letter list (:class:`event_etl.storage.deadletter.Rejected`).  Records are encoded as they
+come (one datum at a time, so a record fastavro cannot encode is rejected alone), so a task holds
+encoded bytes, not Python objects.  A group's file is closed when it reaches
+``max_events_per_file`` records and at the end of the split, under a deterministic name.  A file
+that already exists under its final name is not written again: it is the same file, written by an
+earlier attempt of the same batch.
 
 The task returns a small JSON report (counts, files with sizes and sha256, the largest
 accepted event time...) that the driver turns into the batch's result, ledger and metrics.
@@ -17,7 +17,6 @@ accepted event time...) that the driver turns into the batch's result, ledger an
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 from bisect import bisect_left
@@ -26,27 +25,25 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
-from fastavro import schemaless_writer
-from fastavro.write import Writer
 
 from event_etl import faults
 from event_etl.errors import EventEtlError, IntegrityError, SourceError
 from event_etl.eventtypes import EventType
-from event_etl.rules.buckets import MARKER_NAME, data_file_name, deadletter_file_path, hour_dir
+from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir
 from event_etl.rules.judge import OUTCOME_CODES, Outcome, beyond_backfill, judge_array, make_judge
 from event_etl.rules.reasons import Reason
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage, open_storage
-from event_etl.storage.avroio import encode_container, sync_marker_for
+from event_etl.storage.avroio import encode_container
 from event_etl.storage.deadletter import DEADLETTER_SCHEMA, Rejected
 from event_etl.storage.lease import Fence
-from event_etl.task.fastpath import CHUNK_BYTES, int64_array, plan_for
+from event_etl.storage.rolling import RollingFiles
+from event_etl.task.fastpath import CHUNK_BYTES, int64_array, plan_for, rows_buffer
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
 
 __all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
 
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
-_BLOCK_BYTES = 64 * 1024
 DEADLETTER_FILE_KEY = 99_990_000  # "file" of dedupe rows that point into a shard's dead-letter file
 _READ_BYTES = CHUNK_BYTES  # the fast path's chunk size
 
@@ -267,171 +264,6 @@ def _message_keys(mids: list[str], arrivals: list[int]) -> np.ndarray:
                        dtype=np.uint64, count=len(mids))
 
 
-class _Block:
-    """What ``fastavro.write.Writer.write_block`` reads: encoded datums and their count."""
-
-    __slots__ = ("bytes_", "num_records")
-
-    def __init__(self, buf: io.BytesIO, n: int) -> None:
-        self.bytes_ = buf
-        self.num_records = n
-
-
-class _OpenFile:
-    """One Avro container file being filled with pre-encoded records."""
-
-    def __init__(self, name: str, schema: dict, codec: str) -> None:
-        self.name = name
-        self.out = io.BytesIO()
-        self.writer = Writer(self.out, schema, codec=codec, sync_marker=sync_marker_for(name),
-                             compression_level=1 if codec == "deflate" else None)
-        self.block = io.BytesIO()
-        self.in_block = 0
-        self.records = 0
-
-    def flush_block(self) -> None:
-        if self.in_block:
-            self.writer.write_block(_Block(self.block, self.in_block))
-            self.block = io.BytesIO()
-            self.in_block = 0
-
-    def close(self) -> bytes:
-        self.flush_block()
-        self.writer.flush()
-        return self.out.getvalue()
-
-
-class _Group:
-    """The files of one (hour, late) group of a split, filled in order.
-
-    ``pos`` counts the records offered to the current file, written or not: a record that
-    an earlier attempt found to be a duplicate (``ctx.drop``) is skipped, and files roll
-    over at the same positions as in that attempt, so they come out the same.
-    """
-
-    def __init__(self, index: int, hour: int, late: bool, ctx: BatchContext, shard: int, schema: dict) -> None:
-        self.index, self.hour, self.late, self.ctx, self.shard, self.schema = index, hour, late, ctx, shard, schema
-        self.seq = 0
-        self.pos = 0
-        self.max_t: int | None = None
-        self.done: list[tuple[str, bytes, int, int]] = []  # name, bytes, records, file key
-        self.current = self._new()
-
-    def _new(self) -> _OpenFile:
-        name = data_file_name(
-            self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late, writer=self.ctx.writer
-        )
-        self.skip = frozenset(self.ctx.drop.get(name, ()))
-        return _OpenFile(name, self.schema, self.ctx.event_type.codec)
-
-    @property
-    def file_key(self) -> int:
-        return self.index * 10000 + self.seq
-
-    def add(self, rec: dict, t: int) -> str | int | None:
-        """Encode ``rec`` into the current file.
-
-        Returns ``None`` when it was written (its position is then ``self.last``), ``-1``
-        when it is a known duplicate that was skipped, or an error message when fastavro
-        cannot encode it.
-        """
-        f = self.current
-        pos = self.pos
-        if pos in self.skip:
-            self._advance()
-            return -1
-        buf = f.block
-        at = buf.tell()
-        try:
-            schemaless_writer(buf, self.schema, rec)
-        except (ValueError, TypeError, AttributeError, OverflowError, KeyError) as err:
-            buf.seek(at)
-            buf.truncate()
-            return f"cannot encode: {err}"[:300]
-        self.last = (self.file_key, pos)
-        f.in_block += 1
-        f.records += 1
-        if self.max_t is None or t > self.max_t:
-            self.max_t = t
-        if buf.tell() >= _BLOCK_BYTES:
-            f.flush_block()
-        self._advance()
-        return None
-
-    def _advance(self) -> None:
-        self.pos += 1
-        if self.pos >= self.ctx.event_type.max_events_per_file:
-            self._roll()
-
-    def _roll(self) -> None:
-        f = self.current
-        if f.records:
-            self.done.append((f.name, f.close(), f.records, self.file_key))
-        self.seq += 1
-        self.pos = 0
-        self.current = self._new()
-
-    def add_encoded(self, rows, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Append records already Avro-encoded (a binary array, in order), as :meth:`add` would one by one.
-
-        The files, their blocks and their roll-over points come out exactly as from :meth:`add`.
-        Returns ``(written, file_keys, positions)`` per record (``written`` is False for a
-        known duplicate that was skipped).
-        """
-        from event_etl.task.fastpath import rows_buffer
-
-        offs, data = rows_buffer(rows)
-        n = len(times)
-        written = np.ones(n, dtype=bool)
-        fks = np.empty(n, dtype=np.int64)
-        poss = np.empty(n, dtype=np.int64)
-        per_file = self.ctx.event_type.max_events_per_file
-        i = 0
-        while i < n:
-            f = self.current
-            take = min(per_file - self.pos, n - i)
-            fks[i:i + take] = self.file_key
-            poss[i:i + take] = np.arange(self.pos, self.pos + take)
-            if self.skip:
-                for j in range(i, i + take):
-                    if self.pos in self.skip:
-                        written[j] = False
-                    else:
-                        self._write_run(f, offs, data, j, j + 1)
-                    self._advance()
-            else:
-                self._write_run(f, offs, data, i, i + take)
-                self.pos += take
-                if self.pos >= per_file:
-                    self._roll()
-            i += take
-        if written.any():
-            top = int(times[written].max())
-            if self.max_t is None or top > self.max_t:
-                self.max_t = top
-        return written, fks, poss
-
-    @staticmethod
-    def _write_run(f: _OpenFile, offs: np.ndarray, data: memoryview, a: int, b: int) -> None:
-        """Records ``a``..``b`` into ``f``, a block closed after the record that brings it to ``_BLOCK_BYTES``."""
-        j = a
-        while j < b:
-            target = offs[j] + (_BLOCK_BYTES - f.block.tell())
-            k = j + int(np.searchsorted(offs[j + 1:b + 1], target, side="left"))
-            stop = min(k, b - 1) + 1
-            f.block.write(data[offs[j]:offs[stop]])
-            f.in_block += stop - j
-            f.records += stop - j
-            if k < b:
-                f.flush_block()
-            j = stop
-
-    def finish(self) -> list[tuple[str, bytes, int, int]]:
-        if self.current.records:
-            self.done.append((self.current.name, self.current.close(), self.current.records, self.file_key))
-        return self.done
-
-
 def _split_chunks(split: Split) -> Iterator[tuple[bytes, int, int, str]]:
     """``(data, offset, arrival, where)`` for every chunk of a files split."""
     for uri, start, end, arrival in split.ranges():
@@ -588,7 +420,7 @@ def process_split(
     shard = split.shard
     keys: list[tuple[int, int, int, int, int, int]] = []
     key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
-    groups: dict[tuple[int, bool], _Group] = {}
+    groups: dict[tuple[int, bool], RollingFiles] = {}
     rejects: list[Rejected] = []
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
@@ -596,11 +428,13 @@ def process_split(
     counted = [None]  # the largest counted time (event time, at most its arrival) of the records written
     timely_o, late_o = Outcome.TIMELY, Outcome.LATE
 
-    def group_for(hour: int, late: bool) -> _Group:
+    def group_for(hour: int, late: bool) -> RollingFiles:
         """The group of (hour, late), opened at its first record (its index orders the file keys)."""
         g = groups.get((hour, late))
         if g is None:
-            g = groups[(hour, late)] = _Group(len(groups), hour, late, ctx, shard, decoder.schema)
+            g = groups[(hour, late)] = RollingFiles(
+                len(groups), hour, late, batch_id=ctx.batch_id, shard=shard, writer=ctx.writer, schema=decoder.schema,
+                codec=et.codec, max_records=et.max_events_per_file, drop=ctx.drop)
         return g
 
     def one(payload: bytes, arrival: int, where: str, off: Any, msg: Any) -> None:
@@ -675,7 +509,7 @@ def process_split(
                 a = int(idx[0])  # a run of consecutive records (time-ordered input) is a slice, not a copy
                 rows = fc.rows.slice(a, len(idx)) if int(idx[-1]) - a + 1 == len(idx) else fc.rows.take(
                     int64_array(idx))
-                w, fk, pos = g.add_encoded(rows, fc.times[idx])
+                w, fk, pos = g.add_encoded(*rows_buffer(rows), fc.times[idx])
                 written[idx], fks[idx], poss[idx] = w, fk, pos
         counts["duplicate"] += int(len(accepted) - written.sum())
         for code in range(4):
