@@ -50,7 +50,7 @@ CATEGORIES: list[tuple[str, _Test]] = [
      _any("pyspark/", "pyarrow", "libarrow", "arrow::", "serializers", "py4j")),
     ("validation: event_etl payload checks", _any("payload.py")),
     ("judging (rules)", _any("/rules/")),
-    ("reading input lines", _any("_file_lines", "_file_chunks", "_chunk_lines", "iter_payloads")),
+    ("reading input lines", _any("sources/read.py", "_file_lines", "_file_chunks", "_chunk_lines")),
     # before the file system: filling the files of a split in memory (storage/rolling.py, moved out of
     # executor.py) is the executor loop, not storage I/O
     ("executor loop (executor.py own code)", _any("executor.py", "storage/rolling.py")),

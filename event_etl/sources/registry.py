@@ -11,9 +11,11 @@ Every decision that depends on a source's kind is made here, from :data:`SOURCES
 - ``shared``: what a cluster's executors read from a local folder of the driver's
   (``"input"``: the input folder; ``"checkpoint"``: the spool in the checkpoint), which
   preflight checks is mounted on every node;
-- ``requires`` and ``install_hint``: the optional packages the kind needs, and how to get them.
+- ``requires`` and ``install_hint``: the optional packages the kind needs, and how to get them;
+- :func:`split_reader`: how an executor task reads a split of each kind (:data:`SPLIT_READERS`, the
+  readers of :mod:`event_etl.sources.read`).
 
-The planners are imported only when used: a kind's modules may need an extra (Pub/Sub's client).
+The planners and readers are imported only when used: a kind's modules may need an extra (Pub/Sub's client).
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from event_etl.errors import UsageError
+from event_etl.errors import SourceError, UsageError
 
-__all__ = ["SourceSpec", "SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap"]
+if TYPE_CHECKING:
+    from event_etl.sources.read import SplitReader
+
+__all__ = ["SourceSpec", "SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap", "SPLIT_READERS",
+           "split_reader"]
 
 
 @dataclass(frozen=True)
@@ -188,3 +194,44 @@ def batch_cap(spec: dict[str, Any]) -> int:
     """The most a micro-batch takes of the source: files of a folder, else events (``--max-files-per-batch``,
     ``--max-events-per-batch``)."""
     return int(spec["max_files_per_batch"] if spec["kind"] == "dir" else spec["max_events_per_batch"])
+
+
+def _files_reader() -> "SplitReader":
+    from event_etl.sources.read import FilesReader
+
+    return FilesReader()
+
+
+def _generator_reader() -> "SplitReader":
+    from event_etl.sources.read import GeneratorReader
+
+    return GeneratorReader()
+
+
+def _segments_reader() -> "SplitReader":
+    from event_etl.sources.read import SegmentsReader
+
+    return SegmentsReader()
+
+
+def _spool_reader() -> "SplitReader":
+    from event_etl.sources.read import SpoolReader
+
+    return SpoolReader()
+
+
+SPLIT_READERS: dict[str, Callable[[], "SplitReader"]] = {
+    "files": _files_reader,  # a folder's files (the dir source)
+    "gen": _generator_reader,  # the generator
+    "seg": _segments_reader,  # Pub/Sub messages spooled in segments
+    "spool": _spool_reader,  # release 0.1.0's Pub/Sub spool files
+}
+"""The reader of every kind of :class:`~event_etl.sources.splits.Split`, by its ``kind``."""
+
+
+def split_reader(kind: str) -> "SplitReader":
+    """How an executor task reads a split of ``kind`` (raises :class:`SourceError` for an unknown kind)."""
+    make = SPLIT_READERS.get(kind)
+    if make is None:
+        raise SourceError(f"unknown split kind {kind!r}")
+    return make()
