@@ -50,11 +50,13 @@ CATEGORIES: list[tuple[str, _Test]] = [
      _any("pyspark/", "pyarrow", "libarrow", "arrow::", "serializers", "py4j")),
     ("validation: event_etl payload checks", _any("payload.py")),
     ("judging (rules)", _any("/rules/")),
-    ("reading input lines", _any("_file_lines", "_file_chunks", "_chunk_lines", "iter_payloads")),
+    ("reading input lines", _any("sources/read.py", "_file_lines", "_file_chunks", "_chunk_lines")),
+    # before the file system: filling the files of a split in memory (storage/rolling.py, moved out of
+    # executor.py) is the executor loop, not storage I/O
+    ("executor loop (executor.py own code)", _any("executor.py", "storage/rolling.py")),
     ("file system (storage, fsspec, os)", _any("/storage/", "fsspec", "checkpoint.py", "posixpath", "shutil")),
     ("event_etl driver (controller, ledger, markers)", _any("controller.py", "runner.py", "manifest.py", "lease.py",
                                                            "/metrics/", "progress.py")),
-    ("executor loop (executor.py own code)", _any("executor.py")),
 ]
 
 _LINE = re.compile(r"^(.*) (\d+)$")

@@ -97,12 +97,14 @@ def test_feed_event_ids_name_their_file(tmp_path: Path):
 
 
 def test_flame_counts_c_code_as_what_it_does():
-    stack = ["<module> (x.py:1)", "_Group.add (event_etl/task/executor.py:227)", "write_record (fastavro/_write.c:1)",
-             "Py_DECREF (object.h:537)"]
+    stack = ["<module> (x.py:1)", "RollingFiles.add (event_etl/storage/rolling.py:110)",
+             "write_record (fastavro/_write.c:1)", "Py_DECREF (object.h:537)"]
     assert flame.category_of(stack) == "Avro encoding (fastavro writer)"
     assert flame.category_of(["main (pyspark/worker.py:1)", "_find_and_load (<frozen importlib._bootstrap>:1)",
                               "x (pyarrow/__init__.py:1)"]) == flame.IMPORTS
     assert flame.category_of(["decode (event_etl/task/payload.py:110)", "loads (orjson/orjson.so)"]).startswith("JSON")
+    assert flame.category_of(["process_split (event_etl/task/executor.py:500)",
+                              "RollingFiles._write_run (event_etl/storage/rolling.py:170)"]).startswith("executor loop")
 
 
 def test_memory_verdict_flags_growth():

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from event_etl.rules.judge import OUTCOME_CODES, beyond_backfill, judge_array, make_judge
+from event_etl.sources import read
 from event_etl.sources.splits import Split
 from event_etl.storage import open_storage
-from event_etl.task import executor
 from event_etl.task.executor import BatchContext, process_split, split_reference
 from event_etl.task.fastpath import _varints, _zigzag, plan_for
 from tests.harness import make_event_type, read_deadletter
@@ -152,11 +152,12 @@ def run_both_files(tmp_path, et, pieces: list[tuple[bytes, int]], wm_start, drop
 def _check_measured_reference(report, split, et):
     """A first batch's first run reports what the separate reference pass measured, and the earliest of the
     events it counts (valid, not in the future), whichever path decoded them."""
-    from event_etl.task.executor import _decoder, iter_payloads
+    from event_etl.sources.registry import split_reader
+    from event_etl.task.executor import _decoder
 
     assert report["reference"] == split_reference(split, et, fast=False) == split_reference(split, et, fast=True)
     decoder, earliest = _decoder(et), None
-    for payload, arrival, _, _, msg in iter_payloads(split, et):
+    for payload, arrival, _, _, msg in split_reader(split.kind).payloads(split, et):
         ok, _, t = decoder.decode(payload) if msg is None else decoder.decode_message(payload, msg[1], arrival)
         if ok and t <= arrival + et.max_future_skew and not beyond_backfill(t, arrival, et.max_backfill):
             earliest = t if earliest is None else min(earliest, t)
@@ -185,7 +186,7 @@ def executor_key_dtype():
 def test_fast_and_record_paths_write_the_same_bytes(
     tmp_path_factory, event_type, monkeypatch, body, wm, chunk, last_newline
 ):
-    monkeypatch.setattr(executor, "_READ_BYTES", chunk)  # small chunks: some fast, some not, in one split
+    monkeypatch.setattr(read, "READ_BYTES", chunk)  # small chunks: some fast, some not, in one split
     data = b"\n".join(body) + (b"\n" if last_newline else b"")
     assert_same(run_both(tmp_path_factory.mktemp("run"), event_type, data, wm))
 
@@ -200,7 +201,7 @@ def test_a_split_of_many_small_files_decoded_together_writes_the_record_paths_by
     # or without its last newline; all of them valid lines (decoded together), or some not (decoded file by file)
     body = st.lists(records().map(dump) if clean else lines(), min_size=1, max_size=8)
     files = data.draw(st.lists(st.tuples(body, st.integers(-HOUR, HOUR), st.booleans()), min_size=2, max_size=8))
-    monkeypatch.setattr(executor, "_READ_BYTES", chunk)
+    monkeypatch.setattr(read, "READ_BYTES", chunk)
     pieces = [(b"\n".join(body) + (b"\n" if nl else b""), ARRIVAL + shift) for body, shift, nl in files]
     assert_same(run_both_files(tmp_path_factory.mktemp("run"), event_type, pieces, wm))
 
@@ -322,7 +323,7 @@ def test_one_split_mixes_fast_and_record_chunks(tmp_path, event_type, monkeypatc
         return fc
 
     monkeypatch.setattr(FastPlan, "decode", counting)
-    monkeypatch.setattr(executor, "_READ_BYTES", 400)
+    monkeypatch.setattr(read, "READ_BYTES", 400)
     good = [dump({"id": f"i{i}", "ts": BASE + (i % 5) * HOUR + i, "n": i, "small": -i, "flag": i % 2 == 0,
                   "kind": "B", "text": "x" * (i % 9), "opt_l": i if i % 3 else None, "opt_i": None, "opt_b": True})
             for i in range(60)]
@@ -416,7 +417,7 @@ def test_segments_fast_and_record_paths_write_the_same_bytes(tmp_path_factory, e
                                                              chunk, skip, first):
     """Pub/Sub messages: each with its own publish time (its arrival), id (positions, message dedupe keys) and
     attributes; split into responses and segments, the split starting inside them."""
-    monkeypatch.setattr(executor, "_READ_BYTES", chunk)
+    monkeypatch.setattr(read, "READ_BYTES", chunk)
     messages = [(data, ARRIVAL + delta, {"a": "1"} if attr else {}) for data, delta, attr in body]
     skip = min(skip, len(messages) - 1)
     reference = BASE + 5 * HOUR if wm is None and first else None
@@ -459,13 +460,14 @@ def test_segments_of_valid_messages_take_the_fast_path(tmp_path, event_type, mon
 
 
 def test_a_type_reading_time_from_an_attribute_takes_the_record_path(tmp_path):
-    from event_etl.task.executor import _decoder, _fast_plan
+    from event_etl.sources.registry import split_reader
+    from event_etl.task.executor import _decoder
 
     et = make_event_type(tmp_path, "attr", SCHEMA, time_field="ts", id_field="id", time_attribute="event_time")
     seg = Split(0, "seg", "", 0, 1, 0, "[]")
     files = Split.of_files(0, [("x", 0, 1, ARRIVAL)])
-    assert _fast_plan(_decoder(et), seg) is None
-    assert _fast_plan(_decoder(et), files) is not None
+    assert not split_reader(seg.kind).fast_path(et)
+    assert split_reader(files.kind).fast_path(et) and plan_for(_decoder(et)) is not None
 
 
 def test_message_keys_are_the_dedupe_keys():

@@ -20,29 +20,12 @@ Source URLs:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
 
 from event_etl.errors import UsageError
+from event_etl.sources.registry import SourceSpec
 from event_etl.storage.locations import is_remote
 
 __all__ = ["SourceSpec", "parse_source"]
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """A parsed source URL: its kind and its parameters (JSON-able)."""
-
-    kind: str
-    params: dict[str, Any]
-    url: str
-
-    def identity(self) -> str:
-        """What a checkpoint remembers of its source: same identity, same offsets meaning."""
-        from event_etl.sources.registry import SOURCES
-
-        kind = SOURCES.get(self.kind)
-        return kind.identity(self) if kind is not None else self.url
 
 
 def parse_source(url: str, *, now: int, default_subscription: str | None = None) -> SourceSpec:

@@ -3,16 +3,19 @@
 Every decision that depends on a source's kind is made here, from :data:`SOURCES`:
 
 - :func:`make_planner`: the planner of Spark's streaming source (:mod:`event_etl.sources.spark`);
-- :meth:`SourceKind.identity`: what a checkpoint remembers of its source;
+- :meth:`SourceKind.identity`: what a checkpoint remembers of its source (:meth:`SourceSpec.identity`, the
+  parsed ``--source``, lives here for that reason; :mod:`event_etl.sources` re-exports it);
 - :meth:`SourceKind.check`: a check before the job starts (the subscription exists);
 - ``fetcher``: what the driver runs beside the query, if anything (Pub/Sub pulls into a spool);
 - ``event_clock``: whether progress lines show the generator's event clock;
 - ``shared``: what a cluster's executors read from a local folder of the driver's
   (``"input"``: the input folder; ``"checkpoint"``: the spool in the checkpoint), which
   preflight checks is mounted on every node;
-- ``requires`` and ``install_hint``: the optional packages the kind needs, and how to get them.
+- ``requires`` and ``install_hint``: the optional packages the kind needs, and how to get them;
+- :func:`split_reader`: how an executor task reads a split of each kind (:data:`SPLIT_READERS`, the
+  readers of :mod:`event_etl.sources.read`).
 
-The planners are imported only when used: a kind's modules may need an extra (Pub/Sub's client).
+The planners and readers are imported only when used: a kind's modules may need an extra (Pub/Sub's client).
 """
 
 from __future__ import annotations
@@ -22,12 +25,30 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from event_etl.errors import UsageError
+from event_etl.errors import SourceError, UsageError
 
 if TYPE_CHECKING:
-    from event_etl.sources import SourceSpec
+    from event_etl.sources.read import SplitReader
 
-__all__ = ["SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap"]
+__all__ = ["SourceSpec", "SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap", "SPLIT_READERS",
+           "split_reader"]
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A parsed source URL: its kind and its parameters (JSON-able).
+
+    Made by :func:`event_etl.sources.parse_source` (and imported from :mod:`event_etl.sources`); it lives here,
+    beside :data:`SOURCES`, since what a checkpoint remembers of it depends on its kind."""
+
+    kind: str
+    params: dict[str, Any]
+    url: str
+
+    def identity(self) -> str:
+        """What a checkpoint remembers of its source: same identity, same offsets meaning."""
+        kind = SOURCES.get(self.kind)
+        return kind.identity(self) if kind is not None else self.url
 
 
 def _dir_planner(spec: dict[str, Any], clock: Callable[[], int]):
@@ -146,7 +167,7 @@ SOURCES: dict[str, SourceKind] = {
                          fetcher=_pubsub_fetcher, start_warning=_pubsub_warning, shared="checkpoint",
                          requires=("google.cloud.pubsub_v1",), install_hint="pip install 'event_etl[job]'"),
 }
-"""Every kind of source, by the ``kind`` of its :class:`~event_etl.sources.SourceSpec`."""
+"""Every kind of source, by the ``kind`` of its :class:`SourceSpec`."""
 
 
 def source_kind(kind: str) -> SourceKind:
@@ -173,3 +194,44 @@ def batch_cap(spec: dict[str, Any]) -> int:
     """The most a micro-batch takes of the source: files of a folder, else events (``--max-files-per-batch``,
     ``--max-events-per-batch``)."""
     return int(spec["max_files_per_batch"] if spec["kind"] == "dir" else spec["max_events_per_batch"])
+
+
+def _files_reader() -> "SplitReader":
+    from event_etl.sources.read import FilesReader
+
+    return FilesReader()
+
+
+def _generator_reader() -> "SplitReader":
+    from event_etl.sources.read import GeneratorReader
+
+    return GeneratorReader()
+
+
+def _segments_reader() -> "SplitReader":
+    from event_etl.sources.read import SegmentsReader
+
+    return SegmentsReader()
+
+
+def _spool_reader() -> "SplitReader":
+    from event_etl.sources.read import SpoolReader
+
+    return SpoolReader()
+
+
+SPLIT_READERS: dict[str, Callable[[], "SplitReader"]] = {
+    "files": _files_reader,  # a folder's files (the dir source)
+    "gen": _generator_reader,  # the generator
+    "seg": _segments_reader,  # Pub/Sub messages spooled in segments
+    "spool": _spool_reader,  # release 0.1.0's Pub/Sub spool files
+}
+"""The reader of every kind of :class:`~event_etl.sources.splits.Split`, by its ``kind``."""
+
+
+def split_reader(kind: str) -> "SplitReader":
+    """How an executor task reads a split of ``kind`` (raises :class:`SourceError` for an unknown kind)."""
+    make = SPLIT_READERS.get(kind)
+    if make is None:
+        raise SourceError(f"unknown split kind {kind!r}")
+    return make()

@@ -11,14 +11,14 @@ from __future__ import annotations
 import io
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import fastavro
 
 from event_etl.rules.buckets import DEADLETTER_DIR, validate_event_type_name
 from event_etl.storage import Storage
 
-__all__ = ["DEADLETTER_SCHEMA", "DeadLetter", "iter_deadletters"]
+__all__ = ["DEADLETTER_SCHEMA", "DeadLetter", "Rejected", "iter_deadletters"]
 
 DEADLETTER_SCHEMA = fastavro.parse_schema(
     {
@@ -46,6 +46,31 @@ DEADLETTER_SCHEMA = fastavro.parse_schema(
         ],
     }
 )
+
+
+class Rejected(NamedTuple):
+    """A payload an executor task did not write to a bucket, on its way to the dead-letter file of its split.
+
+    A tuple in this order (a plain 6-tuple compares and pickles the same), named so no one reads ``r[3]``.
+    """
+
+    reason: str
+    """The :class:`~event_etl.rules.reasons.Reason` value."""
+    detail: str
+    payload: bytes
+    """The original bytes, unchanged."""
+    position: str
+    """Where the payload came from: ``file@offset``, ``gen:index`` or ``msg:message id``."""
+    arrival: int
+    """When it arrived (ms since the epoch; a Pub/Sub message's publish time)."""
+    event_time: int | None
+    """Its event time, when it had a valid one (``future``, ``too_late``, ``schema_mismatch``)."""
+
+    def record(self, event_type: str, batch_id: int) -> dict[str, Any]:
+        """Its :data:`DEADLETTER_SCHEMA` record."""
+        return {"event_type": event_type, "reason": self.reason, "detail": self.detail, "arrived_at": self.arrival,
+                "event_time": self.event_time, "source": self.position, "batch_id": batch_id,
+                "payload": self.payload}
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
 """What one executor task does with one split: read, decode, judge, write.
 
-For every payload of the split: decode and check it (:mod:`event_etl.task.payload`), judge
-its event time against the batch's starting watermark (:func:`event_etl.rules.make_judge`),
-and append it to the open Avro file of its (hour, late) group, or to the dead-letter
-list.  Records are encoded as they come (one datum at a time, so a record fastavro
-cannot encode is rejected alone), so a task holds encoded bytes, not Python objects.
-A group's file is closed when it reaches ``max_events_per_file`` records and at the
-end of the split, under a deterministic name.  A file that already exists under its
-final name is not written again: it is the same file, written by an earlier attempt of
-the same batch.
+For every payload of the split: decode and check it (:mod:`event_etl.task.payload`), judge its
+event time against the batch's starting watermark (:func:`event_etl.rules.make_judge`), and append it to the open Avro
+file of its (hour, late) group (:class:`event_etl.storage.rolling.RollingFiles`), or to the
+dead-letter list (:class:`event_etl.storage.deadletter.Rejected`).  Records are encoded as they
+come (one datum at a time, so a record fastavro cannot encode is rejected alone), so a task holds
+encoded bytes, not Python objects.  A group's file is closed when it reaches
+``max_events_per_file`` records and at the end of the split, under a deterministic name.  A file
+that already exists under its final name is not written again: it is the same file, written by an
+earlier attempt of the same batch.
 
 The task returns a small JSON report (counts, files with sizes and sha256, the largest
 accepted event time...) that the driver turns into the batch's result, ledger and metrics.
@@ -17,38 +17,35 @@ accepted event time...) that the driver turns into the batch's result, ledger an
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
-from fastavro import schemaless_writer
-from fastavro.write import Writer
 
 from event_etl import faults
-from event_etl.errors import EventEtlError, IntegrityError, SourceError
+from event_etl.errors import EventEtlError, IntegrityError
 from event_etl.eventtypes import EventType
-from event_etl.rules.buckets import MARKER_NAME, data_file_name, deadletter_file_path, hour_dir
+from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir
 from event_etl.rules.judge import OUTCOME_CODES, Outcome, beyond_backfill, judge_array, make_judge
 from event_etl.rules.reasons import Reason
+from event_etl.sources.registry import split_reader
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage, open_storage
-from event_etl.storage.avroio import encode_container, sync_marker_for
-from event_etl.storage.deadletter import DEADLETTER_SCHEMA
+from event_etl.storage.avroio import encode_container
+from event_etl.storage.deadletter import DEADLETTER_SCHEMA, Rejected
 from event_etl.storage.lease import Fence
-from event_etl.task.fastpath import CHUNK_BYTES, int64_array, plan_for
+from event_etl.storage.rolling import RollingFiles
+from event_etl.task.fastpath import int64_array, plan_for, rows_buffer
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
 
 __all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
 
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
-_BLOCK_BYTES = 64 * 1024
 DEADLETTER_FILE_KEY = 99_990_000  # "file" of dedupe rows that point into a shard's dead-letter file
-_READ_BYTES = CHUNK_BYTES  # the fast path's chunk size
 
 
 @dataclass(frozen=True)
@@ -100,164 +97,6 @@ def _decoder(et: EventType):
     return d
 
 
-def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:
-    """Bytes ``start``..``end`` of a file as ``(data, offset)`` chunks of whole lines (the range holds whole lines).
-
-    Every chunk but the last ends with a newline; the last one may not (a file's last line).
-    """
-    try:
-        fh = open(uri, "rb")
-    except OSError as err:
-        raise SourceError(
-            f"cannot read {uri}: {err}", fix="input files must stay until their batch is committed"
-        ) from err
-    with fh:
-        fh.seek(start)
-        offset = start
-        rest = b""
-        remaining = end - start
-        while remaining > 0:
-            chunk = fh.read(min(_READ_BYTES, remaining))
-            if not chunk:
-                raise SourceError(
-                    f"{uri} is shorter than when it was found ({end - remaining} < {end} bytes)",
-                    fix="do not truncate or rewrite input files; write new files instead",
-                )
-            remaining -= len(chunk)
-            data = rest + chunk if rest else chunk
-            cut = data.rfind(b"\n") + 1
-            if cut:
-                yield (data[:cut] if cut < len(data) else data), offset
-                offset += cut
-            rest = data[cut:] if cut < len(data) else b""
-        if rest:
-            yield rest, offset
-
-
-def _chunk_lines(data: bytes, offset: int, arrival: int, name: str) -> Iterator[tuple[bytes, int, str, int, None]]:
-    """The lines of a chunk (without their ``\\n`` or ``\\r\\n``), as :func:`iter_payloads` yields them."""
-    pos, n = 0, len(data)
-    while pos < n:
-        j = data.find(b"\n", pos)
-        if j < 0:
-            j = n
-        line = data[pos:j]
-        if line[-1:] == b"\r":
-            line = line[:-1]
-        yield line, arrival, name, offset + pos, None
-        pos = j + 1
-
-
-def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[bytes, int, str, int, None]]:
-    """Lines of bytes ``start``..``end`` of a file, read in chunks (the range holds whole lines)."""
-    name = os.path.basename(uri) + "@"
-    for data, offset in _file_chunks(uri, start, end):
-        yield from _chunk_lines(data, offset, arrival, name)
-
-
-def iter_payloads(split: Split, et: EventType) -> Iterator[tuple[bytes, int, str, int, Any]]:
-    """``(payload, arrival_ms, where, offset, message)`` for every payload of the split.
-
-    ``where + str(offset)`` names its position; ``message`` is ``(message_id, attributes)``
-    for Pub/Sub messages, else ``None``.
-    """
-    if split.kind == "files":
-        for uri, start, end, arrival in split.ranges():
-            yield from _file_lines(uri, start, end, arrival)
-    elif split.kind == "gen":
-        from event_etl.sources.generator import Generator, GeneratorParams
-
-        gen = Generator(et, GeneratorParams.from_json(json.loads(split.meta)))
-        for g in gen.range(split.start, split.end):
-            yield g.payload, g.arrival, "gen:", g.index, None
-    elif split.kind == "seg":
-        from event_etl.sources.spool import read_messages
-
-        for path, start, end, _ in split.ranges():
-            for _, mid, published, attributes, data in read_messages(path, start, end):
-                yield data, published, "msg:", mid, (mid, attributes)
-    elif split.kind == "spool":  # release 0.1.0's spool files
-        from event_etl.sources.pubsub import read_spool
-
-        for i, m in read_spool(split.uri, split.start, split.end):
-            yield m["data"], m["publish_time"], "msg:", m["message_id"], (m["message_id"], m["attributes"])
-    else:
-        raise SourceError(f"unknown split kind {split.kind!r}")
-
-
-def _fast_plan(decoder, split: Split):
-    """The columnar plan for a split, if it can take the fast path: a files split, or Pub/Sub segments of a
-    type that reads its event time from the payload (not from an attribute), whose schema the plan covers."""
-    if split.kind == "files" or (split.kind == "seg" and decoder.event_type.time_attribute is None):
-        return plan_for(decoder)
-    return None
-
-
-class _MessageChunk:
-    """Consecutive Pub/Sub messages of a split, about ``_READ_BYTES`` of payloads, for the fast path.
-
-    ``data`` is their payloads joined by newlines, or ``None`` when a payload holds a newline
-    itself (the lines would not be the messages): then only the record path can take them."""
-
-    __slots__ = ("datas", "mids", "published", "messages", "size", "data", "arrivals")
-
-    def __init__(self) -> None:
-        self.datas: list[bytes] = []
-        self.mids: list[str] = []
-        self.published: list[int] = []
-        self.messages: list[Any] = []
-        self.size = 0
-        self.data: bytes | None = None
-        self.arrivals: np.ndarray | None = None
-
-    def close(self) -> "_MessageChunk":
-        data = b"\n".join(self.datas)
-        self.data = data if data.count(b"\n") == len(self.datas) - 1 and all(self.datas) else None
-        self.arrivals = np.array(self.published, dtype=np.int64)
-        return self
-
-    def decode(self, plan):
-        """The fast path's decoding of the chunk, or ``None`` (then every message takes the record path)."""
-        if self.data is None:
-            return None
-        fc = plan.decode(self.data)
-        return fc if fc is not None and fc.n == len(self.datas) else None
-
-    def payloads(self) -> Iterator[tuple[bytes, int, str, str, Any]]:
-        """The messages as :func:`iter_payloads` yields them (for the record path)."""
-        for data, mid, published, m in zip(self.datas, self.mids, self.published, self.messages):
-            yield data, published, "msg:", mid, (mid, dict(m.attributes))
-
-
-def _message_chunks(split: Split) -> Iterator[_MessageChunk]:
-    """The messages of a segments split, in order, in chunks of about ``_READ_BYTES`` of payloads."""
-    from itertools import accumulate
-
-    from event_etl.sources.spool import message_runs
-
-    limit = _READ_BYTES
-    cur = _MessageChunk()
-    for path, start, end, _ in split.ranges():
-        for msgs in message_runs(path, start, end):
-            while msgs:
-                datas = [m.data for m in msgs]
-                room = limit - cur.size
-                sizes = list(accumulate(len(d) + 1 for d in datas))
-                take = len(msgs) if sizes[-1] < room else next(k for k, v in enumerate(sizes) if v >= room) + 1
-                part = msgs[:take] if take < len(msgs) else msgs
-                cur.datas.extend(datas[:take] if take < len(msgs) else datas)
-                cur.mids.extend([m.message_id for m in part])
-                cur.published.extend([p.seconds * 1000 + p.nanos // 1_000_000 for p in (m.publish_time for m in part)])
-                cur.messages.extend(part)
-                cur.size += sizes[take - 1]
-                if cur.size >= limit:
-                    yield cur.close()
-                    cur = _MessageChunk()
-                msgs = msgs[take:]
-    if cur.datas:
-        yield cur.close()
-
-
 def _message_keys(mids: list[str], arrivals: list[int]) -> np.ndarray:
     """:func:`event_etl.task.dedupe.key_hash` ``("m", f"{message id}@{arrival}")`` of each message (``uint64``)."""
     import xxhash
@@ -265,233 +104,6 @@ def _message_keys(mids: list[str], arrivals: list[int]) -> np.ndarray:
     h = xxhash.xxh3_64_intdigest
     return np.fromiter((h(f"m:{m}@{a}".encode("utf-8", "surrogatepass")) for m, a in zip(mids, arrivals)),
                        dtype=np.uint64, count=len(mids))
-
-
-class _Block:
-    """What ``fastavro.write.Writer.write_block`` reads: encoded datums and their count."""
-
-    __slots__ = ("bytes_", "num_records")
-
-    def __init__(self, buf: io.BytesIO, n: int) -> None:
-        self.bytes_ = buf
-        self.num_records = n
-
-
-class _OpenFile:
-    """One Avro container file being filled with pre-encoded records."""
-
-    def __init__(self, name: str, schema: dict, codec: str) -> None:
-        self.name = name
-        self.out = io.BytesIO()
-        self.writer = Writer(self.out, schema, codec=codec, sync_marker=sync_marker_for(name),
-                             compression_level=1 if codec == "deflate" else None)
-        self.block = io.BytesIO()
-        self.in_block = 0
-        self.records = 0
-
-    def flush_block(self) -> None:
-        if self.in_block:
-            self.writer.write_block(_Block(self.block, self.in_block))
-            self.block = io.BytesIO()
-            self.in_block = 0
-
-    def close(self) -> bytes:
-        self.flush_block()
-        self.writer.flush()
-        return self.out.getvalue()
-
-
-class _Group:
-    """The files of one (hour, late) group of a split, filled in order.
-
-    ``pos`` counts the records offered to the current file, written or not: a record that
-    an earlier attempt found to be a duplicate (``ctx.drop``) is skipped, and files roll
-    over at the same positions as in that attempt, so they come out the same.
-    """
-
-    def __init__(self, index: int, hour: int, late: bool, ctx: BatchContext, shard: int, schema: dict) -> None:
-        self.index, self.hour, self.late, self.ctx, self.shard, self.schema = index, hour, late, ctx, shard, schema
-        self.seq = 0
-        self.pos = 0
-        self.max_t: int | None = None
-        self.done: list[tuple[str, bytes, int, int]] = []  # name, bytes, records, file key
-        self.current = self._new()
-
-    def _new(self) -> _OpenFile:
-        name = data_file_name(
-            self.hour, self.ctx.batch_id, self.shard, self.seq, late=self.late, writer=self.ctx.writer
-        )
-        self.skip = frozenset(self.ctx.drop.get(name, ()))
-        return _OpenFile(name, self.schema, self.ctx.event_type.codec)
-
-    @property
-    def file_key(self) -> int:
-        return self.index * 10000 + self.seq
-
-    def add(self, rec: dict, t: int) -> str | int | None:
-        """Encode ``rec`` into the current file.
-
-        Returns ``None`` when it was written (its position is then ``self.last``), ``-1``
-        when it is a known duplicate that was skipped, or an error message when fastavro
-        cannot encode it.
-        """
-        f = self.current
-        pos = self.pos
-        if pos in self.skip:
-            self._advance()
-            return -1
-        buf = f.block
-        at = buf.tell()
-        try:
-            schemaless_writer(buf, self.schema, rec)
-        except (ValueError, TypeError, AttributeError, OverflowError, KeyError) as err:
-            buf.seek(at)
-            buf.truncate()
-            return f"cannot encode: {err}"[:300]
-        self.last = (self.file_key, pos)
-        f.in_block += 1
-        f.records += 1
-        if self.max_t is None or t > self.max_t:
-            self.max_t = t
-        if buf.tell() >= _BLOCK_BYTES:
-            f.flush_block()
-        self._advance()
-        return None
-
-    def _advance(self) -> None:
-        self.pos += 1
-        if self.pos >= self.ctx.event_type.max_events_per_file:
-            self._roll()
-
-    def _roll(self) -> None:
-        f = self.current
-        if f.records:
-            self.done.append((f.name, f.close(), f.records, self.file_key))
-        self.seq += 1
-        self.pos = 0
-        self.current = self._new()
-
-    def add_encoded(self, rows, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Append records already Avro-encoded (a binary array, in order), as :meth:`add` would one by one.
-
-        The files, their blocks and their roll-over points come out exactly as from :meth:`add`.
-        Returns ``(written, file_keys, positions)`` per record (``written`` is False for a
-        known duplicate that was skipped).
-        """
-        from event_etl.task.fastpath import rows_buffer
-
-        offs, data = rows_buffer(rows)
-        n = len(times)
-        written = np.ones(n, dtype=bool)
-        fks = np.empty(n, dtype=np.int64)
-        poss = np.empty(n, dtype=np.int64)
-        per_file = self.ctx.event_type.max_events_per_file
-        i = 0
-        while i < n:
-            f = self.current
-            take = min(per_file - self.pos, n - i)
-            fks[i:i + take] = self.file_key
-            poss[i:i + take] = np.arange(self.pos, self.pos + take)
-            if self.skip:
-                for j in range(i, i + take):
-                    if self.pos in self.skip:
-                        written[j] = False
-                    else:
-                        self._write_run(f, offs, data, j, j + 1)
-                    self._advance()
-            else:
-                self._write_run(f, offs, data, i, i + take)
-                self.pos += take
-                if self.pos >= per_file:
-                    self._roll()
-            i += take
-        if written.any():
-            top = int(times[written].max())
-            if self.max_t is None or top > self.max_t:
-                self.max_t = top
-        return written, fks, poss
-
-    @staticmethod
-    def _write_run(f: _OpenFile, offs: np.ndarray, data: memoryview, a: int, b: int) -> None:
-        """Records ``a``..``b`` into ``f``, a block closed after the record that brings it to ``_BLOCK_BYTES``."""
-        j = a
-        while j < b:
-            target = offs[j] + (_BLOCK_BYTES - f.block.tell())
-            k = j + int(np.searchsorted(offs[j + 1:b + 1], target, side="left"))
-            stop = min(k, b - 1) + 1
-            f.block.write(data[offs[j]:offs[stop]])
-            f.in_block += stop - j
-            f.records += stop - j
-            if k < b:
-                f.flush_block()
-            j = stop
-
-    def finish(self) -> list[tuple[str, bytes, int, int]]:
-        if self.current.records:
-            self.done.append((self.current.name, self.current.close(), self.current.records, self.file_key))
-        return self.done
-
-
-def _split_chunks(split: Split) -> Iterator[tuple[bytes, int, int, str]]:
-    """``(data, offset, arrival, where)`` for every chunk of a files split."""
-    for uri, start, end, arrival in split.ranges():
-        where = os.path.basename(uri) + "@"
-        for data, base in _file_chunks(uri, start, end):
-            yield data, base, arrival, where
-
-
-def _decoded_chunks(split: Split, plan) -> Iterator[tuple[Any, Any, int, int, str]]:
-    """``(fast chunk or None, data, offset, arrival, where)`` for every chunk of a files split."""
-    for data, base, arrival, where in _split_chunks(split):
-        yield plan.decode(data), data, base, arrival, where
-
-
-def _chunk_runs(split: Split) -> Iterator[list[tuple[bytes, int, int, str]]]:
-    """The chunks of a files split, ``(data, offset, arrival, where)``, in runs of consecutive ones that together
-    hold at most a chunk's worth of bytes (``_READ_BYTES``): a split of many small files is decoded a run at a
-    time, since each decode has a fixed cost (some thirty Arrow calls) that would dwarf a small file's lines."""
-    run: list[tuple[bytes, int, int, str]] = []
-    size = 0
-    for piece in _split_chunks(split):
-        if run and size + len(piece[0]) + 1 > _READ_BYTES:
-            yield run
-            run, size = [], 0
-        run.append(piece)
-        size += len(piece[0]) + 1
-    if run:
-        yield run
-
-
-@dataclass(frozen=True)
-class _Joined:
-    """A run of chunks joined into one buffer, each chunk's lines ending with a newline."""
-
-    data: bytes
-    starts: np.ndarray  # where each chunk begins in ``data``
-    pieces: list[tuple[bytes, int, int, str]]
-
-    @classmethod
-    def of(cls, run: list[tuple[bytes, int, int, str]]) -> "_Joined":
-        parts, starts, at = [], [], 0
-        for data, _, _, _ in run:
-            starts.append(at)
-            parts.append(data)
-            at += len(data)
-            if not data.endswith(b"\n"):  # a file's last line may lack its newline
-                parts.append(b"\n")
-                at += 1
-        return cls(b"".join(parts), np.array(starts, dtype=np.int64), run)
-
-    def arrivals(self, line_starts: np.ndarray) -> np.ndarray:
-        """The arrival of each line (its file's)."""
-        which = np.searchsorted(self.starts, line_starts, side="right") - 1
-        return np.array([a for _, _, a, _ in self.pieces], dtype=np.int64)[which]
-
-    def position(self, at: int) -> str:
-        """The position (``where + offset`` in its file) of the line starting at ``at`` in the joined buffer."""
-        k = int(np.searchsorted(self.starts, at, side="right")) - 1
-        _, base, _, where = self.pieces[k]
-        return where + str(base + at - int(self.starts[k]))
 
 
 def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | None:
@@ -508,7 +120,8 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
     skew = et.max_future_skew
     backfill = et.max_backfill or None
     best = None
-    plan = _fast_plan(decoder, split) if fast else None
+    reader = split_reader(split.kind)
+    plan = plan_for(decoder) if fast and reader.fast_path(et) else None
 
     def consider(t: int, arrival: int) -> None:
         nonlocal best
@@ -517,41 +130,27 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
             if best is None or c > best:
                 best = c
 
-    if plan is not None and split.kind == "seg":
-        for mc in _message_chunks(split):
-            fc = mc.decode(plan)
-            if fc is not None:
-                ok = fc.times <= mc.arrivals + skew
-                if backfill:
-                    ok &= mc.arrivals - fc.times <= backfill
-                if ok.any():
-                    c = int(np.minimum(fc.times[ok], mc.arrivals[ok]).max())
-                    consider(c, c)
-                continue
-            for payload, arrival, _, _, msg in mc.payloads():
-                good, _, t = decoder.decode_message(payload, msg[1], arrival)
-                if good:
-                    consider(t, arrival)
-        return best
-    if plan is not None:
-        for fc, data, base, arrival, _ in _decoded_chunks(split, plan):
-            if fc is not None:
-                keep = fc.times <= arrival + skew
-                if backfill:
-                    keep &= arrival - fc.times <= backfill
-                ok = fc.times[keep]
-                if len(ok):
-                    consider(int(ok.max()), arrival)
-                continue
-            for payload, _, _, _, _ in _chunk_lines(data, base, arrival, ""):
-                good, _, t = decoder.decode(payload)
-                if good:
-                    consider(t, arrival)
-        return best
-    for payload, arrival, _, _, msg in iter_payloads(split, et):
+    def consider_payload(payload: bytes, arrival: int, msg: Any) -> None:
         good, _, t = decoder.decode(payload) if msg is None else decoder.decode_message(payload, msg[1], arrival)
         if good:
             consider(t, arrival)
+
+    if plan is not None:
+        for piece in reader.pieces(split, plan):
+            fc, arrivals = piece.decoded, piece.arrival
+            if fc is not None:
+                ok = fc.times <= arrivals + skew
+                if backfill:
+                    ok &= arrivals - fc.times <= backfill
+                if ok.any():
+                    c = int(np.minimum(fc.times[ok], arrivals if np.isscalar(arrivals) else arrivals[ok]).max())
+                    consider(c, c)
+                continue
+            for payload, arrival, _, _, msg in piece.records:
+                consider_payload(payload, arrival, msg)
+        return best
+    for payload, arrival, _, _, msg in reader.payloads(split, et):
+        consider_payload(payload, arrival, msg)
     return best
 
 
@@ -568,7 +167,8 @@ def process_split(
     et = ctx.event_type
     decoder = _decoder(et)
     decode, decode_message = decoder.decode, decoder.decode_message
-    plan = _fast_plan(decoder, split) if fast else None
+    reader = split_reader(split.kind)
+    plan = plan_for(decoder) if fast and reader.fast_path(et) else None
     reference = ctx.reference if ctx.wm_start is None else None
     measuring = ctx.wm_start is None and reference is None  # a first batch's first run: measures its reference
     acceptable = [None, None]  # largest counted time, earliest event time of the split's acceptable events
@@ -588,26 +188,28 @@ def process_split(
     shard = split.shard
     keys: list[tuple[int, int, int, int, int, int]] = []
     key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
-    groups: dict[tuple[int, bool], _Group] = {}
-    rejects: list[tuple[str, str, bytes, str, int, int | None]] = []  # reason, detail, payload, pos, arrival, et
+    groups: dict[tuple[int, bool], RollingFiles] = {}
+    rejects: list[Rejected] = []
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
     delay_sum = [0]
     counted = [None]  # the largest counted time (event time, at most its arrival) of the records written
     timely_o, late_o = Outcome.TIMELY, Outcome.LATE
 
-    def group_for(hour: int, late: bool) -> _Group:
+    def group_for(hour: int, late: bool) -> RollingFiles:
         """The group of (hour, late), opened at its first record (its index orders the file keys)."""
         g = groups.get((hour, late))
         if g is None:
-            g = groups[(hour, late)] = _Group(len(groups), hour, late, ctx, shard, decoder.schema)
+            g = groups[(hour, late)] = RollingFiles(
+                len(groups), hour, late, batch_id=ctx.batch_id, shard=shard, writer=ctx.writer, schema=decoder.schema,
+                codec=et.codec, max_records=et.max_events_per_file, drop=ctx.drop)
         return g
 
     def one(payload: bytes, arrival: int, where: str, off: Any, msg: Any) -> None:
         """The record path: one payload."""
         ok, rec, t = decode(payload) if msg is None else decode_message(payload, msg[1], arrival)
         if not ok:
-            rejects.append((rec.value, t, payload, where + str(off), arrival, None))
+            rejects.append(Rejected(rec.value, t, payload, where + str(off), arrival, None))
             return
         outcome, hour = judge(t, arrival)
         if measuring and outcome is timely_o:  # accepted (not future, within max_backfill): as split_reference counts
@@ -620,7 +222,8 @@ def process_split(
                 if problem == -1:
                     counts["duplicate"] += 1
                 else:
-                    rejects.append((Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival, t))
+                    rejects.append(Rejected(Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival,
+                                            t))
                 return
             if dedupe:
                 fk, pos = g.last
@@ -639,9 +242,8 @@ def process_split(
                 delay_sum[0] += d
         else:
             reason = Reason.FUTURE if outcome is Outcome.FUTURE else Reason.TOO_LATE
-            rejects.append(
-                (reason.value, _reject_detail(reason, t, arrival, ctx, et), payload, where + str(off), arrival, t)
-            )
+            rejects.append(Rejected(reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
+                                    where + str(off), arrival, t))
         counts[outcome.value] += 1
 
     def chunk(fc, data: bytes, arrival: "int | np.ndarray", position, mids: list[str] | None = None) -> None:
@@ -675,7 +277,7 @@ def process_split(
                 a = int(idx[0])  # a run of consecutive records (time-ordered input) is a slice, not a copy
                 rows = fc.rows.slice(a, len(idx)) if int(idx[-1]) - a + 1 == len(idx) else fc.rows.take(
                     int64_array(idx))
-                w, fk, pos = g.add_encoded(rows, fc.times[idx])
+                w, fk, pos = g.add_encoded(*rows_buffer(rows), fc.times[idx])
                 written[idx], fks[idx], poss[idx] = w, fk, pos
         counts["duplicate"] += int(len(accepted) - written.sum())
         for code in range(4):
@@ -711,35 +313,17 @@ def process_split(
             t = int(fc.times[i])
             a = int(arrival[i]) if per_line else arrival
             payload = data[fc.starts[i]:fc.ends[i]]
-            rejects.append((reason.value, _reject_detail(reason, t, a, ctx, et), payload, position(i), a, t))
+            rejects.append(Rejected(reason.value, _reject_detail(reason, t, a, ctx, et), payload, position(i), a, t))
 
-    if plan is not None and split.kind == "files":
-        for run in _chunk_runs(split):
-            if len(run) > 1:  # several small files' chunks: decoded at once when every line of them is valid
-                joined = _Joined.of(run)
-                fc = plan.decode(joined.data)
-                if fc is not None:
-                    chunk(fc, joined.data, joined.arrivals(fc.starts),
-                          lambda i, fc=fc, joined=joined: joined.position(int(fc.starts[i])))
-                    continue
-            for data, base, arrival, where in run:  # as they come: a chunk with an invalid line takes the record path
-                fc = plan.decode(data)
-                if fc is not None:
-                    chunk(fc, data, arrival,
-                          lambda i, fc=fc, base=base, where=where: where + str(base + int(fc.starts[i])))
-                else:
-                    for item in _chunk_lines(data, base, arrival, where):
-                        one(*item)
-    elif plan is not None:  # Pub/Sub segments whose messages are JSON lines
-        for mc in _message_chunks(split):
-            fc = mc.decode(plan)
-            if fc is not None:
-                chunk(fc, mc.data, mc.arrivals, lambda i, mids=mc.mids: "msg:" + mids[i], mc.mids)
+    if plan is not None:  # pieces of JSON lines decoded at once, or (a piece the plan cannot take) one by one
+        for piece in reader.pieces(split, plan):
+            if piece.decoded is not None:
+                chunk(piece.decoded, piece.data, piece.arrival, piece.position, piece.mids)
             else:
-                for item in mc.payloads():
+                for item in piece.records:
                     one(*item)
     else:
-        for item in iter_payloads(split, et):
+        for item in reader.payloads(split, et):
             one(*item)
     files: list[dict[str, Any]] = []
     max_t = min_hour = max_hour = None
@@ -767,19 +351,19 @@ def process_split(
         counts["duplicate"] += len(dl_skip)
     if dedupe:
         for i, r in enumerate(rejects):
-            if r[3].startswith("msg:") and i not in dl_skip:
-                keys.append((key_hash("m", f"{r[3][4:]}@{r[4]}"), r[4], shard, DEADLETTER_FILE_KEY, i, MESSAGE_KEY))
+            if r.position.startswith("msg:") and i not in dl_skip:
+                keys.append((key_hash("m", f"{r.position[4:]}@{r.arrival}"), r.arrival, shard, DEADLETTER_FILE_KEY, i,
+                             MESSAGE_KEY))
     rejects = [r for i, r in enumerate(rejects) if i not in dl_skip]
     dl = _write_deadletters(rejects, dl_rel, ctx, storage, fence)
-    reasons = Counter(r[0] for r in rejects)
+    reasons = Counter(r.reason for r in rejects)
     counts["invalid"] = sum(n for r, n in reasons.items() if r not in (Reason.FUTURE.value, Reason.TOO_LATE.value))
     report = SplitReport(shard=shard, counts={k: v for k, v in counts.items() if v}, reasons=dict(reasons), files=files,
                          deadletter=dl, max_event_time=max_t, max_counted_time=counted[0], min_hour=min_hour,
                          max_hour=max_hour, delay_buckets=delays, delay_sum_ms=delay_sum[0])
-    if split.kind == "seg":  # the segments it read: acknowledged once the batch is saved
-        report.inputs = sorted({os.path.basename(r[0]) for r in split.ranges()})
-    elif split.kind == "spool":  # release 0.1.0's spool: pulled by an earlier run, so it will come again
-        report.inputs = [os.path.basename(split.uri)]
+    inputs = reader.inputs(split)  # Pub/Sub's segments or 0.1.0 spool file: acknowledged once the batch is saved
+    if inputs is not None:
+        report.inputs = inputs
     rows = np.array(keys, dtype=KEY_DTYPE)
     if key_parts:
         rows = np.concatenate([rows, *key_parts])
@@ -841,15 +425,10 @@ def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence
     return True
 
 
-def _write_deadletters(rejects, rel, ctx, storage, fence=None) -> dict[str, Any] | None:
+def _write_deadletters(rejects: list[Rejected], rel, ctx, storage, fence=None) -> dict[str, Any] | None:
     if not rejects:
         return None
-    et = ctx.event_type
-    recs = [
-        {"event_type": et.name, "reason": reason, "detail": detail, "arrived_at": arrival, "event_time": t,
-         "source": pos, "batch_id": ctx.batch_id, "payload": payload}
-        for reason, detail, payload, pos, arrival, t in rejects
-    ]
+    recs = [r.record(ctx.event_type.name, ctx.batch_id) for r in rejects]
     data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
     written = _store_once(storage, rel, data, None, fence)
     return {"path": rel, "records": len(recs), "bytes": len(data), "written": written,

@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from event_etl.sources.read import READ_BYTES
 from event_etl.task.payload import MAX_EVENT_MS, MIN_EVENT_MS, Decoder
 
 __all__ = ["FastPlan", "FastChunk", "plan_for", "CHUNK_BYTES"]
 
-CHUNK_BYTES = 2 << 20
-"""Bytes of whole lines per chunk: a task over 226-B events took ~5 % less CPU with 2 MiB than with 1 MiB
-(fewer Arrow calls per record), and no less with 4 MiB.  Output bytes do not depend on it (blocks are cut
-by size)."""
+CHUNK_BYTES = READ_BYTES
+"""Bytes of whole lines per chunk, as a split's reader hands them (:data:`event_etl.sources.read.READ_BYTES`,
+where the size is explained); a block of Arrow's JSON reader holds one whole."""
 
 _INT32 = (-(2**31), 2**31 - 1)
 _STRINGS = {"string"}

@@ -1,0 +1,356 @@
+"""Reading a split's payloads, where they lie: one :class:`SplitReader` per kind of split.
+
+An executor task (:func:`event_etl.task.executor.process_split`) asks the source registry for the
+reader of its split's kind (:func:`event_etl.sources.registry.split_reader`) and reads through it:
+
+- :meth:`SplitReader.payloads`: every payload, one at a time, as ``(payload, arrival_ms, where,
+  offset, message)`` (the record path); ``where + str(offset)`` names its position, ``message``
+  is ``(message_id, attributes)`` for Pub/Sub messages, else ``None``;
+- :meth:`SplitReader.fast_path` and :meth:`SplitReader.pieces`: for the kinds whose payloads can
+  be JSON lines decoded as columns (:mod:`event_etl.task.fastpath`), the payloads in
+  :class:`Piece` s of about :data:`READ_BYTES`, each decoded at once by the task's plan, or left
+  to the record path when the plan cannot take it;
+- :meth:`SplitReader.inputs`: what the batch acknowledges once it is saved.
+
+The kinds: ``files`` (:class:`FilesReader`, byte ranges of whole lines of newline-delimited
+files), ``gen`` (:class:`GeneratorReader`, generator indexes), ``seg`` (:class:`SegmentsReader`,
+Pub/Sub messages spooled in segments, :mod:`event_etl.sources.spool`) and ``spool``
+(:class:`SpoolReader`, release 0.1.0's spool files).  Modules a kind needs are imported when it
+is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from event_etl.errors import SourceError
+from event_etl.eventtypes import EventType
+from event_etl.sources.splits import Split
+
+__all__ = ["READ_BYTES", "Payload", "Piece", "SplitReader", "FilesReader", "GeneratorReader", "SegmentsReader",
+           "SpoolReader", "MessageChunk", "message_chunks"]
+
+READ_BYTES = 2 << 20
+"""Bytes of payloads a read takes at a time (a chunk of whole lines of a file, a run of small files' chunks, a
+run of messages), which the fast path decodes at once (:data:`event_etl.task.fastpath.CHUNK_BYTES`): a task
+over 226-B events took ~5 % less CPU with 2 MiB than with 1 MiB (fewer Arrow calls per record), and no less
+with 4 MiB.  Output bytes do not depend on it (blocks are cut by size)."""
+
+Payload = tuple[bytes, int, str, Any, Any]
+"""``(payload, arrival_ms, where, offset, message)``: see the module docstring."""
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Consecutive payloads of a split, for the fast path.
+
+    ``decoded``: the plan's decoding of ``data`` (a :class:`event_etl.task.fastpath.FastChunk`, one
+    line per payload), with ``arrival`` (one for the whole piece, or one per line), ``position(i)``
+    (the position of line ``i``: ``where + offset``) and ``mids`` (Pub/Sub: the message id of each
+    line, else ``None``).  ``decoded`` is ``None`` when the plan could not take the piece: then its
+    payloads take the record path, one by one, from ``records``.
+    """
+
+    decoded: Any
+    data: bytes | None = None
+    arrival: "int | np.ndarray" = 0
+    position: Callable[[int], str] | None = None
+    mids: list[str] | None = None
+    records: Iterator[Payload] | None = None
+
+    @classmethod
+    def undecoded(cls, records: Iterator[Payload]) -> "Piece":
+        return cls(None, records=records)
+
+
+class SplitReader:
+    """How the payloads of one kind of split are read (see the module docstring); one subclass per kind."""
+
+    kind = ""
+
+    def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
+        """Every payload of the split, in order, for the record path."""
+        raise NotImplementedError
+
+    def fast_path(self, et: EventType) -> bool:
+        """Whether the payloads of such a split can take the fast path for type ``et`` (:meth:`pieces`)."""
+        return False
+
+    def pieces(self, split: Split, plan) -> Iterator[Piece]:
+        """The payloads of the split, in order, in pieces decoded by ``plan`` (a
+        :class:`event_etl.task.fastpath.FastPlan`) where it can; only where :meth:`fast_path` holds."""
+        raise SourceError(f"a {self.kind} split has no fast path")
+
+    def inputs(self, split: Split) -> list[str] | None:
+        """The inputs to acknowledge once the batch is saved, or ``None`` (nothing to acknowledge)."""
+        return None
+
+
+class FilesReader(SplitReader):
+    """``files``: byte ranges of whole lines of newline-delimited files, each with its arrival."""
+
+    kind = "files"
+
+    def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
+        for uri, start, end, arrival in split.ranges():
+            yield from _file_lines(uri, start, end, arrival)
+
+    def fast_path(self, et: EventType) -> bool:
+        return True
+
+    def pieces(self, split: Split, plan) -> Iterator[Piece]:
+        for run in _chunk_runs(split):
+            if len(run) > 1:  # several small files' chunks: decoded at once when every line of them is valid
+                joined = _Joined.of(run)
+                fc = plan.decode(joined.data)
+                if fc is not None:
+                    yield Piece(fc, joined.data, joined.arrivals(fc.starts),
+                                lambda i, fc=fc, joined=joined: joined.position(int(fc.starts[i])))
+                    continue
+            for data, base, arrival, where in run:  # as they come: a chunk with an invalid line takes the record path
+                fc = plan.decode(data)
+                if fc is not None:
+                    yield Piece(fc, data, arrival,
+                                lambda i, fc=fc, base=base, where=where: where + str(base + int(fc.starts[i])))
+                else:
+                    yield Piece.undecoded(_chunk_lines(data, base, arrival, where))
+
+
+class GeneratorReader(SplitReader):
+    """``gen``: generator indexes ``start``..``end``, the generator's parameters in ``meta``."""
+
+    kind = "gen"
+
+    def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
+        from event_etl.sources.generator import Generator, GeneratorParams
+
+        gen = Generator(et, GeneratorParams.from_json(json.loads(split.meta)))
+        for g in gen.range(split.start, split.end):
+            yield g.payload, g.arrival, "gen:", g.index, None
+
+
+class SegmentsReader(SplitReader):
+    """``seg``: ranges of Pub/Sub messages spooled in segments (:mod:`event_etl.sources.spool`); a message arrives
+    at its publish time.  The fast path takes them for a type that reads its event time from the payload (not from
+    an attribute)."""
+
+    kind = "seg"
+
+    def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
+        from event_etl.sources.spool import read_messages
+
+        for path, start, end, _ in split.ranges():
+            for _, mid, published, attributes, data in read_messages(path, start, end):
+                yield data, published, "msg:", mid, (mid, attributes)
+
+    def fast_path(self, et: EventType) -> bool:
+        return et.time_attribute is None
+
+    def pieces(self, split: Split, plan) -> Iterator[Piece]:
+        for mc in message_chunks(split):
+            fc = mc.decode(plan)
+            if fc is not None:
+                yield Piece(fc, mc.data, mc.arrivals, lambda i, mids=mc.mids: "msg:" + mids[i], mc.mids)
+            else:
+                yield Piece.undecoded(mc.payloads())
+
+    def inputs(self, split: Split) -> list[str] | None:
+        """The segments it read: acknowledged once the batch is saved."""
+        return sorted({os.path.basename(r[0]) for r in split.ranges()})
+
+
+class SpoolReader(SplitReader):
+    """``spool``: release 0.1.0's spool files of Pub/Sub messages."""
+
+    kind = "spool"
+
+    def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
+        from event_etl.sources.pubsub import read_spool
+
+        for i, m in read_spool(split.uri, split.start, split.end):
+            yield m["data"], m["publish_time"], "msg:", m["message_id"], (m["message_id"], m["attributes"])
+
+    def inputs(self, split: Split) -> list[str] | None:
+        """Its spool file: pulled by an earlier run, so it will come again."""
+        return [os.path.basename(split.uri)]
+
+
+def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:
+    """Bytes ``start``..``end`` of a file as ``(data, offset)`` chunks of whole lines (the range holds whole lines).
+
+    Every chunk but the last ends with a newline; the last one may not (a file's last line).
+    """
+    try:
+        fh = open(uri, "rb")
+    except OSError as err:
+        raise SourceError(
+            f"cannot read {uri}: {err}", fix="input files must stay until their batch is committed"
+        ) from err
+    with fh:
+        fh.seek(start)
+        offset = start
+        rest = b""
+        remaining = end - start
+        while remaining > 0:
+            chunk = fh.read(min(READ_BYTES, remaining))
+            if not chunk:
+                raise SourceError(
+                    f"{uri} is shorter than when it was found ({end - remaining} < {end} bytes)",
+                    fix="do not truncate or rewrite input files; write new files instead",
+                )
+            remaining -= len(chunk)
+            data = rest + chunk if rest else chunk
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield (data[:cut] if cut < len(data) else data), offset
+                offset += cut
+            rest = data[cut:] if cut < len(data) else b""
+        if rest:
+            yield rest, offset
+
+
+def _chunk_lines(data: bytes, offset: int, arrival: int, name: str) -> Iterator[tuple[bytes, int, str, int, None]]:
+    """The lines of a chunk (without their ``\\n`` or ``\\r\\n``), as :meth:`SplitReader.payloads` yields them."""
+    pos, n = 0, len(data)
+    while pos < n:
+        j = data.find(b"\n", pos)
+        if j < 0:
+            j = n
+        line = data[pos:j]
+        if line[-1:] == b"\r":
+            line = line[:-1]
+        yield line, arrival, name, offset + pos, None
+        pos = j + 1
+
+
+def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[bytes, int, str, int, None]]:
+    """Lines of bytes ``start``..``end`` of a file, read in chunks (the range holds whole lines)."""
+    name = os.path.basename(uri) + "@"
+    for data, offset in _file_chunks(uri, start, end):
+        yield from _chunk_lines(data, offset, arrival, name)
+
+
+class MessageChunk:
+    """Consecutive Pub/Sub messages of a split, about ``READ_BYTES`` of payloads, for the fast path.
+
+    ``data`` is their payloads joined by newlines, or ``None`` when a payload holds a newline
+    itself (the lines would not be the messages): then only the record path can take them."""
+
+    __slots__ = ("datas", "mids", "published", "messages", "size", "data", "arrivals")
+
+    def __init__(self) -> None:
+        self.datas: list[bytes] = []
+        self.mids: list[str] = []
+        self.published: list[int] = []
+        self.messages: list[Any] = []
+        self.size = 0
+        self.data: bytes | None = None
+        self.arrivals: np.ndarray | None = None
+
+    def close(self) -> "MessageChunk":
+        data = b"\n".join(self.datas)
+        self.data = data if data.count(b"\n") == len(self.datas) - 1 and all(self.datas) else None
+        self.arrivals = np.array(self.published, dtype=np.int64)
+        return self
+
+    def decode(self, plan):
+        """The fast path's decoding of the chunk, or ``None`` (then every message takes the record path)."""
+        if self.data is None:
+            return None
+        fc = plan.decode(self.data)
+        return fc if fc is not None and fc.n == len(self.datas) else None
+
+    def payloads(self) -> Iterator[tuple[bytes, int, str, str, Any]]:
+        """The messages as :meth:`SplitReader.payloads` yields them (for the record path)."""
+        for data, mid, published, m in zip(self.datas, self.mids, self.published, self.messages):
+            yield data, published, "msg:", mid, (mid, dict(m.attributes))
+
+
+def message_chunks(split: Split) -> Iterator[MessageChunk]:
+    """The messages of a segments split, in order, in chunks of about ``READ_BYTES`` of payloads."""
+    from itertools import accumulate
+
+    from event_etl.sources.spool import message_runs
+
+    limit = READ_BYTES
+    cur = MessageChunk()
+    for path, start, end, _ in split.ranges():
+        for msgs in message_runs(path, start, end):
+            while msgs:
+                datas = [m.data for m in msgs]
+                room = limit - cur.size
+                sizes = list(accumulate(len(d) + 1 for d in datas))
+                take = len(msgs) if sizes[-1] < room else next(k for k, v in enumerate(sizes) if v >= room) + 1
+                part = msgs[:take] if take < len(msgs) else msgs
+                cur.datas.extend(datas[:take] if take < len(msgs) else datas)
+                cur.mids.extend([m.message_id for m in part])
+                cur.published.extend([p.seconds * 1000 + p.nanos // 1_000_000 for p in (m.publish_time for m in part)])
+                cur.messages.extend(part)
+                cur.size += sizes[take - 1]
+                if cur.size >= limit:
+                    yield cur.close()
+                    cur = MessageChunk()
+                msgs = msgs[take:]
+    if cur.datas:
+        yield cur.close()
+
+
+def _split_chunks(split: Split) -> Iterator[tuple[bytes, int, int, str]]:
+    """``(data, offset, arrival, where)`` for every chunk of a files split."""
+    for uri, start, end, arrival in split.ranges():
+        where = os.path.basename(uri) + "@"
+        for data, base in _file_chunks(uri, start, end):
+            yield data, base, arrival, where
+
+
+def _chunk_runs(split: Split) -> Iterator[list[tuple[bytes, int, int, str]]]:
+    """The chunks of a files split, ``(data, offset, arrival, where)``, in runs of consecutive ones that together
+    hold at most a chunk's worth of bytes (``READ_BYTES``): a split of many small files is decoded a run at a
+    time, since each decode has a fixed cost (some thirty Arrow calls) that would dwarf a small file's lines."""
+    run: list[tuple[bytes, int, int, str]] = []
+    size = 0
+    for piece in _split_chunks(split):
+        if run and size + len(piece[0]) + 1 > READ_BYTES:
+            yield run
+            run, size = [], 0
+        run.append(piece)
+        size += len(piece[0]) + 1
+    if run:
+        yield run
+
+
+@dataclass(frozen=True)
+class _Joined:
+    """A run of chunks joined into one buffer, each chunk's lines ending with a newline."""
+
+    data: bytes
+    starts: np.ndarray  # where each chunk begins in ``data``
+    pieces: list[tuple[bytes, int, int, str]]
+
+    @classmethod
+    def of(cls, run: list[tuple[bytes, int, int, str]]) -> "_Joined":
+        parts, starts, at = [], [], 0
+        for data, _, _, _ in run:
+            starts.append(at)
+            parts.append(data)
+            at += len(data)
+            if not data.endswith(b"\n"):  # a file's last line may lack its newline
+                parts.append(b"\n")
+                at += 1
+        return cls(b"".join(parts), np.array(starts, dtype=np.int64), run)
+
+    def arrivals(self, line_starts: np.ndarray) -> np.ndarray:
+        """The arrival of each line (its file's)."""
+        which = np.searchsorted(self.starts, line_starts, side="right") - 1
+        return np.array([a for _, _, a, _ in self.pieces], dtype=np.int64)[which]
+
+    def position(self, at: int) -> str:
+        """The position (``where + offset`` in its file) of the line starting at ``at`` in the joined buffer."""
+        k = int(np.searchsorted(self.starts, at, side="right")) - 1
+        _, base, _, where = self.pieces[k]
+        return where + str(base + at - int(self.starts[k]))
