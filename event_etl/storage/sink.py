@@ -125,29 +125,26 @@ class Storage:
         self.retry_seconds = Settings.from_env().storage_retry_seconds
 
     def _retry(self, what: str, fn):
-        """Run ``fn`` (an object-store call), retrying transient errors with backoff."""
+        """Run ``fn`` (an object-store call), retrying transient errors with backoff: 0.25 s, doubling up to 8 s,
+        while the next wait ends within ``retry_seconds`` of the first try."""
         if self.local:
             return fn()
         import time
 
-        deadline = time.monotonic() + self.retry_seconds
-        delay = 0.25
-        while True:
-            try:
-                return fn()
-            except Exception as err:  # noqa: BLE001 - classified below
-                if not gcs.is_transient(err):
-                    raise
-                if time.monotonic() + delay > deadline:
-                    raise StorageError(
-                        f"{what}: the storage was unreachable for {self.retry_seconds:.0f}s "
-                        f"({type(err).__name__}: {err})",
-                        fix="check the network and the bucket; the job can be restarted on the same checkpoint "
-                            "and loses nothing",
-                    ) from err
-                log.warning("%s failed (%s); retrying in %.1fs", what, err, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 8.0)
+        from event_etl.util.retry import retry_call
+
+        def unreachable(err: Exception):
+            raise StorageError(
+                f"{what}: the storage was unreachable for {self.retry_seconds:.0f}s "
+                f"({type(err).__name__}: {err})",
+                fix="check the network and the bucket; the job can be restarted on the same checkpoint "
+                    "and loses nothing",
+            ) from err
+
+        return retry_call(
+            fn, retryable=gcs.is_transient, first=0.25, cap=8.0, deadline=time.monotonic() + self.retry_seconds,
+            on_retry=lambda err, delay: log.warning("%s failed (%s); retrying in %.1fs", what, err, delay),
+            on_give_up=unreachable)
 
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
