@@ -35,7 +35,7 @@ __all__ = ["EXECUTOR_MODULES", "SharedFolder", "shared_folders", "executor_repor
 
 EXECUTOR_MODULES = ("event_etl.task.executor", "event_etl.task.payload", "event_etl.task.dedupe", "pyarrow", "pandas",
                     "numpy",
-                    "fastavro", "orjson", "xxhash", "cramjam", "fsspec")
+                    "fastavro", "orjson", "xxhash", "cramjam", "fsspec", "tenacity")
 """What an executor task imports: event_etl (from the bundle) and the dependencies it needs installed."""
 
 
@@ -113,7 +113,7 @@ def preflight(spark, event_type, options) -> list[dict]:
     """Ask the executors running now whether they can run this job; raise with the fix if not.
     Returns their reports."""
     folders = shared_folders(event_type, options, token=uuid.uuid4().hex)
-    modules = EXECUTOR_MODULES + (("gcsfs", "tenacity") if options.sink.startswith("gs://") else ())
+    modules = EXECUTOR_MODULES + (("gcsfs",) if options.sink.startswith("gs://") else ())
     written = []
     try:
         for f in folders:
