@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from event_etl.util.thirdparty import gcs_api_location, without_retry_decorator
+
 __all__ = ["prepare_env", "fs_options", "open_fs", "is_transient", "upload_if_generation"]
 
 
@@ -67,9 +69,8 @@ def _single_attempt_gcs() -> type:
     import gcsfs
     import gcsfs.core
 
-    request = gcsfs.core.GCSFileSystem._request
     # the request itself, without retry_request (a gcsfs without that decorator keeps its own behaviour)
-    once = getattr(request, "__wrapped__", request)
+    once = without_retry_decorator(gcsfs.core.GCSFileSystem._request)
 
     class SingleAttemptGCSFileSystem(gcsfs.GCSFileSystem):
         _request = once
@@ -96,7 +97,7 @@ def upload_if_generation(fs, path: str, data: bytes, generation: str) -> None:
     meta = _json.dumps({"name": key})
     body = (f"--==0==\nContent-Type: application/json; charset=UTF-8\n\n{meta}\n--==0==\n"
             "Content-Type: application/octet-stream\n\n").encode() + data + b"\n--==0==--"
-    fs.call("POST", f"{fs._location}/upload/storage/v1/b/{quote(bucket)}/o", uploadType="multipart",
+    fs.call("POST", f"{gcs_api_location(fs)}/upload/storage/v1/b/{quote(bucket)}/o", uploadType="multipart",
             headers={"Content-Type": 'multipart/related; boundary="==0=="'}, data=body, json_out=True,
             ifGenerationMatch=str(generation))
     fs.invalidate_cache(path)
