@@ -13,7 +13,8 @@ of a higher one (``tests/test_layers.py`` checks every import, at any depth of a
 nothing but the command line imports :mod:`event_etl.cli`.  Lowest first:
 
 1. **base**: :mod:`~event_etl.errors`, :mod:`~event_etl.exitcodes`, :mod:`~event_etl.timeutil`,
-   :mod:`~event_etl.settings` (every ``EVENT_ETL_*`` variable), :mod:`~event_etl.faults`.
+   :mod:`~event_etl.settings` (every ``EVENT_ETL_*`` variable), :mod:`~event_etl.faults`,
+   :mod:`event_etl.util` (backoff and retries, adapters to other libraries' private parts).
 2. **rules**: :mod:`event_etl.rules`, the pure core: buckets, watermark, judge, manifest, completeness.
 3. **storage and types**: :mod:`event_etl.storage` (the sink, Avro I/O, dead letters, the lease,
    atomic local writes, locations), :mod:`~event_etl.eventtypes`, :mod:`~event_etl.bundled`.

@@ -221,7 +221,7 @@ ALL = "all"
 """Fork a killed branch before every call (``fork_at``)."""
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-_HELPERS = (os.path.join(EVENT_ETL_DIR, "storage", "__init__.py"), os.path.join(EVENT_ETL_DIR, "storage", "atomic.py"))
+_HELPERS = (os.path.join(EVENT_ETL_DIR, "storage", "sink.py"), os.path.join(EVENT_ETL_DIR, "storage", "atomic.py"))
 _PASS_THROUGH = ("_each_file",)  # helpers that name no window: their caller does
 
 

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "event_etl"
 # Lowest first; a module belongs to the layer of the longest prefix of its name listed here.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("event_etl", "event_etl.errors", "event_etl.exitcodes", "event_etl.timeutil", "event_etl.settings",
-              "event_etl.faults")),
+              "event_etl.faults", "event_etl.util")),
     ("rules", ("event_etl.rules",)),
     ("storage", ("event_etl.storage", "event_etl.eventtypes", "event_etl.bundled")),
     ("sources/task/consumer", ("event_etl.sources", "event_etl.task", "event_etl.consumer", "event_etl.recipes",

@@ -91,17 +91,17 @@ def test_what_gcsfs_would_retry_is_retried(monkeypatch):
     import google.auth.exceptions
     from gcsfs.retry import ChecksumError, HttpError
 
-    from event_etl.storage import _is_transient
+    from event_etl.storage.gcs import is_transient
 
-    assert _is_transient(google.auth.exceptions.RefreshError("metadata server hiccup"))
-    assert _is_transient(HttpError({"code": 408, "message": "timeout"}))
-    assert _is_transient(HttpError({"code": 503, "message": "unavailable"}))
-    assert _is_transient(ChecksumError("crc32c mismatch"))
-    assert not _is_transient(HttpError({"code": 403, "message": "forbidden"}))
-    assert not _is_transient(FileNotFoundError("gone"))
-    assert not _is_transient(FileExistsError("precondition"))
+    assert is_transient(google.auth.exceptions.RefreshError("metadata server hiccup"))
+    assert is_transient(HttpError({"code": 408, "message": "timeout"}))
+    assert is_transient(HttpError({"code": 503, "message": "unavailable"}))
+    assert is_transient(ChecksumError("crc32c mismatch"))
+    assert not is_transient(HttpError({"code": 403, "message": "forbidden"}))
+    assert not is_transient(FileNotFoundError("gone"))
+    assert not is_transient(FileExistsError("precondition"))
     import aiohttp
 
-    assert not _is_transient(aiohttp.ClientResponseError(None, (), status=404))
-    assert not _is_transient(aiohttp.ClientResponseError(None, (), status=403))
-    assert _is_transient(aiohttp.ClientResponseError(None, (), status=502))
+    assert not is_transient(aiohttp.ClientResponseError(None, (), status=404))
+    assert not is_transient(aiohttp.ClientResponseError(None, (), status=403))
+    assert is_transient(aiohttp.ClientResponseError(None, (), status=502))

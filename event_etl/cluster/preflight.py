@@ -35,7 +35,7 @@ __all__ = ["EXECUTOR_MODULES", "SharedFolder", "shared_folders", "executor_repor
 
 EXECUTOR_MODULES = ("event_etl.task.executor", "event_etl.task.payload", "event_etl.task.dedupe", "pyarrow", "pandas",
                     "numpy",
-                    "fastavro", "orjson", "xxhash", "cramjam", "fsspec")
+                    "fastavro", "orjson", "xxhash", "cramjam", "fsspec", "tenacity")
 """What an executor task imports: event_etl (from the bundle) and the dependencies it needs installed."""
 
 

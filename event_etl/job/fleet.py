@@ -65,11 +65,12 @@ def backoff_seconds(failures: int, first: float | None = None) -> float:
 
     ``first`` (default: ``$EVENT_ETL_FLEET_BACKOFF`` seconds, else 5) is the first wait."""
     from event_etl.settings import Settings
+    from event_etl.util.retry import exponential_backoff
 
     if first is None:
         first = Settings.from_env().fleet_backoff
     base = first if first is not None else FIRST_BACKOFF_S
-    return min(MAX_BACKOFF_S, base * 2 ** max(0, failures - 1))
+    return exponential_backoff(max(1, failures), first=base, cap=MAX_BACKOFF_S)
 
 
 def member_checkpoint(options: RunOptions, name: str) -> str:

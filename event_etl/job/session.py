@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.job.stopping import on_exit_now
 from event_etl.settings import Settings
+from event_etl.util.thirdparty import detach_accumulator_server
 
 __all__ = ["check_java", "get_session", "stop_session", "parse_conf", "DEFAULT_MASTER"]
 
@@ -278,12 +279,11 @@ def stop_session(spark, *, timeout: float = 30.0) -> None:
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None) if gateway is not None else None
     sc = getattr(spark, "sparkContext", None)
-    accumulators = getattr(sc, "_accumulatorServer", None) if proc is not None else None
+    # PySpark's accumulator server reads the JVM's connection with a 1-s poll, and stopping it waits for
+    # that poll to time out (~1 s of every job's stop, paid by no JVM-only job); once the JVM has exited,
+    # the connection's end wakes it at once.  Stopped below, then; the end of that connection is expected.
+    accumulators = detach_accumulator_server(sc) if proc is not None else None
     if accumulators is not None:
-        # PySpark's accumulator server reads the JVM's connection with a 1-s poll, and stopping it waits for
-        # that poll to time out (~1 s of every job's stop, paid by no JVM-only job); once the JVM has exited,
-        # the connection's end wakes it at once.  Stopped below, then; the end of that connection is expected.
-        sc._accumulatorServer = None
         accumulators.handle_error = lambda *_: None
     spark.stop()
     if proc is None:  # a JVM we did not start (event-etl submit): it outlives us by design

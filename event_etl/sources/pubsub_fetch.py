@@ -67,6 +67,7 @@ from event_etl import faults
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.spool import OpenSegment, SegmentName, finish_open_segments, segment_count, write_segment
+from event_etl.util.retry import exponential_backoff
 
 __all__ = ["Fetcher", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
            "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning"]
@@ -503,7 +504,11 @@ class Fetcher:
         self._stop.set()
 
     def _outage(self, what: str, err: Exception) -> float:
-        """An unreachable service: wait a little, or give up after ``outage_timeout``.  Returns the wait."""
+        """An unreachable service: wait a little, or give up after ``outage_timeout``.  Returns the wait.
+
+        The wait grows with the outage (0.5 s in its first second, doubled each second, at most 10 s), not with one
+        stream's tries: the outage is the fetcher's (any stream's pull that succeeds ends it), and between two tries
+        a stream goes back through its loop (room in the spool, parking), so this is no one call to retry."""
         now = time.monotonic()
         if self.outage_since is None:
             self.outage_since = now
@@ -515,7 +520,7 @@ class Fetcher:
                     "loses nothing Pub/Sub still holds"))
             return 0.0
         log.warning("Pub/Sub %s failed (%s); retrying", what, type(err).__name__)
-        return min(10.0, 0.5 * 2 ** min(5, int(now - self.outage_since)))
+        return exponential_backoff(int(now - self.outage_since) + 1, first=0.5, cap=10.0)
 
     def _reachable(self) -> bool:
         """After a pull ran out: is the service there (the subscription quiet), or is this an outage?"""

@@ -18,6 +18,7 @@ import fastavro
 from fastavro.write import Writer
 
 from event_etl.storage.avroio import sync_marker_for
+from event_etl.util.thirdparty import avro_sync_marker
 
 __all__ = ["merge_containers", "MergeError"]
 
@@ -41,7 +42,7 @@ def _blocks(data: bytes, name: str):
     try:
         reader = fastavro.block_reader(io.BytesIO(data))
         header = (reader.metadata.get("avro.schema"), reader.metadata.get("avro.codec", "null"))
-        sync = reader._header["sync"]
+        sync = avro_sync_marker(reader)
         end = data.find(sync)  # the header is magic, metadata, then the file's sync marker
         if end < 0:
             raise ValueError("no sync marker after the header")
