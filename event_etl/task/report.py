@@ -84,8 +84,8 @@ class SplitReport:
 class BatchResult:
     """What a micro-batch did, summed over its splits (see :func:`summarize`)."""
 
-    counts: Counter = field(default_factory=Counter)
-    reasons: Counter = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
     files: dict[int, list[FileEntry]] = field(default_factory=dict)
     files_written: int = 0
     bytes_written: int = 0
