@@ -1,4 +1,4 @@
-"""event_etl: hourly event-time buckets from a message bus, on Spark Structured Streaming.
+"""event_etl: hourly event-time buckets from a message bus, on Apache Spark (micro-batches planned in the driver).
 
 One streaming job per event type reads payloads (Pub/Sub, a folder of files, or the
 built-in generator), writes each micro-batch as deterministically named Avro files into
