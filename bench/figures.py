@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 __all__ = ["median", "percentile", "weighted_percentile", "mib", "rate", "ratio"]
 

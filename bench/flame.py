@@ -16,8 +16,8 @@ import re
 import shutil
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 __all__ = ["CATEGORIES", "WAITING", "IMPORTS", "py_spy", "read_raw", "categorize"]
 

@@ -94,8 +94,8 @@ def make_types(types_dir: Path, names: list[str], sources: dict[str, Path]) -> N
         d = types_dir / name
         d.mkdir(parents=True)
         shutil.copyfile(TEMPLATE / "schema.avsc", d / "schema.avsc")
-        text, n = re.subn(r"(?m)^source\s*=.*$", lambda _m: f"source = {json.dumps('dir:' + str(sources[name]))}",
-                          settings)
+        line = f"source = {json.dumps('dir:' + str(sources[name]))}"
+        text, n = re.subn(r"(?m)^source\s*=.*$", lambda _m, line=line: line, settings)
         if n != 1:  # no `source` line to replace: add one (a top-level key, before the first table)
             text = f"source = {json.dumps('dir:' + str(sources[name]))}\n" + settings
         text = re.sub(r"(?m)^description\s*=.*$", lambda _m: 'description = "bench/fleet.py: copy of page_view"',
@@ -173,7 +173,7 @@ class TreeSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "TreeSampler":
+    def start(self) -> TreeSampler:
         self._thread.start()
         return self
 
@@ -528,7 +528,7 @@ def report(results: list[dict], args, machine: dict, command: str, load: float) 
         f"{'one shared micro-batch loop' if args.engine == 'shared' else 'one streaming query per type'}), "
         f"trigger interval {args.trigger_interval}. Each type reads its own "
         f"folder: one JSON-lines file every {args.file_interval:g} s holding "
-        f"{'a Zipf share (exponent %g) of' % args.zipf if args.zipf else '1/N of'} `--total-rate` events, types "
+        f"{f'a Zipf share (exponent {args.zipf:g}) of' if args.zipf else '1/N of'} `--total-rate` events, types "
         f"staggered over the interval, {args.seconds:.0f} s of feed, event time {args.speedup:g}× the clock "
         f"(every type closes an hour every {3600 / args.speedup:.3g} s, all at about the same moment, at a "
         f"phase of the trigger's cycle that moves from hour to hour); "
@@ -556,7 +556,8 @@ def _types_arg(text: str) -> list[int]:
     try:
         vals = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: write numbers of types separated by commas, e.g. 1,2,4,8")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write numbers of types separated by commas, e.g. 1,2,4,8") from None
     if not vals or vals[0] < 1 or vals[-1] > 999:
         raise argparse.ArgumentTypeError(f"{text!r}: numbers of types from 1 to 999")
     return vals
@@ -632,7 +633,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         trigger_s = parse_duration(args.trigger_interval) / 1000
     except ValueError as err:
-        raise SystemExit(f"--trigger-interval: {err}")
+        raise SystemExit(f"--trigger-interval: {err}") from None
     out_of_orderness = load_event_type(TEMPLATE).out_of_orderness
     if args.speedup is None:
         args.speedup = default_speedup(trigger_s, args.file_interval)
@@ -662,10 +663,10 @@ def main(argv: list[str] | None = None) -> None:
         ok = True
     except BenchError as err:
         print(f"error: {err.code}", file=sys.stderr)
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     except KeyboardInterrupt:
         print("interrupted; the job was stopped", file=sys.stderr)
-        raise SystemExit(130)
+        raise SystemExit(130) from None
     finally:
         if ok and not args.keep:
             if created:

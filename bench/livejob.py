@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Pattern
+from re import Pattern
 
 __all__ = ["LiveJob", "event_etl_command", "BATCH_LINE", "start_child", "stop_child", "kill_tree", "run_main"]
 

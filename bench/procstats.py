@@ -23,7 +23,7 @@ import resource
 import subprocess
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import psutil
 

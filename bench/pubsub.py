@@ -138,7 +138,7 @@ class Emulator:
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 90.0) -> "Emulator":
+    def start(self, timeout: float = 90.0) -> Emulator:
         if not (os.path.exists(EMULATOR) or shutil.which(EMULATOR)):
             raise BenchError(f"the Pub/Sub emulator is missing ({EMULATOR}); install it with 'gcloud components "
                              "install pubsub-emulator', or point PUBSUB_EMULATOR_BIN at its cloud-pubsub-emulator")
@@ -420,9 +420,8 @@ def job_command(subscription: str, sink: Path, ckpt: Path, args, *extra: str) ->
 
 
 def pubsub_stats(output: str) -> dict | None:
-    m = None
-    for m in STATS_LINE.finditer(output):
-        pass
+    found = list(STATS_LINE.finditer(output))
+    m = found[-1] if found else None  # the last one
     if m is None:
         return None
     n = [int(x.replace(",", "")) for x in m.groups()[:3]] + [int(x.replace(",", "")) for x in m.groups()[4:]]

@@ -9,8 +9,8 @@ person wrote outside the markers stays.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 __all__ = ["RESULTS", "update_section", "markdown_table", "machine_lines"]
 

@@ -39,7 +39,7 @@ class SinkWatcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "SinkWatcher":
+    def start(self) -> SinkWatcher:
         self._thread.start()
         return self
 

@@ -53,9 +53,10 @@ import os
 import re
 import sys
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from event_etl import settings
 from event_etl.errors import ConfigError

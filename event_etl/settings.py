@@ -14,8 +14,8 @@ production), and those of ``bin/*`` only (``EVENT_ETL_PYTHON``, ``EVENT_ETL_VENV
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 __all__ = ["Settings", "ENV_SINK", "ENV_EVENT_TYPES", "ENV_DEBUG", "ENV_STORAGE_RETRY", "ENV_LEASE_TTL",
            "ENV_FLEET_BACKOFF", "ENV_PROMETHEUS_URL", "ENV_METRICS_OLD_NAMES", "ENV_METRICS_JOB",
@@ -73,7 +73,7 @@ class Settings:
     """The ``EVENT_ETL_PUBSUB_*`` variables as given (``FetchSettings.from_env`` parses them)."""
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         fleet_backoff = env.get(ENV_FLEET_BACKOFF)
         return cls(

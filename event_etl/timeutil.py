@@ -13,7 +13,7 @@ Durations in settings and on the command line are strings such as ``"90s"``, ``"
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 __all__ = [
     "HOUR_MS",
@@ -38,7 +38,7 @@ MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _UNITS = {"ms": 1, "s": SECOND_MS, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS}
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
@@ -129,7 +129,7 @@ def parse_hour(text: str) -> int:
         )
     y, mo, d, h = (int(g) for g in m.groups()[:4])
     try:
-        dt = datetime(y, mo, d, h, tzinfo=timezone.utc)
+        dt = datetime(y, mo, d, h, tzinfo=UTC)
     except ValueError as err:
         raise ValueError(f"{text!r} is not a valid hour: {err}") from err
     return to_millis(dt)
@@ -197,4 +197,4 @@ def hour_end(hour_start: int) -> int:
 
 def now_millis() -> int:
     """The wall clock, read only at the edges of the program (drivers, CLI), never inside rules."""
-    return to_millis(datetime.now(timezone.utc))
+    return to_millis(datetime.now(UTC))

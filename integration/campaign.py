@@ -581,7 +581,7 @@ class Campaign:
         lost = sorted(set(valid) - set(placed))
         duplicated = sorted(i for i, n in placed.items() if n > 1)
         where = {}
-        for h, entry in content.items():
+        for entry in content.values():
             for name, data in entry["data"].items():
                 if duplicated:
                     import fastavro

@@ -69,7 +69,7 @@ class _Server:
     def ready_url(self) -> str:
         raise NotImplementedError
 
-    def start(self, timeout: float = 60) -> "_Server":
+    def start(self, timeout: float = 60) -> _Server:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         _wait_http(self.ready_url(), timeout, self.proc, self.log)
@@ -175,7 +175,7 @@ class PrometheusServer(_Server):
     def ready_url(self) -> str:
         return f"{self.url}/-/ready"
 
-    def start(self, timeout: float = 60) -> "PrometheusServer":
+    def start(self, timeout: float = 60) -> PrometheusServer:
         super().start(timeout)
         # /-/ready answers 503 while the TSDB opens; _wait_http takes any answer for "up".
         self.api_get("/-/ready", timeout=timeout, raw=True)

@@ -31,7 +31,7 @@ from tests.harness import hour
 from tests.test_consumer_scenario import build_hours, complete_hour_15
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 @pytest.fixture

@@ -257,7 +257,7 @@ def test_waves_published_while_the_job_is_killed_end_exactly_once_each_in_its_ow
             for wave in waves[2 * kill:2 * kill + 2]:
                 s.publish(wave)
             seen = pulls()
-            _wait(lambda: pulls() > seen, 120, "a pull after the waves")
+            _wait(lambda seen=seen: pulls() > seen, 120, "a pull after the waves")
         finally:
             os.killpg(proc.pid, signal.SIGKILL)  # inside the pause: that pull's messages are leased to a dead job
             proc.wait()

@@ -43,7 +43,7 @@ def _env() -> dict[str, str]:
             "PYTHONUNBUFFERED": "1"}
 
 
-_STARTED: list["Job"] = []
+_STARTED: list[Job] = []
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,7 @@ import sys
 import tarfile
 import time
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -56,7 +56,7 @@ def millis(dt: datetime) -> int:
 
 def hour_key(dt: datetime) -> str:
     """The hour holding ``dt`` as expected.json names it: ``2026-11-20T13:00:00Z``."""
-    return dt.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.astimezone(UTC).replace(minute=0, second=0, microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_hour(key: str) -> datetime:

@@ -66,9 +66,11 @@ import textwrap
 import time
 import traceback
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import event_etl
 from event_etl import faults
@@ -622,9 +624,9 @@ class _Watch:
 
 
 def _hour_text(h: int) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(h / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H")
+    return datetime.fromtimestamp(h / 1000, tz=UTC).strftime("%Y-%m-%dT%H")
 
 
 def _temporaries(*roots: Path) -> list[str]:
@@ -903,7 +905,7 @@ class Sweep:
         self.tap.uninstall()
         self.work.close()
 
-    def __enter__(self) -> "Sweep":
+    def __enter__(self) -> Sweep:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -920,7 +922,7 @@ def equivalent_kill(calls: list[Call], k: int) -> int:
     return k
 
 
-def every_window(sw: "Sweep", *, replay_only: bool = False, fsync_equivalent: bool = False,
+def every_window(sw: Sweep, *, replay_only: bool = False, fsync_equivalent: bool = False,
                  on_report: Callable[[list[Run]], None] | None = None) -> list[Run]:
     """The quick sweep: every window killed once (at its last call: the shortest branch), a kill before Spark's
     commit after every batch, and in their restarts and replays every window killed again once (the first time

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from event_etl.eventtypes import EventType, load_event_type
 from event_etl.job.checkpoint import Checkpoint

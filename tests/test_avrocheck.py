@@ -67,7 +67,7 @@ def test_values_fastavro_decodes_logical_types_to():
         {"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}},
         {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
         {"name": "d", "type": {"type": "int", "logicalType": "date"}}]}))
-    assert check({"t": datetime.datetime(2026, 11, 21, tzinfo=datetime.timezone.utc), "u": uuid.uuid4(),
+    assert check({"t": datetime.datetime(2026, 11, 21, tzinfo=datetime.UTC), "u": uuid.uuid4(),
                   "d": datetime.date(2026, 11, 21)}) is None
     assert check({"t": 5, "u": "x", "d": 3}) is None
 

@@ -85,7 +85,7 @@ def test_wait_takes_bare_seconds(sc):
 
 # -- one exit-code table, one error line and one fix line ---------------------------------------------------
 def test_every_command_shows_the_one_exit_code_table():
-    for path, cmd in _all_commands():
+    for path, _cmd in _all_commands():
         res = invoke(*path, "--help")
         assert res.exit_code == 0
         table = res.output.split("Exit codes (the same for every command):")[1]

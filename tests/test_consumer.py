@@ -40,7 +40,7 @@ from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from tests.harness import hour
 from tests.test_consumer_scenario import build_hours, complete_hour_15
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import ast
 import inspect
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 
 from event_etl.consumer import poke_hour
@@ -73,7 +74,7 @@ def _render_strftime(template: str, when) -> str:
 
 
 def test_the_gcs_sensor_example_watches_the_marker_event_etl_writes(tmp_path):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from event_etl.consumer.airflow import marker_object
 
@@ -82,7 +83,7 @@ def test_the_gcs_sensor_example_watches_the_marker_event_etl_writes(tmp_path):
     marker_template = ast.literal_eval(values["MARKER"]) if isinstance(values["MARKER"], ast.Constant) else None
     if marker_template is None:  # PREFIX + "/" + EVENT_TYPE + "..." : evaluate the string expression
         marker_template = eval(compile(ast.Expression(values["MARKER"]), "MARKER", "eval"), {}, dict(consts))  # noqa: S307
-    when = datetime(2026, 11, 21, 13, tzinfo=timezone.utc)
+    when = datetime(2026, 11, 21, 13, tzinfo=UTC)
     object_name = _render_strftime(marker_template, when)
     sink = f"gs://{consts['BUCKET']}/{consts['PREFIX']}"
     assert marker_object(sink, consts["EVENT_TYPE"], when) == (consts["BUCKET"], object_name)

@@ -32,7 +32,7 @@ from event_etl.errors import UsageError
 from event_etl.rules.manifest import FileEntry, build_manifest
 from tests.harness import hour, t
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 # -- hours ---------------------------------------------------------------------------------

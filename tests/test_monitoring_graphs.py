@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
@@ -26,7 +26,7 @@ from event_etl.metrics.graphs import (
 )
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 21, 15, 0, tzinfo=UTC)
 
 

@@ -170,7 +170,7 @@ def test_the_last_messages_before_a_pause_are_spooled_while_the_next_pull_waits(
 
 def test_committed_acknowledgements_and_deadline_extensions_go_in_bulk(tmp_path):
     svc = RealServiceLike()
-    for i in range(6000):
+    for _i in range(6000):
         svc.publish(b"x", t("13:00"))
     f = fetcher(tmp_path, svc, streams=1, segment_messages=6000, segment_age=5.0, ack="committed").start()
     try:
@@ -185,7 +185,7 @@ def test_committed_acknowledgements_and_deadline_extensions_go_in_bulk(tmp_path)
 
 def test_flow_control_bounds_what_is_held(tmp_path):
     svc = RealServiceLike()
-    for i in range(10_000):
+    for _i in range(10_000):
         svc.publish(b"x" * 100, t("13:00"))
     f = fetcher(tmp_path, svc, max_held_messages=2_000, segment_messages=500).start()
     try:
@@ -228,7 +228,7 @@ def test_a_pull_that_runs_out_while_the_service_is_unreachable_is_an_outage(tmp_
 
 def test_once_stops_when_the_subscription_stayed_empty(tmp_path):
     svc = RealServiceLike()
-    for i in range(700):
+    for _i in range(700):
         svc.publish(b"x", t("13:00"))
     f = fetcher(tmp_path, svc, once=True).start()
     try:
@@ -243,7 +243,7 @@ def test_once_stops_when_the_subscription_stayed_empty(tmp_path):
 
 def test_the_planner_offers_what_was_spooled_and_a_replay_gets_the_same_splits(tmp_path):
     svc = RealServiceLike()
-    for i in range(1500):
+    for _i in range(1500):
         svc.publish(b"x", t("13:00"))
     f = fetcher(tmp_path, svc, once=True).start()
     try:
@@ -435,7 +435,7 @@ def test_spooled_each_pull_is_durable_and_acknowledged_before_the_next_pull(tmp_
 
 def test_spooled_flow_control_counts_what_no_batch_has_saved(tmp_path):
     svc = RealServiceLike()
-    for i in range(10_000):
+    for _i in range(10_000):
         svc.publish(b"x" * 100, t("13:00"))
     f = fetcher(tmp_path, svc, max_held_messages=2_000).start()
     try:
@@ -459,7 +459,7 @@ def test_spooled_a_failed_acknowledgement_tells_the_batch_and_the_next_run(tmp_p
     from event_etl.sources.pubsub_fetch import RunRecord
 
     svc = RealServiceLike()
-    for i in range(50):
+    for _i in range(50):
         svc.publish(b"x", t("13:00"))
     real_ack = svc.acknowledge
     failing = {"on": True}
@@ -564,7 +564,7 @@ def test_the_settling_counts_from_when_the_job_took_its_checkpoint_not_from_when
 
 def test_committed_mode_keeps_the_old_behaviour(tmp_path):
     svc = RealServiceLike()
-    for i in range(300):
+    for _i in range(300):
         svc.publish(b"x", t("13:00"))
     f = fetcher(tmp_path, svc, ack="committed", ack_deadline=4).start()
     try:
@@ -624,7 +624,7 @@ def test_an_open_segment_a_killed_run_left_is_finished_not_thrown_away(tmp_path)
 
 def test_a_killed_fetchers_open_segment_is_offered_by_the_next_run(tmp_path):
     svc = RealServiceLike()
-    for i in range(300):
+    for _i in range(300):
         svc.publish(b"x", t("13:00"))
     killed = fetcher(tmp_path, svc, streams=1, segment_age=60.0, segment_messages=10_000).start()
     wait_until(lambda: len(svc.acked) == 300, what="acknowledged once spooled")

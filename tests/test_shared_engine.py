@@ -22,7 +22,7 @@ def _planner(tmp_path, src):
 def _files(src, *names):
     src.mkdir(exist_ok=True)
     for n in names:
-        (src / n).write_text('{"id": "%s"}\n' % n)
+        (src / n).write_text(f'{{"id": "{n}"}}\n')
 
 
 def test_offsets_and_commits_are_written_in_sparks_own_format(tmp_path):

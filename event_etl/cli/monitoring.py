@@ -6,7 +6,7 @@ module for what is drawn and how.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import click
 
@@ -47,7 +47,7 @@ def graphs_cmd(event_type, prometheus_url, history_file, last, since, until, ste
     from event_etl.metrics.graphs import make_graphs, parse_range
 
     rng = parse_range(since=since, until=until, last=None if last is None else last.text, step=step.text,
-                      window=window.text, now=datetime.now(timezone.utc))
+                      window=window.text, now=datetime.now(UTC))
     charts, paths = make_graphs(event_type, rng=rng, out_dir=out_dir, prometheus=prometheus_url, history=history_file)
     click.echo(f"{event_type}: {rng.describe()}")
     by_key = {f"{event_type}-{c.key}.png": c for c in charts}

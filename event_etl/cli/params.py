@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -32,7 +33,7 @@ class Duration(float):
     passes through a command line unchanged; :attr:`text` is one :func:`~event_etl.timeutil.parse_duration`
     reads (``"2000ms"``).  Equal to a number of seconds, and to a text of the same duration."""
 
-    def __new__(cls, seconds: float, given: str | None = None) -> "Duration":
+    def __new__(cls, seconds: float, given: str | None = None) -> Duration:
         obj = super().__new__(cls, seconds)
         obj.given = given
         return obj
@@ -144,9 +145,9 @@ def extra_of(module: str) -> str | None:
     best = None
     for extra, (_, modules) in EXTRAS.items():
         for m in modules:
-            if module == m or module.startswith(m + ".") or m.startswith(module + "."):
-                if best is None or len(m) > len(best[1]):
-                    best = (extra, m)
+            if (module == m or module.startswith(m + ".") or m.startswith(module + ".")) and (
+                    best is None or len(m) > len(best[1])):
+                best = (extra, m)
     return None if best is None else best[0]
 
 

@@ -146,7 +146,7 @@ class LocalCluster:
 
     # -- start -----------------------------------------------------------------------------
     def start(self, *, workers: int = 2, cores: int = 1, memory: str = "1g", port: int = 7077, webui_port: int = 8080,
-              timeout: float = 120) -> "LocalCluster":
+              timeout: float = 120) -> LocalCluster:
         """Start the master, then the workers; return once every worker is registered with the master."""
         if self.state and self.is_running("master"):
             raise UsageError(f"a cluster from {self.dir} is already running ({self.master_url})",
@@ -181,7 +181,7 @@ class LocalCluster:
         self.wait_for_workers(len(self.workers()), timeout)
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "ab")
+        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - the daemon writes it; closed below or at stop
         try:
             proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], env=_daemon_env(),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,

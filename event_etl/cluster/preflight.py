@@ -25,9 +25,10 @@ import re
 import socket
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 

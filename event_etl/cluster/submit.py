@@ -39,9 +39,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.settings import ENV_DRIVER_PIDFILE, LOCAL_ONLY

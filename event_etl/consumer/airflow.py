@@ -29,8 +29,9 @@ yet": it has no notion of a wrong sink, a job's first hour or a manifest.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from event_etl.consumer.hours import hour_text
 from event_etl.consumer.status import HourState, hour_status, require_complete

@@ -23,7 +23,8 @@ A union of several non-null types has no faithful Arrow column here: it is refus
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import pyarrow as pa
 

@@ -47,9 +47,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from event_etl.consumer.audit_record import AuditRecord, AuditResult
 from event_etl.consumer.errors import AuditConflictError, CountFileError
@@ -190,11 +191,11 @@ def audit_hour(sink: SinkLike, event_type: EventType, hour: HourLike, *, expecte
     else:
         late, checked, final = None, 0, True
     timely = manifest.records - manifest.late_records
-    when = now or datetime.now(timezone.utc)
+    when = now or datetime.now(UTC)
     if when.tzinfo is None:
         raise UsageError(f"now={when.isoformat()} is a naive datetime", fix="pass an aware datetime (UTC)")
     record = AuditRecord(
-        event_type=name, hour=to_datetime(h), audited_at=when.astimezone(timezone.utc),
+        event_type=name, hour=to_datetime(h), audited_at=when.astimezone(UTC),
         result=audit_verdict(expected=expected, counted=timely + (late or 0), final=final),
         expected=expected, timely_records=timely, late_records_found=late, late_hours_checked=checked,
         lateness_horizon=to_datetime(horizon), final=final, source=source,

@@ -100,7 +100,7 @@ class AuditRecord:
         return (json.dumps(self.to_json(), indent=2) + "\n").encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, path: str) -> "AuditRecord":
+    def from_bytes(cls, data: bytes, *, path: str) -> AuditRecord:
         """Parse an ``_AUDIT`` file; :class:`CorruptHourError` if it is not one."""
         try:
             doc = json.loads(data.decode("utf-8"))

@@ -62,7 +62,7 @@ class CouldNotCheckError(StorageError):
     exit_code = ExitCode.COULD_NOT_CHECK
 
     @classmethod
-    def from_storage(cls, err: StorageError) -> "CouldNotCheckError":
+    def from_storage(cls, err: StorageError) -> CouldNotCheckError:
         return cls(err.message, fix="check the sink URL, credentials, permissions and network, then ask again: "
                    "the hour's state is unknown, not absent")
 

@@ -14,14 +14,13 @@ is 13:00, 14:00 and 15:00.  The clock is never read here; callers pass ``now``.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Union
 
 from event_etl.errors import UsageError
 from event_etl.timeutil import HOUR_MS, hour_floor, iso, parse_hour, to_millis
 
 __all__ = ["HourLike", "MAX_RANGE_HOURS", "hour_ms", "hour_range", "hour_text", "window"]
 
-HourLike = Union[datetime, str]
+HourLike = datetime | str
 """An hour as the public API accepts it: an aware datetime at the start of an hour, or ISO-8601 UTC text."""
 
 MAX_RANGE_HOURS = 24 * 366

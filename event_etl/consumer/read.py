@@ -41,8 +41,9 @@ import itertools
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Iterator, TextIO, Union
+from typing import Any, BinaryIO, TextIO, Union
 
 import fastavro
 
@@ -321,7 +322,7 @@ def record_json(record: dict[str, Any]) -> str:
 def _json_value(v: Any) -> Any:
     if isinstance(v, _dt.datetime):
         if v.tzinfo is not None:
-            v = v.astimezone(_dt.timezone.utc)
+            v = v.astimezone(_dt.UTC)
         us = v.microsecond
         text = v.isoformat(timespec="seconds" if not us else "milliseconds" if us % 1000 == 0 else "microseconds")
         return text.replace("+00:00", "Z")

@@ -28,7 +28,7 @@ Nothing here imports Spark, BigQuery, DuckDB or pandas.
 from __future__ import annotations
 
 import shlex
-from typing import Sequence
+from collections.abc import Sequence
 
 from event_etl.consumer.hours import HourLike, hour_ms, hour_text
 from event_etl.consumer.read import hour_files

@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from typing import Iterator, Union
+from collections.abc import Iterator
+from typing import Union
 
 from event_etl.consumer.errors import CorruptHourError, CouldNotCheckError
 from event_etl.errors import NoDataError, StorageError, UsageError
@@ -49,7 +50,7 @@ AUDIT_NAME = "_AUDIT"
 SinkLike = Union[str, "os.PathLike[str]", Storage]
 """A sink as the public API accepts it: a local folder, ``gs://bucket/prefix``, or an open :class:`Storage`."""
 
-EventTypeLike = Union[str, EventType]
+EventTypeLike = str | EventType
 """An event type by name, or loaded (which also gives its schema and settings)."""
 
 

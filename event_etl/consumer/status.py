@@ -27,9 +27,9 @@ there is no marker) and apply it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Callable
 
 from event_etl.consumer.audit_record import AuditRecord, AuditResult
 from event_etl.consumer.errors import HourNeverCompleteError, HourNotCompleteError

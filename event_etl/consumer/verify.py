@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 import fastavro
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable, TypeVar, Union
+from typing import TypeVar
 
 from event_etl.consumer.errors import WaitTimeoutError
 from event_etl.consumer.hours import HourLike, hour_ms, hour_range, hour_text
@@ -41,7 +42,7 @@ __all__ = ["DEFAULT_POLL_INTERVAL", "poke_hour", "wait_for_hour", "wait_for_hour
 DEFAULT_POLL_INTERVAL = 2.0
 """Seconds between polls: a GET per poll is cheap, and a consumer should start soon after the marker."""
 
-Seconds = Union[float, int, timedelta]
+Seconds = float | int | timedelta
 T = TypeVar("T")
 
 

@@ -117,7 +117,7 @@ class BatchIntent:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "BatchIntent":
+    def from_json(cls, d: dict[str, Any]) -> BatchIntent:
         return cls(int(d["batch_id"]), d["wm_start"], int(d["started_at"]), d.get("settings"), d.get("reference"))
 
 

@@ -37,9 +37,10 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Generator, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import EventType
@@ -346,7 +347,7 @@ def drain_all(members: list[FleetMember], stops: StopSignals | None, clock) -> N
     """Drain every member, one after the other; one that cannot drain does not keep the others from it."""
     for m in members:
         try:
-            run_watched(lambda: _drain(m, clock), stops, name="event_etl-drain")
+            run_watched(lambda m=m: _drain(m, clock), stops, name="event_etl-drain")
         except Escalated as esc:
             exit_now(128 + esc.signum, cut_short_line(m.name, esc.signum))
 

@@ -10,8 +10,9 @@ of :class:`~event_etl.job.controller.Controller` and works on its state: ``et``,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 from event_etl import faults
 from event_etl.rules.buckets import hour_dir
@@ -105,7 +106,8 @@ class MergeSteps:
                 datas.append((e.name, data))
             try:
                 outputs = merge_containers(datas, per_file,
-                                           lambda seq: merged_file_name(members, generation, seq, self.writer))
+                                           lambda seq, members=members, generation=generation: merged_file_name(
+                                               members, generation, seq, self.writer))
             except MergeError as err:
                 self._emit("merge_skipped", (hour, str(err)))
                 continue

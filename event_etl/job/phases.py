@@ -9,7 +9,8 @@ of a round together, phase by phase: all their tasks in one Spark job, every mar
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, NamedTuple, TypeVar
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple, TypeVar
 
 from event_etl.task.executor import BatchContext
 

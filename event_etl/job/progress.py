@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from event_etl.job.controller import BatchEvent
 from event_etl.rules.manifest import Manifest

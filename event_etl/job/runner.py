@@ -13,8 +13,9 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import EventType

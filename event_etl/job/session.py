@@ -23,7 +23,8 @@ import shutil
 import signal
 import sys
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.job.stopping import on_exit_now

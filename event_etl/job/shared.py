@@ -37,11 +37,12 @@ import os
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from event_etl import faults
 from event_etl.errors import EventEtlError
@@ -195,7 +196,7 @@ class Lane:
     activity: SourceActivity | None = None
 
     @classmethod
-    def open(cls, planner: Any, log: SparkLog, *, cap: int | None, once: bool) -> "Lane":
+    def open(cls, planner: Any, log: SparkLog, *, cap: int | None, once: bool) -> Lane:
         """Read the type's logs as Spark's engine would on a restart: the batch to replay, or where to go on."""
         lane = cls(planner, log, cap)
         log.forget_old()
@@ -490,7 +491,7 @@ def run_rounds(engine: SharedEngine, members: list, options, stops: StopSignals,
             names = [m.name for m in members if m.state == "running"]
             rnd = engine.plan(names)
             try:
-                rnd = run_watched(lambda: engine.run(rnd), stops, name="event_etl-round")
+                rnd = run_watched(lambda rnd=rnd: engine.run(rnd), stops, name="event_etl-round")
             except Escalated:
                 engine.cancel()
                 raise

@@ -34,7 +34,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 __all__ = [
     "EXIT_OK",
@@ -121,7 +122,7 @@ class StopSignals:
     def _record(self, signum: int, _frame: Any) -> None:
         self.received.append(signum)  # nothing else: no py4j, no raise, no lock
 
-    def install(self) -> "StopSignals":
+    def install(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
             return self
         for sig in self.signals:
@@ -141,7 +142,7 @@ class StopSignals:
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
         self._previous.clear()
 
-    def __enter__(self) -> "StopSignals":
+    def __enter__(self) -> StopSignals:
         return self.install()
 
     def __exit__(self, *exc: Any) -> None:
@@ -245,7 +246,7 @@ LATE_STEP_WAIT_S = 5.0
 end, before it releases the job's locks."""
 
 
-def abandoned_steps(stops: "StopSignals | None") -> list[threading.Thread]:
+def abandoned_steps(stops: StopSignals | None) -> list[threading.Thread]:
     """Steps that :func:`run_watched` left running when ``stops`` asked to stop at once, still alive.  Until they end,
     the job must not release its lease and checkpoint lock: they may still write markers or state, and a restart
     that took the lock meanwhile would write beside them."""
@@ -414,12 +415,13 @@ def stop_at_boundary(running: list[tuple[Any, Any]], stops: StopSignals | None, 
         for job, q in running:
             c = job.controller
             if c.pending_batch is not None:
-                wait_for(lambda: c.pending_batch is None or not q.isActive, stops, timeout=PENDING_REPLAY_TIMEOUT_S)
+                wait_for(lambda c=c, q=q: c.pending_batch is None or not q.isActive, stops,
+                         timeout=PENDING_REPLAY_TIMEOUT_S)
     closers = [_boundary(job, q) for job, q in running if job.gate is not None]
     wait_for(lambda: all([close() for close in closers]), stops)  # every gate at once (a list: no short cut)
-    for job, q in running:
+    for job, _q in running:
         job.controller.request_stop()  # no batch runs: does not wait
-    for job, q in running:
+    for _job, q in running:
         run_watched(q.stop, stops, name="event_etl-stop")
 
 

@@ -13,7 +13,7 @@ SDK's instruments.
 from __future__ import annotations
 
 import inspect
-from typing import Sequence
+from collections.abc import Sequence
 
 from opentelemetry.sdk.metrics import (
     Counter,

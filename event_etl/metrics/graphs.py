@@ -35,10 +35,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.metrics.history import read_history
@@ -67,7 +68,7 @@ __all__ = [
 ]
 
 QUANTILES = (0.5, 0.95, 0.99)
-_UTC = timezone.utc
+_UTC = UTC
 
 # The queries behind the charts; {sel} is the event_type matcher, {w} the window.
 PROMQL: dict[str, str] = {

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from opentelemetry.sdk.metrics.export import AggregationTemporality, HistogramDataPoint, Metric
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData

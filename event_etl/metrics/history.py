@@ -40,7 +40,7 @@ class MetricsHistory:
         self.path = os.path.abspath(path)
         try:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self._fh = open(self.path, "a", encoding="utf-8")
+            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - open for the run, closed by close()
         except OSError as err:
             raise UsageError(f"--metrics-history {path}: cannot append to it: {err.strerror or err}",
                              fix="give a file in a folder you can write to") from err

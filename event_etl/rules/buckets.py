@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from event_etl.timeutil import HOUR_MS, to_millis
 
@@ -66,7 +66,7 @@ def validate_event_type_name(name: str) -> str:
 def _hour_parts(hour_start: int) -> tuple[str, str]:
     if hour_start % HOUR_MS:
         raise ValueError(f"{hour_start} is not the start of an hour")
-    dt = datetime.fromtimestamp(hour_start // 1000, tz=timezone.utc)
+    dt = datetime.fromtimestamp(hour_start // 1000, tz=UTC)
     return dt.strftime("%Y-%m-%d"), dt.strftime("%H")
 
 
@@ -84,7 +84,7 @@ def parse_hour_dir(rel: str) -> tuple[str, int]:
         raise ValueError(f"{rel!r} is not an hour folder like 'page_view/dt=2026-11-21/hour=13'")
     y, mo, d, h = (int(g) for g in m.groups()[1:])
     try:
-        return m.group(1), to_millis(datetime(y, mo, d, h, tzinfo=timezone.utc))
+        return m.group(1), to_millis(datetime(y, mo, d, h, tzinfo=UTC))
     except ValueError as err:
         raise ValueError(f"{rel!r} names no real hour: {err}") from err
 
@@ -135,7 +135,7 @@ def parse_data_file_name(name: str) -> DataFileName:
     kind, stamp, writer, batch, shard, seq = m.groups()
     try:
         hour = to_millis(
-            datetime(int(stamp[:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[8:10]), tzinfo=timezone.utc)
+            datetime(int(stamp[:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[8:10]), tzinfo=UTC)
         )
     except ValueError as err:
         raise ValueError(f"{name!r} names no real hour: {err}") from err
@@ -149,6 +149,6 @@ def deadletter_file_path(event_type: str, day_ms: int, batch_id: int, shard: int
     replay writes the same path).
     """
     validate_event_type_name(event_type)
-    day = datetime.fromtimestamp(day_ms // 1000, tz=timezone.utc).strftime("%Y-%m-%d")
+    day = datetime.fromtimestamp(day_ms // 1000, tz=UTC).strftime("%Y-%m-%d")
     w = f"w{writer}-" if writer else ""
     return f"{event_type}/{DEADLETTER_DIR}/dt={day}/dl-{w}b{batch_id:010d}-s{shard:04d}.avro"

@@ -38,7 +38,7 @@ are deleted; the hour's file list is the batches' files with every recorded merg
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from event_etl.rules.buckets import MAX_SHARD, data_file_name, parse_data_file_name
 from event_etl.rules.completeness import is_complete

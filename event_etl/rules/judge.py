@@ -28,8 +28,9 @@ where its events are.  Once a watermark exists, ``max_backfill`` plays no part.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from event_etl.timeutil import HOUR_MS
 
@@ -159,15 +160,15 @@ OUTCOME_CODES: tuple[Outcome, ...] = (Outcome.TIMELY, Outcome.LATE, Outcome.TOO_
 
 
 def judge_array(
-    times: "np.ndarray",
-    arrival: "int | np.ndarray",
+    times: np.ndarray,
+    arrival: int | np.ndarray,
     wm_start: int | None,
     *,
     allowed_lateness: int,
     max_future_skew: int,
     too_late_reference: int | None = None,
     max_backfill: int | None = None,
-) -> "tuple[np.ndarray, np.ndarray]":
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`make_judge`'s rule over an array of event times.
 
     ``arrival`` is one arrival for all of them (the lines of a file), or an array of one

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import builtins
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from event_etl.errors import CheckpointFormatError
 from event_etl.timeutil import HOUR_MS, iso, parse_hour, to_millis
@@ -70,7 +71,7 @@ class FileEntry:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "FileEntry":
+    def from_json(cls, d: dict[str, Any]) -> FileEntry:
         return cls(str(d["name"]), int(d["records"]), int(d["bytes"]), str(d["sha256"]), bool(d.get("late", False)),
                    str(d.get("schema_fingerprint") or ""))
 
@@ -134,7 +135,7 @@ class Manifest:
         return (json.dumps(self.to_json(), indent=2, sort_keys=False) + "\n").encode("utf-8")
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "Manifest":
+    def from_json(cls, doc: dict[str, Any]) -> Manifest:
         from datetime import datetime
 
         def ms(text: str) -> int:
@@ -168,7 +169,7 @@ class Manifest:
         return m
 
     @classmethod
-    def from_bytes(cls, data: builtins.bytes) -> "Manifest":
+    def from_bytes(cls, data: builtins.bytes) -> Manifest:
         return cls.from_json(json.loads(data.decode("utf-8")))
 
 

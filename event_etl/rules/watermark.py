@@ -147,7 +147,7 @@ class SourceActivity:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "SourceActivity":
+    def from_json(cls, data: dict[str, Any]) -> SourceActivity:
         return cls(int(data["updated_at"]), int(data.get("backlog") or 0), bool(data.get("retrying")),
                    None if data.get("delivered_at") is None else int(data["delivered_at"]),
                    bool(data.get("settling")))
@@ -207,7 +207,7 @@ class WatermarkState:
         batch_min_hour: int | None,
         batch_max_hour: int | None,
         out_of_orderness: int,
-    ) -> "WatermarkState":
+    ) -> WatermarkState:
         """State after batch ``batch_id`` (judged against ``wm_start``) was written.
 
         ``batch_max_counted`` is the batch's largest counted time (:func:`counted_time`); the
@@ -233,7 +233,7 @@ class WatermarkState:
         """The largest counted event time: how far event time has come (for forgetting old keys)."""
         return self.max_counted_time
 
-    def with_watermark(self, watermark: int | None) -> "WatermarkState":
+    def with_watermark(self, watermark: int | None) -> WatermarkState:
         """The same state with the watermark moved forward (never back)."""
         return replace(self, watermark=_max(self.watermark, watermark))
 
@@ -241,7 +241,7 @@ class WatermarkState:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "WatermarkState":
+    def from_json(cls, data: dict[str, Any]) -> WatermarkState:
         """Read a saved state, of this format or an earlier one.
 
         A state saved before ``max_counted_time`` and ``last_hour`` existed (checkpoint format 1)

@@ -11,7 +11,8 @@ same payloads.  With ``count=N`` every event up to N counts as available at once
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from event_etl.sources.generator import GeneratorParams
 from event_etl.sources.splits import Split

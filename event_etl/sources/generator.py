@@ -30,8 +30,9 @@ from __future__ import annotations
 import base64
 import random
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
@@ -65,14 +66,14 @@ class GeneratorParams:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "GeneratorParams":
+    def from_json(cls, d: dict[str, Any]) -> GeneratorParams:
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
     def arrival(self, i: int) -> int:
         """Simulated arrival time of event ``i`` (ms)."""
         return self.start + int(i * 1000.0 * self.speedup / self.rate)
 
-    def resolve(self, now: int, start_text: str | None = None) -> "GeneratorParams":
+    def resolve(self, now: int, start_text: str | None = None) -> GeneratorParams:
         """Fix ``start`` against the wall clock ``now`` when the job is first started."""
         if self.start:
             return self

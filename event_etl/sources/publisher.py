@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 from event_etl.errors import SourceError, UsageError
 from event_etl.eventtypes import EventType

@@ -35,8 +35,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import fastavro
 
@@ -142,7 +143,7 @@ def check_subscription(subscription: str) -> None:
 def read_spool(path: str, start: int, end: int) -> Iterator[tuple[int, dict[str, Any]]]:
     """Messages ``start``..``end - 1`` of a spool file."""
     try:
-        fh = open(path, "rb")
+        fh = open(path, "rb")  # noqa: SIM115 - opened apart: a missing file is its own error; closed below
     except OSError as err:
         raise SourceError(
             f"spool file {path} is missing: {err}",

@@ -59,9 +59,10 @@ import secrets
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from event_etl import faults
 from event_etl.errors import SourceError, UsageError
@@ -203,7 +204,7 @@ def filesystem_type(path: str | os.PathLike[str], mounts: str = "/proc/self/moun
     return kind
 
 
-def spool_warning(name: str, spool_dir: str | os.PathLike[str], settings: "FetchSettings",
+def spool_warning(name: str, spool_dir: str | os.PathLike[str], settings: FetchSettings,
                   mounts: str = "/proc/self/mounts") -> str | None:
     """The one-line warning for ``spooled`` acknowledgements over a checkpoint that a restart of the machine loses
     (a tmpfs), or None."""
@@ -257,7 +258,7 @@ class FetchSettings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, *, emulator: bool = False,
-                 **overrides: Any) -> "FetchSettings":
+                 **overrides: Any) -> FetchSettings:
         """The ``EVENT_ETL_PUBSUB_*`` settings of ``env``.  ``emulator``: the job pulls from Google's Pub/Sub emulator
         (``PUBSUB_EMULATOR_HOST``), where the streams default to 1: its pulls slow down in proportion to the backlog
         as soon as anything is leased, so a second stream, whose pull always finds the first one's messages
@@ -408,7 +409,7 @@ class Fetcher:
     def spooled(self) -> bool:
         return self.settings.spooled
 
-    def start(self) -> "Fetcher":
+    def start(self) -> Fetcher:
         """Start pulling (once; calling it again changes nothing)."""
         if self._threads:
             return self

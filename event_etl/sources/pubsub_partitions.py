@@ -46,9 +46,10 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
@@ -279,7 +280,7 @@ class ExecutorFetcher:
         return self._client
 
     # -- the fetch job -------------------------------------------------------------------------
-    def start(self) -> "ExecutorFetcher":
+    def start(self) -> ExecutorFetcher:
         if self._thread is not None:
             return self
         from event_etl.sources.pubsub import ERROR_FILE

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -58,13 +59,13 @@ class Piece:
 
     decoded: Any
     data: bytes | None = None
-    arrival: "int | np.ndarray" = 0
+    arrival: int | np.ndarray = 0
     position: Callable[[int], str] | None = None
     mids: list[str] | None = None
     records: Iterator[Payload] | None = None
 
     @classmethod
-    def undecoded(cls, records: Iterator[Payload]) -> "Piece":
+    def undecoded(cls, records: Iterator[Payload]) -> Piece:
         return cls(None, records=records)
 
 
@@ -172,7 +173,7 @@ class SpoolReader(SplitReader):
     def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
         from event_etl.sources.pubsub import read_spool
 
-        for i, m in read_spool(split.uri, split.start, split.end):
+        for _i, m in read_spool(split.uri, split.start, split.end):
             yield m["data"], m["publish_time"], "msg:", m["message_id"], (m["message_id"], m["attributes"])
 
     def inputs(self, split: Split) -> list[str] | None:
@@ -186,7 +187,7 @@ def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:
     Every chunk but the last ends with a newline; the last one may not (a file's last line).
     """
     try:
-        fh = open(uri, "rb")
+        fh = open(uri, "rb")  # noqa: SIM115 - opened apart: a missing file is its own error; closed below
     except OSError as err:
         raise SourceError(
             f"cannot read {uri}: {err}", fix="input files must stay until their batch is committed"
@@ -252,7 +253,7 @@ class MessageChunk:
         self.data: bytes | None = None
         self.arrivals: np.ndarray | None = None
 
-    def close(self) -> "MessageChunk":
+    def close(self) -> MessageChunk:
         data = b"\n".join(self.datas)
         self.data = data if data.count(b"\n") == len(self.datas) - 1 and all(self.datas) else None
         self.arrivals = np.array(self.published, dtype=np.int64)
@@ -333,7 +334,7 @@ class _Joined:
     pieces: list[tuple[bytes, int, int, str]]
 
     @classmethod
-    def of(cls, run: list[tuple[bytes, int, int, str]]) -> "_Joined":
+    def of(cls, run: list[tuple[bytes, int, int, str]]) -> _Joined:
         parts, starts, at = [], [], 0
         for data, _, _, _ in run:
             starts.append(at)

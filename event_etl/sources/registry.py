@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from event_etl.errors import SourceError, UsageError
 
@@ -84,20 +85,20 @@ def _pubsub_planner(spec: dict[str, Any], clock: Callable[[], int]):
     )
 
 
-def _pubsub_check(spec: "SourceSpec") -> None:
+def _pubsub_check(spec: SourceSpec) -> None:
     from event_etl.sources.pubsub import check_subscription
 
     check_subscription(spec.params["subscription"])
 
 
-def _pubsub_warning(name: str, spec: "SourceSpec", log_dir: str) -> str | None:
+def _pubsub_warning(name: str, spec: SourceSpec, log_dir: str) -> str | None:
     from event_etl.settings import Settings
     from event_etl.sources.pubsub_fetch import FetchSettings, spool_warning
 
     return spool_warning(name, log_dir, FetchSettings.from_env(dict(Settings.from_env().pubsub)))
 
 
-def _pubsub_fetcher(spec: "SourceSpec", log_dir: str, *, once: bool, spark=None):
+def _pubsub_fetcher(spec: SourceSpec, log_dir: str, *, once: bool, spark=None):
     from event_etl.settings import Settings
     from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 
@@ -119,13 +120,13 @@ class SourceKind:
     name: str
     planner: Callable[[dict[str, Any], Callable[[], int]], Any]
     """Makes the kind's planner: ``planner(spec, clock)``; the clock gives the arrival of what it finds."""
-    identity_of: Callable[["SourceSpec"], str]
-    check_before_start: Callable[["SourceSpec"], None] | None = None
+    identity_of: Callable[[SourceSpec], str]
+    check_before_start: Callable[[SourceSpec], None] | None = None
     fetcher: Callable[..., Any] | None = None
     """Makes the fetcher the driver runs beside the query: ``fetcher(spec, log_dir, once=..., spark=None)``, which
     may answer None without a session (one that pulls on executors); None here: no fetcher."""
     event_clock: bool = False
-    start_warning: Callable[[str, "SourceSpec", str], str | None] | None = None
+    start_warning: Callable[[str, SourceSpec, str], str | None] | None = None
     """``start_warning(event type, spec, log_dir)``: a line to print when the job starts, or None (Pub/Sub: a
     checkpoint a restart of the machine loses)."""
     shared: str | None = None
@@ -136,14 +137,14 @@ class SourceKind:
     def fetches(self) -> bool:
         return self.fetcher is not None
 
-    def identity(self, spec: "SourceSpec") -> str:
+    def identity(self, spec: SourceSpec) -> str:
         return self.identity_of(spec)
 
-    def warning(self, name: str, spec: "SourceSpec", log_dir: str) -> str | None:
+    def warning(self, name: str, spec: SourceSpec, log_dir: str) -> str | None:
         """What to warn of when the job starts (see :attr:`start_warning`)."""
         return self.start_warning(name, spec, log_dir) if self.start_warning is not None else None
 
-    def check(self, spec: "SourceSpec") -> None:
+    def check(self, spec: SourceSpec) -> None:
         """What must hold before the job starts (raises with the fix); nothing for most kinds."""
         if self.check_before_start is not None:
             self.check_before_start(spec)
@@ -196,31 +197,31 @@ def batch_cap(spec: dict[str, Any]) -> int:
     return int(spec["max_files_per_batch"] if spec["kind"] == "dir" else spec["max_events_per_batch"])
 
 
-def _files_reader() -> "SplitReader":
+def _files_reader() -> SplitReader:
     from event_etl.sources.read import FilesReader
 
     return FilesReader()
 
 
-def _generator_reader() -> "SplitReader":
+def _generator_reader() -> SplitReader:
     from event_etl.sources.read import GeneratorReader
 
     return GeneratorReader()
 
 
-def _segments_reader() -> "SplitReader":
+def _segments_reader() -> SplitReader:
     from event_etl.sources.read import SegmentsReader
 
     return SegmentsReader()
 
 
-def _spool_reader() -> "SplitReader":
+def _spool_reader() -> SplitReader:
     from event_etl.sources.read import SpoolReader
 
     return SpoolReader()
 
 
-SPLIT_READERS: dict[str, Callable[[], "SplitReader"]] = {
+SPLIT_READERS: dict[str, Callable[[], SplitReader]] = {
     "files": _files_reader,  # a folder's files (the dir source)
     "gen": _generator_reader,  # the generator
     "seg": _segments_reader,  # Pub/Sub messages spooled in segments
@@ -229,7 +230,7 @@ SPLIT_READERS: dict[str, Callable[[], "SplitReader"]] = {
 """The reader of every kind of :class:`~event_etl.sources.splits.Split`, by its ``kind``."""
 
 
-def split_reader(kind: str) -> "SplitReader":
+def split_reader(kind: str) -> SplitReader:
     """How an executor task reads a split of ``kind`` (raises :class:`SourceError` for an unknown kind)."""
     make = SPLIT_READERS.get(kind)
     if make is None:

@@ -31,7 +31,7 @@ class Split:
     meta: str = ""
 
     @classmethod
-    def of_files(cls, shard: int, ranges: list[tuple[str, int, int, int]]) -> "Split":
+    def of_files(cls, shard: int, ranges: list[tuple[str, int, int, int]]) -> Split:
         """A split over byte ranges of files: ``[(path, start, end, arrival_ms), ...]``."""
         return cls(shard, "files", "", 0, sum(e - s for _, s, e, _ in ranges), 0,
                    json.dumps([list(r) for r in ranges]))

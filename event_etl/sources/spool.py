@@ -29,9 +29,10 @@ from __future__ import annotations
 import os
 import re
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from event_etl.storage.atomic import fsync_dir
 
@@ -66,7 +67,7 @@ class SegmentName:
         return f"{self.run}-{self.stream:02d}-{self.seq:08d}-n{self.count}.seg"
 
     @classmethod
-    def parse(cls, name: str) -> "SegmentName | None":
+    def parse(cls, name: str) -> SegmentName | None:
         m = _NAME_RE.match(name)
         return None if m is None else cls(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)))
 

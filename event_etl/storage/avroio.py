@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import Any, BinaryIO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 import fastavro
 

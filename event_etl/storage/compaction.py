@@ -12,7 +12,7 @@ writes the same bytes.
 from __future__ import annotations
 
 import io
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import fastavro
 from fastavro.write import Writer

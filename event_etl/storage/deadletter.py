@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import io
 import posixpath
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import fastavro
 

@@ -58,7 +58,7 @@ def is_transient(err: BaseException) -> bool:
         "ClientError", "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _single_attempt_gcs() -> type:
     """gcsfs's file system with each HTTP request tried once, for :class:`~event_etl.storage.Storage`, whose
     ``_retry`` owns the retries.  gcsfs retries every request 6 times over ~31 s of backoff (a number fixed when

@@ -45,9 +45,10 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from event_etl.errors import LeaseHeldError, StorageError
 from event_etl.storage import Storage
@@ -116,7 +117,7 @@ class Lease:
     def _lock_checkpoint(self) -> None:
         path = Path(self.checkpoint_dir) / "etl" / "LOCK"
         path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "a+", encoding="utf-8")
+        fh = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held (with its lock) while the job runs
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -217,7 +218,7 @@ class Lease:
             except (StorageError, OSError):  # a failed renewal is retried; the lease lasts ttl
                 continue
 
-    def acquire(self) -> "Lease":
+    def acquire(self) -> Lease:
         self._lock_checkpoint()
         try:
             self._take_sink_lease()
@@ -272,7 +273,7 @@ class Lease:
             self._unlock()
 
 
-_FENCES: dict[tuple[str, str, str], "Fence"] = {}
+_FENCES: dict[tuple[str, str, str], Fence] = {}
 
 
 class Fence:
@@ -292,7 +293,7 @@ class Fence:
         self.valid_until = 0
 
     @classmethod
-    def of(cls, spec: dict[str, Any] | None, storage: Storage) -> "Fence | None":
+    def of(cls, spec: dict[str, Any] | None, storage: Storage) -> Fence | None:
         """The fence of a batch's ``spec`` (``None``: no lease, as in tests), one per process and lease holder."""
         if not spec:
             return None

@@ -12,7 +12,7 @@ bytes under the same names.  Storing the files is the task's business (it writes
 from __future__ import annotations
 
 import io
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 from fastavro import schemaless_writer

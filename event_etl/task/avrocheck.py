@@ -17,7 +17,8 @@ from __future__ import annotations
 import datetime
 import decimal
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["compile_checker"]
 

@@ -41,9 +41,9 @@ n²/2⁶⁵ (1e-5 for ten million keys in the window).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import numpy as np
 import xxhash
@@ -239,7 +239,7 @@ class DedupeState:
     arrival_clock: int | None = None
 
     @classmethod
-    def empty(cls, window_ms: int, retention_ms: int = DEFAULT_RETENTION_MS) -> "DedupeState":
+    def empty(cls, window_ms: int, retention_ms: int = DEFAULT_RETENTION_MS) -> DedupeState:
         return cls(window_ms, retention_ms)
 
     @property
@@ -248,7 +248,7 @@ class DedupeState:
 
     @classmethod
     def from_batches(cls, window_ms: int, batches: Iterable[tuple[int, np.ndarray, bool]], event_clock: int | None,
-                     retention_ms: int = DEFAULT_RETENTION_MS) -> "DedupeState":
+                     retention_ms: int = DEFAULT_RETENTION_MS) -> DedupeState:
         """The state of the stored batches ``(batch id, STORED_DTYPE rows, acknowledged)``, oldest first."""
         st = cls.empty(window_ms, retention_ms)
         for batch_id, rows, acked in sorted(batches, key=lambda b: b[0]):

@@ -246,7 +246,7 @@ def process_split(
                                     where + str(off), arrival, t))
         counts[outcome.value] += 1
 
-    def chunk(fc, data: bytes, arrival: "int | np.ndarray", position, mids: list[str] | None = None) -> None:
+    def chunk(fc, data: bytes, arrival: int | np.ndarray, position, mids: list[str] | None = None) -> None:
         """The fast path: a chunk of valid JSON lines (:mod:`event_etl.task.fastpath`), the same outcome as
         :func:`one` on each.
 
@@ -387,7 +387,7 @@ def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: 
             f"(allowed_lateness {format_duration(et.allowed_lateness)})")
 
 
-def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence: "Fence | None" = None, *,
+def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence: Fence | None = None, *,
                 check_only: bool = False) -> bool:
     """Write ``rel`` unless an earlier attempt of the same batch already did.  True if written now.
 

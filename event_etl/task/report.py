@@ -63,7 +63,7 @@ class SplitReport:
         return out
 
     @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> "SplitReport":
+    def from_json(cls, doc: dict[str, Any]) -> SplitReport:
         return cls(
             shard=doc.get("shard", 0),
             counts=dict(doc.get("counts") or {}),

@@ -29,10 +29,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_data_file_name, parse_hour_dir
 from event_etl.rules.manifest import Manifest
@@ -59,7 +60,7 @@ def t(text: str) -> int:
         text = text[:-1] + "+00:00"
     dt = datetime.fromisoformat(text)
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return to_millis(dt)
 
 

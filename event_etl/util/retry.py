@@ -12,7 +12,8 @@ tenacity is imported when one of them is first called: a module that imports thi
 from __future__ import annotations
 
 import time
-from typing import Callable, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 __all__ = ["exponential_backoff", "retry_call"]
 

@@ -7,7 +7,8 @@ in a job.  Nothing here imports the libraries: the callers hand over their objec
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["avro_sync_marker", "without_retry_decorator", "gcs_api_location", "detach_accumulator_server"]
 
