@@ -321,7 +321,7 @@ def resolve_event_types_dir(option: str | os.PathLike[str] | None = None) -> Pat
     ``event_types/``."""
     if option:
         return Path(option)
-    env = settings.Settings.from_env().event_types
+    env = settings.current_settings().event_types
     if env:
         return Path(env)
     return _project_event_types()

@@ -1,7 +1,13 @@
 """Every ``EVENT_ETL_*`` environment variable event_etl reads, in one object.
 
 :meth:`Settings.from_env` reads them all at once from an environment (``os.environ`` by
-default); the rest of event_etl asks a :class:`Settings` instead of ``os.environ``.  The
+default); the rest of event_etl asks a :class:`Settings` instead of ``os.environ``.
+
+They are read **once, at the edge** of a process's work: the command line reads them when a command starts, the
+driver of a submitted job when it starts, an executor task when it starts (each with
+:func:`settings_in_force`), and everything below asks :func:`current_settings` for those, never the environment
+again.  Code called with no edge around it (a library user, a test) gets the environment's settings of the
+moment.  The
 command line's options win over the variables (click reads the ones that are option
 defaults: ``--sink``, ``--event-types``, ``graphs --prometheus``, ``submit --spark-submit``).
 docs/environment.md lists them all; ``tests/test_docs.py`` checks the two agree.
@@ -14,10 +20,12 @@ production), and those of ``bin/*`` only (``EVENT_ETL_PYTHON``, ``EVENT_ETL_VENV
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["Settings", "ENV_SINK", "ENV_EVENT_TYPES", "ENV_DEBUG", "ENV_STORAGE_RETRY", "ENV_LEASE_TTL",
+__all__ = ["Settings", "current_settings", "settings_in_force", "ENV_SINK", "ENV_EVENT_TYPES", "ENV_DEBUG",
+           "ENV_STORAGE_RETRY", "ENV_LEASE_TTL",
            "ENV_FLEET_BACKOFF", "ENV_PROMETHEUS_URL", "ENV_METRICS_OLD_NAMES", "ENV_METRICS_JOB",
            "ENV_SPARK_LOG_LEVEL", "ENV_SPARK_SUBMIT", "ENV_DRIVER_PIDFILE", "ENV_CACHE_DIR", "PUBSUB_PREFIX",
            "LOCAL_ONLY"]
@@ -92,3 +100,23 @@ class Settings:
             cache_dir=env.get(ENV_CACHE_DIR) or None,
             pubsub={k: v for k, v in env.items() if k.startswith(PUBSUB_PREFIX)},
         )
+
+
+_in_force: Settings | None = None
+
+
+def current_settings() -> Settings:
+    """The settings the edge of this process's work read (:func:`settings_in_force`), else the environment's now."""
+    return _in_force if _in_force is not None else Settings.from_env()
+
+
+@contextmanager
+def settings_in_force(settings: Settings | None = None) -> Iterator[Settings]:
+    """Make ``settings`` (default: the environment's, read now) what :func:`current_settings` answers, in every
+    thread, until the block ends (then what was in force before is again)."""
+    global _in_force
+    before, _in_force = _in_force, settings if settings is not None else Settings.from_env()
+    try:
+        yield _in_force
+    finally:
+        _in_force = before

@@ -16,6 +16,7 @@ import click
 
 from event_etl import __version__
 from event_etl.exitcodes import ExitCode, exit_codes_help
+from event_etl.settings import settings_in_force
 
 __all__ = ["main", "COMMANDS", "EtlGroup", "LazyCommands", "load_command"]
 
@@ -109,6 +110,11 @@ class EtlGroup(click.Group):
         self.commands = LazyCommands(COMMANDS, self.commands)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """The command, with the ``EVENT_ETL_*`` settings read once as it starts (:func:`settings_in_force`)."""
+        with settings_in_force():
+            return self._main(args, prog_name, complete_var, standalone_mode, **extra)
+
+    def _main(self, args, prog_name, complete_var, standalone_mode, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:

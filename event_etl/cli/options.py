@@ -21,7 +21,7 @@ from event_etl.cli.params import sink_option as sink_option
 from event_etl.errors import ConfigError, EventEtlError, UsageError
 from event_etl.exitcodes import ExitCode, exit_codes_help
 from event_etl.job.session import parse_conf as parse_conf
-from event_etl.settings import ENV_DEBUG, ENV_EVENT_TYPES, Settings
+from event_etl.settings import ENV_DEBUG, ENV_EVENT_TYPES, current_settings, settings_in_force
 
 __all__ = ["ENV_DEBUG", "EXIT_CODES_HELP", "fail", "translate_error", "handles_errors", "quiet_libraries",
            "event_types_option", "sink_option", "type_names", "load_type", "consumer_type", "parse_conf",
@@ -81,7 +81,7 @@ def handles_errors(fn: Callable) -> Callable:
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as err:  # noqa: BLE001 - a library's exception: one line, not a traceback
-            if Settings.from_env().debug:
+            if current_settings().debug:
                 raise
             known = translate_error(err, f"`event-etl {click.get_current_context().info_name}`")
             if known is not None:
@@ -94,7 +94,7 @@ def handles_errors(fn: Callable) -> Callable:
 
 def quiet_libraries() -> None:
     """gcsfs logs a traceback for each request that ran out of retries; the command says it in one line."""
-    if Settings.from_env().debug:
+    if current_settings().debug:
         return
     for name in ("gcsfs", "fsspec", "google.auth", "google.api_core", "urllib3", "aiohttp", "asyncio"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -217,3 +217,15 @@ def job_run_options(*, conf: tuple[str, ...] = (), **values: Any):
     if values.get("trigger_interval") is not None:
         values["trigger_interval"] = to_duration(values["trigger_interval"]).text  # "5000ms"
     return RunOptions(conf=parse_conf(conf), **values)
+
+
+def reads_settings_once(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A command run outside ``event-etl``'s group (the driver of a submitted job): its ``EVENT_ETL_*`` settings
+    read once as it starts, as the group does for its commands (:func:`event_etl.settings.settings_in_force`)."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        with settings_in_force():
+            return fn(*args, **kwargs)
+
+    return command

@@ -29,16 +29,16 @@ from typing import Any
 
 import click
 
-from event_etl.cli.options import handles_errors, job_options, job_run_options, load_type
+from event_etl.cli.options import handles_errors, job_options, job_run_options, load_type, reads_settings_once
 from event_etl.errors import UsageError
-from event_etl.settings import Settings
+from event_etl.settings import current_settings
 
 __all__ = ["main"]
 
 
 def _write_pidfile() -> None:
     """Tell `event-etl submit` (our grandparent, through spark-submit) where to send Ctrl-C and SIGTERM."""
-    path = Settings.from_env().driver_pidfile
+    path = current_settings().driver_pidfile
     if path:
         tmp = f"{path}.{os.getpid()}.tmp"
         Path(tmp).write_text(str(os.getpid()))
@@ -108,6 +108,7 @@ def _run_fleet(types, options, spark, stops) -> None:
 @click.option("--all", "all_types", is_flag=True, help="Every event type of the bundle (a fleet).")
 @job_options(master=None)
 @handles_errors
+@reads_settings_once
 def main(event_types: tuple[str, ...], all_types: bool, **job: Any) -> None:
     """The driver of EVENT_TYPE's job (several types, --all: a fleet's) under spark-submit (started by
     `event-etl submit`)."""

@@ -65,11 +65,11 @@ def backoff_seconds(failures: int, first: float | None = None) -> float:
     """Wait before the ``failures``-th restart of a query: 5 s, 10 s, 20 s ... at most 5 minutes.
 
     ``first`` (default: ``$EVENT_ETL_FLEET_BACKOFF`` seconds, else 5) is the first wait."""
-    from event_etl.settings import Settings
+    from event_etl.settings import current_settings
     from event_etl.util.retry import exponential_backoff
 
     if first is None:
-        first = Settings.from_env().fleet_backoff
+        first = current_settings().fleet_backoff
     base = first if first is not None else FIRST_BACKOFF_S
     return exponential_backoff(max(1, failures), first=base, cap=MAX_BACKOFF_S)
 

@@ -38,9 +38,9 @@ QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 def cache_dir() -> Path:
     """Where event_etl keeps what it builds for this machine (``$EVENT_ETL_CACHE_DIR``, else the XDG cache)."""
-    from event_etl.settings import Settings
+    from event_etl.settings import current_settings
 
-    own = Settings.from_env().cache_dir
+    own = current_settings().cache_dir
     if own:
         return Path(own)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")

@@ -28,7 +28,7 @@ from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.job.stopping import on_exit_now
-from event_etl.settings import Settings
+from event_etl.settings import current_settings
 from event_etl.util.thirdparty import detach_accumulator_server
 
 __all__ = ["check_java", "get_session", "stop_session", "parse_conf", "DEFAULT_MASTER"]
@@ -132,7 +132,7 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     launch = {"spark.master": master, "spark.app.name": app_name, **settings}
     _launch_own_jvm(launch)
     spark = _off_the_main_thread(lambda: _create(builder, launch, start_workers=master.startswith("local")))
-    spark.sparkContext.setLogLevel(Settings.from_env().spark_log_level)
+    spark.sparkContext.setLogLevel(current_settings().spark_log_level)
     return spark
 
 

@@ -50,7 +50,7 @@ from event_etl.metrics.spec import (
     old_names_exported,
 )
 from event_etl.rules.reasons import Reason
-from event_etl.settings import Settings
+from event_etl.settings import current_settings
 from event_etl.timeutil import HOUR_MS, iso
 
 __all__ = ["JobMetrics", "job_metrics", "backlog_from_progress", "marker_pending_ms"]
@@ -141,7 +141,7 @@ class JobMetrics:
             for e in self.exports:
                 readers.append(e.open([self.delay]))
             self.provider = MeterProvider(
-                resource=Resource.create({"service.name": Settings.from_env().metrics_job,
+                resource=Resource.create({"service.name": current_settings().metrics_job,
                                           "service.version": __version__,
                                           "event_etl.event_type": event_type}),
                 metric_readers=readers,

@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass
 
 from event_etl.rules.judge import OUTCOMES
-from event_etl.settings import ENV_METRICS_JOB, ENV_METRICS_OLD_NAMES, Settings
+from event_etl.settings import ENV_METRICS_JOB, ENV_METRICS_OLD_NAMES, current_settings
 from event_etl.task.report import DELAY_BUCKETS_S
 
 __all__ = ["METRICS", "MetricSpec", "MetricKind", "RENAMED", "BY_OTEL_NAME", "OUTCOMES", "SCOPE",
@@ -133,7 +133,7 @@ ENV_JOB = ENV_METRICS_JOB
 
 
 def old_names_exported() -> bool:
-    return Settings.from_env().metrics_old_names
+    return current_settings().metrics_old_names
 
 BY_OTEL_NAME: dict[str, MetricSpec] = {m.otel_name: m for m in METRICS + RENAMED}
 

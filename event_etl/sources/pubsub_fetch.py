@@ -67,6 +67,7 @@ from typing import Any
 from event_etl import faults
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
+from event_etl.settings import current_settings
 from event_etl.sources.spool import OpenSegment, SegmentName, finish_open_segments, segment_count, write_segment
 from event_etl.util.retry import exponential_backoff
 
@@ -259,11 +260,12 @@ class FetchSettings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, *, emulator: bool = False,
                  **overrides: Any) -> FetchSettings:
-        """The ``EVENT_ETL_PUBSUB_*`` settings of ``env``.  ``emulator``: the job pulls from Google's Pub/Sub emulator
-        (``PUBSUB_EMULATOR_HOST``), where the streams default to 1: its pulls slow down in proportion to the backlog
-        as soon as anything is leased, so a second stream, whose pull always finds the first one's messages
-        leased, halves the rate instead of doubling it (bench/RESULTS.md)."""
-        env = dict(os.environ if env is None else env)
+        """The ``EVENT_ETL_PUBSUB_*`` settings of ``env`` (default: those in force, :func:`current_settings`).
+        ``emulator``: the job pulls from Google's Pub/Sub emulator (``PUBSUB_EMULATOR_HOST``), where the streams
+        default to 1: its pulls slow down in proportion to the backlog as soon as anything is leased, so a second
+        stream, whose pull always finds the first one's messages leased, halves the rate instead of doubling it
+        (bench/RESULTS.md)."""
+        env = dict(current_settings().pubsub if env is None else env)
         s = cls()
         if emulator:
             s.streams = EMULATOR_STREAMS

@@ -92,17 +92,17 @@ def _pubsub_check(spec: SourceSpec) -> None:
 
 
 def _pubsub_warning(name: str, spec: SourceSpec, log_dir: str) -> str | None:
-    from event_etl.settings import Settings
+    from event_etl.settings import current_settings
     from event_etl.sources.pubsub_fetch import FetchSettings, spool_warning
 
-    return spool_warning(name, log_dir, FetchSettings.from_env(dict(Settings.from_env().pubsub)))
+    return spool_warning(name, log_dir, FetchSettings.from_env(dict(current_settings().pubsub)))
 
 
 def _pubsub_fetcher(spec: SourceSpec, log_dir: str, *, once: bool, spark=None):
-    from event_etl.settings import Settings
+    from event_etl.settings import current_settings
     from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 
-    settings = FetchSettings.from_env(dict(Settings.from_env().pubsub),  # the EVENT_ETL_PUBSUB_* variables
+    settings = FetchSettings.from_env(dict(current_settings().pubsub),  # the EVENT_ETL_PUBSUB_* variables
                                       emulator=bool(os.environ.get("PUBSUB_EMULATOR_HOST")))
     if settings.fetch_partitions > 0:  # pulling on the executors: needs the session, so not before Spark starts
         if spark is None:

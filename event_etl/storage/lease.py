@@ -62,10 +62,10 @@ LEASE_NAME = "_LEASE"
 
 def default_ttl_ms() -> int:
     """``$EVENT_ETL_LEASE_TTL`` (a duration such as ``"60s"``), else 60 s."""
-    from event_etl.settings import Settings
+    from event_etl.settings import current_settings
     from event_etl.timeutil import parse_duration
 
-    text = Settings.from_env().lease_ttl
+    text = current_settings().lease_ttl
     return parse_duration(text) if text else DEFAULT_TTL_MS
 
 

@@ -35,7 +35,7 @@ import uuid
 from typing import Any
 
 from event_etl.errors import StorageError
-from event_etl.settings import Settings
+from event_etl.settings import current_settings
 from event_etl.storage import gcs
 from event_etl.storage.atomic import fsync_dir, makedirs_durable
 
@@ -122,7 +122,7 @@ class Storage:
             ) from err
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = os.path.abspath(root) if self.local else root.rstrip("/")
-        self.retry_seconds = Settings.from_env().storage_retry_seconds
+        self.retry_seconds = current_settings().storage_retry_seconds
 
     def _retry(self, what: str, fn):
         """Run ``fn`` (an object-store call), retrying transient errors with backoff: 0.25 s, doubling up to 8 s,
@@ -400,7 +400,7 @@ _CACHE: dict[tuple[Any, ...], Storage] = {}
 
 def _cache_key(url: str) -> tuple[Any, ...]:
     """What a cached :class:`Storage` depends on: its URL and the settings it was opened with."""
-    return (url, os.environ.get("STORAGE_EMULATOR_HOST"), Settings.from_env().storage_retry_seconds)
+    return (url, os.environ.get("STORAGE_EMULATOR_HOST"), current_settings().storage_retry_seconds)
 
 
 def open_storage(url: str) -> Storage:

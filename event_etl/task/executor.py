@@ -32,6 +32,7 @@ from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir
 from event_etl.rules.judge import OUTCOME_CODES, Outcome, beyond_backfill, judge_array, make_judge
 from event_etl.rules.reasons import Reason
+from event_etl.settings import settings_in_force
 from event_etl.sources.registry import split_reader
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage, open_storage
@@ -441,11 +442,12 @@ def make_task(ctx: BatchContext):
     def task(batches):
         import pyarrow as pa
 
-        storage = open_storage(ctx.sink)
-        for rb in batches:
-            for row in rb.to_pylist():
-                report, keys = process_split(Split(**row), ctx, storage)
-                yield pa.RecordBatch.from_pylist([{"report": json.dumps(report), "keys": keys}])
+        with settings_in_force():  # the executor's EVENT_ETL_* variables, read once per task
+            storage = open_storage(ctx.sink)
+            for rb in batches:
+                for row in rb.to_pylist():
+                    report, keys = process_split(Split(**row), ctx, storage)
+                    yield pa.RecordBatch.from_pylist([{"report": json.dumps(report), "keys": keys}])
 
     return task
 
@@ -460,18 +462,19 @@ def make_shared_task(contexts: dict[str, BatchContext]):
 
     def task(rows):
         stores: dict[str, Storage] = {}
-        for name, row in rows:
-            split = Split(*row)
-            ctx = contexts[name]
-            try:
-                if ctx.sink not in stores:
-                    stores[ctx.sink] = open_storage(ctx.sink)
-                report, keys = process_split(split, ctx, stores[ctx.sink])
-            except Exception as err:  # noqa: BLE001 - handed to the driver, as this type's failure
-                fix = err.fix if isinstance(err, EventEtlError) else None
-                message = err.message if isinstance(err, EventEtlError) else f"{type(err).__name__}: {err}"
-                yield name, split.shard, None, None, (type(err).__name__, message, fix)
-                continue
-            yield name, split.shard, json.dumps(report), keys or b"", None
+        with settings_in_force():  # the executor's EVENT_ETL_* variables, read once per task
+            for name, row in rows:
+                split = Split(*row)
+                ctx = contexts[name]
+                try:
+                    if ctx.sink not in stores:
+                        stores[ctx.sink] = open_storage(ctx.sink)
+                    report, keys = process_split(split, ctx, stores[ctx.sink])
+                except Exception as err:  # noqa: BLE001 - handed to the driver, as this type's failure
+                    fix = err.fix if isinstance(err, EventEtlError) else None
+                    message = err.message if isinstance(err, EventEtlError) else f"{type(err).__name__}: {err}"
+                    yield name, split.shard, None, None, (type(err).__name__, message, fix)
+                    continue
+                yield name, split.shard, json.dumps(report), keys or b"", None
 
     return task
