@@ -30,7 +30,7 @@ from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import EventType
-from event_etl.job.runner import (
+from event_etl.job.setup import (
     RunOptions,
     acquire_lease,
     open_job,
@@ -283,7 +283,7 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
 
 def _open_shared(m: FleetMember, spark, options: RunOptions, clock, endpoint) -> None:
     """Open a member for the shared engine: controller, metrics and printer (no query), and its source's lane."""
-    from event_etl.job.runner import open_shared, start_fetcher
+    from event_etl.job.setup import open_shared, start_fetcher
 
     m.job, m.lane = open_shared(m.prepared, spark, clock=clock, serve_metrics=False, fetcher=start_fetcher(m.prepared))
     if endpoint:
@@ -291,7 +291,7 @@ def _open_shared(m: FleetMember, spark, options: RunOptions, clock, endpoint) ->
 
 
 def _close_shared(m: FleetMember) -> None:
-    from event_etl.job.runner import close_shared
+    from event_etl.job.setup import close_shared
 
     close_shared(m.job, m.lane)
 

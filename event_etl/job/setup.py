@@ -1,0 +1,320 @@
+"""Setting a job up, for one type (:mod:`event_etl.job.runner`) and a fleet (:mod:`event_etl.job.fleet`) alike: its
+options, its checkpoint and lease, its controller, its source's fetcher and lane, its metrics.
+
+:func:`prepare_job` checks everything that needs no Spark (event type, source, sink, checkpoint) and takes the
+checkpoint's lease; :func:`open_job` / :func:`open_shared` make the :class:`Job` (controller, metrics, progress
+printer, the source's fetcher) once Spark is up; :func:`release_lease` ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from event_etl.errors import UsageError
+from event_etl.eventtypes import EventType
+from event_etl.job.checkpoint import Checkpoint
+from event_etl.job.controller import Controller
+from event_etl.job.progress import GeneratorClock, ProgressPrinter
+from event_etl.job.stopping import (
+    BatchGate,
+    StopSignals,
+    say,
+)
+from event_etl.sources import SourceSpec, parse_source
+from event_etl.sources.registry import source_kind
+from event_etl.storage import Storage
+from event_etl.storage.locations import default_checkpoint, is_remote, resolve_sink
+from event_etl.timeutil import iso, now_millis, parse_duration
+
+__all__ = ["DEFAULT_SINK", "DEFAULT_TRIGGER", "DEFAULT_MAX_FILES_PER_BATCH", "DEFAULT_MAX_EVENTS_PER_BATCH",
+           "DEFAULT_SPLIT_BYTES", "RunOptions", "Prepared", "prepare_job", "release_lease", "acquire_lease", "Job",
+           "start_fetcher", "open_job", "open_parts", "open_shared", "close_shared"]
+
+DEFAULT_SINK = "./data"
+DEFAULT_TRIGGER = "5s"
+DEFAULT_MAX_FILES_PER_BATCH = 64
+DEFAULT_MAX_EVENTS_PER_BATCH = 500_000
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class RunOptions:
+    """Everything ``event-etl run`` takes.  ``None`` means: the default."""
+
+    source: str | None = None
+    sink: str = DEFAULT_SINK
+    checkpoint: str | None = None
+    trigger_interval: str = DEFAULT_TRIGGER
+    max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
+    max_events_per_batch: int = DEFAULT_MAX_EVENTS_PER_BATCH
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    once: bool = False
+    drain: bool = False
+    master: str | None = None
+    conf: dict[str, str] = field(default_factory=dict)
+    tick_seconds: float = 1.0
+    quiet: bool = False
+    max_seconds: float | None = None
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    otlp_endpoint: str | None = None
+    metrics_history: str | None = None
+    engine: str = "shared"  # one micro-batch loop (event_etl.job.shared), or "queries": a streaming query per type
+
+
+def _check_checkpoint_location(path: str) -> None:
+    if is_remote(path):
+        raise UsageError(
+            f"--checkpoint {path}: the checkpoint must be on a local or mounted file system",
+            fix="Spark's checkpoint needs a Hadoop-compatible file system and no GCS connector ships with "
+            "event_etl; use a local path (or a mounted shared volume on a cluster)",
+        )
+
+
+@dataclass
+class Prepared:
+    """A job checked and locked, before Spark: what run_job and a fleet share."""
+
+    event_type: EventType
+    options: RunOptions
+    spec: SourceSpec
+    sink: str
+    storage: Storage
+    ckpt: Checkpoint
+    trigger_ms: int
+    now: int
+    lease: Any = None
+    leased_at: float | None = None  # monotonic: when the lease was taken (a Pub/Sub restart settles from then)
+
+
+def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[], int],
+                checkpoint: str | None = None) -> Prepared:
+    """Check the options, the source and the sink, and that the checkpoint belongs to this job (no Spark yet)."""
+    event_type.check_versions()  # the current schema reads every registered version (event_etl.eventtypes)
+    try:
+        trigger_ms = parse_duration(options.trigger_interval)
+    except ValueError as err:
+        raise UsageError(f"--trigger-interval: {err}", fix="e.g. --trigger-interval 5s") from err
+    if trigger_ms <= 0:
+        raise UsageError("--trigger-interval must be positive", fix="e.g. --trigger-interval 5s")
+    if not options.once and event_type.idle_timeout and event_type.idle_timeout <= trigger_ms:
+        raise UsageError(
+            f"idle_timeout of {event_type.name} ({event_type.idle_timeout} ms) is not longer than the trigger interval",
+            fix="raise idle_timeout in etl.toml or shorten --trigger-interval",
+        )
+    now = clock()
+    spec: SourceSpec = parse_source(options.source or event_type.source, now=now,
+                                    default_subscription=event_type.pubsub.get("subscription"))
+    sink = resolve_sink(options.sink)
+    ckpt_path = checkpoint or options.checkpoint or default_checkpoint(event_type.name)
+    _check_checkpoint_location(ckpt_path)
+    ckpt = Checkpoint(ckpt_path[7:] if ckpt_path.startswith("file://") else ckpt_path)
+    storage = Storage(sink)
+    storage.check_writable()
+    source_kind(spec.kind).check(spec)
+    from event_etl import __version__
+
+    ckpt.open_format(release=f"event_etl {__version__}")  # refuses a newer format; migrates an older one
+    old_job = ckpt.job()
+    if old_job is not None:  # fail before starting Spark if the checkpoint is someone else's
+        ckpt.bind({**old_job, "event_type": event_type.name, "sink": sink, "source": spec.identity()})
+    return Prepared(event_type, options, spec, sink, storage, ckpt, trigger_ms, now)
+
+
+def release_lease(lease, stops: StopSignals | None = None) -> None:
+    """Release a job's lease and checkpoint lock once nothing of the job can write any more.
+
+    After a stop at once, a batch or a drain may go on in the thread :func:`run_watched` left it in.  Its writes
+    are fenced first (each checks the lease: the next one is refused), and it is given a few seconds to end; if it
+    has not, the locks are kept: the process ends now, and the kernel releases the checkpoint lock only then (a
+    restart on this host takes the sink lease over once it holds that lock)."""
+    from event_etl.job.stopping import LATE_STEP_WAIT_S, abandoned_steps
+
+    late = abandoned_steps(stops)
+    if late:
+        lease.fence_off("this job was stopped at once")
+        deadline = time.monotonic() + LATE_STEP_WAIT_S
+        for th in late:
+            th.join(max(0.0, deadline - time.monotonic()))
+        if any(th.is_alive() for th in late):
+            lease.abandon()
+            return
+    lease.release()
+
+
+def acquire_lease(p: Prepared) -> None:
+    from event_etl.storage.lease import Lease, default_ttl_ms
+
+    p.lease = Lease(p.storage, p.event_type.name, p.ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
+    p.leased_at = time.monotonic()
+    # A SIGKILLed predecessor may have renamed files it had not synced yet, which this job relies on from now on
+    # (a data file a replay finds in place, a marker it adopts): made durable before anything builds on them.
+    os.sync()
+    p.ckpt.sweep_temporaries()  # the checkpoint is this job's now; its source starts writing there only later
+    latest = p.ckpt.latest_intent_id()
+    if latest is not None and latest > p.ckpt.load_state().last_batch_id:  # a batch to replay: its tasks may live on
+        p.lease.wait_for_old_tasks(None if p.options.quiet else say)
+
+
+@dataclass
+class Job:
+    """One event type's streaming job inside a Spark application: controller, metrics and query."""
+
+    prepared: Prepared
+    controller: Controller
+    metrics: Any
+    source_dir: str
+    writer: Any  # DataStreamWriter, ready to start (None in a shared engine: event_etl.job.shared)
+    gate: BatchGate | None = None  # the foreachBatch function, as the stop needs it (event_etl.job.stopping)
+    printer: ProgressPrinter | None = None
+    fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
+
+    def start(self):
+        if self.fetcher is not None:
+            self.fetcher.start()
+        return self.writer.start()
+
+    def close(self) -> None:
+        """After the query: stop pulling (what was pulled and not saved comes again), stop the metrics."""
+        try:
+            if self.fetcher is not None:
+                self.fetcher.stop()
+                if not self.prepared.options.quiet:
+                    say(self.fetcher.summary_line(self.prepared.event_type.name))
+        finally:
+            self.metrics.shutdown()
+
+
+def start_fetcher(p: Prepared):
+    """Pub/Sub: the background puller of a prepared (and leased) job, started at once (once Spark's JVM runs:
+    see :func:`run_job`); ``None`` for other sources."""
+    kind = source_kind(p.spec.kind)
+    if not kind.fetches:
+        return None
+    fetcher = kind.fetcher(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once)
+    if fetcher is not None:
+        fetcher.leased_at = p.leased_at
+    warning = kind.warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
+    if warning:
+        say(warning, err=True)
+    return fetcher.start() if fetcher is not None else None  # None: it pulls on executors, once Spark runs
+
+
+def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
+             fetcher=None) -> Job:
+    """Bind the checkpoint, build the controller, metrics and the (not yet started) query of a prepared job."""
+    from event_etl.sources.spark import EtlSource
+
+    spark.dataSource.register(EtlSource)
+    job, source_spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics,
+                                  fetcher=fetcher)
+    gate = BatchGate(job.controller.handle_batch)
+    writer = (
+        spark.readStream.format("event_etl")
+        .option("spec", json.dumps(source_spec))
+        .load()
+        .writeStream.foreachBatch(gate)
+        .option("checkpointLocation", str(p.ckpt.spark_dir))
+        .queryName(f"event_etl_{p.event_type.name}")
+    )
+    writer = (writer.trigger(availableNow=True) if p.options.once
+              else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
+    job.writer, job.gate = writer, gate
+    return job
+
+
+def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
+               fetcher=None) -> tuple[Job, dict[str, Any]]:
+    """Bind the checkpoint; build the controller, metrics and progress printer of a prepared job, and the spec of
+    its source.  The job has no query yet: :func:`open_job` adds one; a shared engine
+    (:mod:`event_etl.job.shared`) plans the source itself."""
+    from event_etl.metrics import job_metrics
+    from event_etl.sources.directory import SPLIT_PLAN
+
+    et, options, ckpt = p.event_type, p.options, p.ckpt
+    # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch
+    # must get the same tasks, hence the same file names, whatever the cluster is now.
+    job = ckpt.bind({"event_type": et.name, "sink": p.sink, "source": p.spec.identity(), "created_at": iso(p.now),
+                     "split_bytes": options.split_bytes, "writer": secrets.token_hex(3),
+                     "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism)),
+                     **({"split_plan": SPLIT_PLAN} if ckpt.format >= 3 else {})})  # see event_etl.job.checkpoint
+    source_spec = {
+        "kind": p.spec.kind,
+        "params": p.spec.params,
+        "log_dir": str(ckpt.source_dir(p.spec.kind)),
+        "split_bytes": int(job.get("split_bytes", options.split_bytes)),
+        "tasks_per_batch": int(job.get("tasks_per_batch", 2)),
+        "split_plan": int(job.get("split_plan", 1)),  # 1: as event_etl 0.2.0 and before cut batches
+        "max_files_per_batch": options.max_files_per_batch,
+        "max_events_per_batch": options.max_events_per_batch,
+    }
+    printer = ProgressPrinter(
+        et.name,
+        clock,
+        quiet=options.quiet,
+        event_clock=GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None,
+    )
+    from event_etl.sources.activity import read_activity
+
+    log_dir = source_spec["log_dir"]
+    controller = Controller(
+        event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
+        writer=str(job.get("writer", "")), guard=p.lease.guard if p.lease is not None else None,
+        fence=p.lease.fence() if p.lease is not None else None,
+        source_activity=lambda: read_activity(log_dir), monotonic=time.monotonic,
+        # the source reports at every trigger; a report older than this cannot tell what waits
+        activity_stale_ms=max(3 * p.trigger_ms, 30_000),
+    )
+    if source_kind(p.spec.kind).fetches:  # Pub/Sub
+        # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
+        if fetcher is None:
+            fetcher = source_kind(p.spec.kind).fetcher(p.spec, log_dir, once=options.once, spark=spark)
+            fetcher.leased_at = p.leased_at
+        controller.source_activity = fetcher.activity
+        controller.source_done = fetcher.ack
+    metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
+    controller.listeners.extend(metrics.listeners)
+    return Job(p, controller, metrics, source_spec["log_dir"], None, None, printer, fetcher), source_spec
+
+
+def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
+                fetcher=None):
+    """A prepared job opened for the shared engine (:mod:`event_etl.job.shared`): its controller, metrics and
+    printer (no query), and its source's lane, which the engine plans itself.  Returns ``(job, lane)``."""
+    from event_etl.job.shared import Lane, SparkLog
+    from event_etl.sources.registry import batch_cap, make_planner
+
+    try:
+        job, spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics,
+                               fetcher=fetcher)
+    except BaseException:
+        if fetcher is not None:
+            fetcher.stop()
+        raise
+    try:
+        lane = Lane.open(make_planner(spec, clock), SparkLog(p.ckpt.spark_dir), cap=batch_cap(spec),
+                         once=p.options.once)
+    except BaseException:
+        job.close()
+        raise
+    if job.fetcher is None:  # the lane reports what it saw; Pub/Sub's fetcher reports for itself
+        job.controller.source_activity = lambda: lane.activity
+    else:
+        job.fetcher.start()  # pulling on the executors starts now, with the session (a driver's puller runs already)
+    return job, lane
+
+
+def close_shared(job: Job, lane) -> None:
+    """Close a job (and its lane's source, if the shared engine planned it)."""
+    try:
+        stop = getattr(lane.planner, "stop", None) if lane is not None else None
+        if stop is not None:
+            stop()
+    finally:
+        job.close()
