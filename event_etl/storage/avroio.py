@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Iterable, Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import fastavro
 
@@ -58,7 +58,8 @@ def encode_container(
 
 def read_container(fo: BinaryIO) -> Iterator[dict[str, Any]]:
     """Records of an Avro container file (datetimes come back timezone-aware in UTC)."""
-    return iter(fastavro.reader(fo))
+    # fastavro types a reader's items as any Avro datum; a container file of records holds dicts
+    return cast(Iterator[dict[str, Any]], iter(fastavro.reader(fo)))
 
 
 def encode_single_object(parsed_schema: dict[str, Any], fingerprint_hex: str, record: dict[str, Any]) -> bytes:

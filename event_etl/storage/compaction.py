@@ -12,9 +12,11 @@ writes the same bytes.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypedDict, cast
 
 import fastavro
+from fastavro.types import Schema
 from fastavro.write import Writer
 
 from event_etl.storage.avroio import sync_marker_for
@@ -27,6 +29,26 @@ class MergeError(ValueError):
     """The members cannot be merged as they are (another schema or codec, an unreadable file)."""
 
 
+class _RecordBlock(Protocol):
+    """What :func:`_cut` and ``Writer.write_block`` read of a block: its uncompressed bytes and record count.
+
+    fastavro's ``read.Block`` has both, but its stub leaves ``bytes_`` out (and calls it ``bytes``: it is a
+    ``BytesIO``); :class:`_Block` has both too."""
+
+    bytes_: io.BytesIO
+    num_records: int
+
+
+class _Output(TypedDict):
+    """The merged file being filled: its writer (None once closed), buffer, record count, name and sync marker."""
+
+    writer: Writer | None
+    buf: io.BytesIO | None
+    n: int
+    name: str | None
+    sync: bytes
+
+
 class _Block:
     """What ``Writer.write_block`` reads: a block's uncompressed bytes and its record count."""
 
@@ -37,7 +59,8 @@ class _Block:
         self.num_records = n
 
 
-def _blocks(data: bytes, name: str):
+def _blocks(data: bytes, name: str
+            ) -> tuple[tuple[str | None, str], bytes, Schema, fastavro.block_reader]:
     """``((schema text, codec), header bytes without the sync marker, writer schema, block reader)``."""
     try:
         reader = fastavro.block_reader(io.BytesIO(data))
@@ -51,7 +74,7 @@ def _blocks(data: bytes, name: str):
         raise MergeError(f"{name}: not a readable Avro container file ({err})") from err
 
 
-def _cut(block, schema, k: int) -> tuple[bytes, bytes]:
+def _cut(block: _RecordBlock, schema: Schema, k: int) -> tuple[bytes, bytes]:
     """A block's uncompressed bytes cut after its first ``k`` records."""
     buf = block.bytes_
     buf.seek(0)
@@ -70,24 +93,26 @@ def merge_containers(members: Sequence[tuple[str, bytes]], max_events: int, name
     :class:`MergeError` when the members do not share one schema and codec."""
     if not members:
         return []
-    first_header = None
-    schema = None
+    first_header: tuple[str | None, str] | None = None
+    schema: Schema | None = None
     head = b""
     out: list[tuple[str, bytes, int]] = []
-    state: dict = {"writer": None, "buf": None, "n": 0, "name": None, "sync": b""}
+    state: _Output = {"writer": None, "buf": None, "n": 0, "name": None, "sync": b""}
 
     def open_next(codec: str) -> None:
+        assert schema is not None  # set from the first member before the first file opens
         name = name_of(len(out))
         buf = io.BytesIO()
         writer = Writer(buf, schema, codec=codec, sync_marker=sync_marker_for(name),
                         compression_level=1 if codec == "deflate" else None)
-        state.update(buf=buf, n=0, name=name, writer=writer, sync=sync_marker_for(name))
+        state.update({"buf": buf, "n": 0, "name": name, "writer": writer, "sync": sync_marker_for(name)})
 
     def close() -> None:
         if state["writer"] is not None and state["n"]:
             state["writer"].flush()
             # the members' header as it is (fastavro would write the schema's text its own way), then this
             # file's sync marker and blocks
+            assert state["buf"] is not None and state["name"] is not None  # open_next set them with the writer
             data = state["buf"].getvalue()
             out.append((state["name"], head + data[data.find(state["sync"]):], state["n"]))
         state["writer"] = None
@@ -99,11 +124,14 @@ def merge_containers(members: Sequence[tuple[str, bytes]], max_events: int, name
             open_next(header[1])
         elif header != first_header:
             raise MergeError(f"{mname} has another schema or codec than {members[0][0]}")
+        assert schema is not None  # the first member's, from the first iteration on
+        block: _RecordBlock
         try:
-            for block in reader:
+            for block in cast(Iterable[_RecordBlock], reader):  # fastavro's Blocks: see _RecordBlock
                 n = block.num_records
                 while n:
                     room = max_events - state["n"]
+                    assert state["writer"] is not None  # open_next ran before the loop and after every close
                     if n <= room:
                         state["writer"].write_block(block)
                         state["n"] += n

@@ -18,6 +18,7 @@ import fastavro
 
 from event_etl.rules.buckets import DEADLETTER_DIR, validate_event_type_name
 from event_etl.storage import Storage
+from event_etl.storage.avroio import read_container
 
 __all__ = ["DEADLETTER_SCHEMA", "DeadLetter", "Rejected", "iter_deadletters"]
 
@@ -108,7 +109,7 @@ def iter_deadletters(storage: Storage, event_type: str, *, reason: str | None = 
     for day in storage.list_dirs(base):
         for name in sorted(n for n in storage.list_files(f"{base}/{day}") if n.endswith(".avro")):
             rel = f"{base}/{day}/{name}"
-            for rec in fastavro.reader(io.BytesIO(storage.read(rel))):
+            for rec in read_container(io.BytesIO(storage.read(rel))):
                 if reason and rec["reason"] != reason:
                     continue
                 et = rec["event_time"]

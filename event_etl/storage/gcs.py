@@ -59,7 +59,7 @@ def is_transient(err: BaseException) -> bool:
 
 
 @functools.cache
-def _single_attempt_gcs() -> type:
+def _single_attempt_gcs() -> type[Any]:
     """gcsfs's file system with each HTTP request tried once, for :class:`~event_etl.storage.Storage`, whose
     ``_retry`` owns the retries.  gcsfs retries every request 6 times over ~31 s of backoff (a number fixed when
     its class is defined) beneath ours: with the bucket unreachable, a command took ~31 s to say so even with a
@@ -72,7 +72,8 @@ def _single_attempt_gcs() -> type:
     # the request itself, without retry_request (a gcsfs without that decorator keeps its own behaviour)
     once = without_retry_decorator(gcsfs.core.GCSFileSystem._request)
 
-    class SingleAttemptGCSFileSystem(gcsfs.GCSFileSystem):
+    # gcsfs has no type information: its class is Any to mypy, which --strict refuses to subclass
+    class SingleAttemptGCSFileSystem(gcsfs.GCSFileSystem):  # type: ignore[misc]
         _request = once
 
     return SingleAttemptGCSFileSystem
@@ -85,7 +86,7 @@ def open_fs(url: str, options: dict[str, Any]) -> tuple[Any, str]:
     return fs, fs._strip_protocol(url)
 
 
-def upload_if_generation(fs, path: str, data: bytes, generation: str) -> None:
+def upload_if_generation(fs: Any, path: str, data: bytes, generation: str) -> None:
     """Upload ``data`` to ``path`` on GCS only if the object is at ``generation`` (JSON API, ``ifGenerationMatch``).
 
     gcsfs offers create-only uploads (generation 0) but not a match on another generation.  A

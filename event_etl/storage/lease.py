@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from event_etl.errors import LeaseHeldError, StorageError
 from event_etl.storage import Storage
@@ -101,13 +101,19 @@ class Lease:
         self.rel = f"{self.event_type}/{LEASE_NAME}"
         if self.margin_ms is None:
             self.margin_ms = self.ttl_ms // 4
-        self._lock_fh = None
+        self._lock_fh: TextIO | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost: str | None = None
         self.started_at = self.clock()
         self.valid_until = 0  # the last instant this job may write (its last renewal's expiry minus the margin)
         self.old_tasks_until = 0  # a dead predecessor's tasks may trust its lease until then (see the docstring)
+
+    @property
+    def _margin(self) -> int:
+        """``margin_ms`` as ``__post_init__`` resolved it (the given margin, else a quarter of the TTL)."""
+        assert self.margin_ms is not None  # __post_init__ resolved it
+        return self.margin_ms
 
     def describe(self) -> dict[str, Any]:
         return {"holder": self.holder, "host": self.host, "pid": os.getpid(),
@@ -142,7 +148,7 @@ class Lease:
     def _takeable(self, doc: dict[str, Any], now: int) -> bool:
         if not doc or doc.get("holder") == self.holder:
             return True
-        if int(doc.get("expires_at_ms", 0)) + self.margin_ms < now:
+        if int(doc.get("expires_at_ms", 0)) + self._margin < now:
             return True  # expired: its holder died or is cut off, and stopped writing a margin ago
         # We hold this checkpoint's lock, so a lease left by a job on this same checkpoint *on this
         # host* is a dead job's (the kernel released its lock): a restart after a crash takes over at
@@ -159,15 +165,15 @@ class Lease:
                 expires = int(doc.get("expires_at_ms", 0))
                 when = (f"its lease is valid for {format_duration(expires - now)} more" if expires > now else
                         f"its lease ran out {format_duration(now - expires)} ago and may be taken over in "
-                        f"{format_duration(expires + self.margin_ms - now)} (a margin for clocks that disagree)")
+                        f"{format_duration(expires + self._margin - now)} (a margin for clocks that disagree)")
                 raise LeaseHeldError(
                     f"{self.storage.display(self.rel)}: {self.event_type} is already being written to this sink by "
                     f"{_who(doc)}; {when}",
                     fix="stop that job first (SIGTERM drains it); a job that died loses its lease after "
-                        f"{format_duration(self.ttl_ms + self.margin_ms)}",
+                        f"{format_duration(self.ttl_ms + self._margin)}",
                 )
             if self.storage.write_if(self.rel, self._doc(now), None if current is None else current[1]):
-                self.valid_until = now + self.ttl_ms - self.margin_ms
+                self.valid_until = now + self.ttl_ms - self._margin
                 expires = int(doc.get("expires_at_ms", 0))
                 if doc.get("holder") not in (None, self.holder) and expires > now:  # a dead job's, taken over early
                     self.old_tasks_until = expires
@@ -187,7 +193,7 @@ class Lease:
                          else f"the lease {self.storage.display(self.rel)} was removed")
             raise LeaseHeldError(self.lost, fix="another job took over this event type and sink; this one stops")
         if self.storage.write_if(self.rel, self._doc(now), current[1]):
-            self.valid_until = now + self.ttl_ms - self.margin_ms
+            self.valid_until = now + self.ttl_ms - self._margin
             return
         self.renew()  # changed between read and write: read again (and find out who took it)
 
@@ -201,7 +207,7 @@ class Lease:
         if now >= self.valid_until:
             raise LeaseHeldError(
                 f"the lease {self.storage.display(self.rel)} could not be renewed in time (valid until "
-                f"{iso(self.valid_until + self.margin_ms)}); this job stops writing before another may take over",
+                f"{iso(self.valid_until + self._margin)}); this job stops writing before another may take over",
                 fix="check that the sink is reachable; a restart on the same checkpoint loses nothing",
             )
 

@@ -32,7 +32,8 @@ import logging
 import os
 import posixpath
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 from event_etl.errors import StorageError
 from event_etl.settings import current_settings
@@ -40,6 +41,8 @@ from event_etl.storage import gcs
 from event_etl.storage.atomic import fsync_dir, makedirs_durable
 
 __all__ = ["Storage", "open_storage", "safe_relpath"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("event_etl.storage")  # the name it had when this was the whole package: logging set-ups use it
 
@@ -76,7 +79,8 @@ def _open_fs(url: str, options: dict[str, Any]) -> tuple[Any, str]:
 
     if url.startswith("gs://"):
         return gcs.open_fs(url, options)
-    return fsspec.core.url_to_fs(url, **options)
+    fs, root = fsspec.core.url_to_fs(url, **options)
+    return fs, root
 
 
 SUPPORTED_SCHEMES = ("gs",)
@@ -124,7 +128,7 @@ class Storage:
         self.root = os.path.abspath(root) if self.local else root.rstrip("/")
         self.retry_seconds = current_settings().storage_retry_seconds
 
-    def _retry(self, what: str, fn):
+    def _retry(self, what: str, fn: Callable[[], T]) -> T:
         """Run ``fn`` (an object-store call), retrying transient errors with backoff: 0.25 s, doubling up to 8 s,
         while the next wait ends within ``retry_seconds`` of the first try."""
         if self.local:
@@ -133,7 +137,7 @@ class Storage:
 
         from event_etl.util.retry import retry_call
 
-        def unreachable(err: Exception):
+        def unreachable(err: Exception) -> NoReturn:
             raise StorageError(
                 f"{what}: the storage was unreachable for {self.retry_seconds:.0f}s "
                 f"({type(err).__name__}: {err})",
@@ -149,7 +153,7 @@ class Storage:
     def __repr__(self) -> str:
         return f"Storage({self.url!r})"
 
-    def __reduce__(self):  # picklable for executors: rebuild from the URL
+    def __reduce__(self) -> tuple[type[Storage], tuple[str]]:  # picklable for executors: rebuild from the URL
         return (Storage, (self.url,))
 
     def path(self, rel: str) -> str:
@@ -335,19 +339,22 @@ class Storage:
             if self.local:
                 with open(target, "rb") as fh:
                     return fh.read()
-            return self._retry(f"reading {self.display(rel)}", lambda: self.fs.cat_file(target))
+            data: bytes = self._retry(f"reading {self.display(rel)}", lambda: self.fs.cat_file(target))
+            return data
         except FileNotFoundError:
             raise
         except OSError as err:
             raise StorageError(f"cannot read {self.display(rel)}: {err}", fix="check credentials and network") from err
 
-    def _ls_fresh(self, rel_dir: str, target: str) -> list[dict]:
+    def _ls_fresh(self, rel_dir: str, target: str) -> list[dict[str, Any]]:
         """The object store's listing of ``target`` as it is now, neither read from gcsfs' cache nor left in it:
         a kept listing would answer later exists() and info() calls from the past, and executors (other
         processes) add files to these folders."""
         self.fs.invalidate_cache(target)
         try:
-            return self._retry(f"listing {self.display(rel_dir)}", lambda: self.fs.ls(target, detail=True))
+            entries: list[dict[str, Any]] = self._retry(f"listing {self.display(rel_dir)}",
+                                                        lambda: self.fs.ls(target, detail=True))
+            return entries
         finally:
             self.fs.invalidate_cache(target)
 
