@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO, cast
 
 import fastavro
+from fastavro.types import Schema
 
 __all__ = [
     "SOE_MAGIC",
@@ -35,7 +36,7 @@ def sync_marker_for(name: str) -> bytes:
 
 
 def encode_container(
-    parsed_schema: dict[str, Any],
+    parsed_schema: Schema,
     records: Iterable[dict[str, Any]],
     *,
     name: str,

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from fastavro import schemaless_writer
+from fastavro.types import Schema
 from fastavro.write import Writer
 
 from event_etl.rules.buckets import data_file_name
@@ -44,7 +45,7 @@ class OpenAvroFile:
     ``block`` holds the encoded datums of the block being filled (``in_block`` of them);
     ``records`` counts the file's records so far."""
 
-    def __init__(self, name: str, schema: dict[str, Any], codec: str) -> None:
+    def __init__(self, name: str, schema: Schema, codec: str) -> None:
         self.name = name
         self.out = io.BytesIO()
         self.writer = Writer(self.out, schema, codec=codec, sync_marker=sync_marker_for(name),
@@ -78,7 +79,7 @@ class RollingFiles:
     """
 
     def __init__(self, index: int, hour: int, late: bool, *, batch_id: int, shard: int, writer: str,
-                 schema: dict[str, Any], codec: str, max_records: int, drop: Mapping[str, Iterable[int]]) -> None:
+                 schema: Schema, codec: str, max_records: int, drop: Mapping[str, Iterable[int]]) -> None:
         self.index, self.hour, self.late = index, hour, late
         self.batch_id, self.shard, self.writer = batch_id, shard, writer
         self.schema, self.codec, self.max_records, self.drop = schema, codec, max_records, drop
@@ -97,7 +98,7 @@ class RollingFiles:
     def file_key(self) -> int:
         return self.index * 10000 + self.seq
 
-    def add(self, rec: dict[str, Any], t: int) -> str | int | None:
+    def add(self, rec: dict[str, Any], t: int) -> str | Literal[-1] | None:
         """Encode ``rec`` into the current file.
 
         Returns ``None`` when it was written (its position is then ``self.last``), ``-1``

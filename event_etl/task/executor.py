@@ -21,8 +21,9 @@ import json
 import os
 from bisect import bisect_left
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,8 +41,11 @@ from event_etl.storage.avroio import encode_container
 from event_etl.storage.deadletter import DEADLETTER_SCHEMA, Rejected
 from event_etl.storage.lease import Fence
 from event_etl.storage.rolling import RollingFiles
-from event_etl.task.fastpath import int64_array, plan_for, rows_buffer
+from event_etl.task.fastpath import FastChunk, int64_array, plan_for, rows_buffer
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
+
+if TYPE_CHECKING:
+    from event_etl.task.payload import Decoder
 
 __all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
 
@@ -85,10 +89,10 @@ class BatchContext:
         return (self.sealed_through is not None and hour <= self.sealed_through) or name in self.merged_away
 
 
-_DECODERS: dict[tuple[str, str], Any] = {}
+_DECODERS: dict[tuple[str, str], Decoder] = {}
 
 
-def _decoder(et: EventType):
+def _decoder(et: EventType) -> Decoder:
     from event_etl.task.payload import Decoder
 
     key = (et.name, et.decoder_key)  # everything the decoder is built from (frozen settings, schema versions)
@@ -144,9 +148,11 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
                 if backfill:
                     ok &= arrivals - fc.times <= backfill
                 if ok.any():
-                    c = int(np.minimum(fc.times[ok], arrivals if np.isscalar(arrivals) else arrivals[ok]).max())
+                    arrivals_ok = arrivals[ok] if isinstance(arrivals, np.ndarray) else arrivals
+                    c = int(np.minimum(fc.times[ok], arrivals_ok).max())
                     consider(c, c)
                 continue
+            assert piece.records is not None  # a piece the plan could not take carries its payloads
             for payload, arrival, _, _, msg in piece.records:
                 consider_payload(payload, arrival, msg)
         return best
@@ -172,7 +178,8 @@ def process_split(
     plan = plan_for(decoder) if fast and reader.fast_path(et) else None
     reference = ctx.reference if ctx.wm_start is None else None
     measuring = ctx.wm_start is None and reference is None  # a first batch's first run: measures its reference
-    acceptable = [None, None]  # largest counted time, earliest event time of the split's acceptable events
+    # largest counted time, earliest event time of the split's acceptable events
+    acceptable: list[int | None] = [None, None]
 
     def note(counted_time: int, earliest: int) -> None:
         if acceptable[0] is None or counted_time > acceptable[0]:
@@ -194,7 +201,8 @@ def process_split(
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
     delay_sum = [0]
-    counted = [None]  # the largest counted time (event time, at most its arrival) of the records written
+    # the largest counted time (event time, at most its arrival) of the records written
+    counted: list[int | None] = [None]
     timely_o, late_o = Outcome.TIMELY, Outcome.LATE
 
     def group_for(hour: int, late: bool) -> RollingFiles:
@@ -216,6 +224,7 @@ def process_split(
         if measuring and outcome is timely_o:  # accepted (not future, within max_backfill): as split_reference counts
             note(t if t <= arrival else arrival, t)
         if outcome is timely_o or outcome is late_o:
+            assert hour is not None  # the judge gives timely and late records their hour
             late = outcome is late_o
             g = group_for(hour, late)
             problem = g.add(rec, t)
@@ -247,7 +256,8 @@ def process_split(
                                     where + str(off), arrival, t))
         counts[outcome.value] += 1
 
-    def chunk(fc, data: bytes, arrival: int | np.ndarray, position, mids: list[str] | None = None) -> None:
+    def chunk(fc: FastChunk, data: bytes, arrival: int | np.ndarray, position: Callable[[int], str],
+              mids: list[str] | None = None) -> None:
         """The fast path: a chunk of valid JSON lines (:mod:`event_etl.task.fastpath`), the same outcome as
         :func:`one` on each.
 
@@ -258,12 +268,12 @@ def process_split(
         codes, hours = judge_array(fc.times, arrival, ctx.wm_start, allowed_lateness=et.allowed_lateness,
                                    max_future_skew=et.max_future_skew, too_late_reference=reference,
                                    max_backfill=et.max_backfill)
-        per_line = not np.isscalar(arrival)
         if measuring:
             ok = codes == 0  # accepted (not future, within max_backfill): as split_reference counts them
             if ok.any():
                 times_ok = fc.times[ok]
-                note(int(np.minimum(times_ok, arrival[ok] if per_line else arrival).max()), int(times_ok.min()))
+                arrival_ok = arrival[ok] if isinstance(arrival, np.ndarray) else arrival
+                note(int(np.minimum(times_ok, arrival_ok).max()), int(times_ok.min()))
         accepted = np.flatnonzero(codes <= 1)
         written = np.zeros(fc.n, dtype=bool)
         fks = np.zeros(fc.n, dtype=np.int64)
@@ -287,7 +297,7 @@ def process_split(
                 counts[OUTCOME_CODES[code].value] += k
         wi = np.flatnonzero(written)
         if len(wi):
-            arr = arrival[wi] if per_line else arrival
+            arr = arrival[wi] if isinstance(arrival, np.ndarray) else arrival
             c = int(np.minimum(fc.times[wi], arr).max())
             if counted[0] is None or c > counted[0]:
                 counted[0] = c
@@ -297,6 +307,7 @@ def process_split(
                 delays[b] += c
             delay_sum[0] += int(d[d > 0].sum())
             if dedupe and id_field is not None and fc.id_keys is not None:
+                assert fc.has_id is not None  # the fast path sets it with id_keys
                 wid = wi[fc.has_id[wi]]
                 part = np.empty(len(wid), dtype=KEY_DTYPE)
                 part["key"] = fc.id_keys[wid]
@@ -304,6 +315,7 @@ def process_split(
                 part["file"], part["rec"], part["kind"] = fks[wid], poss[wid], ID_KEY
                 key_parts.append(part)
             if dedupe and mids is not None:  # stamped with its publish time: forgotten by the arrival clock
+                assert isinstance(arr, np.ndarray)  # messages (with their ids) come with one arrival each
                 part = np.empty(len(wi), dtype=KEY_DTYPE)
                 part["key"] = _message_keys([mids[i] for i in wi.tolist()], arr.tolist())
                 part["time"], part["shard"] = arr, shard
@@ -312,15 +324,17 @@ def process_split(
         for i in np.flatnonzero(codes >= 2).tolist():
             reason = Reason.FUTURE if codes[i] == 3 else Reason.TOO_LATE
             t = int(fc.times[i])
-            a = int(arrival[i]) if per_line else arrival
+            a = int(arrival[i]) if isinstance(arrival, np.ndarray) else arrival
             payload = data[fc.starts[i]:fc.ends[i]]
             rejects.append(Rejected(reason.value, _reject_detail(reason, t, a, ctx, et), payload, position(i), a, t))
 
     if plan is not None:  # pieces of JSON lines decoded at once, or (a piece the plan cannot take) one by one
         for piece in reader.pieces(split, plan):
             if piece.decoded is not None:
+                assert piece.data is not None and piece.position is not None  # a decoded piece carries both
                 chunk(piece.decoded, piece.data, piece.arrival, piece.position, piece.mids)
             else:
+                assert piece.records is not None  # a piece the plan could not take carries its payloads
                 for item in piece.records:
                     one(*item)
     else:
@@ -426,7 +440,8 @@ def _store_once(storage: Storage, rel: str, data: bytes, hour: int | None, fence
     return True
 
 
-def _write_deadletters(rejects: list[Rejected], rel, ctx, storage, fence=None) -> dict[str, Any] | None:
+def _write_deadletters(rejects: list[Rejected], rel: str, ctx: BatchContext, storage: Storage,
+                       fence: Fence | None = None) -> dict[str, Any] | None:
     if not rejects:
         return None
     recs = [r.record(ctx.event_type.name, ctx.batch_id) for r in rejects]
@@ -436,10 +451,10 @@ def _write_deadletters(rejects: list[Rejected], rel, ctx, storage, fence=None) -
             "file_key": DEADLETTER_FILE_KEY}
 
 
-def make_task(ctx: BatchContext):
+def make_task(ctx: BatchContext) -> Callable[[Iterable[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function of a batch: one report row per split row."""
 
-    def task(batches):
+    def task(batches: Iterable[Any]) -> Iterator[Any]:  # pyarrow RecordBatches in and out
         import pyarrow as pa
 
         with settings_in_force():  # the executor's EVENT_ETL_* variables, read once per task
@@ -452,7 +467,12 @@ def make_task(ctx: BatchContext):
     return task
 
 
-def make_shared_task(contexts: dict[str, BatchContext]):
+_SharedRow = tuple[str, int, str | None, bytes | None, tuple[str, str, str | None] | None]
+"""What a shared task yields per split: type name, shard, report JSON, keys, (error class, message, fix)."""
+
+
+def make_shared_task(contexts: dict[str, BatchContext]
+                     ) -> Callable[[Iterable[tuple[str, Iterable[Any]]]], Iterator[_SharedRow]]:
     """The ``mapPartitions`` function of a shared engine's Spark job (:mod:`event_etl.job.shared`).
 
     Its rows are ``(type name, split row)`` of several types' batches; it yields one
@@ -460,7 +480,7 @@ def make_shared_task(contexts: dict[str, BatchContext]):
     (error class, message, fix))`` for a split that failed: that type's batch fails, the other
     types' splits go on."""
 
-    def task(rows):
+    def task(rows: Iterable[tuple[str, Iterable[Any]]]) -> Iterator[_SharedRow]:
         stores: dict[str, Storage] = {}
         with settings_in_force():  # the executor's EVENT_ETL_* variables, read once per task
             for name, row in rows:

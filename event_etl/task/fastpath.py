@@ -26,7 +26,9 @@ explains each bad record with its reason.  The fast path never decides that a re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -214,7 +216,7 @@ class FastPlan:
             id_keys[has_id] = self._id_hashes(ids.drop_null(), pa, pc)
         return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends)
 
-    def _id_hashes(self, ids, pa, pc) -> np.ndarray:
+    def _id_hashes(self, ids: Any, pa: ModuleType, pc: ModuleType) -> np.ndarray:
         """:func:`event_etl.task.dedupe.key_hash` ``("i", id)`` of each id of an array without nulls: for
         strings, xxh3-64 of ``b"i:" + id`` (UTF-8), hashed from the ``bytes`` of a binary array's ``to_pylist``
         (no Python string per id; half the time of slicing one buffer, which made a slice object per id)."""
@@ -230,9 +232,9 @@ class FastPlan:
         return np.fromiter(map(xxhash.xxh3_64_intdigest, joined.to_pylist()), dtype=np.uint64, count=len(ids))
 
     # -- encoding ----------------------------------------------------------------------------
-    def _encode(self, cols: dict[str, Any], n: int, pa, pc) -> list | None:
+    def _encode(self, cols: dict[str, Any], n: int, pa: ModuleType, pc: ModuleType) -> list[Any] | None:
         """Pieces whose row-wise concatenation is each record's Avro encoding."""
-        pieces: list = []
+        pieces: list[Any] = []  # pyarrow arrays
         pending: list[tuple[np.ndarray, np.ndarray | None]] = []  # varints to emit before the next string
         for f in self.fields:
             c = cols[f.name]
@@ -266,7 +268,7 @@ class FastPlan:
         return pieces
 
 
-def string_array(values) -> Any:
+def string_array(values: Iterable[str]) -> Any:
     """A pyarrow string array of ``values``, built from its buffers.
 
     ``pa.array`` would do, but its first call imports pandas (~0.25 s in every fresh Python
@@ -276,7 +278,7 @@ def string_array(values) -> Any:
     return _bytes_array(pa.string(), [v.encode("utf-8") for v in values])
 
 
-def _bytes_array(arrow_type, data: list[bytes]) -> Any:
+def _bytes_array(arrow_type: Any, data: list[bytes]) -> Any:
     """A string or binary array of ``data`` (each value's bytes), from its offsets and data buffers."""
     import pyarrow as pa
 
@@ -296,7 +298,7 @@ def int64_array(values: np.ndarray) -> Any:
 _NUMPY_TYPES = {"int64": np.int64, "int32": np.int32, "uint64": np.uint64, "uint32": np.uint32}
 
 
-def numpy_of(c) -> np.ndarray:
+def numpy_of(c: Any) -> np.ndarray:
     """The values of a pyarrow array without nulls (integers or booleans), as numpy (read-only for integers).
 
     Read from its buffers: ``Array.to_numpy`` imports pandas on its first call, whatever the
@@ -315,7 +317,7 @@ def numpy_of(c) -> np.ndarray:
 _ZEROS: dict[str, Any] = {}
 
 
-def zero_scalar(arrow_type) -> Any:
+def zero_scalar(arrow_type: Any) -> Any:
     """The zero of an Arrow type (0, False, "" or b"") as a pyarrow scalar, taken from an array built from
     buffers: ``pa.scalar``, which pyarrow calls for a Python value given where a scalar is
     expected (``fill_null(0)``, a separator ``b""``), imports pandas on its first call."""
@@ -333,12 +335,12 @@ def zero_scalar(arrow_type) -> Any:
     return _ZEROS[name]
 
 
-def filled(c) -> Any:
+def filled(c: Any) -> Any:
     """``c`` with its nulls replaced by the zero of its type (:func:`zero_scalar`); ``c`` itself if it has none."""
     return c if c.null_count == 0 else c.fill_null(zero_scalar(c.type))
 
 
-def _valid_mask(c, n: int) -> np.ndarray:
+def _valid_mask(c: Any, n: int) -> np.ndarray:
     if c.null_count == 0:
         return np.ones(n, dtype=bool)
     return numpy_of(c.is_valid())
@@ -364,7 +366,7 @@ def _varint_sizes(z: np.ndarray) -> np.ndarray:
     return size
 
 
-def _varints(cols: list[tuple[np.ndarray, np.ndarray | None]], n: int, pa) -> Any:
+def _varints(cols: list[tuple[np.ndarray, np.ndarray | None]], n: int, pa: ModuleType) -> Any:
     """A binary array whose row ``i`` is the varints of ``z[i]`` of every column (``present`` rows only)."""
     sizes = []
     row_len = np.zeros(n, dtype=np.int64)
@@ -407,11 +409,11 @@ def plan_for(decoder: Decoder) -> FastPlan | None:
         et = decoder.event_type
         ok = fields is not None and any(f.name == tf and f.kind == "long" for f in fields) and (
             et.time_logical_divisor or et.time_format == "epoch_millis")
-        _PLANS[key] = FastPlan(decoder, fields) if ok else None
+        _PLANS[key] = FastPlan(decoder, fields) if ok and fields is not None else None
     return _PLANS[key]
 
 
-def rows_buffer(rows) -> tuple[np.ndarray, memoryview]:
+def rows_buffer(rows: Any) -> tuple[np.ndarray, memoryview]:
     """The offsets (int64) and data bytes of a binary array."""
     import pyarrow as pa
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from fastavro import parse_schema, schemaless_reader
 from fastavro.read import SchemaResolutionError
@@ -80,7 +81,7 @@ class Decoder:
             raise ValueError(f"{ms} ms is outside years 1..9999")
         return ms
 
-    def _logical_time(self, divisor: int):
+    def _logical_time(self, divisor: int) -> Callable[[Any], int]:
         def parse(v: Any) -> int:
             if isinstance(v, datetime):
                 return to_millis(v)
@@ -247,7 +248,8 @@ class Decoder:
             return False, Reason.UNKNOWN_SCHEMA, f"schema fingerprint {fp} is not known for {self.event_type.name}"
         bio = io.BytesIO(payload[10:])
         try:
-            rec = schemaless_reader(bio, writer, self.schema)
+            # an event type's schema is a record: its datum is a dict (fastavro types it as any Avro datum)
+            rec = cast(dict[str, Any], schemaless_reader(bio, writer, self.schema))
         except SchemaResolutionError as err:  # a registered version the current schema cannot read (checked at start)
             return False, Reason.SCHEMA_MISMATCH, f"schema {fp} cannot be read as the current one: {err}"[:300]
         except (EOFError, StopIteration, ValueError, IndexError, UnicodeDecodeError, TypeError, OverflowError) as err:
