@@ -296,3 +296,14 @@ def test_a_batch_of_kafka_splits_through_the_executor_and_controller(tmp_path, b
     assert first.result.counts.get("timely", 0) + first.result.counts.get("late", 0) == 50, first.result
     again = p.controller.run_batch(1, p.task_runner(splits))
     assert again.result.counts.get("duplicate", 0) == 50, again.result
+
+
+def test_an_unreachable_cluster_is_a_source_error_with_the_fix(monkeypatch):
+    from event_etl.sources import kafka
+    from integration.servers import free_port
+
+    monkeypatch.setattr(kafka, "REQUEST_TIMEOUT_S", 2.0)
+    unreachable = Settings.from_env({"EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"})
+    with settings_in_force(unreachable), pytest.raises(SourceError) as info:
+        kafka.check_topic("t")
+    assert "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS" in info.value.fix
