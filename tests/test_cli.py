@@ -62,7 +62,8 @@ def test_unknown_type_names_the_known_ones(runner):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--source", "kafka://x"], "unknown source kind"),
+        (["--source", "kafka://x"], "kafka:TOPIC"),
+        (["--source", "s3://b/x"], "unknown source kind"),
         (["--source", "dir:/no/such/folder"], "is not a folder"),
         (["--conf", "novalue"], "key=value"),
         (["--trigger-interval", "soon"], "not a duration"),

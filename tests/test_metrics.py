@@ -275,6 +275,8 @@ def test_marker_delay_is_recorded_per_hour_and_never_negative(tmp_path):
     ({"sources": [{"endOffset": '{"files": 3}', "latestOffset": None}]}, None),
     ({"sources": [{"endOffset": '{"acks": "x"}', "latestOffset": '{"acks": "y"}'}]}, None),  # a source that cannot tell
     ({"sources": [{"endOffset": "not json", "latestOffset": '{"files": 1}'}]}, None),
+    ({"sources": [{"endOffset": {"topic": "t", "partitions": {"0": 5, "1": 9}},  # Kafka: a new partition 2 counts
+                   "latestOffset": {"topic": "t", "partitions": {"0": 15, "1": 9, "2": 4}}}]}, {"events": 14}),
 ])
 def test_backlog_from_spark_progress(progress, expected):
     assert backlog_from_progress(progress) == expected

@@ -158,7 +158,8 @@ def consumer_type(event_types_dir: str | None, name: str):
 # The options of a streaming job, in the order `run --help` shows them; shared by `run`, `submit`
 # and the driver that `submit` starts on the cluster (event_etl.cli.submitted).
 JOB_OPTIONS: dict[str, Callable] = {
-    "source": click.option("--source", default=None, help="generate:[k=v,...], dir:PATH or a folder. Default: the "
+    "source": click.option("--source", default=None,
+                           help="generate:[k=v,...], dir:PATH or a folder, pubsub:..., kafka:TOPIC. Default: the "
                            "type's `source` setting (the built-in generator)."),
     "sink": sink_option,
     "checkpoint": click.option("--checkpoint", default=None,

@@ -115,6 +115,8 @@ def preflight(spark, event_type, options) -> list[dict]:
     Returns their reports."""
     folders = shared_folders(event_type, options, token=uuid.uuid4().hex)
     modules = EXECUTOR_MODULES + (("gcsfs",) if options.sink.startswith("gs://") else ())
+    if str(options.source or event_type.source).startswith("kafka:"):
+        modules += ("confluent_kafka",)  # the executors read the partitions themselves
     written = []
     try:
         for f in folders:

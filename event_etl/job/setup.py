@@ -253,6 +253,7 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         "split_plan": int(job.get("split_plan", 1)),  # 1: as event_etl 0.2.0 and before cut batches
         "max_files_per_batch": options.max_files_per_batch,
         "max_events_per_batch": options.max_events_per_batch,
+        "event_type": et.name,  # Kafka: the consumer group it commits to
     }
     printer = ProgressPrinter(
         et.name,

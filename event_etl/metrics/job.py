@@ -75,7 +75,8 @@ _OFFSET_UNITS = (("files", "files"), ("n", "events"))  # directory {"files": n};
 def backlog_from_progress(progress: Any) -> dict[str, int] | None:
     """Input not yet read, from Spark's ``query.lastProgress``: ``latestOffset - endOffset`` of its source.
 
-    Returns ``{"files": n}`` or ``{"events": n}``, or ``None`` where the source does not tell
+    Returns ``{"files": n}`` or ``{"events": n}`` (Kafka: summed over its partitions), or ``None`` where the
+    source does not tell
     (no progress yet, no ``latestOffset``, or offsets of another shape).
     """
     if not progress:
@@ -90,6 +91,12 @@ def backlog_from_progress(progress: Any) -> dict[str, int] | None:
     end, latest = _offset(src.get("endOffset")), _offset(src.get("latestOffset"))
     if end is None or latest is None:
         return None
+    if isinstance(end.get("partitions"), dict) and isinstance(latest.get("partitions"), dict):  # Kafka
+        try:
+            return {"events": sum(max(0, int(n) - int(end["partitions"].get(p, 0)))
+                                  for p, n in latest["partitions"].items())}
+        except (TypeError, ValueError):
+            return None
     for key, unit in _OFFSET_UNITS:
         if key in end and key in latest:
             try:

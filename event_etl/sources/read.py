@@ -15,7 +15,8 @@ reader of its split's kind (:func:`event_etl.sources.registry.split_reader`) and
 The kinds: ``files`` (:class:`FilesReader`, byte ranges of whole lines of newline-delimited
 files), ``gen`` (:class:`GeneratorReader`, generator indexes), ``seg`` (:class:`SegmentsReader`,
 Pub/Sub messages spooled in segments, :mod:`event_etl.sources.spool`) and ``spool``
-(:class:`SpoolReader`, release 0.1.0's spool files).  Modules a kind needs are imported when it
+(:class:`SpoolReader`, release 0.1.0's spool files) and ``kafka`` (:class:`KafkaReader`, an offset range of a Kafka
+partition, :mod:`event_etl.sources.kafka`).  Modules a kind needs are imported when it
 is read.
 """
 
@@ -34,7 +35,7 @@ from event_etl.eventtypes import EventType
 from event_etl.sources.splits import Split
 
 __all__ = ["READ_BYTES", "Payload", "Piece", "SplitReader", "FilesReader", "GeneratorReader", "SegmentsReader",
-           "SpoolReader", "MessageChunk", "message_chunks"]
+           "SpoolReader", "KafkaReader", "MessageChunk", "message_chunks"]
 
 READ_BYTES = 2 << 20
 """Bytes of payloads a read takes at a time (a chunk of whole lines of a file, a run of small files' chunks, a
@@ -179,6 +180,28 @@ class SpoolReader(SplitReader):
     def inputs(self, split: Split) -> list[str] | None:
         """Its spool file: pulled by an earlier run, so it will come again."""
         return [os.path.basename(split.uri)]
+
+
+class KafkaReader(SplitReader):
+    """``kafka``: offsets ``start``..``end`` of one partition (``meta``: ``{"partition": p, ...}``) of the topic
+    ``uri``, read from the cluster (:func:`event_etl.sources.kafka.read_range`; the task reads the settings itself:
+    no secret travels in a split).  A record arrives at its Kafka timestamp; it is a message as a Pub/Sub one is:
+    ``(topic/partition/offset, attributes)``, so ``time_attribute`` may name a header or ``kafka.timestamp``,
+    and a record read twice is dropped by its message id.
+
+    No fast path yet: it decodes chunks of newline-joined payloads, which for Kafka means joining each consumed
+    batch of values (as :class:`MessageChunk` does for Pub/Sub) with their arrivals and message ids; a later step."""
+
+    kind = "kafka"
+
+    def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
+        from event_etl.sources.kafka import read_range
+
+        partition = int(json.loads(split.meta)["partition"])
+        yield from read_range(split.uri, partition, split.start, split.end)
+
+    def fast_path(self, et: EventType) -> bool:
+        return False
 
 
 def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:

@@ -113,6 +113,19 @@ def _pubsub_fetcher(spec: SourceSpec, log_dir: str, *, once: bool, spark=None):
     return Fetcher(spec.params["subscription"], log_dir, once=once, settings=settings)
 
 
+def _kafka_planner(spec: dict[str, Any], clock: Callable[[], int]):
+    from event_etl.sources.kafka import KafkaPlanner
+
+    return KafkaPlanner(spec["params"]["topic"], event_type=spec.get("event_type"), clock=clock)
+
+
+def _kafka_check(spec: SourceSpec) -> None:
+    SOURCES["kafka"].check_installed()  # confluent-kafka: an extra
+    from event_etl.sources.kafka import check_topic
+
+    check_topic(spec.params["topic"])
+
+
 @dataclass(frozen=True)
 class SourceKind:
     """One kind of source (see the module docstring)."""
@@ -167,6 +180,9 @@ SOURCES: dict[str, SourceKind] = {
     "pubsub": SourceKind("pubsub", _pubsub_planner, lambda spec: spec.url, check_before_start=_pubsub_check,
                          fetcher=_pubsub_fetcher, start_warning=_pubsub_warning, shared="checkpoint",
                          requires=("google.cloud.pubsub_v1",), install_hint="pip install 'event_etl[job]'"),
+    "kafka": SourceKind("kafka", _kafka_planner, lambda spec: f"kafka:{spec.params['topic']}",
+                        check_before_start=_kafka_check, shared=None, requires=("confluent_kafka",),
+                        install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')"),
 }
 """Every kind of source, by the ``kind`` of its :class:`SourceSpec`."""
 
@@ -215,6 +231,12 @@ def _segments_reader() -> SplitReader:
     return SegmentsReader()
 
 
+def _kafka_reader() -> SplitReader:
+    from event_etl.sources.read import KafkaReader
+
+    return KafkaReader()
+
+
 def _spool_reader() -> SplitReader:
     from event_etl.sources.read import SpoolReader
 
@@ -226,6 +248,7 @@ SPLIT_READERS: dict[str, Callable[[], SplitReader]] = {
     "gen": _generator_reader,  # the generator
     "seg": _segments_reader,  # Pub/Sub messages spooled in segments
     "spool": _spool_reader,  # release 0.1.0's Pub/Sub spool files
+    "kafka": _kafka_reader,  # an offset range of a Kafka partition
 }
 """The reader of every kind of :class:`~event_etl.sources.splits.Split`, by its ``kind``."""
 

@@ -17,7 +17,9 @@ class Split:
     - ``shard``: index of the split in its batch; part of the output file names.
     - ``kind``: ``files`` (``meta`` lists ``[path, start, end, arrival]`` byte ranges of whole
       lines), ``gen`` (generator indexes ``start``..``end``, parameters in ``meta``), ``seg``
-      (ranges of spooled Pub/Sub segments) or ``spool`` (a 0.1.0 spool file); each kind is read by
+      (ranges of spooled Pub/Sub segments), ``spool`` (a 0.1.0 spool file) or ``kafka`` (offsets
+      ``start``..``end`` of the topic ``uri``, ``meta`` ``{"partition": p, "topic_id": id}``, no
+      secrets: the task reads the settings itself); each kind is read by
       its reader (:func:`event_etl.sources.registry.split_reader`, :mod:`event_etl.sources.read`).
     - ``arrival``: when the payloads arrived (ms), where one time holds for the whole split.
     """

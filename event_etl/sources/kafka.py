@@ -1,0 +1,427 @@
+"""``kafka:TOPIC``: the records of a Kafka topic, read in offset ranges by the executors.
+
+The cluster is ``EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS``; SASL, SSL and the rest of librdkafka's settings come
+from the properties file ``EVENT_ETL_KAFKA_PROPERTIES`` names (:meth:`event_etl.settings.Settings.kafka_config`),
+never from ``--source`` and never from a split: each process reads them itself.
+
+An offset is JSON::
+
+    {"topic": T, "topic_id": ID, "partitions": {"0": next offset, ...},
+     "lost": {"0": records retention deleted unread, accumulated}, "begin": {"3": where this batch starts}}
+
+``lost`` and ``begin`` appear only when not empty.  ``begin`` says where a batch starts reading a partition
+other than at its start offset: a partition new since the start offset (at its low watermark) or, with
+``EVENT_ETL_KAFKA_ON_DATA_LOSS=skip``, a partition whose unread records retention deleted (at its low
+watermark).  So :meth:`KafkaPlanner.splits` is a function of the batch's start and end offsets alone, and a
+replayed batch reads the same ranges.
+
+The planner asks the cluster for the topic's id, partitions and watermarks each time the engine asks for the
+latest offset, and never plans past a partition's reported high watermark (what lies beyond is planned the next
+time).  A batch holds at most ``cap`` records (``--max-events-per-batch``), spread fairly over the partitions
+(:func:`fair_shares`).  A deleted topic, or one deleted and recreated (its id changed), stops the job with the fix:
+never a silent restart from offset zero.
+
+Not yet (issue 40): a watermark per partition (a partition whose producers lag holds the others back).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from event_etl.errors import SourceError
+from event_etl.sources.splits import Split
+
+__all__ = ["KafkaPlanner", "MAX_SPLIT_RECORDS", "plan_partition", "fair_shares", "cut_range", "kafka_config",
+           "consumer_group", "describe_topic", "check_topic", "read_range", "message_attributes", "READ_TIMEOUT_S"]
+
+log = logging.getLogger("event_etl.sources.kafka")
+
+MAX_SPLIT_RECORDS = 100_000
+"""A partition's range in a batch is cut into splits of at most this many offsets (one task each)."""
+
+REQUEST_TIMEOUT_S = 15.0
+"""How long a metadata or watermark request to the cluster may take."""
+
+_FIX_CONNECT = ("check EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS (host:port of the cluster) and, for SASL or SSL, the "
+                "properties file EVENT_ETL_KAFKA_PROPERTIES names")
+
+
+def kafka_config(**extra: Any) -> dict[str, Any]:
+    """librdkafka's configuration for a client of event_etl: the settings' cluster and properties file, then
+    ``extra`` (underscores in its keys become dots)."""
+    from event_etl.settings import current_settings
+
+    conf: dict[str, Any] = dict(current_settings().kafka_config())
+    if "bootstrap.servers" not in conf:
+        raise SourceError("the Kafka source has no cluster: EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS is not set",
+                          fix="set EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS=host:port (on the executors too)")
+    conf.update({k.replace("_", "."): v for k, v in extra.items()})
+    return conf
+
+
+def consumer_group(event_type: str | None, topic: str) -> str:
+    """The consumer group the job commits its progress to (for Kafka's tools; the checkpoint is what counts)."""
+    return f"event_etl.{event_type or topic}"
+
+
+def plan_partition(start: int, low: int, high: int, on_loss: str, *, topic: str = "", partition: int = 0
+                   ) -> tuple[int, int]:
+    """Where a batch begins reading a partition whose next offset is ``start`` and whose records are
+    ``[low, high)`` now: ``(begin, lost)``, ``lost`` records that retention deleted before the job read them.
+
+    ``start < low``: with ``on_loss == "fail"`` a :class:`SourceError` says how many records of which partition
+    were lost; with ``"skip"`` the batch begins at ``low``.  ``start > high`` (a reported high watermark lagging
+    behind what was read): nothing to read now, never backwards."""
+    if start >= low:
+        return start, 0
+    lost = low - start
+    if on_loss != "skip":
+        raise SourceError(
+            f"{lost} records of Kafka topic {topic} partition {partition} (offsets {start} to {low - 1}) were "
+            "deleted by the topic's retention before this job read them",
+            fix="raise the topic's retention (retention.ms, retention.bytes) or let the job keep up; to go on "
+            "without them, set EVENT_ETL_KAFKA_ON_DATA_LOSS=skip (the job then counts what it lost)")
+    return low, lost
+
+
+def fair_shares(available: dict[int, int], cap: int | None) -> dict[int, int]:
+    """How many records each partition gives a batch of at most ``cap`` records: all when they fit, else each as
+    many as the others (water-filling: a partition with less gives all it has, the rest share what is left; a
+    remainder goes to the lowest partition numbers).  A pure function: the same answer for the same input."""
+    total = sum(max(0, n) for n in available.values())
+    if cap is None or total <= cap:
+        return {p: max(0, n) for p, n in available.items()}
+    take = {p: 0 for p in available}
+    left = max(0, cap)
+    open_ = sorted(p for p, n in available.items() if n > 0)
+    while left > 0 and open_:
+        each = left // len(open_)
+        if each == 0:
+            for p in open_[:left]:
+                take[p] += 1
+            break
+        for p in list(open_):
+            give = min(each, available[p] - take[p])
+            take[p] += give
+            left -= give
+            if take[p] >= available[p]:
+                open_.remove(p)
+    return take
+
+
+def cut_range(begin: int, end: int, most: int = MAX_SPLIT_RECORDS) -> list[tuple[int, int]]:
+    """``[begin, end)`` cut into consecutive ranges of at most ``most`` offsets, about equal."""
+    n = end - begin
+    if n <= 0:
+        return []
+    pieces = -(-n // most)
+    bounds = [begin + n * k // pieces for k in range(pieces)] + [end]
+    return list(zip(bounds, bounds[1:]))
+
+
+def _is_unknown_topic(err: BaseException) -> bool:
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        code = err.args[0].code()
+        return code in (KafkaError.UNKNOWN_TOPIC_OR_PART, getattr(KafkaError, "UNKNOWN_TOPIC_ID", -10_000))
+    return False
+
+
+def describe_topic(admin: Any, topic: str) -> tuple[str, list[int]] | None:
+    """The topic's id and partition numbers, or None when the cluster has no such topic."""
+    from confluent_kafka import KafkaException, TopicCollection
+
+    try:
+        futures = admin.describe_topics(TopicCollection([topic]), request_timeout=REQUEST_TIMEOUT_S)
+        desc = futures[topic].result(timeout=REQUEST_TIMEOUT_S + 5)
+    except KafkaException as err:
+        if _is_unknown_topic(err):
+            return None
+        raise SourceError(f"cannot describe Kafka topic {topic}: {err}", fix=_FIX_CONNECT) from err
+    except TimeoutError as err:
+        raise SourceError(f"the Kafka cluster did not answer within {REQUEST_TIMEOUT_S:.0f}s (describing topic "
+                          f"{topic})", fix=_FIX_CONNECT) from err
+    return str(desc.topic_id), sorted(int(p.id) for p in desc.partitions)
+
+
+def check_topic(topic: str) -> None:
+    """Before a job starts: the topic exists (a :class:`SourceError` with the fix otherwise)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(kafka_config())
+    if describe_topic(admin, topic) is None:
+        raise SourceError(f"Kafka topic {topic} does not exist on the cluster",
+                          fix="create it (kafka-topics --create --topic ...), or check --source kafka:TOPIC and "
+                          "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS")
+
+
+class KafkaPlanner:
+    """Plans micro-batches over a Kafka topic's partitions (in the driver; see the module docstring)."""
+
+    def __init__(self, topic: str, *, event_type: str | None = None, on_loss: str | None = None,
+                 clock: Callable[[], int] | None = None, split_records: int = MAX_SPLIT_RECORDS) -> None:
+        from event_etl.settings import current_settings
+
+        self.topic = topic
+        self.group = consumer_group(event_type, topic)
+        self.on_loss = on_loss if on_loss is not None else current_settings().kafka_on_data_loss
+        self.clock = clock
+        self.split_records = split_records
+        self._admin: Any = None
+        self._consumer: Any = None
+        self.target: dict[int, int] | None = None  # --once: the high watermarks when it started
+        self._highs: dict[int, int] = {}  # the last watermarks seen (for backlog and reported_latest)
+        self._topic_id: str | None = None
+        self.lost: dict[int, int] = {}
+        """Records retention deleted unread, by partition, that the last planned batch skipped (``skip``)."""
+
+    # -- clients ----------------------------------------------------------------------------
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+
+            self._admin = AdminClient(kafka_config())
+        return self._admin
+
+    def _consumer_client(self) -> Any:
+        if self._consumer is None:
+            from confluent_kafka import Consumer
+
+            self._consumer = Consumer(kafka_config(group_id=self.group, enable_auto_commit=False,
+                                                   enable_partition_eof=False))
+        return self._consumer
+
+    def _metadata(self, expect_id: str | None) -> list[int]:
+        found = describe_topic(self._admin_client(), self.topic)
+        if found is None:
+            raise SourceError(
+                f"Kafka topic {self.topic} is gone (deleted?)",
+                fix="recreate it and start with a new --checkpoint to read it from its beginning, or restore it; "
+                "the job never restarts a topic from offset zero on its own")
+        topic_id, partitions = found
+        if expect_id is not None and topic_id != expect_id:
+            raise SourceError(
+                f"Kafka topic {self.topic} was deleted and created again (its id is {topic_id}, this checkpoint's "
+                f"offsets belong to {expect_id})",
+                fix="start with a new --checkpoint to read the new topic from its beginning (what the job wrote "
+                "stays in the sink), or point --source at the topic the checkpoint read")
+        self._topic_id = topic_id
+        return partitions
+
+    def _watermarks(self, partitions: Iterable[int]) -> dict[int, tuple[int, int]]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer = self._consumer_client()
+        out = {}
+        for p in partitions:
+            try:
+                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=REQUEST_TIMEOUT_S,
+                                                           cached=False)
+            except KafkaException as err:
+                raise SourceError(f"cannot read the offsets of Kafka topic {self.topic} partition {p}: {err}",
+                                  fix=_FIX_CONNECT) from err
+            out[p] = (int(low), int(high))
+        self._highs = {p: h for p, (_, h) in out.items()}
+        return out
+
+    # -- the streaming-source protocol ------------------------------------------------------
+    def initial_offset(self) -> dict[str, Any]:
+        partitions = self._metadata(None)
+        marks = self._watermarks(partitions)
+        return {"topic": self.topic, "topic_id": self._topic_id,
+                "partitions": {str(p): marks[p][0] for p in partitions}}
+
+    def prepare_available_now(self) -> None:
+        partitions = self._metadata(None)
+        self.target = {p: h for p, (_, h) in self._watermarks(partitions).items()}
+
+    def latest_offset(self, start: dict[str, Any], cap: int | None) -> dict[str, Any]:
+        self._check_start(start)
+        partitions = self._metadata(start["topic_id"])
+        known = {int(p): int(n) for p, n in start["partitions"].items()}
+        gone = sorted(set(known) - set(partitions))
+        if gone:
+            raise SourceError(f"Kafka topic {self.topic} has lost partitions {gone} (it has {len(partitions)})",
+                              fix="a topic's partitions are never removed: it was recreated; start with a new "
+                              "--checkpoint")
+        marks = self._watermarks(partitions)
+        lost_before = {int(p): int(n) for p, n in start.get("lost", {}).items()}
+        begin: dict[int, int] = {}
+        available: dict[int, int] = {}
+        self.lost = {}
+        for p in partitions:
+            low, high = marks[p]
+            if self.target is not None:
+                high = min(high, self.target.get(p, low))  # --once: what was there when it started
+            if p in known:
+                b, lost = plan_partition(known[p], low, high, self.on_loss, topic=self.topic, partition=p)
+                if lost:
+                    self.lost[p] = lost
+                    log.warning("Kafka topic %s partition %d: %d records deleted by retention before they were "
+                                "read; skipped (EVENT_ETL_KAFKA_ON_DATA_LOSS=skip)", self.topic, p, lost)
+                if b != known[p]:
+                    begin[p] = b
+            else:
+                b = low  # a partition new since the start offset: from its oldest record
+                begin[p] = b
+            available[p] = max(0, high - b)
+        take = fair_shares(available, cap)
+        ends = {p: (begin.get(p, known.get(p, 0)) + take[p]) for p in partitions}
+        if not self.lost and all(p in known and ends[p] == known[p] for p in partitions):
+            return start  # nothing new: the very same offset
+        lost_all = dict(lost_before)
+        for p, n in self.lost.items():
+            lost_all[p] = lost_all.get(p, 0) + n
+        end: dict[str, Any] = {"topic": self.topic, "topic_id": start["topic_id"],
+                               "partitions": {str(p): ends[p] for p in partitions}}
+        if lost_all:
+            end["lost"] = {str(p): n for p, n in sorted(lost_all.items())}
+        if begin:
+            end["begin"] = {str(p): n for p, n in sorted(begin.items())}
+        return end
+
+    def _check_start(self, start: dict[str, Any]) -> None:
+        if start.get("topic") != self.topic or "topic_id" not in start:
+            raise SourceError(f"the checkpoint's Kafka offsets are of topic {start.get('topic')!r}, not {self.topic}",
+                              fix="use the --checkpoint of this --source, or a new one")
+
+    def reported_latest(self) -> dict[str, Any] | None:
+        if not self._highs or self._topic_id is None:
+            return None
+        highs = self._highs if self.target is None else {p: min(h, self.target.get(p, h))
+                                                         for p, h in self._highs.items()}
+        return {"topic": self.topic, "topic_id": self._topic_id,
+                "partitions": {str(p): h for p, h in sorted(highs.items())}}
+
+    def backlog(self, start: dict[str, Any]) -> dict[str, int]:
+        """Records beyond ``start`` as of the last watermarks seen (no request of its own)."""
+        known = {int(p): int(n) for p, n in start.get("partitions", {}).items()}
+        latest = self.reported_latest()
+        if latest is None:
+            return {"records": 0}
+        return {"records": sum(max(0, int(h) - known.get(int(p), 0)) for p, h in latest["partitions"].items())}
+
+    def splits(self, start: dict[str, Any], end: dict[str, Any]) -> list[Split]:
+        """The batch's partition ranges, cut at ``split_records`` offsets: a function of the two offsets alone."""
+        known = {int(p): int(n) for p, n in start["partitions"].items()}
+        begin = {int(p): int(n) for p, n in end.get("begin", {}).items()}
+        out: list[Split] = []
+        for p in sorted(int(k) for k in end["partitions"]):
+            b = begin.get(p, known.get(p))
+            if b is None:
+                raise SourceError(f"Kafka offsets of batch end name partition {p}, which neither the start nor "
+                                  "its begin knows", fix="the checkpoint was edited; start with a new --checkpoint")
+            for lo, hi in cut_range(b, int(end["partitions"][str(p)]), self.split_records):
+                meta = json.dumps({"partition": p, "topic_id": end["topic_id"]})
+                out.append(Split(len(out), "kafka", self.topic, lo, hi, 0, meta))
+        return out
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Tell Kafka the group's progress (for lag monitoring), best effort: the checkpoint is what counts."""
+        try:
+            from confluent_kafka import TopicPartition
+
+            offsets = [TopicPartition(self.topic, int(p), int(n)) for p, n in end["partitions"].items()]
+            if offsets:
+                self._consumer_client().commit(offsets=offsets, asynchronous=False)
+        except Exception as err:  # noqa: BLE001 - never fails the batch: the checkpoint holds the offsets
+            log.warning("could not commit the offsets of Kafka topic %s for group %s: %s", self.topic, self.group,
+                        err)
+
+    def stop(self) -> None:
+        consumer, self._consumer, self._admin = self._consumer, None, None
+        if consumer is not None:
+            try:
+                consumer.close()
+            except Exception:  # noqa: BLE001,S110 - closing a client that failed: nothing left to do
+                pass
+
+
+READ_TIMEOUT_S = 60.0
+"""How long a task waits for the next record of its range before it fails (the cluster unreachable, the range's
+records gone)."""
+
+
+def message_attributes(topic: str, partition: int, offset: int, timestamp: int, key: bytes | None,
+                       headers: list[tuple[str, bytes | None]] | None) -> dict[str, str]:
+    """A record's attributes, as a Pub/Sub message's (``time_attribute`` may name one): its headers (decoded as
+    UTF-8, bad bytes replaced; a later header of the same name wins) and ``kafka.key``, ``kafka.partition``,
+    ``kafka.offset``, ``kafka.timestamp`` (milliseconds since the epoch)."""
+    attrs = {str(k): (v.decode("utf-8", "replace") if isinstance(v, bytes) else "" if v is None else str(v))
+             for k, v in (headers or [])}
+    if key is not None:
+        attrs["kafka.key"] = key.decode("utf-8", "replace")
+    attrs["kafka.partition"] = str(partition)
+    attrs["kafka.offset"] = str(offset)
+    attrs["kafka.timestamp"] = str(timestamp)
+    return attrs
+
+
+def read_range(topic: str, partition: int, start: int, end: int, *, timeout: float = READ_TIMEOUT_S
+               ) -> Iterable[tuple[bytes, int, str, int, tuple[str, dict[str, str]]]]:
+    """The records of offsets ``[start, end)`` of a partition, in offset order, as
+    :meth:`event_etl.sources.read.SplitReader.payloads` yields them: ``(value, timestamp_ms, where, offset,
+    (message id, attributes))``, the message id ``topic/partition/offset`` (what dedupes a record read twice).
+
+    Offsets missing from the range (a compacted topic, transaction markers) are skipped.  No record for
+    ``timeout`` seconds before ``end`` is a :class:`SourceError`, and so are records retention deleted."""
+    import time
+
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, TopicPartition
+
+    if end <= start:
+        return
+    consumer = Consumer(kafka_config(group_id="event_etl.reader", enable_auto_commit=False,
+                                     enable_partition_eof=True, auto_offset_reset="error"))
+    where = f"kafka:{topic}/{partition}@"
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        nxt = start
+        deadline = time.monotonic() + timeout
+        while nxt < end:
+            msgs = consumer.consume(num_messages=min(1000, end - nxt), timeout=1.0)
+            if not msgs and time.monotonic() > deadline:
+                raise SourceError(
+                    f"Kafka topic {topic} partition {partition}: no record after offset {nxt - 1} for {timeout:.0f}s, "
+                    f"the batch reads up to offset {end - 1}",
+                    fix="check that the cluster is reachable from the executors (EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS, "
+                    "EVENT_ETL_KAFKA_PROPERTIES on every node); the batch is replayed when the job runs again")
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() is not None and m.offset() >= end:
+                            nxt = end  # the range's last offsets hold no record (compaction, a transaction marker)
+                            break
+                        continue
+                    if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        raise SourceError(
+                            f"Kafka topic {topic} partition {partition}: offset {nxt} is no longer there (deleted by "
+                            f"the topic's retention before this batch read it): {err.str()}",
+                            fix="raise the topic's retention; a batch planned over deleted records cannot be "
+                            "replayed: start with a new --checkpoint, or restore the records")
+                    raise SourceError(f"reading Kafka topic {topic} partition {partition}: {err.str()}",
+                                      fix=_FIX_CONNECT)
+                off = int(m.offset())
+                if off < nxt:
+                    continue
+                if off >= end:
+                    nxt = end
+                    break
+                ts_type, ts = m.timestamp()
+                if ts_type == TIMESTAMP_NOT_AVAILABLE:
+                    raise SourceError(f"Kafka topic {topic} partition {partition} offset {off} has no timestamp",
+                                      fix="records need a timestamp (message format v1 or later, Kafka 0.10+)")
+                value = m.value() or b""
+                yield (value, int(ts), where, off,
+                       (f"{topic}/{partition}/{off}",
+                        message_attributes(topic, partition, off, int(ts), m.key(), m.headers())))
+                nxt = off + 1
+            if msgs:
+                deadline = time.monotonic() + timeout
+    finally:
+        consumer.close()

