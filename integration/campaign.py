@@ -510,10 +510,15 @@ class Campaign:
         """A last live run until every event is accounted for, then SIGTERM (stop and drain)."""
         self.runs += 1
         log = open(self.work / f"run-{self.runs:02d}-final.log", "w")
+        before = len(self.faults_seen())
         proc = self.current = subprocess.Popen(self.command(), env={**self.env, "EVENT_ETL_FAULT_PAUSE": ""},
                                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         expected = len(self.events.events)
         deadline = time.monotonic() + 300
+        # SIGTERM only once the job obeys it: its handlers are in before it takes the lease (after a SIGKILL, on an
+        # object store, that means waiting out the dead run's lease); sent earlier, SIGTERM ends the process as it
+        # ends any program, with no drain
+        self._wait_point(proc, "leased", before, timeout=240)
         while time.monotonic() < deadline and proc.poll() is None:
             time.sleep(3)
             try:

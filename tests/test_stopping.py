@@ -219,3 +219,37 @@ def test_a_step_that_does_not_end_keeps_the_locks_until_the_process_ends(tmp_pat
     time.sleep(0.2)
     assert outcome == {"refused": True}
     lease._unlock()  # what the end of the process does
+
+
+@pytest.mark.parametrize("fleet", [False, True], ids=["run", "run --all"])
+def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path, monkeypatch, fleet):
+    """After a SIGKILL on an object store, a restart waits out the dead run's lease before it starts: a SIGTERM then
+    (a supervisor giving up on a slow start, ``systemctl stop``) must be obeyed as a stop and drain once the job runs,
+    not end the process as SIGTERM ends a program that has no handler."""
+    from event_etl.job import fleet as fleet_mod
+    from event_etl.job import runner
+    from event_etl.job.runner import RunOptions, run_job
+
+    seen: dict = {}
+
+    def acquire(p, stops=None):
+        seen["installed"] = stops is not None and stops.installed()
+        assert seen["installed"], "the stop handlers must be in before the lease is taken"
+        _signal(signal.SIGTERM, stops)
+        seen["received"] = list(stops.received)
+        raise RuntimeError("the test ends the start here")
+
+    monkeypatch.setattr(fleet_mod if fleet else runner, "acquire_lease", acquire)
+    before = signal.getsignal(signal.SIGTERM)
+    stops = StopSignals()
+    et = make_event_type(tmp_path / "types")
+    options = RunOptions(sink=str(tmp_path / "sink"), checkpoint=str(tmp_path / "ck"), source=None if fleet else
+                         f"dir:{tmp_path / 'in'}")
+    (tmp_path / "in").mkdir()
+    with pytest.raises(RuntimeError, match="ends the start here"):
+        if fleet:
+            fleet_mod.run_fleet([et], options, stops=stops)
+        else:
+            run_job(et, options, stops=stops)
+    assert seen["received"] == [signal.SIGTERM] and stops.drain
+    assert signal.getsignal(signal.SIGTERM) == before, "a start that failed puts the previous handlers back"

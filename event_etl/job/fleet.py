@@ -98,11 +98,23 @@ def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, 
         options.once = True
     members: list[FleetMember] = []
     stops = stops if stops is not None else StopSignals()
+    if install_signals:
+        stops.install()  # before the leases: a stop asked for while one is waited for is obeyed once the fleet runs
     try:
-        for et in event_types:  # check and lock everything before Spark starts
-            p = prepare_job(et, options, clock=clock, checkpoint=member_checkpoint(options, et.name))
-            members.append(FleetMember(et, p))
-            acquire_lease(p)
+        try:
+            for et in event_types:  # check and lock everything before Spark starts
+                p = prepare_job(et, options, clock=clock, checkpoint=member_checkpoint(options, et.name))
+                members.append(FleetMember(et, p))
+                acquire_lease(p, stops)
+        except Escalated as esc:
+            for m in members:
+                if m.prepared.lease is not None:
+                    release_lease(m.prepared.lease, stops)
+            exit_now(128 + esc.signum, "stopped at once while waiting for the leases; nothing was processed")
+        except BaseException:
+            if install_signals:
+                stops.restore()
+            raise
         run = _run_shared if options.engine == "shared" else _run
         return run(members, options, spark=spark, clock=clock, install_signals=install_signals,
                    status_every_s=status_every_s, stop_event=stop_event, stops=stops)

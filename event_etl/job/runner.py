@@ -81,12 +81,20 @@ def run_job(
     """
     if options.drain:
         options.once = True  # drain: process what is available, then close every open hour
-    p = prepare_job(event_type, options, clock=clock)
-    acquire_lease(p)
+    name = event_type.name
     stops = stops if stops is not None else StopSignals()
     if install_signals:
-        stops.install()
-    name = event_type.name
+        stops.install()  # before the lease: a stop asked for while it is waited for is obeyed once the job runs
+    try:
+        p = prepare_job(event_type, options, clock=clock)
+        acquire_lease(p, stops)
+    except Escalated as esc:
+        release_lease(p.lease, stops)
+        exit_now(128 + esc.signum, f"[{name}] stopped at once while waiting for the lease; nothing was processed")
+    except BaseException:
+        if install_signals:
+            stops.restore()
+        raise
     own_spark = spark is None
     fetcher = None
     try:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from event_etl import faults
 from event_etl.errors import UsageError
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import Checkpoint
@@ -25,6 +26,7 @@ from event_etl.job.stopping import (
     BatchGate,
     StopSignals,
     say,
+    wait_for,
 )
 from event_etl.sources import SourceSpec, parse_source
 from event_etl.sources.registry import source_kind
@@ -148,7 +150,11 @@ def release_lease(lease, stops: StopSignals | None = None) -> None:
     lease.release()
 
 
-def acquire_lease(p: Prepared) -> None:
+def acquire_lease(p: Prepared, stops: StopSignals | None = None) -> None:
+    """Take the type's checkpoint lock and sink lease; after a dead predecessor, wait until its tasks are fenced off.
+
+    The wait watches ``stops``: a first stop signal is recorded and obeyed once the job runs (SIGTERM still drains),
+    a repeated one raises :class:`~event_etl.job.stopping.Escalated` with the lease held (``p.lease``)."""
     from event_etl.storage.lease import Lease, default_ttl_ms
 
     p.lease = Lease(p.storage, p.event_type.name, p.ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
@@ -159,7 +165,9 @@ def acquire_lease(p: Prepared) -> None:
     p.ckpt.sweep_temporaries()  # the checkpoint is this job's now; its source starts writing there only later
     latest = p.ckpt.latest_intent_id()
     if latest is not None and latest > p.ckpt.load_state().last_batch_id:  # a batch to replay: its tasks may live on
-        p.lease.wait_for_old_tasks(None if p.options.quiet else say)
+        p.lease.wait_for_old_tasks(None if p.options.quiet else say,
+                                   sleep=None if stops is None else lambda s: wait_for(lambda: False, stops, timeout=s))
+    faults.point("leased")
 
 
 @dataclass
