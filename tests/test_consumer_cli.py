@@ -218,3 +218,23 @@ def test_marker_is_never_touched_by_the_commands(run, sc):
                  ["cat", "click", "2026-11-21T13"], ["audit", "click", "2026-11-21T13", "--expected", "3"]):
         assert run(*args).exit_code == 0
     assert marker.read_bytes() == before
+
+
+@pytest.mark.parametrize("command", [["cat", "click", "2026-11-21T14"], ["cat", "click", "2026-11-21T14", "--format",
+                                                                          "avro"], ["deadletter", "click"]])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(sc, command):
+    """`event-etl cat ... | head -1`: the pipe closes under the command, which ends as cat and grep do, with nothing
+    on stderr (no `error: unexpected BrokenPipeError`) and the shell's code for a process SIGPIPE ended."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first record is written
+    try:
+        proc = subprocess.run([sys.executable, "-m", "event_etl", *command, "--sink", sc.sink, "--event-types",
+                               sc.types], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.stderr == "", proc.stderr
+    assert proc.returncode == 141

@@ -119,6 +119,11 @@ class EtlGroup(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
             rv = super().main(args, prog_name, complete_var, False, **extra)
+            sys.stdout.flush()  # here, where a reader that stopped reading is seen, not at the interpreter's exit
+        except BrokenPipeError:  # `| head`: end quietly, as cat and grep do
+            from event_etl.cli.options import end_on_closed_pipe
+
+            end_on_closed_pipe()
         except click.exceptions.NoArgsIsHelpError as e:  # `event-etl` alone: the help, as usual
             click.echo(e.ctx.get_help(), err=True)
             sys.exit(e.exit_code)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +27,7 @@ from event_etl.settings import ENV_DEBUG, ENV_EVENT_TYPES, current_settings, set
 
 __all__ = ["ENV_DEBUG", "EXIT_CODES_HELP", "fail", "translate_error", "handles_errors", "quiet_libraries",
            "event_types_option", "sink_option", "type_names", "load_type", "consumer_type", "parse_conf",
-           "JOB_OPTIONS", "job_options", "job_run_options"]
+           "JOB_OPTIONS", "job_options", "job_run_options", "end_on_closed_pipe"]
 
 """Set to 1: an unexpected error shows its Python traceback (and libraries' logs) instead of one line."""
 
@@ -63,6 +65,19 @@ def translate_error(err: BaseException, what: str = "this command") -> EventEtlE
     return None
 
 
+def end_on_closed_pipe() -> None:
+    """The reader of the output stopped reading (``| head``): end quietly, as ``cat`` and ``grep`` do.
+
+    Standard output is pointed at /dev/null first, so that the interpreter's last flush does not fail
+    again on the closed pipe; the exit code is the shell's for a process that SIGPIPE ended (141)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(128 + signal.SIGPIPE)
+
+
 def handles_errors(fn: Callable) -> Callable:
     """Every failure of a command becomes one ``error:`` line and one ``fix:`` line, and an exit code
     of :mod:`event_etl.exitcodes`; ``EVENT_ETL_DEBUG=1`` shows the traceback of an unexpected one."""
@@ -73,6 +88,8 @@ def handles_errors(fn: Callable) -> Callable:
 
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            end_on_closed_pipe()
         except EventEtlError as err:
             fail(err)
         except Interrupted as stop:  # asked to stop at once (a second signal): one line, exit 128+N
