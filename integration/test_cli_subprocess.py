@@ -37,6 +37,8 @@ def test_once_drain_then_deadletter(tmp_path):
                        capture_output=True, text=True, env=_env(), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "run finished" in r.stdout and "events in      4,000" in r.stdout
+    for noise in ("WARNING: Using incubator modules", "Setting default log level", "sc.setLogLevel"):
+        assert noise not in r.stderr, f"the JVM's start-up noise reached the user: {r.stderr}"
     content = read_sink(sink, "payment_authorization", "authorization_id")
     assert content and all(hc.marker is not None for hc in content.values())
     for h in content:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -172,11 +173,48 @@ def _launch_own_jvm(settings: Mapping[str, str]) -> None:
         conf = SparkConf()  # no JVM yet: a plain dict, given to spark-submit as --conf
         for k, v in settings.items():
             conf.set(k, v)
-        gateway = launch_gateway(conf, popen_kwargs=_JvmPopenKwargs(start_new_session=True,
-                                                                    preexec_fn=_ignore_stop_signals))
+        kwargs = _JvmPopenKwargs(start_new_session=True, preexec_fn=_ignore_stop_signals)
+        quieted = _quiet_jvm_stderr()
+        if quieted is not None:
+            kwargs["stderr"] = quieted.stdin
+        try:
+            gateway = launch_gateway(conf, popen_kwargs=kwargs)
+        finally:
+            if quieted is not None and quieted.stdin is not None:
+                quieted.stdin.close()  # the JVM and its children hold the pipe now; the filter ends with them
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
         on_exit_now(_kill_own_jvm)
+
+
+JVM_NOISE = ("WARNING: Using incubator modules: jdk.incubator.vector",)
+"""Lines the JVM prints on stderr at every start that tell a user of event_etl nothing (Spark 4's launcher adds the
+incubating vector module to every JVM it starts, and the JVM announces it).  Spark's own "Setting default log level"
+lines are kept out by log4j2.properties instead."""
+
+
+def _quiet_jvm_stderr() -> subprocess.Popen | None:
+    """A filter between the JVM's stderr and this process's: every line passes but :data:`JVM_NOISE`.
+
+    ``grep --line-buffered`` in a session of its own, deaf to the stop signals as the JVM is (systemd's
+    ``KillMode=control-group`` sends SIGTERM to every process of the unit: the JVM must still be heard while it
+    drains); it ends when the JVM and the processes it started have closed the pipe.  None (the JVM writes to
+    stderr directly) where there is no grep or stderr is not a file descriptor."""
+    grep = shutil.which("grep")
+    try:
+        err_fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    if grep is None:
+        return None
+    args = [grep, "--line-buffered", "-v", "-x", "-F"]
+    for line in JVM_NOISE:
+        args += ["-e", line]
+    try:
+        return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=err_fd, stderr=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=_ignore_stop_signals)
+    except OSError:
+        return None
 
 
 def _kill_own_jvm() -> None:
