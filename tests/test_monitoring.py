@@ -78,7 +78,8 @@ def test_the_five_concerns_are_alerted_on():
     doc = yaml.safe_load((MONITORING / "alerts.yml").read_text())
     rules = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
     assert set(rules) == {"EventEtlWatermarkLagHigh", "EventEtlLateEventsSurge", "EventEtlNoHeartbeat",
-                          "EventEtlJobDown", "EventEtlDeadLetterRate", "EventEtlMarkerOverdue"}
+                          "EventEtlJobDown", "EventEtlDeadLetterRate", "EventEtlMarkerOverdue",
+                          "EventEtlInputLost"}  # and input a source deleted unread (Kafka's retention)
     for name, r in rules.items():
         assert r.get("for"), f"{name} needs a `for:` so that one bad scrape does not page"
         assert r["labels"]["severity"] in ("warning", "critical")
