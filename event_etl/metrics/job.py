@@ -216,7 +216,7 @@ class JobMetrics:
             "event_etl.marker.pending": self._observe_marker_pending,
             "event_etl.input.backlog.files": lambda o: self._observe_backlog_unit("files"),
             "event_etl.input.backlog.events": lambda o: self._observe_backlog_unit("events"),
-            "event_etl.kafka.lag": self._observe_kafka_lag,
+            "event_etl.kafka.lag.records": self._observe_kafka_lag,
         }
         if self.old_names:
             gauges["event_etl.watermark"] = self._observe_watermark

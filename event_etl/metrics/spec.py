@@ -112,7 +112,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("event_etl_input_lost_records_total", "event_etl.input.lost.records", MetricKind.COUNTER, "{record}",
                _ET, "Input records the source deleted before the job read them, skipped (Kafka: retention passed the "
                "checkpoint's offset, EVENT_ETL_KAFKA_ON_DATA_LOSS=skip); 0 for other sources."),
-    MetricSpec("event_etl_kafka_lag_records", "event_etl.kafka.lag", MetricKind.GAUGE, "{record}",
+    MetricSpec("event_etl_kafka_lag_records", "event_etl.kafka.lag.records", MetricKind.GAUGE, "{record}",
                ("event_type", "topic", "partition"),
                "Kafka: a partition's high watermark minus the offset the job committed (absent for other sources)."),
 )
