@@ -156,9 +156,21 @@ def test_lost_records_and_the_lag_per_partition_through_the_shared_engines_lane(
         s = prom.text()
         assert value(s, "event_etl_kafka_lag_records", event_type=et.name, topic=topic, partition="1") == 3
         assert value(s, "event_etl_input_lost_records_total", event_type=et.name) == 8  # counted once
+        _lint(s)
     finally:
         planner.stop()
         metrics.shutdown()
+
+
+def _lint(text: str) -> None:
+    """promtool's lint of a Kafka job's scrape (tests/test_monitoring.py lints one of a directory source's)."""
+    import subprocess
+
+    from tests.test_monitoring import promtool
+
+    r = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    flagged = {line.split()[0] for line in (r.stdout + r.stderr).splitlines() if line.startswith("event_etl_")}
+    assert flagged <= {"event_etl_hours_completed_total"}, r.stdout + r.stderr  # the 0.1 name, flagged as known
 
 
 def test_the_queries_engines_committer_commits_the_group_at_a_batchs_end(tmp_path, broker):
