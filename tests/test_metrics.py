@@ -191,10 +191,12 @@ def test_the_scrape_shows_exactly_the_registered_series(tmp_path, monkeypatch):
     job.metrics.observe_progress({"sources": [{"endOffset": '{"files": 3}', "latestOffset": '{"files": 5}'}]})
     fams = {f.name: f for f in text_string_to_metric_families(job.prom.text())}
     shown = {s.name for f in fams.values() for s in f.samples} - {"target_info"}
-    # a directory source tells files, not events: the events backlog is absent, as documented
-    assert shown == exported_series() - {"event_etl_input_backlog_events"}
+    # a directory source tells files, not events, and has no partitions: the events backlog and the Kafka lag are
+    # absent, as documented
+    absent = {"event_etl_input_backlog_events", "event_etl_kafka_lag_records"}
+    assert shown == exported_series() - absent
     for m in METRICS:
-        if m.name == "event_etl_input_backlog_events":
+        if m.name in absent:
             continue
         base = m.name.removesuffix("_total")
         assert fams[base].type == str(m.kind), m.name
@@ -428,7 +430,8 @@ def test_otlp_push_carries_the_counters_and_the_pre_bucketed_histogram(tmp_path)
     metrics = {m.name: m for rm in req.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
     from event_etl.metrics import RENAMED
 
-    no_backlog = {"event_etl.input.backlog", "event_etl.input.backlog.files", "event_etl.input.backlog.events"}
+    no_backlog = {"event_etl.input.backlog", "event_etl.input.backlog.files", "event_etl.input.backlog.events",
+                  "event_etl.kafka.lag.records"}
     assert {m.otel_name for m in METRICS + RENAMED} - no_backlog == set(metrics)  # no progress, no backlog
     events = {dict((a.key, a.value.string_value) for a in p.attributes)["outcome"]: p.as_int
               for p in metrics["event_etl.events"].sum.data_points}

@@ -39,7 +39,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -85,6 +85,9 @@ class BatchEvent:
     replayed: bool
     attempt_started_at: int = 0
     """When this attempt began (``started_at`` is the first attempt's, from the batch's intent)."""
+    lost: dict[int, int] = field(default_factory=dict)
+    """Input records the source lost before this batch could read them, by partition (Kafka records deleted by
+    retention, skipped with ``EVENT_ETL_KAFKA_ON_DATA_LOSS=skip``); empty for other sources."""
 
 
 class Controller(RewriteSteps, MarkerSteps, MergeSteps):
@@ -107,6 +110,7 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         activity_stale_ms: int = 60_000,
         source_done: Callable[[set[str]], bool] | None = None,
         monotonic: Callable[[], float] | None = None,
+        source_lost: Callable[[int], dict[int, int]] | None = None,
     ) -> None:
         self.et = event_type
         # seconds on a clock that never steps (time.monotonic in a job): how long the source has been quiet is
@@ -121,6 +125,8 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         # told, after a batch's state is saved, what the batch read (Pub/Sub acknowledges it); True if all of
         # it was acknowledged in time (else redeliveries are expected: see event_etl.task.dedupe)
         self.source_done = source_done
+        # what the source lost before a batch could read it, by partition (Kafka: from the batch's offsets)
+        self.source_lost = source_lost
         self.storage = storage
         self.ckpt = checkpoint
         self.clock = clock
@@ -371,9 +377,12 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         self.totals["deadlettered"] += result.deadlettered
         self.totals["files"] += result.files_written
         self.totals["bytes"] += result.bytes_written
+        lost = self.source_lost(batch_id) if self.source_lost is not None else {}
+        if lost:
+            self.totals["lost"] += sum(lost.values())
         self.last_batch_at = now
         event = BatchEvent(batch_id, result, new, marked, intent.started_at, now, replayed,
-                           self._attempt_started or intent.started_at)
+                           self._attempt_started or intent.started_at, lost)
         self._emit("batch", event)
         return event
 

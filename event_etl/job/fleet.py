@@ -478,6 +478,8 @@ def summary_lines(summary: dict[str, dict[str, Any]]) -> list[str]:
         events = sum(v for k, v in totals.items() if k in OUTCOMES)
         line = (f"[{name}] run finished ({s.get('state', '?')}): {s.get('batches', 0)} batches, {events:,} events in, "
                 f"{len(marked)} hours marked{span}, restarts {s.get('restarts', 0)}")
+        if totals.get("lost"):
+            line += f", {totals['lost']:,} records LOST (deleted by retention before read)"
         if s.get("stopped_by"):
             line += f"; stopped by {s['stopped_by']}" + (", drained" if s.get("drained") else
                                                          f", {s['last_error']}" if s.get("state") == "drain failed"

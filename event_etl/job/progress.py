@@ -19,7 +19,7 @@ from event_etl.job.controller import BatchEvent
 from event_etl.rules.manifest import Manifest
 from event_etl.timeutil import HOUR_MS, format_duration, iso
 
-__all__ = ["ProgressPrinter", "GeneratorClock", "format_summary"]
+__all__ = ["ProgressPrinter", "GeneratorClock", "format_summary", "lost_text"]
 
 
 def _n(x: int) -> str:
@@ -146,7 +146,14 @@ class ProgressPrinter:
             + (f"duplicates {_n(c['duplicate'])}  " if c.get("duplicate") else "") +
             f"files {r.files_written} ({_size(r.bytes_written)})  watermark {iso(wm) or '-'} lag {lag}  "
             f"marked {len(ev.marked)}  {secs:.2f}s  {r.events_in / secs:,.0f} ev/s"
+            + (f"  {lost_text(ev.lost)}" if ev.lost else "")
         )
+
+
+def lost_text(lost: dict[int, int]) -> str:
+    """``LOST n (partition p: n, ...)``: input records the source lost before they could be read."""
+    parts = ", ".join(f"{p}: {_n(n)}" for p, n in sorted(lost.items()))
+    return f"LOST {_n(sum(lost.values()))} (deleted by retention before read; partition {parts})"
 
 
 def format_summary(summary: dict[str, Any]) -> str:
@@ -166,6 +173,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  hours marked   {len(summary['hours_marked'])}"
         + (f" ({summary['hours_marked'][0]} .. {summary['hours_marked'][-1]})" if summary["hours_marked"] else ""),
     ]
+    if t.get("lost"):
+        lines.append(f"  LOST           {_n(t['lost'])} (deleted by the source's retention before they were read; "
+                     "skipped: EVENT_ETL_KAFKA_ON_DATA_LOSS=skip)")
     if summary.get("stopped_by"):
         lines.append(f"  stopped by     {summary['stopped_by']}" + ("; drained: every hour holding data is complete"
                                                                    if summary.get("drained") else ""))

@@ -182,6 +182,7 @@ class Job:
     gate: BatchGate | None = None  # the foreachBatch function, as the stop needs it (event_etl.job.stopping)
     printer: ProgressPrinter | None = None
     fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
+    closers: list[Callable[[], None]] = field(default_factory=list)  # e.g. Kafka's group committer (queries)
 
     def start(self):
         if self.fetcher is not None:
@@ -196,7 +197,11 @@ class Job:
                 if not self.prepared.options.quiet:
                     say(self.fetcher.summary_line(self.prepared.event_type.name))
         finally:
-            self.metrics.shutdown()
+            try:
+                for close in self.closers:
+                    close()
+            finally:
+                self.metrics.shutdown()
 
 
 def start_fetcher(p: Prepared):
@@ -234,6 +239,12 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
     writer = (writer.trigger(availableNow=True) if p.options.once
               else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
     job.writer, job.gate = writer, gate
+    if p.spec.kind == "kafka":  # the group's offsets at each batch's end, not a batch behind (Spark's own commit)
+        from event_etl.sources.kafka_offsets import GroupCommitter
+
+        committer = GroupCommitter(p.spec.params["topic"], p.event_type.name, p.ckpt.spark_dir)
+        job.controller.listeners.append(committer)
+        job.closers.append(committer.close)
     return job
 
 
@@ -287,6 +298,11 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
             fetcher.leased_at = p.leased_at
         controller.source_activity = fetcher.activity
         controller.source_done = fetcher.ack
+    if p.spec.kind == "kafka":  # records retention deleted unread: counted from the batch's offsets
+        from event_etl.sources.kafka_offsets import batch_lost
+
+        spark_dir = ckpt.spark_dir
+        controller.source_lost = lambda batch_id: batch_lost(spark_dir, batch_id)
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
     controller.listeners.extend(metrics.listeners)
     return Job(p, controller, metrics, source_spec["log_dir"], None, None, printer, fetcher), source_spec

@@ -53,7 +53,7 @@ from event_etl.rules.reasons import Reason
 from event_etl.settings import current_settings
 from event_etl.timeutil import HOUR_MS, iso
 
-__all__ = ["JobMetrics", "job_metrics", "backlog_from_progress", "marker_pending_ms"]
+__all__ = ["JobMetrics", "job_metrics", "backlog_from_progress", "kafka_lag_from_progress", "marker_pending_ms"]
 
 _log = logging.getLogger(__name__)
 
@@ -106,6 +106,19 @@ def backlog_from_progress(progress: Any) -> dict[str, int] | None:
     return None
 
 
+def kafka_lag_from_progress(progress: Any) -> dict[tuple[str, int], int] | None:
+    """Each Kafka partition's lag, ``{(topic, partition): records}``, from Spark's ``query.lastProgress`` (its
+    source's ``latestOffset``, the high watermarks, minus its ``endOffset``, what the job committed); None for
+    another source or no progress (see :func:`event_etl.sources.kafka_offsets.lag_by_partition`)."""
+    from event_etl.sources.kafka_offsets import lag_by_partition
+
+    try:
+        src = progress["sources"][0]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return lag_by_partition(src.get("endOffset"), src.get("latestOffset"))
+
+
 class JobMetrics:
     """The metrics of one job run: a listener for its controller, gauges read at collection time.
 
@@ -139,6 +152,7 @@ class JobMetrics:
         self.heartbeat_at = self.started_at
         self._state = None
         self._backlog: dict[str, int] | None = None
+        self._kafka_lag: dict[tuple[str, int], int] | None = None
         self._last_history_watermark_at: int | None = None
         self._closed = False
         self.errors = 0
@@ -188,6 +202,7 @@ class JobMetrics:
         self.clock_steps.add(0, self.attrs)
         self.merged_bytes.add(0, self.attrs)
         self.batches = meter.create_counter(**spec("event_etl.batches"))
+        self.lost = meter.create_counter(**spec("event_etl.input.lost.records"))
         self.hours = meter.create_counter(**spec("event_etl.markers.written"))
         self.old_names = old_names_exported()
         self.hours_old = meter.create_counter(**spec("event_etl.hours.completed")) if self.old_names else None
@@ -201,6 +216,7 @@ class JobMetrics:
             "event_etl.marker.pending": self._observe_marker_pending,
             "event_etl.input.backlog.files": lambda o: self._observe_backlog_unit("files"),
             "event_etl.input.backlog.events": lambda o: self._observe_backlog_unit("events"),
+            "event_etl.kafka.lag.records": self._observe_kafka_lag,
         }
         if self.old_names:
             gauges["event_etl.watermark"] = self._observe_watermark
@@ -215,7 +231,7 @@ class JobMetrics:
             self.deadletter.add(0, {**self.attrs, "reason": r.value})
         for flag in ("false", "true"):
             self.batches.add(0, {**self.attrs, "replayed": flag})
-        for c in (self.files, self.bytes, self.hours, self.hours_old):
+        for c in (self.files, self.bytes, self.hours, self.hours_old, self.lost):
             if c is not None:
                 c.add(0, self.attrs)
 
@@ -259,6 +275,10 @@ class JobMetrics:
         v = self._backlog_now().get(unit)
         return [] if v is None else [Observation(v, self.attrs)]
 
+    def _observe_kafka_lag(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(n, {**self.attrs, "topic": topic, "partition": str(p)})
+                for (topic, p), n in sorted((self._kafka_lag or {}).items())]
+
     # -- listener ------------------------------------------------------------------------------
     def _on_event(self, kind: str, payload: Any) -> None:
         """Controller listener.  A metrics failure is logged, never allowed to fail the job."""
@@ -298,6 +318,9 @@ class JobMetrics:
         self.files.add(r.files_written, self.attrs)
         self.bytes.add(r.bytes_written, self.attrs)
         self.batches.add(1, {**self.attrs, "replayed": "true" if ev.replayed else "false"})
+        lost = sum((getattr(ev, "lost", None) or {}).values())
+        if lost:
+            self.lost.add(int(lost), self.attrs)
         duration_s = max(0, ev.finished_at - ev.started_at) / 1000.0
         if not ev.replayed:  # a replay's started_at is its first attempt's, before the restart
             self.batch_duration.record(duration_s, self.attrs)
@@ -361,9 +384,10 @@ class JobMetrics:
             return
         try:
             self._backlog = backlog_from_progress(progress)
+            self._kafka_lag = kafka_lag_from_progress(progress)
         except Exception:  # noqa: BLE001 - an unexpected progress shape must not stop the job
             _log.debug("event_etl metrics: unreadable progress", exc_info=True)
-            self._backlog = None
+            self._backlog = self._kafka_lag = None
 
     @property
     def urls(self) -> list[str]:

@@ -109,6 +109,12 @@ METRICS: tuple[MetricSpec, ...] = (
                "Input files available but not yet read (directory source; absent where the source does not tell)."),
     MetricSpec("event_etl_input_backlog_events", "event_etl.input.backlog.events", MetricKind.GAUGE, "{event}", _ET,
                "Input events available but not yet read (generator; absent where the source does not tell)."),
+    MetricSpec("event_etl_input_lost_records_total", "event_etl.input.lost.records", MetricKind.COUNTER, "{record}",
+               _ET, "Input records the source deleted before the job read them, skipped (Kafka: retention passed the "
+               "checkpoint's offset, EVENT_ETL_KAFKA_ON_DATA_LOSS=skip); 0 for other sources."),
+    MetricSpec("event_etl_kafka_lag_records", "event_etl.kafka.lag.records", MetricKind.GAUGE, "{record}",
+               ("event_type", "topic", "partition"),
+               "Kafka: a partition's high watermark minus the offset the job committed (absent for other sources)."),
 )
 
 ENV_OLD_NAMES = ENV_METRICS_OLD_NAMES
