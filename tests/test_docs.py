@@ -73,3 +73,23 @@ def test_no_dangling_pitfalls_reference():
             page = ROOT / m.group(1).strip()
             assert page.is_file(), f"{path}: {m.group(0)}"
             assert re.search(r"^#+ Pitfalls", page.read_text(), re.M), f"{page} has no Pitfalls section"
+
+
+def test_the_file_names_the_readme_shows_are_what_a_job_writes():
+    """A reader copies these names into globs and checks: they must have today's form (the writer id included)."""
+    from event_etl.rules.buckets import data_file_name, deadletter_file_path, parse_data_file_name
+    from event_etl.timeutil import parse_rfc3339_millis
+
+    readme = (ROOT / "README.md").read_text()
+    shown = re.findall(r"\b(?:part|late)-\d{10}-[\w-]+\.avro", readme)
+    assert shown, "the README shows data file names"
+    for name in shown:
+        meta = parse_data_file_name(name)
+        assert meta.writer, f"{name}: a job's files carry their writer id"
+        assert data_file_name(meta.hour_start, meta.batch_id, meta.shard, meta.seq, late=meta.late,
+                              writer=meta.writer) == name
+    for path in re.findall(r"_deadletter/dt=\d{4}-\d{2}-\d{2}/dl-[\w-]+\.avro", readme):
+        day = parse_rfc3339_millis(path.split("dt=")[1][:10] + "T00:00:00Z")
+        batch, shard = re.search(r"-b(\d{10})-s(\d{4})", path).groups()
+        writer = re.search(r"dl-w([0-9a-f]{6})-", path).group(1)
+        assert deadletter_file_path("page_view", day, int(batch), int(shard), writer=writer).endswith(path)
