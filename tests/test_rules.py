@@ -227,3 +227,23 @@ def test_parse_duration(text, ms):
 def test_parse_duration_rejects(bad):
     with pytest.raises(ValueError):
         parse_duration(bad)
+
+
+def test_a_manifest_says_which_event_hours_its_late_records_belong_to():
+    """Version 3: the late files' records by event hour, summed over the hour (merged files included), published as
+    `late_event_hours` and read back; an older manifest says it does not know (None), not that there were none."""
+    files = [FileEntry("part-b.avro", 10, 100, "aa"),
+             FileEntry("late-a.avro", 3, 20, "bb", late=True, event_hours=((t("11:00"), 1), (t("12:00"), 2))),
+             FileEntry("late-c.avro", 4, 20, "cc", late=True, event_hours=((t("12:00"), 4),))]
+    m = build_manifest(event_type="click", hour=t("13:00"), files=files, watermark=t("14:02"), completed_at=t("14:03"))
+    doc = m.to_json()
+    assert doc["manifest_version"] == 3
+    assert doc["late_event_hours"] == {"2026-11-21T11:00:00Z": 1, "2026-11-21T12:00:00Z": 6}
+    assert all("event_hours" not in f for f in doc["files"]), "the manifest publishes the hour's sum only"
+    back = Manifest.from_bytes(m.to_bytes())
+    assert back.late_event_hours == {t("11:00"): 1, t("12:00"): 6} and back.version == 3
+    v2 = {**doc, "manifest_version": 2}
+    del v2["late_event_hours"]
+    assert Manifest.from_json(v2).late_event_hours is None
+    ledger = FileEntry.from_json(files[1].to_json())
+    assert ledger.event_hours == files[1].event_hours, "the checkpoint's ledger keeps each late file's counts"

@@ -251,8 +251,8 @@ def spanning(tmp_path):
 def test_an_hour_spanning_a_change_is_marked_with_each_files_schema(spanning):
     p = spanning
     m = check_manifest_matches_folder(p.sink, "click", hour("13"))
-    assert json.loads((p.sink / "click/dt=2026-11-21/hour=13/_COMPLETE").read_text())["manifest_version"] == 2
-    assert MANIFEST_VERSION == 2
+    assert json.loads((p.sink / "click/dt=2026-11-21/hour=13/_COMPLETE").read_text())["manifest_version"] == 3
+    assert MANIFEST_VERSION == 3
     by_batch = {f.name.split("-")[2]: f.schema_fingerprint for f in m.files}
     assert by_batch == {"b0000000000": f"crc64avro:{fp(V1)}", "b0000000001": f"crc64avro:{fp(V2)}"}
     assert m.schema_fingerprints == tuple(sorted([f"crc64avro:{fp(V1)}", f"crc64avro:{fp(V2)}"]))
@@ -387,7 +387,7 @@ def _manifest_doc(version, files):
             "bytes": 3, "schema_fingerprint": "crc64avro:aaaaaaaaaaaaaaaa", "files": files}
 
 
-def test_manifests_of_version_1_and_2_read_and_a_newer_one_is_refused():
+def test_manifests_of_version_1_to_3_read_and_a_newer_one_is_refused():
     f1 = {"name": "part-a.avro", "records": 1, "bytes": 3, "sha256": "x", "late": False}
     m1 = Manifest.from_json(_manifest_doc(1, [f1]))
     assert m1.files[0].schema_fingerprint == "" and m1.file_fingerprint(m1.files[0]) == "crc64avro:aaaaaaaaaaaaaaaa"
@@ -402,18 +402,18 @@ def test_manifests_of_version_1_and_2_read_and_a_newer_one_is_refused():
     del doc["manifest_version"]
     assert Manifest.from_json(doc).files == m1.files
     with pytest.raises(CheckpointFormatError) as info:
-        Manifest.from_json(_manifest_doc(3, [f1]))
-    assert "version 3" in str(info.value) and "reads versions 1, 2" in str(info.value) and "upgrade" in info.value.fix
+        Manifest.from_json(_manifest_doc(4, [f1]))
+    assert "version 4" in str(info.value) and "reads versions 1, 2, 3" in str(info.value) and "upgrade" in info.value.fix
 
 
 def test_a_newer_manifest_stops_a_consumer_with_the_fix(spanning):
     p = spanning
     marker = p.sink / "click/dt=2026-11-21/hour=13/_COMPLETE"
     doc = json.loads(marker.read_text())
-    marker.write_text(json.dumps({**doc, "manifest_version": 3}))
+    marker.write_text(json.dumps({**doc, "manifest_version": 4}))
     res = CliRunner().invoke(main, ["cat", "click", "2026-11-21T13", "--sink", str(p.sink), "--event-types",
                                     str(p.tmp / "types")])
-    assert res.exit_code == 2 and "version 3" in res.output and "upgrade event_etl" in res.output
+    assert res.exit_code == 2 and "version 4" in res.output and "upgrade event_etl" in res.output
 
 
 # -- the commands ------------------------------------------------------------------------------------------

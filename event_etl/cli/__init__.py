@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "verify": "event_etl.cli.consumer:verify_cmd",
     "cat": "event_etl.cli.consumer:cat_cmd",
     "audit": "event_etl.cli.consumer:audit_cmd",
+    "late": "event_etl.cli.consumer:late_cmd",
     "graphs": "event_etl.cli.monitoring:graphs_cmd",
     "schema": "event_etl.cli.schema:schema_group",
 }

@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from event_etl.cli.options import EXIT_CODES_HELP, consumer_type, event_types_option, handles_errors, sink_option
-from event_etl.cli.params import DURATION
+from event_etl.cli.params import DURATION, Duration
 from event_etl.consumer import (
     AuditResult,
     HourState,
@@ -40,7 +40,7 @@ from event_etl.consumer.sink import type_name
 from event_etl.errors import UsageError
 from event_etl.timeutil import format_duration, iso, now_millis, to_datetime, to_millis
 
-__all__ = ["wait_cmd", "hours_cmd", "verify_cmd", "cat_cmd", "audit_cmd"]
+__all__ = ["wait_cmd", "hours_cmd", "verify_cmd", "cat_cmd", "audit_cmd", "late_cmd"]
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of text.")
 
@@ -287,6 +287,36 @@ def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, until: dateti
         out.flush()
     else:
         write_jsonl(sink, et, hour, sys.stdout, include_late=late, until=until, reader_schema=schema)
+
+
+@click.command("late", epilog=EXIT_CODES_HELP)
+@click.argument("event_type")
+@click.argument("hour", type=HOUR)
+@click.option("--allowed-lateness", type=DURATION, default=None,
+              help="How long after HOUR late records of it can land (etl.toml's allowed_lateness). Default: the "
+              "type's when the event types folder has it, else 24h.")
+@JSON_OPTION
+@sink_option
+@event_types_option
+@handles_errors
+def late_cmd(event_type: str, hour: datetime, allowed_lateness: Duration | None, as_json: bool, sink: str,
+             event_types_dir: str | None) -> None:
+    """Where the late records of HOUR of EVENT_TYPE went: the later hours that hold some, with how many.
+
+    A record whose hour was already complete is written into the hour open when it arrived; that hour's
+    manifest counts it under HOUR (`late_event_hours`). A consumer that processed HOUR revisits those hours.
+    The answer is final once every hour where they could land (up to allowed_lateness after HOUR) is complete.
+    """
+    from event_etl.consumer.late import describe, late_records_of
+
+    et = consumer_type(event_types_dir, event_type)
+    report = late_records_of(sink, et, hour, allowed_lateness_ms=None if allowed_lateness is None
+                             else allowed_lateness.millis)
+    if as_json:
+        _echo_json(report.to_json())
+        return
+    for line in describe(report):
+        click.echo(line)
 
 
 @click.command("audit", epilog=EXIT_CODES_HELP)

@@ -24,7 +24,7 @@ from event_etl.rules.compaction import (
     merge_groups,
     merged_file_name,
 )
-from event_etl.rules.manifest import FileEntry
+from event_etl.rules.manifest import FileEntry, sum_event_hours
 from event_etl.task.report import BatchResult
 
 __all__ = ["Merge", "MergeSteps", "MERGE_REQUESTS"]
@@ -112,12 +112,14 @@ class MergeSteps:
                 self._emit("merge_skipped", (hour, str(err)))
                 continue
             merged = []
+            # late files: the group's records by event hour go with its first output (FileEntry.event_hours)
+            group_hours = sum_event_hours(members) if members[0].late else ()
             for name, data, n in outputs:
                 self._guard()
                 faults.point("merge_write", f"{rel_dir}/{name}")
                 self.storage.write_atomic(f"{rel_dir}/{name}", data)
                 merged.append(FileEntry(name, n, len(data), hashlib.sha256(data).hexdigest(), members[0].late,
-                                        members[0].schema_fingerprint))
+                                        members[0].schema_fingerprint, () if merged else group_hours))
             faults.point("merged_written", str(hour))
             self.ckpt.save_merge(hour, generation, [e.name for e in members], merged)
             faults.point("merge_recorded", str(hour))

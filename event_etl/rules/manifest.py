@@ -3,7 +3,7 @@
 Example::
 
     {
-      "manifest_version": 2,
+      "manifest_version": 3,
       "event_type": "page_view",
       "hour": "2026-11-21T13:00:00Z",
       "hour_end": "2026-11-21T14:00:00Z",
@@ -11,6 +11,7 @@ Example::
       "completed_at": "2026-11-21T14:02:11.305Z",
       "records": 120345,
       "late_records": 12,
+      "late_event_hours": {"2026-11-21T11:00:00Z": 9, "2026-11-21T12:00:00Z": 3},
       "schema_fingerprint": "crc64avro:5c1a1e3d0f1e4b7a",
       "files": [
         {"name": "part-2026112113-b0000000042-s0000-0000.avro",
@@ -27,8 +28,12 @@ exactly the ``.avro`` files of the folder, sorted by name.
 Versions: 1 (event_etl 0.1.0) has no ``schema_fingerprint`` per file: every file is in the
 hour's ``schema_fingerprint``.  2 adds each file's ``schema_fingerprint`` (the schema it is
 written in), so an hour whose files were written before and after a schema change says so;
-the hour's own ``schema_fingerprint`` is the schema of the job that marked it.  Readers accept
-1 and 2 and refuse a newer version (:class:`~event_etl.errors.CheckpointFormatError`).
+the hour's own ``schema_fingerprint`` is the schema of the job that marked it.  3 adds
+``late_event_hours``: how many of the hour's late records belong to each event hour (the hours
+they were too late for), so that a consumer that processed those hours knows which to revisit
+(``event-etl late``).  Late files written by a release before 3 are not counted there: their
+records are the difference ``late_records - sum(late_event_hours.values())``.  Readers accept
+1 to 3 and refuse a newer version (:class:`~event_etl.errors.CheckpointFormatError`).
 """
 
 from __future__ import annotations
@@ -42,11 +47,12 @@ from typing import Any
 from event_etl.errors import CheckpointFormatError
 from event_etl.timeutil import HOUR_MS, iso, parse_hour, to_millis
 
-__all__ = ["FileEntry", "Manifest", "build_manifest", "compare_listing", "MANIFEST_VERSION", "READABLE_VERSIONS"]
+__all__ = ["FileEntry", "Manifest", "build_manifest", "compare_listing", "MANIFEST_VERSION", "READABLE_VERSIONS",
+           "event_hours_of", "sum_event_hours"]
 
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 """The version of the manifests this release writes."""
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 """The versions this release reads."""
 
 
@@ -63,17 +69,42 @@ class FileEntry:
     """``crc64avro:<hex>`` of the schema the file is written in; ``""`` when not known (a manifest of
     version 1, a ledger of release 0.1.0: the hour's ``schema_fingerprint`` applies).  Not part of
     equality: the sha256 already pins the file's bytes, its schema included."""
+    event_hours: tuple[tuple[int, int], ...] = field(default=(), compare=False)
+    """A late file's records by event hour, ``((hour start, records), ...)`` sorted; empty for an on-time file and
+    for a late file written before manifest version 3.  Kept in the checkpoint's ledger; a manifest publishes only
+    the hour's sum (``late_event_hours``).  A merge of late files gives its group's counts to its first output (the
+    records of one member may end in two outputs): the sum over an hour's files is exact, a merged file's own
+    counts may not be."""
 
-    def to_json(self) -> dict[str, Any]:
-        d = {"name": self.name, "records": self.records, "bytes": self.bytes, "sha256": self.sha256, "late": self.late}
+    def to_json(self, *, event_hours: bool = True) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "records": self.records, "bytes": self.bytes, "sha256": self.sha256,
+                             "late": self.late}
         if self.schema_fingerprint:
             d["schema_fingerprint"] = self.schema_fingerprint
+        if event_hours and self.event_hours:
+            d["event_hours"] = {str(h): n for h, n in self.event_hours}
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FileEntry:
         return cls(str(d["name"]), int(d["records"]), int(d["bytes"]), str(d["sha256"]), bool(d.get("late", False)),
-                   str(d.get("schema_fingerprint") or ""))
+                   str(d.get("schema_fingerprint") or ""), event_hours_of(d.get("event_hours")))
+
+
+def event_hours_of(counts: dict[str, Any] | None) -> tuple[tuple[int, int], ...]:
+    """``{"<hour start ms>": records}`` (as a task reports it and the ledger keeps it) as a sorted tuple."""
+    if not counts:
+        return ()
+    return tuple(sorted((int(h), int(n)) for h, n in counts.items() if int(n)))
+
+
+def sum_event_hours(entries: Iterable[FileEntry]) -> tuple[tuple[int, int], ...]:
+    """The records by event hour of several files, added up."""
+    total: dict[int, int] = {}
+    for e in entries:
+        for h, n in e.event_hours:
+            total[h] = total.get(h, 0) + n
+    return tuple(sorted(total.items()))
 
 
 @dataclass(frozen=True)
@@ -87,6 +118,10 @@ class Manifest:
     files: tuple[FileEntry, ...]
     schema_fingerprint: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    recorded_late_hours: tuple[tuple[int, int], ...] | None = field(default=None, compare=False)
+    """``late_event_hours`` as read from a marker (None: from the files' own counts, or not recorded: version < 3)."""
+    version: int = field(default=MANIFEST_VERSION, compare=False)
+    """The version it was written in (read from a marker) or will be written in."""
 
     @property
     def records(self) -> int:
@@ -95,6 +130,15 @@ class Manifest:
     @property
     def late_records(self) -> int:
         return sum(f.records for f in self.files if f.late)
+
+    @property
+    def late_event_hours(self) -> dict[int, int] | None:
+        """How many of the hour's late records belong to each event hour; None for a manifest of version < 3."""
+        if self.recorded_late_hours is not None:
+            return dict(self.recorded_late_hours)
+        if self.version < 3:
+            return None
+        return dict(sum_event_hours(f for f in self.files if f.late))
 
     @property
     def bytes(self) -> int:
@@ -124,9 +168,10 @@ class Manifest:
             "completed_at": iso(self.completed_at),
             "records": self.records,
             "late_records": self.late_records,
+            "late_event_hours": {iso(h): n for h, n in sorted((self.late_event_hours or {}).items())},
             "bytes": self.bytes,
             "schema_fingerprint": self.schema_fingerprint,
-            "files": [f.to_json() for f in self.files],
+            "files": [f.to_json(event_hours=False) for f in self.files],
         }
         doc.update(self.extra)
         return doc
@@ -154,7 +199,8 @@ class Manifest:
 
         files = tuple(FileEntry.from_json(f) for f in doc["files"])
         known = {"manifest_version", "event_type", "hour", "hour_end", "watermark", "completed_at", "records",
-                 "late_records", "bytes", "schema_fingerprint", "files"}
+                 "late_records", "bytes", "schema_fingerprint", "files", "late_event_hours"}
+        late_hours = doc.get("late_event_hours")
         m = cls(
             event_type=doc["event_type"],
             hour=parse_hour(doc["hour"]),
@@ -163,6 +209,9 @@ class Manifest:
             files=files,
             schema_fingerprint=doc.get("schema_fingerprint", ""),
             extra={k: v for k, v in doc.items() if k not in known},
+            recorded_late_hours=None if late_hours is None else tuple(sorted(
+                (parse_hour(h), int(n)) for h, n in late_hours.items())),
+            version=version,
         )
         if "records" in doc and int(doc["records"]) != m.records:
             raise ValueError(f"manifest says records={doc['records']} but its files add up to {m.records}")

@@ -22,6 +22,7 @@ from fastavro.write import Writer
 
 from event_etl.rules.buckets import data_file_name
 from event_etl.storage.avroio import sync_marker_for
+from event_etl.timeutil import HOUR_MS
 
 __all__ = ["BLOCK_BYTES", "EncodedBlock", "OpenAvroFile", "RollingFiles"]
 
@@ -86,6 +87,9 @@ class RollingFiles:
         self.seq = 0
         self.pos = 0
         self.max_t: int | None = None
+        # late files only: how many of each file's records belong to each event hour (name -> hour -> records),
+        # so the manifest can say which hours its late records came from
+        self.event_hours: dict[str, dict[int, int]] = {}
         self.done: list[tuple[str, bytes, int, int]] = []  # name, bytes, records, file key
         self.current = self._new()
 
@@ -121,6 +125,10 @@ class RollingFiles:
         self.last = (self.file_key, pos)
         f.in_block += 1
         f.records += 1
+        if self.late:
+            hours = self.event_hours.setdefault(f.name, {})
+            h = t - t % HOUR_MS
+            hours[h] = hours.get(h, 0) + 1
         if self.max_t is None or t > self.max_t:
             self.max_t = t
         if buf.tell() >= BLOCK_BYTES:
@@ -174,12 +182,22 @@ class RollingFiles:
                 self.pos += take
                 if self.pos >= per_file:
                     self._roll()
+            if self.late:
+                self._count_hours(f.name, times[i:i + take][written[i:i + take]])
             i += take
         if written.any():
             top = int(times[written].max())
             if self.max_t is None or top > self.max_t:
                 self.max_t = top
         return written, fks, poss
+
+    def _count_hours(self, name: str, times: np.ndarray) -> None:
+        if not len(times):
+            return
+        hours, counts = np.unique(times - times % HOUR_MS, return_counts=True)
+        mine = self.event_hours.setdefault(name, {})
+        for h, c in zip(hours.tolist(), counts.tolist()):
+            mine[h] = mine.get(h, 0) + c
 
     @staticmethod
     def _write_run(f: OpenAvroFile, offs: np.ndarray, data: memoryview, a: int, b: int) -> None:

@@ -357,6 +357,8 @@ def process_split(
                 "hour": hour, "name": name, "records": n, "bytes": len(data), "file_key": fk,
                 "sha256": hashlib.sha256(data).hexdigest(), "late": late,
                 "schema_fingerprint": f"crc64avro:{et.fingerprint}",  # the schema the file is written in
+                **({"event_hours": {str(h): c for h, c in sorted(g.event_hours.get(name, {}).items())}}
+                   if late else {}),  # where a late file's records came from (the manifest says it)
                 "written": _store_once(storage, f"{rel_dir}/{name}", data, hour, fence,
                                        check_only=ctx.written_since(hour, name)),
             })

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from event_etl.rules.manifest import FileEntry
+from event_etl.rules.manifest import FileEntry, event_hours_of
 
 __all__ = ["REPORT_SCHEMA", "DELAY_BUCKETS_S", "SplitReport", "BatchResult", "summarize"]
 
@@ -118,7 +118,7 @@ def summarize(reports: list[dict[str, Any]]) -> BatchResult:
         for f in rep["files"]:
             r.files.setdefault(int(f["hour"]), []).append(
                 FileEntry(f["name"], int(f["records"]), int(f["bytes"]), f["sha256"], bool(f["late"]),
-                          f.get("schema_fingerprint", ""))
+                          f.get("schema_fingerprint", ""), event_hours_of(f.get("event_hours")))
             )
             r.files_written += 1
             r.bytes_written += int(f["bytes"])
