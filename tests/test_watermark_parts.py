@@ -89,6 +89,34 @@ def test_a_state_with_parts_round_trips_and_one_without_loads_as_none():
     assert WatermarkState.from_json({"watermark": 5}).parts == {}
 
 
+# -- what a split reports ---------------------------------------------------------------------------
+def test_a_kafka_split_names_its_partition_and_other_splits_name_none():
+    from event_etl.sources.read import FilesReader, KafkaReader
+    from event_etl.sources.splits import Split
+
+    split = Split(0, "kafka", "t", 5, 9, 0, json.dumps({"partition": 3, "topic_id": "x"}))
+    assert KafkaReader().part(split) == "3"
+    assert FilesReader().part(Split.of_files(0, [("/f", 0, 10, 0)])) is None
+
+
+def test_reports_carry_their_part_and_a_batch_keeps_each_parts_largest():
+    from event_etl.task.report import SplitReport, summarize
+
+    rep = SplitReport(shard=0, max_event_time=5, max_counted_time=5, part="1")
+    assert rep.to_json()["part"] == "1" and SplitReport.from_json(rep.to_json()).part == "1"
+    assert "part" not in SplitReport(shard=0).to_json(), "a source without parts reports what it always did"
+    docs = [{"counts": {"timely": 1}, "reasons": {}, "files": [], "max_event_time": 5, "max_counted_time": 5,
+             "part": "0"},
+            {"counts": {"timely": 1}, "reasons": {}, "files": [], "max_event_time": 9, "max_counted_time": 8,
+             "part": "0"},
+            {"counts": {"invalid": 1}, "reasons": {"bad": 1}, "files": [], "max_event_time": None,
+             "max_counted_time": None, "part": "1"},
+            {"counts": {"timely": 1}, "reasons": {}, "files": [], "max_event_time": 3, "max_counted_time": 3}]
+    r = summarize(docs)
+    assert r.parts == {"0": 8, "1": None} and r.max_counted_time == 8
+    assert summarize(docs[3:]).parts == {}
+
+
 # -- through the executor and controller ------------------------------------------------------------
 def _pipeline(tmp_path, **settings) -> LocalPipeline:
     et = make_event_type(tmp_path / "types", out_of_orderness="2m", idle_timeout="5m", **settings)
