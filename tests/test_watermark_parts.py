@@ -143,6 +143,15 @@ def test_a_slow_partition_holds_the_hour_it_still_has_data_for(tmp_path):
     assert sorted(hc.timely) == ["a", "c", "d"] and not hc.late
 
 
+def test_a_first_batch_measures_too_late_against_its_slowest_partition(tmp_path):
+    """A job's first batch (no watermark yet) measures "too late" against the watermark its own events give:
+    for a partitioned source, its slowest partition's, so a partition two days behind is not thrown away."""
+    p = _pipeline(tmp_path)
+    ev = p.batch_parts({"0": [click("a", "14:30")], "1": [click("b", "2026-11-19T10:00")]})
+    assert ev.result.counts == {"timely": 2}
+    assert p.controller.state.watermark == t("2026-11-19T09:58")
+
+
 def test_an_idle_partition_stops_holding_after_the_idle_timeout(tmp_path):
     p = _pipeline(tmp_path)
     p.batch_parts({"0": [click("a", "14:30")], "1": [click("c", "13:40")]})  # at 14:31
