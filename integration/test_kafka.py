@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from event_etl.rules.buckets import MARKER_NAME, parse_hour_dir
+from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_hour_dir
 from event_etl.rules.manifest import Manifest
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, now_millis
@@ -134,3 +134,90 @@ def test_a_topic_of_four_partitions_ends_in_its_hours_and_the_group_offsets_foll
     h4 = h0 + 4 * HOUR_MS
     assert sorted(after[h4]["ids"]) == sorted(e["event_id"] for e in wave2) and after[h4]["marker"] is not None
     assert committed() == counts
+
+
+def test_a_slow_partition_holds_its_hour_until_it_falls_quiet(tmp_path, kafka_broker):
+    """The watermark per partition, in a real run: partition 0 has events into hour N+1, partition 1 only up to
+    20 minutes into hour N.  Hour N is not marked while partition 1 is live (the watermark stands at its events),
+    though partition 0 goes on delivering; once partition 1 has been quiet for ``idle_timeout`` it is."""
+    import re
+    import shutil
+    import signal
+    import time
+
+    from event_etl.eventtypes import resolve_event_types_dir
+
+    idle_s = 12
+    types = tmp_path / "types"
+    shutil.copytree(Path(resolve_event_types_dir(None)) / "page_view", types / "page_view")
+    toml = types / "page_view" / "etl.toml"
+    toml.write_text(re.sub(r'(?m)^idle_timeout\s*=.*$', f'idle_timeout = "{idle_s}s"', toml.read_text()))
+    topic = f"slow-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic, 2)
+    now = now_millis()
+    hn = now - now % HOUR_MS - 3 * HOUR_MS
+    minute = 60_000
+    fast = [_event(hn + m * minute) for m in range(30, 91, 5)]  # N:30 to N+1:30
+    slow = [_event(hn + m * minute) for m in range(5, 21, 5)]  # N:05 to N:20
+    kafka_broker.produce(topic, [(0, json.dumps(e).encode(), None, None, None) for e in fast]
+                         + [(1, json.dumps(e).encode(), None, None, None) for e in slow])
+    sink, ckpt = tmp_path / "sink", tmp_path / "ck"
+    env = {**os.environ, "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap, "PYSPARK_PYTHON": sys.executable}
+    log = open(tmp_path / "run.log", "w")
+    proc = subprocess.Popen([EXE, "run", "page_view", "--event-types", str(types), "--source", f"kafka:{topic}",
+                             "--sink", str(sink), "--checkpoint", str(ckpt), "--master", "local[2]",
+                             "--trigger-interval", "1s"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def state() -> dict:
+        try:
+            return json.loads((ckpt / "etl" / "state.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def wait_for(predicate, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert proc.poll() is None, f"the job exited before {what}:\n{(tmp_path / 'run.log').read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"{what}: timed out\n{(tmp_path / 'run.log').read_text()[-3000:]}"
+            time.sleep(0.2)
+
+    def marked(h: int) -> bool:
+        entry = _sink_content(str(sink)).get(h)
+        return entry is not None and entry["marker"] is not None
+
+    try:
+        first = {e["event_id"] for e in fast + slow}
+
+        def read_all() -> bool:
+            placed = {i for e in _sink_content(str(sink)).values() for i in e["ids"] + e["late"]}
+            return state().get("max_event_time") == fast[-1]["event_time"] and first <= placed
+
+        wait_for(read_all, "a batch of both partitions", 180)
+        seen = time.monotonic()
+        saved_at = (ckpt / "etl" / "state.json").stat().st_mtime  # when partition 1 was last heard from
+        st = state()
+        assert not marked(hn), "hour N: partition 1 is live and has data for it"
+        assert st["watermark"] == slow[-1]["event_time"] - 2 * minute, "the slow partition's, not the fast one's"
+        assert st["parts"] == {"0": fast[-1]["event_time"], "1": slow[-1]["event_time"]}, st
+        t = fast[-1]["event_time"]
+        while not marked(hn):  # partition 0 keeps delivering; partition 1 stays quiet
+            assert time.monotonic() - seen < idle_s + 45, "hour N never marked after partition 1 fell quiet"
+            t += 10_000
+            kafka_broker.produce(topic, [(0, json.dumps(_event(t)).encode(), None, None, None)])
+            time.sleep(1.0)
+        marker_at = (sink / hour_dir("page_view", hn) / MARKER_NAME).stat().st_mtime
+        assert marker_at - saved_at >= idle_s - 1, "marked only once partition 1 was quiet for idle_timeout"
+        hour_n = _sink_content(str(sink))[hn]
+        want = {e["event_id"] for e in slow + fast if e["event_time"] < hn + HOUR_MS}
+        assert set(hour_n["ids"]) == want and hour_n["late"] == [] and hour_n["marker"].records == len(want)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
+    assert code == 0, (tmp_path / "run.log").read_text()[-3000:]

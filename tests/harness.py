@@ -120,6 +120,33 @@ class LocalPipeline:
         except StopIteration as done:
             return done.value
 
+    def batch_parts(self, by_part: dict[str, list[bytes]], *, batch_id: int | None = None) -> BatchEvent:
+        """One micro-batch of a partitioned source (as Kafka's): one split per part (``{part: lines}``), each
+        split's report naming its part, as a Kafka split's does (:meth:`event_etl.sources.read.KafkaReader.part`).
+        The payloads arrive at the clock's now; an earlier ``batch_id`` replays it (same input, same arrival)."""
+        if batch_id is None:
+            batch_id = self.next_batch
+            self.next_batch += 1
+        if batch_id not in self.arrivals:
+            self.arrivals[batch_id] = self.clock()
+        splits, part_of = [], {}
+        for shard, (part, lines) in enumerate(sorted(by_part.items())):
+            path = self.inputs / f"batch-{batch_id:06d}-part-{part}.jsonl"
+            if not path.exists():
+                path.write_bytes(b"\n".join(lines))
+            splits.append(Split.of_files(shard, [(str(path), 0, path.stat().st_size, self.arrivals[batch_id])]))
+            part_of[shard] = part
+
+        def run_tasks(ctx, shards):
+            out = []
+            for sp in splits:
+                if shards is None or sp.shard in shards:
+                    rep, keys = process_split(sp, ctx, self.storage)
+                    out.append(({**rep, "part": part_of[sp.shard]}, keys))
+            return out
+
+        return self.controller.run_batch(batch_id, run_tasks)
+
     def prepare(self, lines: list[bytes], *, batch_id: int | None = None, shards: int = 1) -> tuple[int, list[Split]]:
         """The input of a micro-batch over ``lines`` (see :meth:`batch`): its number and its splits."""
         if batch_id is None:

@@ -434,6 +434,38 @@ def test_a_format_1_checkpoint_is_migrated_and_a_new_one_gets_the_current_format
     assert json.loads((new.etl / "format.json").read_text()) == {"format": CHECKPOINT_FORMAT, "written_by": ""}
 
 
+def test_a_state_without_parts_loads_as_none_and_is_saved_as_before(tmp_path):
+    """The watermark per partition (``parts``, Kafka only) changes nothing for a state saved without it: release
+    0.1.0's (format 1) loads with no parts, and a state of format 3 as saved before is saved back byte for byte."""
+    from tests.fixtures.release_fixtures import materialize
+
+    old = Checkpoint(materialize("165ca81", "dir", tmp_path / "fx") / "ck")
+    st = old.load_state()
+    assert st.parts == {} and st.watermark is not None
+    ck = Checkpoint(tmp_path / "ck")
+    assert ck.open_format() == 0
+    before = {"first_hour": 1795168800000, "last_batch_id": 3, "last_hour": 1795179600000,
+              "marked_through": 1795176000000, "max_counted_time": 1795181637525, "max_event_time": 1795181637525,
+              "watermark": 1795181517525}
+    (ck.etl / "state.json").write_text(json.dumps(before, indent=1, sort_keys=True))
+    saved = (ck.etl / "state.json").read_bytes()
+    ck.save_state(ck.load_state())
+    assert (ck.etl / "state.json").read_bytes() == saved
+
+
+def test_a_kafka_checkpoints_parts_survive_a_save_and_keep_format_3(tmp_path):
+    """``parts`` needs no format of its own: only a Kafka checkpoint has it, and every Kafka checkpoint is of
+    format 3 (0.2.0 refuses it; no earlier release reads a ``kafka:`` source): see event_etl.job.checkpoint."""
+    from event_etl.rules.watermark import WatermarkState
+
+    ck = Checkpoint(tmp_path / "ck")
+    ck.open_format(release="event_etl 0.3.0")
+    ck.save_state(WatermarkState(watermark=7, parts={"0": 9, "1": 12}))
+    assert ck.load_state().parts == {"0": 9, "1": 12}
+    assert json.loads((ck.etl / "state.json").read_text())["parts"] == {"0": 9, "1": 12}
+    assert ck.open_format() == 3 and ck.format == 3
+
+
 def test_markers_of_other_writers_are_not_adopted(tmp_path):
     p = pipeline(tmp_path)
     p.clock.now = t("13:30")

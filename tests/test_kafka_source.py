@@ -294,6 +294,8 @@ def test_a_batch_of_kafka_splits_through_the_executor_and_controller(tmp_path, b
     p = LocalPipeline(tmp_path, et, FakeClock(now))
     first = p.controller.run_batch(0, p.task_runner(splits))
     assert first.result.counts.get("timely", 0) + first.result.counts.get("late", 0) == 50, first.result
+    assert first.result.parts == {"0": now - 60_000 + 48, "1": now - 60_000 + 49}, "each split names its partition"
+    assert p.controller.state.parts == first.result.parts
     again = p.controller.run_batch(1, p.task_runner(splits))
     assert again.result.counts.get("duplicate", 0) == 50, again.result
 

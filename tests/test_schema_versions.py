@@ -403,7 +403,8 @@ def test_manifests_of_version_1_to_3_read_and_a_newer_one_is_refused():
     assert Manifest.from_json(doc).files == m1.files
     with pytest.raises(CheckpointFormatError) as info:
         Manifest.from_json(_manifest_doc(4, [f1]))
-    assert "version 4" in str(info.value) and "reads versions 1, 2, 3" in str(info.value) and "upgrade" in info.value.fix
+    assert "version 4" in str(info.value) and "reads versions 1, 2, 3" in str(info.value)
+    assert "upgrade" in info.value.fix
 
 
 def test_a_newer_manifest_stops_a_consumer_with_the_fix(spanning):

@@ -28,13 +28,21 @@ class LocalTranscripts:
         self.clock = FakeClock(t("00:00"))
         self.p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types", **case.event_type_settings()), self.clock)
         self.batches: dict[int, list[bytes]] = {}
+        self.parted: dict[int, dict[str, list[bytes]]] = {}
 
     @staticmethod
     def _shards(lines: list[bytes]) -> int:
         return 2 if len(lines) > 2 else 1
 
-    def batch(self, payloads: list[bytes], *, at: int) -> None:
+    def batch(self, payloads: list[bytes], *, at: int, parts: list[str] | None = None) -> None:
         self.clock.now = at
+        if parts is not None:  # a partitioned source's batch: one split per part
+            by_part: dict[str, list[bytes]] = {}
+            for part, pl in zip(parts, payloads):
+                by_part.setdefault(part, []).append(pl)
+            ev = self.p.batch_parts(by_part)
+            self.parted[ev.batch_id] = by_part
+            return
         ev = self.p.batch(payloads, shards=self._shards(payloads))
         self.batches[ev.batch_id] = payloads
 
@@ -49,6 +57,9 @@ class LocalTranscripts:
         self.p.restart()
 
     def replay(self, batch: int) -> None:
+        if batch in self.parted:
+            self.p.batch_parts(self.parted[batch], batch_id=batch)
+            return
         self.p.batch(self.batches[batch], batch_id=batch, shards=self._shards(self.batches[batch]))
 
     def observe(self) -> Observed:

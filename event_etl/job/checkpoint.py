@@ -41,7 +41,12 @@ checkpoint of a newer format with the versions and the fix:
    a new checkpoint gets format 3: a batch must be cut the same way when it is replayed, by
    whichever release replays it, so a checkpoint of format 1 or 2 keeps the cut it had (no
    ``split_plan``: 1) and its format, and release 0.2.0 refuses a checkpoint of format 3
-   instead of replaying its batches cut another way.
+   instead of replaying its batches cut another way.  Also new in 0.3.0, within format 3: ``state.json``'s
+   ``parts`` (the Kafka source's largest counted time per partition, for its watermark per partition; absent: no
+   parts).  Only a Kafka checkpoint has it, and the Kafka source is new in 0.3.0: such a checkpoint is always of
+   format 3 (0.2.0 refuses it, and no earlier release can read a ``kafka:`` source), so no release that would
+   drop ``parts`` unseen opens it, and it needs no format of its own.  A later release that drops or changes
+   ``parts`` raises the format.
 
 The checkpoint is a local (or mounted) folder: Spark's checkpoint needs a
 Hadoop-compatible file system, and this one is written only by the driver.

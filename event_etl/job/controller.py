@@ -60,6 +60,7 @@ from event_etl.rules.watermark import (
     clock_step,
     drain_watermark,
     idle_advance,
+    parts_watermark,
     quiet_since,
     quiet_start,
 )
@@ -145,6 +146,9 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         self.wm_when_quiet = self.state.watermark
         self._wall_look, self._mono_look = started, self.monotonic()  # the last look at both clocks (a tick)
         self.mono_quiet_start = self._mono_look  # the monotonic instant the source went quiet (see tick)
+        # the monotonic instant each part (a Kafka partition) was last heard from: the parts the state knows count
+        # as heard from at the start (as the source's own idle timer, the quiet before it is not trusted)
+        self.part_heard: dict[str, float] = dict.fromkeys(self.state.parts, self._mono_look)
         self.clock_steps = 0
         self.stopping = False
         self.busy = False
@@ -326,6 +330,8 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         """The mark and commit phases of a batch (:meth:`batch_phases`)."""
         batch_id = intent.batch_id
         faults.point("files_written", str(batch_id))
+        mono = self.monotonic()
+        self.part_heard.update(dict.fromkeys(result.parts, mono))
         new = self.state.after_batch(
             batch_id=batch_id,
             wm_start=intent.wm_start,
@@ -334,6 +340,9 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
             batch_min_hour=result.min_hour,
             batch_max_hour=result.max_hour,
             out_of_orderness=self.event_type_of(intent).out_of_orderness,
+            batch_parts=result.parts,
+            parts_quiet_for=self._parts_quiet_for(mono),
+            idle_timeout=self.et.idle_timeout,
         )
         new = self._hold_or_catch_up(new)
         marks = bool(hours_to_mark(new.first_hour, new.marked_through, new.watermark))
@@ -385,6 +394,10 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
                            self._attempt_started or intent.started_at, lost)
         self._emit("batch", event)
         return event
+
+    def _parts_quiet_for(self, mono: float) -> dict[str, int]:
+        """How long (ms, on the monotonic clock) each part has not been heard from, at ``mono``."""
+        return {p: int((mono - heard) * 1000) for p, heard in self.part_heard.items()}
 
     def _settling(self) -> bool:
         """Whether the source says input a killed run held may still come back (see SourceActivity.settling)."""
@@ -450,6 +463,12 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
                 watermark_when_quiet=self.wm_when_quiet,
                 idle_timeout=self.et.idle_timeout,
             )
+            if self.state.parts:  # a partition quiet for the idle timeout stops holding the watermark back
+                by_parts = parts_watermark(self.state.parts, self._parts_quiet_for(mono),
+                                           out_of_orderness=self.et.out_of_orderness,
+                                           idle_timeout=self.et.idle_timeout)
+                if by_parts is not None and (wm is None or by_parts > wm):
+                    wm = by_parts
             if activity is not None and activity.settling:
                 self.held = True
                 return []  # a killed run's input may still come back: nothing moves, nothing is marked

@@ -71,7 +71,8 @@ class RewriteSteps:
     def _settle_first_batch(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]], outputs):
         """A job's first batch has no watermark: it measures "too late" against the one its own events give,
         the largest counted time over its splits minus the out-of-orderness bound (one reference for
-        the whole batch, so that the verdicts do not depend on how the input was split).
+        the whole batch, so that the verdicts do not depend on how the input was split); for a source read in
+        partitions, the least over its partitions of each one's largest (the watermark per partition).
 
         The batch is first run without it; each split reports its largest counted time and its
         earliest event.  Usually no event is that old, and what the splits wrote is exactly what
@@ -85,7 +86,12 @@ class RewriteSteps:
         counted = [rep["reference"] for rep, _ in outputs if rep.get("reference") is not None]
         if not counted:
             return intent, outputs
-        reference = max(counted) - et.out_of_orderness
+        # a source read in partitions (Kafka): the watermark its events give is its slowest partition's
+        by_part: dict[str, int] = {}
+        for rep, _ in outputs:
+            if rep.get("reference") is not None and rep.get("part") is not None:
+                by_part[rep["part"]] = max(by_part.get(rep["part"], rep["reference"]), rep["reference"])
+        reference = (min(by_part.values()) if by_part else max(counted)) - et.out_of_orderness
         affected = {rep["shard"] for rep, _ in outputs if rep.get("earliest") is not None
                     and too_late_in_first_batch(rep["earliest"], reference, et.allowed_lateness)}
         if not affected:

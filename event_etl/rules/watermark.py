@@ -19,7 +19,15 @@ move it, and it never goes back:
    today.  A source is *not* quiet while it reports a backlog, is retrying (an outage
    is not silence), or has delivered anything (timely, late, invalid or duplicate)
    within the idle timeout: :func:`quiet_since`.
-3. **Drain** (:func:`drain_watermark`): the end of input is the end of time, so it goes
+3. **Partitions** (:func:`parts_watermark`): a source read in partitions (Kafka) reports each split's
+   partition (its *part*) with the split's largest counted time.  The watermark is then the least over the parts
+   heard from within the idle timeout (*live* parts) of each one's largest counted time minus the bound, so a slow
+   partition holds the hours it still has data for; a part quiet for the idle timeout (measured on the monotonic
+   clock, as the source's own quiet) stops holding it back, as Flink's ``withIdleness``; no live part: the largest
+   over all (rule 1).  A part first seen, or heard from again after its quiet, is judged against the watermark as
+   it then stands (the batch's intent): its old events are late or too late; it holds the watermark (never moves
+   it back) until it catches up or falls quiet again.  A source without parts keeps rule 1 exactly.
+4. **Drain** (:func:`drain_watermark`): the end of input is the end of time, so it goes
    to the end of the latest hour holding data: the hour of the latest event seen, or a
    later open hour that received late records.
 
@@ -28,13 +36,15 @@ move it, and it never goes back:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from event_etl.timeutil import HOUR_MS
 
 __all__ = ["WatermarkState", "SourceActivity", "counted_time", "drain_watermark", "idle_watermark", "idle_advance",
-           "quiet_since", "quiet_start", "clock_step", "CLOCK_STEP_TOLERANCE_MS", "watermark_after_batch"]
+           "parts_watermark", "merge_parts", "quiet_since", "quiet_start", "clock_step", "CLOCK_STEP_TOLERANCE_MS",
+           "watermark_after_batch"]
 
 CLOCK_STEP_TOLERANCE_MS = 1_000
 """How far the wall clock may drift from the monotonic clock between two looks before it counts as a step (NTP
@@ -62,6 +72,31 @@ def watermark_after_batch(
     if batch_max_event_time is None:
         return wm_start
     return _max(wm_start, batch_max_event_time - out_of_orderness)
+
+
+def merge_parts(parts: Mapping[str, int], batch_parts: Mapping[str, int | None]) -> dict[str, int]:
+    """Each part's largest counted time after a batch whose splits reported ``batch_parts`` (a part that delivered
+    only records that count for nothing, invalid or too late, reports ``None``: it keeps what it had).  Pure."""
+    out = dict(parts)
+    for part, t in batch_parts.items():
+        if t is not None:
+            had = out.get(part)
+            out[part] = t if had is None or t > had else had
+    return dict(sorted(out.items()))
+
+
+def parts_watermark(parts: Mapping[str, int], quiet_for: Mapping[str, int], *, out_of_orderness: int,
+                    idle_timeout: int) -> int | None:
+    """The watermark the partitions of a source give (rule 3 of the module docstring), before "never back".
+
+    ``parts``: each part's largest counted time; ``quiet_for``: how long (ms, on the monotonic clock) each part has
+    not been heard from (a part missing here counts as just heard from).  The least, over the live parts (quiet for
+    less than ``idle_timeout``), of the largest counted time minus ``out_of_orderness``; with no live part, the
+    largest over all of them; ``None`` without parts.  Pure function."""
+    if not parts:
+        return None
+    live = [t for p, t in parts.items() if quiet_for.get(p, 0) < idle_timeout]
+    return (min(live) if live else max(parts.values())) - out_of_orderness
 
 
 def idle_watermark(
@@ -187,6 +222,8 @@ class WatermarkState:
     - ``marked_through``: start of the last hour that has its marker (every hour from
       ``first_hour`` to it has one), or ``None``.
     - ``last_batch_id``: the last micro-batch fully processed (-1: none).
+    - ``parts``: a partitioned source's (Kafka's) parts, each with its largest counted time (rule 3 of the module
+      docstring); empty for every other source, and then not saved at all (``to_json``).
     """
 
     watermark: int | None = None
@@ -196,6 +233,7 @@ class WatermarkState:
     last_batch_id: int = -1
     max_counted_time: int | None = None
     last_hour: int | None = None
+    parts: dict[str, int] = field(default_factory=dict)
 
     def after_batch(
         self,
@@ -207,14 +245,26 @@ class WatermarkState:
         batch_min_hour: int | None,
         batch_max_hour: int | None,
         out_of_orderness: int,
+        batch_parts: Mapping[str, int | None] | None = None,
+        parts_quiet_for: Mapping[str, int] | None = None,
+        idle_timeout: int = 0,
     ) -> WatermarkState:
         """State after batch ``batch_id`` (judged against ``wm_start``) was written.
 
         ``batch_max_counted`` is the batch's largest counted time (:func:`counted_time`); the
-        watermark follows it, not the raw ``batch_max_event_time``."""
-        wm = watermark_after_batch(
-            _max(wm_start, self.watermark), batch_max_counted, out_of_orderness=out_of_orderness
-        )
+        watermark follows it, not the raw ``batch_max_event_time``.  A partitioned source's batch reports its parts
+        (``batch_parts``: each part's largest counted time, see :func:`merge_parts`); with parts known, the
+        watermark follows :func:`parts_watermark` instead (``parts_quiet_for``: how long each part has been quiet,
+        0 for those of this batch)."""
+        parts = merge_parts(self.parts, batch_parts) if batch_parts else self.parts
+        if parts:
+            wm = _max(_max(wm_start, self.watermark),
+                      parts_watermark(parts, parts_quiet_for or {}, out_of_orderness=out_of_orderness,
+                                      idle_timeout=idle_timeout))
+        else:
+            wm = watermark_after_batch(
+                _max(wm_start, self.watermark), batch_max_counted, out_of_orderness=out_of_orderness
+            )
         first = self.first_hour
         if batch_min_hour is not None and (first is None or batch_min_hour < first):
             first = batch_min_hour
@@ -226,6 +276,7 @@ class WatermarkState:
             first_hour=first,
             last_hour=_max(self.last_hour, batch_max_hour),
             last_batch_id=max(self.last_batch_id, batch_id),
+            parts=parts,
         )
 
     @property
@@ -238,11 +289,14 @@ class WatermarkState:
         return replace(self, watermark=_max(self.watermark, watermark))
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if not self.parts:
+            del out["parts"]  # a source without parts saves what it always saved
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WatermarkState:
-        """Read a saved state, of this format or an earlier one.
+        """Read a saved state, of this format or an earlier one (without ``parts``: none).
 
         A state saved before ``max_counted_time`` and ``last_hour`` existed (checkpoint format 1)
         counted every accepted event up to its event time, and drained to the hour of the latest
@@ -252,4 +306,5 @@ class WatermarkState:
             known["max_counted_time"] = data.get("max_event_time")
         if "last_hour" not in data and data.get("max_event_time") is not None:
             known["last_hour"] = data["max_event_time"] - data["max_event_time"] % HOUR_MS
+        known["parts"] = {str(p): int(t) for p, t in (data.get("parts") or {}).items()}
         return cls(**known)

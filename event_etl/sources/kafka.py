@@ -21,7 +21,9 @@ time).  A batch holds at most ``cap`` records (``--max-events-per-batch``), spre
 (:func:`fair_shares`).  A deleted topic, or one deleted and recreated (its id changed), stops the job with the fix:
 never a silent restart from offset zero.
 
-Not yet (issue 40): a watermark per partition (a partition whose producers lag holds the others back).
+The watermark is kept per partition (issue 40): a split's report names its partition
+(:meth:`event_etl.sources.read.KafkaReader.part`), and the driver keeps each partition's largest counted time
+(:func:`event_etl.rules.watermark.parts_watermark`).
 """
 
 from __future__ import annotations

@@ -92,6 +92,11 @@ class SplitReader:
         """The inputs to acknowledge once the batch is saved, or ``None`` (nothing to acknowledge)."""
         return None
 
+    def part(self, split: Split) -> str | None:
+        """The partition of the source the split reads, for the watermark per partition
+        (:func:`event_etl.rules.watermark.parts_watermark`), or ``None``: a source without partitions."""
+        return None
+
 
 class FilesReader(SplitReader):
     """``files``: byte ranges of whole lines of newline-delimited files, each with its arrival."""
@@ -202,6 +207,10 @@ class KafkaReader(SplitReader):
 
     def fast_path(self, et: EventType) -> bool:
         return False
+
+    def part(self, split: Split) -> str | None:
+        """The split's partition number: each partition has a watermark of its own."""
+        return str(int(json.loads(split.meta)["partition"]))
 
 
 def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:

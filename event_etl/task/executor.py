@@ -381,6 +381,7 @@ def process_split(
     inputs = reader.inputs(split)  # Pub/Sub's segments or 0.1.0 spool file: acknowledged once the batch is saved
     if inputs is not None:
         report.inputs = inputs
+    report.part = reader.part(split)  # a partitioned source (Kafka): its watermark is kept per partition
     rows = np.array(keys, dtype=KEY_DTYPE)
     if key_parts:
         rows = np.concatenate([rows, *key_parts])

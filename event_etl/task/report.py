@@ -48,6 +48,9 @@ class SplitReport:
     delay_sum_ms: int = 0
     inputs: list[str] | None = None
     """The inputs to acknowledge once the batch is saved (Pub/Sub segments, 0.1.0 spool files); absent otherwise."""
+    part: str | None = None
+    """The partition the split read, for a source read in partitions (Kafka: the partition number); absent
+    otherwise.  The driver keeps each part's largest counted time for the watermark per partition."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -60,6 +63,8 @@ class SplitReport:
                     "delay_sum_ms": self.delay_sum_ms})
         if self.inputs is not None:
             out["inputs"] = self.inputs
+        if self.part is not None:
+            out["part"] = self.part
         return out
 
     @classmethod
@@ -77,6 +82,7 @@ class SplitReport:
             delay_buckets=list(doc.get("delay_buckets") or []),
             delay_sum_ms=int(doc.get("delay_sum_ms") or 0),
             inputs=doc.get("inputs"),
+            part=doc.get("part"),
         )
 
 
@@ -98,6 +104,9 @@ class BatchResult:
     delay_sum_ms: int = 0
     inputs: set[str] = field(default_factory=set)
     """What the batch read that its source must be told about once it is saved (Pub/Sub spool segments)."""
+    parts: dict[str, int | None] = field(default_factory=dict)
+    """The parts (partitions) the batch read, each with its largest counted time (``None``: nothing of it counted);
+    empty for a source without parts."""
 
     @property
     def events_in(self) -> int:
@@ -144,5 +153,9 @@ def summarize(reports: list[dict[str, Any]]) -> BatchResult:
             r.delay_buckets[i] += n
         r.delay_sum_ms += int(rep.get("delay_sum_ms") or 0)
         r.inputs.update(rep.get("inputs") or ())
+        part = rep.get("part")
+        if part is not None:
+            had = r.parts.get(str(part))
+            r.parts[str(part)] = c if had is None or (c is not None and c > had) else had
     r.counts = Counter({k: v for k, v in r.counts.items() if v})
     return r

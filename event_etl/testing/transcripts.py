@@ -197,7 +197,9 @@ class TranscriptPipeline(Protocol):
     name: str
 
     def batch(self, payloads: list[bytes], *, at: int) -> None:
-        """One micro-batch of ``payloads`` arriving at ``at`` (ms)."""
+        """One micro-batch of ``payloads`` arriving at ``at`` (ms).  A case whose events name a ``part`` (a
+        partition of a source read in partitions, as Kafka's) passes ``parts=[part of each payload]`` too: only a
+        pipeline that runs such cases takes it."""
 
     def idle(self, at: int) -> None:
         """The clock moves to ``at`` with no input; the job ticks."""
@@ -268,7 +270,12 @@ def run_case(case: Case, pipeline: TranscriptPipeline) -> None:
         raise ValueError(f"{case.id} does not run on {pipeline.name} (runs_on {list(case.runs_on)})")
     for i, step in enumerate(case.steps):
         if "batch" in step:
-            pipeline.batch([payload(ev) for ev in step["batch"]], at=t(step["at"]))
+            payloads = [payload(ev) for ev in step["batch"]]
+            if any("part" in ev for ev in step["batch"]):
+                pipeline.batch(payloads, at=t(step["at"]),
+                               parts=[str(ev.get("part", "0")) for ev in step["batch"]])
+            else:
+                pipeline.batch(payloads, at=t(step["at"]))
         elif "idle" in step:
             pipeline.idle(t(step["idle"]))
         elif "drain" in step:
