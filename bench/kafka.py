@@ -365,11 +365,19 @@ def scenario_backlog(broker, args, work: Path) -> dict:
         cluster = LocalCluster(work / f"cluster-{k}")
         try:
             cluster.start(workers=k, cores=1, memory="1g", port=0, webui_port=0, timeout=120)
-            jobs.append(drain_job(f"event-etl submit, {k} executor{'s' if k > 1 else ''} of 1 core", topic, n, args,
-                                  work, broker.bootstrap, master=cluster.master_url))
+            label = f"event-etl submit, {k} executor{'s' if k > 1 else ''} of 1 core"
+            try:
+                jobs.append(drain_job(label, topic, n, args, work, broker.bootstrap, master=cluster.master_url))
+            except BenchError as err:  # reported in its row; the other readers' figures stand
+                why = next((line.strip() for line in str(err).splitlines() if line.startswith("error:")),
+                           str(err).splitlines()[0])
+                print(f"  {label}: FAILED: {why}", flush=True)
+                jobs.append({"label": label, "error": why})
         finally:
             cluster.stop()
     for j in jobs:
+        if "error" in j:
+            continue
         j["ratio"] = j["rate"] / bare["rate"] if bare["rate"] else None
         print(f"  {j['label']}: {n:,} in {j['wall']:.1f} s = {j['rate']:,.0f} records/s whole process "
               f"({j['ratio']:.2f}x the bare loop), {j['batches']} batches, CPU {j['cpu']:.0f} s, "
@@ -476,6 +484,9 @@ def report(res: dict, args, machine: dict, command: str) -> str:
         rows = [["bare loop (confluent-kafka consume(10,000), in-process, no JVM)", f"{b['seconds']:.1f}",
                  _rate(b["rate"]), "-", "-", "-", "-"]]
         for j in res["jobs"]:
+            if "error" in j:
+                rows.append([f"{j['label']} --once --drain", "-", "-", "-", "-", "-", f"failed: {j['error']}"])
+                continue
             rows.append([f"{j['label']} --once --drain (whole process)", f"{j['wall']:.1f}", _rate(j["rate"]),
                          f"{j['ratio']:.2f}×", f"{j['cpu']:.0f}", _mib(j["peak_pss"]),
                          f"{j['batches']} (largest {j['largest_batch'][0]:,} in {j['largest_batch'][1]:.2f} s)"])
