@@ -159,3 +159,24 @@ def test_phases_split_a_run_at_its_marks_and_take_the_batchs_tasks_only(tmp_path
     assert abs(p["first_task"] - 0.1) < 1e-6 and abs(p["tasks"] - 6.5) < 1e-6 and abs(p["results"] - 0.2) < 1e-6
     phases = ("imports", "jvm", "session", "planning", "first_task", "tasks", "results", "driver", "stop")
     assert abs(sum(p[k] for k in phases) - p["total"]) < 1e-6, "the phases add up to the whole run"
+
+
+def test_kafka_report_judges_the_local_run_and_shows_a_failed_cluster_run():
+    from bench import kafka
+
+    args = kafka.parse_args(["--scenarios", "backlog", "--records", "1000", "--executors", "1,2", "--label", "Smoke 1"])
+    assert args.executors == [1, 2] and kafka.section_name("backlog", args.label) == "kafka-backlog-smoke-1"
+    job = {"label": "event-etl run, local[2]", "wall": 10.0, "rate": 100.0, "cpu": 9.0, "peak_pss": 2**30,
+           "largest_batch": (1000, 1.0), "batches": 1, "ratio": 0.6, "totals": {}, "hours": 1, "files": 1}
+    res = {"kind": "backlog", "records": 1000, "load": 0.5, "produce": {"seconds": 1.0},
+           "bare": {"seconds": 6.0, "rate": 166.0}, "jobs": [job, {"label": "event-etl submit, 1 executor",
+                                                                 "error": "error: not a folder"}]}
+    text = kafka.report(res, args, {"CPU": "test"}, "cmd")
+    assert "**MET** (0.60×)" in text and "failed: error: not a folder" in text
+
+
+def test_kafka_tail_gives_every_partition_one_record_of_its_own():
+    # a phase's last `partitions` indexes are consecutive: one per partition, whatever the phase's first index
+    for first, count, partitions in ((0, 100, 4), (1000, 37, 4), (5, 9, 3)):
+        tail = range(first + count - partitions, first + count)
+        assert sorted(i % partitions for i in tail) == list(range(partitions))

@@ -4,8 +4,9 @@
     .venv/bin/python integration/campaign.py --source pubsub      # Pub/Sub emulator -> GCS emulator
     .venv/bin/python integration/campaign.py --sink gcs           # directory source -> GCS emulator
     .venv/bin/python integration/campaign.py --source pubsub --sink local
+    .venv/bin/python integration/campaign.py --source kafka      # tansu (Kafka protocol), 4 partitions -> local disk
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
-             --points all|source
+             --points all|source --kafka-partitions P --idle-partition none|quiet
 
 The event set spans more than six event-time hours, ending ten minutes before the real
 clock: timely, out-of-order, late, too-late, future (ahead of the real clock), duplicate
@@ -41,6 +42,15 @@ appears.  At the end, by event id:
   wrong watermark, or an idle advance while input waited), except in hours a drain closed.
 
 It prints a table of these figures and exits non-zero if any of them is wrong.
+
+Kafka (``--source kafka``): each wave of events is produced to a topic of ``--kafka-partitions``
+partitions (4) on tansu, a Kafka-protocol broker (:class:`integration.servers.KafkaBroker`, memory
+storage), the events dealt round robin over the partitions, one record per produce request (tansu's
+reported high watermark is exact only then).  With ``--idle-partition quiet`` (the default) the last
+partition gets nothing for a stretch of the waves (:data:`IDLE_WAVES`, ~12 % of them) while the
+others take its share, then wakes up: runs are killed while it is idle and after it woke.  tansu
+answers neither CreatePartitions nor DeleteRecords nor AlterConfigs, so a partition added mid-run and
+retention passing an unread offset are not covered here (RELIABILITY.md).
 """
 
 from __future__ import annotations
@@ -90,6 +100,7 @@ IDLE_TIMEOUT_S = 20  # the campaign's type: longer than a run waits for input, s
 FAST_CLOCK_MS = 8 * MINUTE_MS
 AHEAD = 4  # batches of input made available ahead of the job
 RESERVE_PER_RUN = 4  # batches kept back for every run still planned: the input lasts as long as the kills do
+IDLE_WAVES = (0.30, 0.42)  # Kafka: the share of the waves during which the last partition gets nothing
 INVALID_KINDS = {  # kind -> expected dead-letter reason
     "malformed_json": "invalid_json", "wrong_shape": "not_an_object", "wrong_type": "schema_mismatch",
     "missing_field": "missing_field", "missing_time": "missing_time", "bad_time": "invalid_time",
@@ -269,6 +280,7 @@ class Campaign:
         if getattr(args, "fetch_partitions", 0):
             self.env["EVENT_ETL_PUBSUB_FETCH_PARTITIONS"] = str(args.fetch_partitions)
         self.kills = Counter()
+        self.kafka_kills = Counter()  # Kafka: stops that hit, by where the idle partition was (kafka_phase)
         self.runs = 0
         self.current: subprocess.Popen | None = None
         self.runs_left = args.kills + args.sigterms
@@ -300,7 +312,7 @@ class Campaign:
         start = now - span_of(self.args.files) - 10 * MINUTE_MS
         self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
                                   start=start, future_from=now + HOUR_MS)
-        sink = getattr(self.args, "sink", None) or ("local" if self.args.source == "dir" else "gcs")
+        sink = getattr(self.args, "sink", None) or ("gcs" if self.args.source == "pubsub" else "local")
         if sink == "gcs":
             self.start_gcs()
             self.sink = "gs://campaign/data"
@@ -312,6 +324,10 @@ class Campaign:
             pending.mkdir()
             self.pending = [pending / f"events-{k:04d}.jsonl" for k in range(len(self.events.batches))]
             self.source = f"dir:{src}"
+        elif self.args.source == "kafka":
+            self.start_kafka()
+            self.pending = list(range(len(self.events.batches)))
+            self.source = f"kafka:{self.topic}"
         else:
             self.start_pubsub()
             from google.cloud import pubsub_v1
@@ -346,6 +362,62 @@ class Campaign:
         if r.returncode:
             raise SystemExit(f"setup failed: {r.stdout}{r.stderr}")
 
+    def start_kafka(self) -> None:
+        from confluent_kafka import Producer
+
+        from integration.servers import KafkaBroker
+
+        broker = KafkaBroker(self.work / "kafka").start()
+        self.servers.append(broker)
+        self.env["EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+        self.topic = "page-view"
+        self.partitions = getattr(self.args, "kafka_partitions", 4)
+        broker.create_topic(self.topic, self.partitions)
+        # one record per produce request: tansu reports as a partition's high watermark the base offset of its last
+        # record batch + 1, and the job never plans past it
+        self.producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+        self.dealt = 0  # records dealt round robin so far (every partition's count within one of the others')
+        self.produced = Counter()  # records per partition
+        waves = len(self.events.batches)
+        quiet = getattr(self.args, "idle_partition", "quiet") == "quiet" and self.partitions > 1
+        self.idle_waves = range(int(waves * IDLE_WAVES[0]), int(waves * IDLE_WAVES[1])) if quiet else range(0)
+
+    def _produce_wave(self, k: int, evs: list[Event]) -> None:
+        """Wave ``k`` to the topic, dealt round robin over the partitions (but the idle one, in its idle waves)."""
+        live = self.partitions - (1 if k in self.idle_waves else 0)
+        for e in evs:
+            p = self.dealt % live
+            self.dealt += 1
+            self.produced[p] += 1
+            self.producer.produce(self.topic, value=e.payload, partition=p)
+            self.producer.poll(0)
+        left = self.producer.flush(60)
+        if left:
+            raise RuntimeError(f"{left} records of wave {k} not delivered to the broker")
+
+    def kafka_rows(self) -> dict:
+        """Kafka: the partitions, the idle one's waves and where the stops fell (figures shown, not judged)."""
+        if self.args.source != "kafka":
+            return {}
+        where = " / ".join(str(self.kafka_kills[k]) for k in ("before", "idle", "woken", "after"))
+        waves = self.idle_waves
+        idle = (f"Kafka: partition {self.partitions - 1} idle for waves {waves.start}..{waves.stop - 1} of "
+                f"{len(self.events.batches)}; stops that hit before / while idle / just after waking / after"
+                if waves else "Kafka: no idle partition")
+        return {"Kafka partitions (records each)": f"{self.partitions} ({dict(sorted(self.produced.items()))})",
+                idle: where if waves else ""}
+
+    def kafka_phase(self) -> str | None:
+        """Kafka: where the idle partition is (by the waves released so far), for the kill counts."""
+        if self.args.source != "kafka" or not self.idle_waves:
+            return None
+        released = len(self.events.batches) - len(self.pending)
+        if released <= self.idle_waves.start:
+            return "before"
+        if released <= self.idle_waves.stop:
+            return "idle"
+        return "woken" if released <= self.idle_waves.stop + 2 * AHEAD else "after"
+
     def release_input(self, everything: bool = False) -> None:
         """Make the next batches of input available: files moved into the folder, or waves published.
 
@@ -377,6 +449,8 @@ class Campaign:
                 tmp = item.with_name("." + item.name)
                 tmp.write_bytes(b"\n".join(e.payload for e in evs) + b"\n")
                 tmp.rename(self.work / "in" / item.name)  # it arrives when the job lists it
+            elif self.args.source == "kafka":
+                self._produce_wave(k, evs)
             else:
                 futures = [self.publisher.publish(self.topic, e.payload, **({} if e.payload else {"note": "empty"}))
                            for e in evs]
@@ -485,6 +559,9 @@ class Campaign:
                 proc.wait()
             if hit:
                 self.kills[(how, point or ("idle_advance" if how == "IDLE" else "random"))] += 1
+                phase = self.kafka_phase()
+                if phase is not None:
+                    self.kafka_kills[phase] += 1
         else:
             hit = False
         log.close()
@@ -697,8 +774,9 @@ class Campaign:
             "temporary files left": len(leftovers),
             # Pub/Sub delivers the waves the campaign publishes ahead in any order: there a timely event may be
             # late for real, and the figure is shown, not judged.  Files arrive in order.
-            ("timely events judged late (an hour closed early)" if self.args.source == "dir" else
+            ("timely events judged late (an hour closed early)" if self.args.source in ("dir", "kafka") else
              "timely events judged late (Pub/Sub reorders waves: shown, not judged)"): len(judged_late),
+            **self.kafka_rows(),
             "hours closed by watermark / idle / drain": "{} / {} / {}".format(
                 *(sum(1 for v in closed_by.values() if v == k) for k in ("watermark", "idle", "drain"))),
             "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "duplicated where": where,
@@ -714,8 +792,9 @@ class Campaign:
         points = FAULT_POINTS + (PUBSUB_POINTS if self.args.source == "pubsub" else ())
         # "source": a SIGKILL at each of the source's own points only (the batch protocol's points are the same for
         # every source: the directory campaign kills at each), the rest of --kills at random points
-        own = getattr(self.args, "points", "all") == "source" and self.args.source == "pubsub"
-        each = PUBSUB_POINTS if own else points
+        # (Kafka has no points of its own: with "source", every SIGKILL is at a random point of the batch protocol)
+        own = getattr(self.args, "points", "all") == "source" and self.args.source in ("pubsub", "kafka")
+        each = (PUBSUB_POINTS if self.args.source == "pubsub" else ()) if own else points
         kills = [("SIGKILL", p) for p in each]
         while len(kills) < self.args.kills:
             kills.append(("SIGKILL", self.rng.choice([*points, None, None])))
@@ -777,8 +856,10 @@ def failures(result: dict) -> list[str]:
 
 def print_table(result: dict, args) -> None:
     partitions = getattr(args, "fetch_partitions", 0)
+    kafka = getattr(args, "kafka_partitions", 4) if args.source == "kafka" else 0
     print(f"\nfault campaign: source {args.source}, {args.events} events, {args.files} batches, seed {args.seed}"
-          + (f", {partitions} fetch partitions" if partitions else ""))
+          + (f", {partitions} fetch partitions" if partitions else "")
+          + (f", {kafka} Kafka partitions" if kafka else ""))
     width = max(len(k) for k in result if not k.startswith("_"))
     for k, v in result.items():
         if not k.startswith("_"):
@@ -791,23 +872,27 @@ def print_table(result: dict, args) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--source", choices=("dir", "pubsub"), default="dir")
+    ap.add_argument("--source", choices=("dir", "pubsub", "kafka"), default="dir")
     ap.add_argument("--sink", choices=("local", "gcs"), default=None,
-                    help="local disk or the GCS emulator (default: local for dir, gcs for pubsub)")
+                    help="local disk or the GCS emulator (default: gcs for pubsub, local for dir and kafka)")
     ap.add_argument("--events", type=int, default=6000)
     ap.add_argument("--files", type=int, default=96, help="batches of input (files, or waves of messages)")
     ap.add_argument("--seed", type=int, default=20261121)
     ap.add_argument("--kills", type=int, default=10, help="SIGKILLs (at least one per fault point)")
     ap.add_argument("--points", choices=("all", "source"), default="all",
                     help="a SIGKILL at every fault point (all), or only at the source's own (source: Pub/Sub's; "
-                         "the batch protocol's points, the same for every source, are each killed by the directory "
-                         "campaign)")
+                         "Kafka has none: every SIGKILL at a random point; the batch protocol's points, the same for "
+                         "every source, are each killed by the directory campaign)")
     ap.add_argument("--sigterms", type=int, default=2)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     ap.add_argument("--verbose", action="store_true", help="a line per run")
     ap.add_argument("--fetch-partitions", type=int, default=0,
                     help="Pub/Sub: pull in N executor tasks (EVENT_ETL_PUBSUB_FETCH_PARTITIONS); 0: in the driver")
+    ap.add_argument("--kafka-partitions", type=int, default=4, help="Kafka: partitions of the topic (default 4)")
+    ap.add_argument("--idle-partition", choices=("quiet", "none"), default="quiet",
+                    help="Kafka: the last partition gets nothing for a stretch of the waves, then wakes (quiet), or "
+                         "every partition gets its share throughout (none)")
     args = ap.parse_args(argv)
     result = Campaign(args).run()
     print_table(result, args)
