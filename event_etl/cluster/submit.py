@@ -140,7 +140,7 @@ def absolute_job_paths(event_type: str | None, job: Mapping[str, Any]) -> dict[s
 
     out = dict(job)
     source = out.get("source")
-    if source and not source.startswith(("generate", "pubsub:")) and not is_remote(source):
+    if source and not source.startswith(("generate", "pubsub:", "kafka:")) and not is_remote(source):
         out["source"] = "dir:" + local_path(source[len("dir:"):] if source.startswith("dir:") else source)
     out["sink"] = resolve_sink(out.get("sink") or "./data")
     checkpoint = out.get("checkpoint") or (default_checkpoint(event_type) if event_type is not None
