@@ -239,12 +239,11 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
     writer = (writer.trigger(availableNow=True) if p.options.once
               else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
     job.writer, job.gate = writer, gate
-    if p.spec.kind == "kafka":  # the group's offsets at each batch's end, not a batch behind (Spark's own commit)
-        from event_etl.sources.kafka_offsets import GroupCommitter
-
-        committer = GroupCommitter(p.spec.params["topic"], p.event_type.name, p.ckpt.spark_dir)
-        job.controller.listeners.append(committer)
-        job.closers.append(committer.close)
+    make_listener = source_kind(p.spec.kind).batch_listener  # Kafka: the group's offsets at each batch's end
+    if make_listener is not None:
+        listener = make_listener(p.spec, p.event_type.name, p.ckpt.spark_dir)
+        job.controller.listeners.append(listener)
+        job.closers.append(listener.close)
     return job
 
 
@@ -298,11 +297,10 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
             fetcher.leased_at = p.leased_at
         controller.source_activity = fetcher.activity
         controller.source_done = fetcher.ack
-    if p.spec.kind == "kafka":  # records retention deleted unread: counted from the batch's offsets
-        from event_etl.sources.kafka_offsets import batch_lost
-
+    lost_in_batch = source_kind(p.spec.kind).lost_in_batch  # Kafka: records retention deleted unread
+    if lost_in_batch is not None:
         spark_dir = ckpt.spark_dir
-        controller.source_lost = lambda batch_id: batch_lost(spark_dir, batch_id)
+        controller.source_lost = lambda batch_id: lost_in_batch(spark_dir, batch_id)
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
     controller.listeners.extend(metrics.listeners)
     return Job(p, controller, metrics, source_spec["log_dir"], None, None, printer, fetcher), source_spec

@@ -126,6 +126,18 @@ def _kafka_check(spec: SourceSpec) -> None:
     check_topic(spec.params["topic"])
 
 
+def _kafka_lost(spark_dir: str, batch_id: int) -> dict[int, int]:
+    from event_etl.sources.kafka_offsets import batch_lost
+
+    return batch_lost(spark_dir, batch_id)
+
+
+def _kafka_group_committer(spec: SourceSpec, event_type: str, spark_dir: str):
+    from event_etl.sources.kafka_offsets import GroupCommitter
+
+    return GroupCommitter(spec.params["topic"], event_type, spark_dir)
+
+
 @dataclass(frozen=True)
 class SourceKind:
     """One kind of source (see the module docstring)."""
@@ -145,6 +157,12 @@ class SourceKind:
     shared: str | None = None
     requires: tuple[str, ...] = ()
     install_hint: str | None = None
+    lost_in_batch: Callable[[str, int], dict[int, int]] | None = None
+    """``lost_in_batch(spark_dir, batch_id)``: input the source lost before the batch could read it, by partition
+    (Kafka: records retention deleted unread); None: a kind that cannot lose input that way."""
+    batch_listener: Callable[[SourceSpec, str, str], Any] | None = None
+    """``batch_listener(spec, event type, spark_dir)``: a controller listener the ``--engine queries`` job adds, with a
+    ``close()`` (Kafka: commits the group's offsets at each batch's end); None: nothing."""
 
     @property
     def fetches(self) -> bool:
@@ -182,7 +200,8 @@ SOURCES: dict[str, SourceKind] = {
                          requires=("google.cloud.pubsub_v1",), install_hint="pip install 'event_etl[job]'"),
     "kafka": SourceKind("kafka", _kafka_planner, lambda spec: f"kafka:{spec.params['topic']}",
                         check_before_start=_kafka_check, shared=None, requires=("confluent_kafka",),
-                        install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')"),
+                        install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')",
+                        lost_in_batch=_kafka_lost, batch_listener=_kafka_group_committer),
 }
 """Every kind of source, by the ``kind`` of its :class:`SourceSpec`."""
 
