@@ -159,3 +159,17 @@ def test_phases_split_a_run_at_its_marks_and_take_the_batchs_tasks_only(tmp_path
     assert abs(p["first_task"] - 0.1) < 1e-6 and abs(p["tasks"] - 6.5) < 1e-6 and abs(p["results"] - 0.2) < 1e-6
     phases = ("imports", "jvm", "session", "planning", "first_task", "tasks", "results", "driver", "stop")
     assert abs(sum(p[k] for k in phases) - p["total"]) < 1e-6, "the phases add up to the whole run"
+
+
+def test_spark_avro_output_counts_its_blocks_records(tmp_path: Path):
+    import fastavro
+
+    (tmp_path / "_spark_metadata").mkdir()
+    part = tmp_path / "dt=2026-11-21" / "hour=01"
+    part.mkdir(parents=True)
+    schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
+    with open(part / "a.avro", "wb") as f:
+        fastavro.writer(f, schema, [{"n": i} for i in range(5)], codec="snappy", sync_interval=16)
+    entry = {"path": f"file://{part / 'a.avro'}", "action": "add"}
+    (tmp_path / "_spark_metadata" / "0").write_text("v1\n" + json.dumps(entry) + "\n")
+    assert count_spark_output(tmp_path, "avro") == (5, 1)
