@@ -10,7 +10,8 @@ One command::
    own process with a fresh sink and checkpoint, on ``--master`` (default ``local[2]``):
    ``event_etl`` (``event-etl run page_view --source dir:IN --drain``: validation, routing,
    dedupe, snappy Avro files, ``_COMPLETE`` manifests with sha256), then Spark's file sink
-   partitioned by event date and hour as JSON and as Parquet (:mod:`bench.spark_sink`).
+   partitioned by event date and hour as JSON, as Parquet and as snappy Avro (Spark's built-in
+   ``AvroFileFormat``: the same kind of files as event_etl's, its like-for-like peer) (:mod:`bench.spark_sink`).
    Both sides are given the same number of files per micro-batch (``--files-per-batch``,
    event_etl's default of 64; Spark's own default is unlimited).
    Before the first measured run, each side gets a JVM class archive of its own kind of run
@@ -217,7 +218,9 @@ def report(results, info, args, machine, command, load, memory=None) -> str:
         f"seed {args.seed}. Master `{args.master}`, at most {args.files_per_batch} files per micro-batch for both "
         "sides (event_etl `--max-files-per-batch`, Spark `maxFilesPerTrigger`). Outputs: event_etl snappy Avro + "
         "manifests, Spark JSON "
-        "uncompressed (its default), Spark Parquet snappy (its default). Spark runs with its defaults plus the "
+        "uncompressed (its default), Spark Parquet snappy (its default), Spark Avro snappy (its default; Spark's "
+        "built-in `org.apache.spark.sql.avro.AvroFileFormat`, the same kind of container files as event_etl's). "
+        "Spark runs with its defaults plus the "
         "settings event_etl's session also sets (UI off, 1 GiB driver heap, loopback). Each side's JVM maps a "
         "class archive of its own kind of run (AppCDS: event_etl's from `event-etl warmup`, Spark's from its "
         "file sink over 20,000 of these events), built before the first measured run; event_etl's driver JVM "

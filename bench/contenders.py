@@ -3,8 +3,9 @@
 - ``event_etl``: ``event-etl run TYPE --source dir:IN --drain`` (``--drain`` implies
   ``--once``: everything available, then every hour holding data is marked), with all
   its work: validation against the Avro schema, routing, dedupe, Avro files, manifests.
-- ``spark-json`` / ``spark-parquet``: Spark's own streaming file sink
-  (:mod:`bench.spark_sink`), partitioned by event date and hour.
+- ``spark-json`` / ``spark-parquet`` / ``spark-avro``: Spark's own streaming file sink
+  (:mod:`bench.spark_sink`), partitioned by event date and hour; ``spark-avro`` writes snappy Avro
+  with Spark's built-in ``AvroFileFormat``, the like-for-like peer of event_etl's files.
 
 Every run gets a fresh sink and checkpoint.  Its figures:
 
@@ -19,7 +20,7 @@ Every run gets a fresh sink and checkpoint.  Its figures:
 - **memory and CPU** of the whole process tree (:mod:`bench.procstats`).
 - **records checked**: event_etl's output is counted from the ``_COMPLETE`` manifests
   (sum of ``records``), Spark's from the files its ``_spark_metadata`` log committed (lines
-  of JSON, rows of Parquet footers).  A count different from the input fails the run.
+  of JSON, rows of Parquet footers, record counts of Avro blocks).  A count different from the input fails the run.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ __all__ = ["RunResult", "WrongOutput", "run_event_etl", "run_spark", "count_mani
            "event_etl_batches", "ensure_event_etl_archive", "spark_archive_options", "CONTENDERS"]
 
 BENCH = Path(__file__).resolve().parent
-CONTENDERS = ("event_etl", "spark-json", "spark-parquet")
+CONTENDERS = ("event_etl", "spark-json", "spark-parquet", "spark-avro")
 _BATCH_LINE = re.compile(r"\] batch \d+(?: \(replay\))?: in ([\d,]+) .*?\s([\d.]+)s\s+[\d,]+ ev/s")
 _RUN_LINE = re.compile(r"run finished: \d+ batches in ([\d.]+)s")
 
@@ -127,7 +128,8 @@ def _spark_committed_files(sink: Path) -> list[Path]:
 
 
 def count_spark_output(sink: Path, fmt: str) -> tuple[int, int]:
-    """``(rows, files)`` in the files Spark committed: lines of JSON, or rows from Parquet footers."""
+    """``(rows, files)`` in the files Spark committed: lines of JSON, rows from Parquet footers, or the record
+    counts of Avro blocks (read from each block's header, not decoded)."""
     files = _spark_committed_files(sink)
     rows = 0
     for f in files:
@@ -135,6 +137,11 @@ def count_spark_output(sink: Path, fmt: str) -> tuple[int, int]:
             import pyarrow.parquet as pq
 
             rows += pq.ParquetFile(f).metadata.num_rows
+        elif fmt == "avro":
+            import fastavro
+
+            with open(f, "rb") as fh:
+                rows += sum(block.num_records for block in fastavro.block_reader(fh))
         else:
             with open(f, "rb") as fh:
                 rows += sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
@@ -223,7 +230,7 @@ def spark_archive_options(work: Path, small_input: Path, *, fmt: str, schema: Pa
 
 def run_spark(inp: Path, work: Path, *, fmt: str, events: int, input_bytes: int, master: str, files_per_batch: int,
               schema: Path, time_field: str = "event_time", java_options: str = "", pss: bool = True) -> RunResult:
-    """One measured run of :mod:`bench.spark_sink` (``fmt``: json or parquet); fails loudly on a wrong count.
+    """One measured run of :mod:`bench.spark_sink` (``fmt``: json, parquet or avro); fails loudly on a wrong count.
     ``pss``: as :func:`run_event_etl`'s."""
     sink, ckpt = work / f"spark-{fmt}-sink", work / f"spark-{fmt}-ckpt"
     _fresh(sink, ckpt)

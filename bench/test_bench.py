@@ -180,3 +180,17 @@ def test_kafka_tail_gives_every_partition_one_record_of_its_own():
     for first, count, partitions in ((0, 100, 4), (1000, 37, 4), (5, 9, 3)):
         tail = range(first + count - partitions, first + count)
         assert sorted(i % partitions for i in tail) == list(range(partitions))
+
+
+def test_spark_avro_output_counts_its_blocks_records(tmp_path: Path):
+    import fastavro
+
+    (tmp_path / "_spark_metadata").mkdir()
+    part = tmp_path / "dt=2026-11-21" / "hour=01"
+    part.mkdir(parents=True)
+    schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
+    with open(part / "a.avro", "wb") as f:
+        fastavro.writer(f, schema, [{"n": i} for i in range(5)], codec="snappy", sync_interval=16)
+    entry = {"path": f"file://{part / 'a.avro'}", "action": "add"}
+    (tmp_path / "_spark_metadata" / "0").write_text("v1\n" + json.dumps(entry) + "\n")
+    assert count_spark_output(tmp_path, "avro") == (5, 1)

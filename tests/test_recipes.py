@@ -4,27 +4,54 @@
 Airflow is not installed here: the sensor's poke rule and its trigger's event stream are tested
 as the functions the Airflow classes call (``poke``, ``watch``); the classes themselves, which only
 wire those into Airflow's base classes, are not exercised.  DuckDB and pandas are real (the test
-extra).  BigQuery's ``bq`` is not here: its command line is checked, not run.
+extra), and so is DuckDB's Avro extension (``duckdb-extension-avro``, loaded by path: no download).
+BigQuery's ``bq`` is not here: its command line and DDL are checked for their form, not run.
+Spark's recipe runs in integration/test_consumer_recipes.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from event_etl.consumer import CouldNotCheckError, HourNotCompleteError, read_table
-from event_etl.consumer.recipes import bq_load_command, hour_uris, shell, type_root
+from event_etl.consumer import CouldNotCheckError, HourNotCompleteError, hour_status, read_table
+from event_etl.consumer.recipes import (
+    bq_external_table_ddl,
+    bq_load_command,
+    duckdb_avro_extension,
+    duckdb_connect,
+    hour_uris,
+    shell,
+    type_root,
+)
 from event_etl.errors import NoDataError, UsageError
-from tests.test_consumer_scenario import build_hours
+from tests.test_consumer_scenario import (
+    RECIPE_HOUR_13,
+    RECIPE_HOUR_14,
+    RECIPE_TEMPORARY,
+    build_hours,
+    build_recipe_hours,
+)
 
 
 @pytest.fixture
 def sc(tmp_path):
     return build_hours(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def rs(tmp_path_factory):
+    """The recipes' sink (tests/test_consumer_scenario.py build_recipe_hours), read only: built once."""
+    return build_recipe_hours(tmp_path_factory.mktemp("recipes"))
+
+
+DAY = dt.date(2026, 11, 21)
 
 
 def test_hour_uris_are_the_manifests_files_and_nothing_else(sc):
@@ -80,6 +107,144 @@ def test_pandas_reads_an_hour(sc):
     pytest.importorskip("pandas")
     df = read_table(sc.sink, sc.et, "2026-11-21T14", include_late=False).to_pandas()
     assert list(df["id"]) == ["c"] and str(df["ts"].dt.tz) == "UTC"
+
+
+# -- DuckDB's Avro extension, pandas, BigQuery: each recipe as docs/consumers.md gives it ------------------------
+def test_the_manifests_count_what_the_recipes_must_read(rs):
+    assert hour_status(rs.sink, "click", "2026-11-21T13").records == RECIPE_HOUR_13
+    assert hour_status(rs.sink, "click", "2026-11-21T14").records == RECIPE_HOUR_14
+    names = {p.name for p in Path(type_root(rs.sink, "click")).rglob("*")}
+    assert RECIPE_TEMPORARY in names and any(n.startswith("dl-") for n in names) and "_COMPLETE" in names
+
+
+def test_duckdb_reads_the_manifests_files_with_its_avro_extension(rs):
+    pytest.importorskip("duckdb_extension_avro")
+    sink = rs.sink
+    # -- the recipe (docs/consumers.md, DuckDB) --
+    from event_etl.consumer.recipes import duckdb_connect, hour_uris
+
+    con = duckdb_connect()                       # DuckDB with its Avro extension loaded (no download)
+    files = hour_uris(sink, "click", "2026-11-21T13", until="2026-11-21T15")
+    per_hour = con.execute("SELECT dt, hour, count(*) AS n FROM read_avro($files, hive_partitioning = true) "
+                           "GROUP BY dt, hour ORDER BY dt, hour", {"files": files}).fetchall()
+    # -- end of the recipe --
+    assert per_hour == [(DAY, 13, RECIPE_HOUR_13), (DAY, 14, RECIPE_HOUR_14)], "each hour's count is its manifest's"
+    own = hour_uris(sink, "click", "2026-11-21T14", include_late=False)
+    n_own = con.execute("SELECT count(*) FROM read_avro($files)", {"files": own}).fetchone()
+    assert n_own == (RECIPE_HOUR_14 - 2,), "the late file is the only difference"
+    cols = [c[0] for c in con.execute("DESCRIBE SELECT * FROM read_avro($files, hive_partitioning = true)",
+                                      {"files": files}).fetchall()]
+    assert cols == ["id", "ts", "page", "dt", "hour"]
+
+
+def test_duckdb_decodes_what_read_table_decodes(rs):
+    """Every value equal to the checked fastavro read, the nullable union across DuckDB's 2,048-row vectors
+    included (duckdb/duckdb#21444: a union read as NULL at multiples of the vector size)."""
+    pytest.importorskip("duckdb_extension_avro")
+    con = duckdb_connect()
+    files = hour_uris(rs.sink, "click", "2026-11-21T13")
+    got = con.execute("SELECT id, epoch_ms(ts), page FROM read_avro($files)", {"files": files}).fetchall()
+    want = read_table(rs.sink, "click", "2026-11-21T13").to_pylist()
+    assert len(got) == len(want) == RECIPE_HOUR_13 > 2048
+    assert got == [(r["id"], int(r["ts"].timestamp() * 1000), r["page"]) for r in want]
+    assert sum(p is None for _, _, p in got) == 420 + 1, "every 5th of the 2,100, and b1"
+
+
+def test_duckdb_folder_globs_against_the_manifest(rs):
+    """A complete hour's folder glob reads what its manifest lists (``*.avro`` never matches ``_COMPLETE`` or a
+    temporary ``.….tmp``); the type-wide globs take in the open hour, and ``**`` the dead letters."""
+    pytest.importorskip("duckdb_extension_avro")
+    con = duckdb_connect()
+    root = type_root(rs.sink, "click")
+    hour13 = con.execute("SELECT count(*), count(DISTINCT filename) FROM read_avro($g, filename = true)",
+                         {"g": f"{root}/dt=2026-11-21/hour=13/*.avro"}).fetchone()
+    assert hour13 == (RECIPE_HOUR_13, len(hour_uris(rs.sink, "click", "2026-11-21T13")))
+    hours = con.execute("SELECT hour, count(*) FROM read_avro($g, hive_partitioning = true) GROUP BY hour "
+                        "ORDER BY hour", {"g": f"{root}/dt=*/hour=*/*.avro"}).fetchall()
+    assert hours == [(13, RECIPE_HOUR_13), (14, RECIPE_HOUR_14), (15, 1)], "the open hour 15 is in the scan"
+    dead = [f for (f,) in con.execute("SELECT file FROM glob($g)", {"g": f"{root}/**/*.avro"}).fetchall()
+            if "/_deadletter/" in f]
+    everything = con.execute("SELECT count(*) FROM read_avro($g)", {"g": f"{root}/**/*.avro"}).fetchone()
+    assert len(dead) == 2 and everything == (RECIPE_HOUR_13 + RECIPE_HOUR_14 + 1 + 2,), \
+        "** reads the open hour and the dead letters, as clicks, without a word"
+
+
+def test_duckdb_over_the_checked_arrow_table(rs):
+    duckdb = pytest.importorskip("duckdb")
+    tbl = read_table(rs.sink, "click", "2026-11-21T13", until="2026-11-21T15")  # noqa: F841 - found by name
+    assert duckdb.sql("SELECT count(*) FROM tbl").fetchone() == (RECIPE_HOUR_13 + RECIPE_HOUR_14,)
+
+
+def test_the_avro_extension_is_the_installed_duckdbs():
+    duckdb = pytest.importorskip("duckdb")
+    pytest.importorskip("duckdb_extension_avro")
+    path = Path(duckdb_avro_extension())
+    assert path.is_file() and path.parent.name == f"v{duckdb.__version__}" and path.name == "avro.duckdb_extension"
+
+
+def test_a_mismatched_avro_extension_says_which_versions(monkeypatch):
+    duckdb = pytest.importorskip("duckdb")
+    pytest.importorskip("duckdb_extension_avro")
+    monkeypatch.setattr(duckdb, "__version__", "0.9.0")
+    with pytest.raises(UsageError, match=r"not for the installed DuckDB 0\.9\.0") as err:
+        duckdb_avro_extension()
+    assert "duckdb-extension-avro==0.9.0" in (err.value.fix or "")
+
+
+def test_pandas_reads_hours_with_their_late_records(rs):
+    pytest.importorskip("pandas")
+    sink = rs.sink
+    # -- the recipe (docs/consumers.md, pandas) --
+    from event_etl.consumer import read_table
+
+    df = read_table(sink, "click", "2026-11-21T14").to_pandas()
+    # -- end of the recipe --
+    assert len(df) == RECIPE_HOUR_14 and str(df["ts"].dt.tz) == "UTC"
+    assert sorted(df.loc[df["ts"].dt.hour == 13, "id"]) == ["d0", "d1"], "the late records of 13:30"
+    own = read_table(sink, "click", "2026-11-21T14", include_late=False).to_pandas()
+    assert sorted(own["id"]) == ["c0", "c1", "c2"]
+    both = read_table(sink, "click", "2026-11-21T13", until="2026-11-21T15").to_pandas()
+    assert len(both) == RECIPE_HOUR_13 + RECIPE_HOUR_14 and both["page"].isna().sum() == 420 + 1 + 1
+
+
+def _as_gs(rs, uris):
+    """The local sink's URIs as a gs:// sink's (hour_uris on the GCS emulator: integration/test_consumer_recipes.py)."""
+    return ["gs://my-events/prod" + u[len(rs.sink):] for u in uris]
+
+
+def test_the_bigquery_external_table_ddl_lists_exactly_the_manifests_files(rs):
+    uris = _as_gs(rs, hour_uris(rs.sink, "click", "2026-11-21T13", until="2026-11-21T15"))
+    ddl = bq_external_table_ddl(uris, "analytics.click_hours")
+    assert ddl.startswith("CREATE OR REPLACE EXTERNAL TABLE `analytics.click_hours`\n"
+                          "WITH PARTITION COLUMNS (dt DATE, hour INT64)\nOPTIONS (\n") and ddl.endswith("\n);")
+    for option in ("format = 'AVRO'", "enable_logical_types = TRUE",
+                   "hive_partition_uri_prefix = 'gs://my-events/prod/click'"):
+        assert f"  {option},\n" in ddl
+    listed = re.findall(r"'(gs://[^']*)'", ddl.split("uris = [", 1)[1])
+    assert listed == uris and len(listed) == 3
+    assert all(re.fullmatch(r"gs://my-events/prod/click/dt=2026-11-21/hour=1[34]/(part|late)-[^/*]+\.avro", u)
+               for u in listed), "only listed data files: no glob, no _COMPLETE, no temporary, no _deadletter"
+    assert ddl.count("(") == ddl.count(")") and ddl.count("[") == ddl.count("]") and ddl.count("'") % 2 == 0
+    assert bq_external_table_ddl(uris[:1], "d.t", replace=False).startswith("CREATE EXTERNAL TABLE `d.t`")
+
+
+def test_the_bq_load_with_hive_partitioning(rs):
+    uris = _as_gs(rs, hour_uris(rs.sink, "click", "2026-11-21T14"))
+    cmd = bq_load_command(uris, "analytics.click", hive_partitioning=True, time_partitioning_field="ts")
+    assert cmd[:2] == ["bq", "load"] and cmd[-2:] == ["analytics.click", ",".join(uris)]
+    flags = dict(c.split("=", 1) if "=" in c else (c, "") for c in cmd[2:-2])
+    assert flags == {"--source_format": "AVRO", "--use_avro_logical_types": "",
+                     "--hive_partitioning_mode": "CUSTOM",
+                     "--hive_partitioning_source_uri_prefix": "gs://my-events/prod/click/{dt:DATE}/{hour:INTEGER}",
+                     "--time_partitioning_field": "ts", "--time_partitioning_type": "HOUR"}
+    assert all(u.startswith("gs://my-events/prod/click/dt=2026-11-21/hour=14/") for u in cmd[-1].split(","))
+    dead = "gs://my-events/prod/click/_deadletter/dt=2026-11-21/dl-b0000000000-s0000.avro"
+    for bad in ([dead], [uris[0].rsplit("/", 1)[0] + "/_COMPLETE"], ["gs://my-events/prod/click/dt=*"],
+                [uris[0], "gs://other/prod/click/dt=2026-11-21/hour=14/part-x.avro"]):
+        with pytest.raises(UsageError):
+            bq_load_command(bad, "d.t", hive_partitioning=True)
+        with pytest.raises(UsageError):
+            bq_external_table_ddl(bad, "d.t")
 
 
 # -- Airflow ------------------------------------------------------------------------------------------------

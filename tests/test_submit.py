@@ -133,8 +133,9 @@ def test_local_paths_become_absolute(tmp_path, monkeypatch):
     other = absolute_job_paths("page_view", {"source": "dir:rel", "sink": "gs://b/p", "checkpoint": "file://ck"})
     assert other["source"] == f"dir:{tmp_path / 'rel'}" and other["sink"] == "gs://b/p"
     assert other["checkpoint"] == str(tmp_path / "ck")
-    for source in ("generate:", "generate:rate=5,count=10", "pubsub:", "pubsub:projects/p/subscriptions/s", "kafka:orders",
-                   None):  # not folders: `submit --source kafka:T` read T as a folder named "kafka:T"
+    # not folders (`submit --source kafka:T` once read T as a folder named "kafka:T")
+    for source in ("generate:", "generate:rate=5,count=10", "pubsub:", "pubsub:projects/p/subscriptions/s",
+                   "kafka:orders", None):
         assert absolute_job_paths("page_view", {"source": source})["source"] == source
 
 

@@ -10,25 +10,30 @@ Every recipe starts from the same place: the **manifest's file list** of complet
   they hold records of *earlier* hours that arrived after those were complete.  The list
   keeps them (as the manifest counts them) unless ``include_late=False``.
 
-Recipes (docs/consumers.md shows each in full):
+Recipes (docs/consumers.md shows each in full, as the tests run it):
 
-- **Spark**: ``spark.read.format("avro").option("basePath", type_root(sink, t)).load(hour_uris(...))`` (a list of paths)
-  with the ``spark-avro`` package (:func:`spark_avro_package`); ``basePath`` keeps ``dt`` and
-  ``hour`` as partition columns although files, not folders, are named.
+- **Spark** (PySpark 4, no package): ``spark.read.format(SPARK_AVRO_FORMAT).option("basePath",
+  type_root(sink, t)).load(hour_uris(...))``; ``basePath`` keeps ``dt`` and ``hour`` as partition
+  columns although files, not folders, are named.  ``format("avro")`` would ask for the
+  ``spark-avro`` package (:func:`spark_avro_package`, for Spark 3 clusters).
 - **BigQuery**: :func:`bq_load_command` -- ``bq load --source_format=AVRO
-  --use_avro_logical_types`` of exactly the manifest's ``gs://`` URIs into an event-time
-  partitioned table.
-- **DuckDB**: ``duckdb.sql("... FROM tbl")`` over ``tbl = read_table(...)`` (Arrow; no DuckDB
-  extension to download).
+  --use_avro_logical_types`` of exactly the manifest's ``gs://`` URIs (``hive_partitioning=True``
+  adds the ``dt``/``hour`` columns), and :func:`bq_external_table_ddl`, an external table over them.
+- **DuckDB**: :func:`duckdb_connect` (DuckDB with its Avro extension loaded from the
+  ``duckdb-extension-avro`` package, no download) and ``read_avro($files, hive_partitioning=true)``;
+  or ``duckdb.sql("... FROM tbl")`` over ``tbl = read_table(...)`` (Arrow, checked against the manifest).
 - **pandas**: ``read_table(...).to_pandas()`` (``pip install 'event_etl[pandas]'``).
 
-Nothing here imports Spark, BigQuery, DuckDB or pandas.
+Nothing here imports Spark, BigQuery, DuckDB or pandas at import time (:func:`duckdb_connect`
+imports DuckDB when called).
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from event_etl.consumer.hours import HourLike, hour_ms, hour_text
 from event_etl.consumer.read import hour_files
@@ -37,7 +42,14 @@ from event_etl.consumer.status import hour_status, hour_statuses, require_comple
 from event_etl.errors import UsageError
 from event_etl.rules.buckets import hour_dir
 
-__all__ = ["bq_load_command", "hour_uris", "shell", "spark_avro_package", "type_root"]
+__all__ = ["SPARK_AVRO_FORMAT", "bq_external_table_ddl", "bq_load_command", "duckdb_avro_extension", "duckdb_connect",
+           "hour_uris", "shell", "spark_avro_package", "type_root"]
+
+SPARK_AVRO_FORMAT = "org.apache.spark.sql.avro.AvroFileFormat"
+"""Spark's Avro source by its class name: PySpark 4 has it built in (``format("avro")``, the short name, is only
+registered with the ``spark-avro`` package)."""
+
+HIVE_KEYS = (("dt", "DATE"), ("hour", "INTEGER"))  # the sink's partition keys, as BigQuery's load types them
 
 
 def type_root(sink: SinkLike, event_type: EventTypeLike) -> str:
@@ -71,7 +83,11 @@ def hour_uris(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, unti
 
 
 def spark_avro_package(spark_version: str | None = None, scala: str = "2.13") -> str:
-    """The Maven coordinates of ``spark-avro`` for ``--packages`` (default: the installed PySpark's version)."""
+    """The Maven coordinates of ``spark-avro`` for ``--packages`` (default: the installed PySpark's version).
+
+    Only for ``format("avro")`` on a cluster without Spark's built-in Avro source (Spark 3); PySpark 4
+    reads the sink with ``format(SPARK_AVRO_FORMAT)`` and no package.
+    """
     if spark_version is None:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -83,9 +99,35 @@ def spark_avro_package(spark_version: str | None = None, scala: str = "2.13") ->
     return f"org.apache.spark:spark-avro_{scala}:{spark_version}"
 
 
+def _check_gs_uris(uris: Sequence[str]) -> None:
+    if not uris:
+        raise UsageError("no files to load", fix="an hour without records needs no load; check hour_uris(...) first")
+    bad = [u for u in uris if not u.startswith("gs://")]
+    if bad:
+        raise UsageError(f"BigQuery reads Cloud Storage only, not {bad[0]}", fix="read a gs:// sink")
+    if any("/_deadletter/" in u or "*" in u or not u.endswith(".avro") for u in uris):
+        raise UsageError("the list holds a glob, a marker or dead-letter files",
+                         fix="pass hour_uris(...): the manifest's files")
+
+
+def hive_prefix(uris: Sequence[str]) -> str:
+    """The common ``<sink>/<type>`` of the manifest's URIs, where the ``dt=``/``hour=`` keys begin (BigQuery's
+    ``hive_partition_uri_prefix``)."""
+    prefixes = set()
+    for u in uris:
+        head, sep, _ = u.partition("/dt=")
+        if not sep or "/hour=" not in u:
+            raise UsageError(f"{u} is not in a dt=/hour= folder", fix="pass hour_uris(...): the manifest's files")
+        prefixes.add(head)
+    if len(prefixes) != 1:
+        raise UsageError(f"the files are of several types or sinks: {sorted(prefixes)}",
+                         fix="one type's files per table")
+    return prefixes.pop()
+
+
 def bq_load_command(uris: Sequence[str], table: str, *, time_partitioning_field: str | None = None,
                     time_partitioning_type: str = "HOUR", replace_partition: bool = False,
-                    hour: HourLike | None = None) -> list[str]:
+                    hour: HourLike | None = None, hive_partitioning: bool = False) -> list[str]:
     """The ``bq load`` command that loads exactly ``uris`` (``gs://``, from :func:`hour_uris`) into ``table``.
 
     ``--use_avro_logical_types`` makes ``timestamp-millis`` fields TIMESTAMP columns, so the
@@ -95,16 +137,18 @@ def bq_load_command(uris: Sequence[str], table: str, *, time_partitioning_field:
     hour replaces what an earlier try wrote instead of doubling it.  Late records of earlier
     hours (``late-`` files) belong to other partitions: leave them out of such a load
     (``hour_uris(..., include_late=False)``) and load them separately, or append.
+
+    ``hive_partitioning`` adds the folders' keys as columns ``dt`` (DATE) and ``hour`` (INTEGER):
+    ``--hive_partitioning_mode=CUSTOM`` with the source URI prefix ``<sink>/<type>/{dt:DATE}/{hour:INTEGER}``.
+    Only the listed files are read, so the ``_deadletter/dt=...`` folder under the same prefix,
+    which does not follow the ``dt=/hour=`` layout, is never looked at.
     """
-    if not uris:
-        raise UsageError("no files to load", fix="an hour without records needs no load; check hour_uris(...) first")
-    bad = [u for u in uris if not u.startswith("gs://")]
-    if bad:
-        raise UsageError(f"bq load reads Cloud Storage only, not {bad[0]}", fix="read a gs:// sink")
-    if any("/_deadletter/" in u or "*" in u for u in uris):
-        raise UsageError("the list holds a glob or dead-letter files", fix="pass hour_uris(...): the manifest's files")
+    _check_gs_uris(uris)
     target = table
     cmd = ["bq", "load", "--source_format=AVRO", "--use_avro_logical_types"]
+    if hive_partitioning:
+        keys = "/".join(f"{{{k}:{t}}}" for k, t in HIVE_KEYS)
+        cmd += ["--hive_partitioning_mode=CUSTOM", f"--hive_partitioning_source_uri_prefix={hive_prefix(uris)}/{keys}"]
     if time_partitioning_field:
         cmd += [f"--time_partitioning_field={time_partitioning_field}",
                 f"--time_partitioning_type={time_partitioning_type}"]
@@ -119,6 +163,80 @@ def bq_load_command(uris: Sequence[str], table: str, *, time_partitioning_field:
         cmd.append("--replace")
     cmd += [target, ",".join(uris)]
     return cmd
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def bq_external_table_ddl(uris: Sequence[str], table: str, *, replace: bool = True) -> str:
+    """GoogleSQL DDL of an external table over exactly ``uris`` (``gs://``, from :func:`hour_uris`), hive-partitioned.
+
+    ``dt`` (DATE) and ``hour`` (INT64) come from the folders (``WITH PARTITION COLUMNS``,
+    ``hive_partition_uri_prefix`` = ``<sink>/<type>``); ``enable_logical_types`` makes
+    ``timestamp-millis`` fields TIMESTAMP columns.  The table is the hours whose files are
+    listed: re-create it (``CREATE OR REPLACE``, the default) for another range.  A wildcard
+    (``<type>/*``) would take in open hours and the ``_deadletter/dt=...`` folder, which under
+    the same prefix breaks BigQuery's hive layout rule (one key order for every file).
+    Run it with ``bq query --use_legacy_sql=false``.
+    """
+    _check_gs_uris(uris)
+    prefix = hive_prefix(uris)
+    create = "CREATE OR REPLACE EXTERNAL TABLE" if replace else "CREATE EXTERNAL TABLE"
+    listed = ",\n    ".join(_sql_string(u) for u in uris)
+    return (f"{create} `{table}`\n"
+            "WITH PARTITION COLUMNS (dt DATE, hour INT64)\n"
+            "OPTIONS (\n"
+            "  format = 'AVRO',\n"
+            "  enable_logical_types = TRUE,\n"
+            f"  hive_partition_uri_prefix = {_sql_string(prefix)},\n"
+            f"  uris = [\n    {listed}\n  ]\n"
+            ");")
+
+
+# -- DuckDB ---------------------------------------------------------------------------------------------------
+def duckdb_avro_extension() -> str:
+    """The path of DuckDB's Avro extension for the installed DuckDB, from the ``duckdb-extension-avro`` package.
+
+    ``LOAD '<path>'`` loads it with no download (``read_avro`` alone tries to download the
+    extension, and fails without the internet).  The package holds one DuckDB version's build
+    (``extensions/v1.5.5/avro.duckdb_extension``) and pins that DuckDB: a mismatch is a
+    ``UsageError`` naming both versions.
+    """
+    try:
+        import duckdb
+    except ImportError as err:
+        raise UsageError("DuckDB is not installed", fix="pip install duckdb duckdb-extension-avro") from err
+    try:
+        import duckdb_extension_avro  # type: ignore[import-untyped]
+    except ImportError as err:
+        raise UsageError("DuckDB's Avro extension is not installed",
+                         fix=f"pip install 'duckdb-extension-avro=={duckdb.__version__}' (its build for DuckDB "
+                             f"{duckdb.__version__})") from err
+    root = Path(duckdb_extension_avro.__file__).parent / "extensions"
+    path = root / f"v{duckdb.__version__}" / "avro.duckdb_extension"
+    if not path.is_file():
+        have = sorted(p.parent.name for p in root.glob("v*/avro.duckdb_extension"))
+        raise UsageError(f"duckdb-extension-avro holds builds for {', '.join(have) or 'no DuckDB'}, "
+                         f"not for the installed DuckDB {duckdb.__version__}",
+                         fix=f"pip install 'duckdb-extension-avro=={duckdb.__version__}', or the DuckDB it was "
+                             "built for")
+    return str(path)
+
+
+def duckdb_connect(database: str = ":memory:", **kwargs: Any) -> Any:
+    """A DuckDB connection with the Avro extension loaded (:func:`duckdb_avro_extension`): ``read_avro`` works
+    offline.  ``kwargs`` go to ``duckdb.connect``."""
+    import duckdb
+
+    path = duckdb_avro_extension()
+    con = duckdb.connect(database, **kwargs)
+    con.execute(f"LOAD {_duck_string(path)}")
+    return con
+
+
+def _duck_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def shell(cmd: Sequence[str]) -> str:
