@@ -23,7 +23,7 @@ from tests.test_consumer_scenario import build_hours
 ROOT = Path(__file__).resolve().parents[1]
 # (opentelemetry-api itself comes with google-api-core, a dependency of gcsfs; the SDK and exporters do not)
 HEAVY = ("pyspark", "matplotlib", "google.cloud.pubsub_v1", "opentelemetry.sdk", "opentelemetry.exporter", "pandas",
-         "numpy", "duckdb", "airflow", "xxhash")
+         "numpy", "duckdb", "airflow", "xxhash", "pyarrow")
 
 pytestmark = pytest.mark.slow
 
@@ -115,15 +115,22 @@ def test_the_library_and_the_recipes_from_the_light_install(light_venv, tmp_path
     sc = build_hours(tmp_path / "made")
     code = f"""
 import json
-from event_etl.consumer import read_table, verify_hour, wait_for_hour
+from event_etl.consumer import read_records, read_table, verify_hour, wait_for_hour
 from event_etl.consumer.recipes import hour_uris
 from event_etl.consumer.airflow import poke
+from event_etl.errors import UsageError
 sink = {sc.sink!r}
 m = wait_for_hour(sink, "click", "2026-11-21T14", timeout=5)
-t = read_table(sink, "click", "2026-11-21T13", until="2026-11-21T15")
-print(json.dumps({{"records": m.records, "rows": t.num_rows, "ok": verify_hour(sink, "click", "2026-11-21T13").ok,
+rows = list(read_records(sink, "click", "2026-11-21T13", until="2026-11-21T15"))
+try:
+    read_table(sink, "click", "2026-11-21T13")
+    table = "read"
+except UsageError as err:
+    table = err.fix
+print(json.dumps({{"records": m.records, "rows": len(rows), "ok": verify_hour(sink, "click", "2026-11-21T13").ok,
                   "uris": len(hour_uris(sink, "click", "2026-11-21T14")),
-                  "poke": poke(sink, "click", "2026-11-21T15").done}}))
+                  "poke": poke(sink, "click", "2026-11-21T15").done, "table": table}}))
 """
     out = json.loads(_run([venv / "bin" / "python", "-c", code], env=_env(), cwd=tmp_path).stdout)
-    assert out == {"records": 2, "rows": 4, "ok": True, "uris": 2, "poke": False}
+    assert out == {"records": 2, "rows": 4, "ok": True, "uris": 2, "poke": False,
+                   "table": "pip install 'event_etl[arrow]'"}

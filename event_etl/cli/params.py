@@ -124,6 +124,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "job": ("the streaming job: PySpark, the Pub/Sub client, OpenTelemetry's Prometheus exporter",
             ("pyspark", "numpy", "pandas", "xxhash", "google.cloud.pubsub_v1", "google.cloud.pubsub",
              "opentelemetry.sdk", "opentelemetry.exporter.prometheus", "prometheus_client")),
+    "arrow": ("`read_table`: an hour as an Arrow table (pyarrow)", ("pyarrow",)),
     "graphs": ("`event-etl graphs`: matplotlib", ("matplotlib",)),
     "otlp": ("pushing metrics over OTLP (--otlp-endpoint)", ("opentelemetry.exporter.otlp",)),
 }

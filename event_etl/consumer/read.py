@@ -241,7 +241,12 @@ def read_table(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, inc
     schema, else the event type's schema when ``event_type`` is an
     :class:`~event_etl.eventtypes.EventType` (with a name only, such a table has no columns).
     """
-    import pyarrow as pa
+    try:
+        import pyarrow as pa
+    except ModuleNotFoundError as err:  # the light consumer: pyarrow (170 MB) only for those who want tables
+        raise UsageError("read_table needs the Python package 'pyarrow', which is not installed (it comes with "
+                         "the [arrow] extra; read_records, write_jsonl and the commands do without it)",
+                         fix="pip install 'event_etl[arrow]'") from err
 
     from event_etl.consumer.arrow import ArrowConverter
 
