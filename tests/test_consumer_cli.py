@@ -238,3 +238,28 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(sc, command):
         os.close(write_end)
     assert proc.stderr == "", proc.stderr
     assert proc.returncode == 141
+
+
+def test_hours_by_default_shows_the_hours_that_hold_data_even_ahead_of_the_wall_clock(sc):
+    """The demo's generator runs event time ahead of the wall clock: `hours` without a window showed 18 "never" rows
+    and hid the demo's hours. The default window now ends after the latest hour holding data and starts no earlier
+    than the job's first hour."""
+    from event_etl.consumer.status import default_window
+
+    wall = hour("10")  # the wall clock hours behind the sink's event time (the sink holds hours 13 to 15)
+    assert default_window(sc.sink, "click", now=wall + 25 * 60_000) == (hour("13"), hour("16"))
+    later = hour("15") + 30 * 3_600_000  # the wall clock long past the data: the usual 24 hours up to now
+    assert default_window(sc.sink, "click", now=later) == (later - later % 3_600_000 - 23 * 3_600_000,
+                                                           later - later % 3_600_000 + 3_600_000)
+
+
+def test_hours_says_ahead_where_a_marker_came_before_its_hour_ended_by_the_wall_clock(sc, run):
+    """A generator's event clock runs ahead of the wall clock: its markers are written (wall clock) before their hour
+    ends (event time). A negative marker delay read as nonsense (`-4h02m`); the table says `ahead` and why."""
+    marker = Path(sc.sink) / "click" / hour_dir("click", hour("14")).split("/", 1)[1] / MARKER_NAME
+    doc = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**doc, "completed_at": "2026-11-21T10:50:00Z"}))
+    res = run("hours", "click", "--since", "2026-11-21T13", "--until", "2026-11-21T15")
+    rows = {ln.split()[0]: ln for ln in res.output.splitlines()[1:]}
+    assert rows["2026-11-21T14:00:00Z"].split()[-1] == "ahead" and rows["2026-11-21T13:00:00Z"].split()[-1] != "ahead"
+    assert "ahead: 1 hours were marked before they ended by the wall clock" in res.output

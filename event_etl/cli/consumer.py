@@ -163,9 +163,11 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
 
 @click.command("hours", epilog=EXIT_CODES_HELP)
 @click.argument("event_type")
-@click.option("--since", type=HOUR, default=None, help="First hour shown. Default: 23 hours before the current hour.")
+@click.option("--since", type=HOUR, default=None,
+              help="First hour shown. Default: 23 hours before the last one shown, and not before the job's first.")
 @click.option("--until", type=HOUR, default=None,
-              help="First hour NOT shown (ranges are half-open). Default: the hour after the current one.")
+              help="First hour NOT shown (ranges are half-open). Default: the hour after the current one, or after "
+              "the latest hour holding data when that is later (a generator's event clock runs ahead).")
 @JSON_OPTION
 @sink_option
 @event_types_option
@@ -177,21 +179,33 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, a
     "never": before the first hour the job marked, so no marker will come. HOUR values are UTC.
     """
     et = consumer_type(event_types_dir, event_type)
-    since, until = _window(since, until, include_current=True)
+    if since is None and until is None:  # the hours that matter: up to the latest holding data, none before the first
+        from event_etl.consumer.status import default_window
+
+        lo, hi = default_window(sink, et, now=now_millis())
+        since, until = to_datetime(lo), to_datetime(hi)
+    else:
+        since, until = _window(since, until, include_current=True)
     statuses = hour_statuses(sink, et, since, until)
     if as_json:
         _echo_json([status_json(s) for s in statuses])
         return
     rows = [("hour", "status", "records", "late", "files", "completed at", "marker delay")]
+    ahead = 0
     for s in statuses:
+        delay = None if s.manifest is None else s.manifest.marker_delay_ms
+        ahead += delay is not None and delay < 0
         rows.append((
             hour_text(s.hour), str(s.state), _count(s.records), _count(s.late_records), str(s.data_files),
-            _when(s.completed_at), "-" if s.manifest is None else format_duration(s.manifest.marker_delay_ms),
+            _when(s.completed_at), "-" if delay is None else "ahead" if delay < 0 else format_duration(delay),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                    .rstrip())
+    if ahead:
+        click.echo(f"ahead: {ahead} hours were marked before they ended by the wall clock: their event time runs ahead "
+                   "of it (a generator's clock, as in the demo), so a marker delay says nothing there")
 
 
 def _count(n: int | None) -> str:

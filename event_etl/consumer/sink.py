@@ -210,3 +210,21 @@ def first_complete_hour(storage: Storage, event_type: str) -> int | None:
                     return hour
     return None
 
+
+def last_hour_folder(storage: Storage, event_type: str) -> int | None:
+    """The latest hour of ``event_type`` that has a folder (data or a marker), or ``None``.
+
+    Folders are scanned from the newest day; the newest usually answers."""
+    base = validate_event_type_name(event_type)
+    with could_not_check():
+        for day in sorted((d for d in storage.list_dirs(base) if d.startswith("dt=")), reverse=True):
+            hours = []
+            for hh in storage.list_dirs(f"{base}/{day}"):
+                try:
+                    hours.append(parse_hour_dir(f"{base}/{day}/{hh}")[1])
+                except ValueError:
+                    continue
+            if hours:
+                return max(hours)
+    return None
+

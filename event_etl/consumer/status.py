@@ -40,6 +40,7 @@ from event_etl.consumer.sink import (
     HourFolder,
     SinkLike,
     first_complete_hour,
+    last_hour_folder,
     open_sink,
     require_type_data,
     type_name,
@@ -47,7 +48,7 @@ from event_etl.consumer.sink import (
 from event_etl.rules.buckets import MARKER_NAME
 from event_etl.rules.manifest import Manifest
 from event_etl.storage import Storage
-from event_etl.timeutil import to_datetime
+from event_etl.timeutil import HOUR_MS, hour_floor, to_datetime
 
 __all__ = ["HourState", "HourStatus", "classify_hour", "hour_status", "hour_statuses", "require_complete"]
 
@@ -192,6 +193,20 @@ def hour_status(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) -> Ho
     """
     storage, name, h = open_sink(sink), type_name(event_type), hour_ms(hour)
     return _status(storage, name, h, _first_complete_once(storage, name))
+
+
+def default_window(sink: SinkLike, event_type: EventTypeLike, *, now: int, hours: int = 24) -> tuple[int, int]:
+    """The hours ``event-etl hours`` shows when asked for none: ``hours`` hours up to the current one, or up to the
+    latest hour holding data when that is later (a generator's event clock runs ahead of the wall clock), and none
+    before the job's first hour ("never" rows would hide the ones that matter)."""
+    storage, name = open_sink(sink), type_name(event_type)
+    last = last_hour_folder(storage, name)
+    until = max(hour_floor(now), last if last is not None else hour_floor(now)) + HOUR_MS
+    since = until - hours * HOUR_MS
+    first = first_complete_hour(storage, name)
+    if first is not None and since < first < until:
+        since = first
+    return since, until
 
 
 def hour_statuses(sink: SinkLike, event_type: EventTypeLike, since: HourLike, until: HourLike) -> list[HourStatus]:
