@@ -263,3 +263,13 @@ def test_hours_says_ahead_where_a_marker_came_before_its_hour_ended_by_the_wall_
     rows = {ln.split()[0]: ln for ln in res.output.splitlines()[1:]}
     assert rows["2026-11-21T14:00:00Z"].split()[-1] == "ahead" and rows["2026-11-21T13:00:00Z"].split()[-1] != "ahead"
     assert "ahead: 1 hours were marked before they ended by the wall clock" in res.output
+
+
+def test_status_says_ahead_when_the_watermark_runs_ahead_of_the_wall_clock(sc):
+    from event_etl.job.status import job_status
+    from event_etl.storage import Storage
+
+    ck = sc.pipeline.tmp / "ckpt"
+    wm = sc.pipeline.ckpt.load_state().watermark
+    assert job_status("click", storage=Storage(sc.sink), checkpoint_dir=ck, now=wm + 62_000)["lag"] == "1m02s"
+    assert job_status("click", storage=Storage(sc.sink), checkpoint_dir=ck, now=wm - 4 * 3_600_000)["lag"] == "ahead"

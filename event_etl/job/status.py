@@ -51,7 +51,8 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
         "event_type": event_type,
         "state": st,
         "watermark": iso(wm),
-        "lag": format_duration(now - wm) if wm is not None else None,
+        # a generator's event clock runs ahead of the wall clock (the demo): a negative lag would read as nonsense
+        "lag": None if wm is None else format_duration(now - wm) if now >= wm else "ahead",
         "last_marker": iso(state.marked_through) if state and state.marked_through is not None else None,
         "last_batch": state.last_batch_id if state else None,
         "restarts": fleet.get("restarts") if fleet else None,
