@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from event_etl.consumer.hours import hour_text
@@ -156,8 +157,11 @@ def _build() -> dict[str, type]:
                 return self._summary
             if self.poke(context):
                 return self._summary
+            # the sensor's timeout goes with the deferral: without it the triggerer polls on for ever (Airflow fails
+            # the task with TaskDeferralTimeout when it runs out, as its own deferrable sensors do)
+            timeout = timedelta(seconds=float(self.timeout)) if self.timeout is not None else None
             self.defer(trigger=HourCompleteTrigger(self.sink, self.event_type, str(self.hour), self.poke_interval),
-                       method_name="execute_complete")
+                       method_name="execute_complete", timeout=timeout)
 
         def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
             if not event or event.get("status") != "complete":
