@@ -197,3 +197,94 @@ def test_a_policy_added_to_a_running_job_starts_after_the_hours_marked_before(tm
     ch.stop(1.0)
     assert late.done == [t("13:00")]
     assert ch.pending() == {"late": 0} and p.controller.state.marked_through == t("13:00")
+
+
+# -- openlineage, through openlineage-python's own transports -------------------------------------
+OPENLINEAGE = '[[commit_policy]]\nkind = "openlineage"\nnamespace = "etl-test"\n'
+
+
+def lineage_run(tmp_path: Path) -> tuple[LocalPipeline, list[int]]:
+    from event_etl.job.setup import start_policies
+
+    et = load_event_type(write_type(tmp_path / "types", OPENLINEAGE))
+    clock = FakeClock(t("13:10"))
+    p = LocalPipeline(tmp_path, et, clock)
+    ch = start_policies(p.controller)
+    three_hours(p, clock)
+    until(ch.idle)
+    assert ch.stop(5.0) == {}
+    return p, [t("10:00"), t("11:00"), t("12:00")]
+
+
+def check_events(p: LocalPipeline, events: list[dict], hours: list[int]) -> None:
+    assert [e["eventType"] for e in events] == ["COMPLETE"] * len(hours)
+    assert [e["job"] for e in events] == [{"namespace": "etl-test", "name": "event_etl.click", "facets": {}}] * 3
+    for e, h in zip(events, hours):
+        (out,) = e["outputs"]
+        assert out["namespace"] == "file" and out["name"] == str(p.sink / hour_dir("click", h))
+        assert [f["name"] for f in out["facets"]["schema"]["fields"]] == ["id", "ts", "page"]
+        assert out["outputFacets"]["outputStatistics"]["rowCount"] == 1
+        assert e["eventTime"] == json.loads((p.sink / hour_dir("click", h) / MARKER_NAME).read_bytes())[
+            "completed_at"]
+    assert len({e["run"]["runId"] for e in events}) == 3
+
+
+def test_openlineage_events_through_its_file_transport(tmp_path, monkeypatch):
+    log = tmp_path / "lineage.jsonl"
+    config = tmp_path / "openlineage.yml"
+    config.write_text(f"transport:\n  type: file\n  log_file_path: {log}\n  append: true\n")
+    monkeypatch.delenv("OPENLINEAGE_URL", raising=False)
+    monkeypatch.setenv("OPENLINEAGE_CONFIG", str(config))
+    p, hours = lineage_run(tmp_path)
+    check_events(p, [json.loads(line) for line in log.read_text().splitlines()], hours)
+
+
+def test_openlineage_events_over_http_with_a_retry_after_a_refusal(tmp_path, monkeypatch):
+    """A small HTTP receiver (OPENLINEAGE_URL) that refuses the first event: retried, then every hour once."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from event_etl.job import policies
+
+    got: list[dict] = []
+    refused: list[int] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if not refused:
+                refused.append(1)
+                self.send_response(400)  # not one the transport retries itself (it does 5xx): the chain does
+            else:
+                got.append(body)
+                self.send_response(201)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.delenv("OPENLINEAGE_CONFIG", raising=False)
+    monkeypatch.setenv("OPENLINEAGE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setattr(policies, "BACKOFF_FIRST_S", 0.05)
+    try:
+        p, hours = lineage_run(tmp_path)
+    finally:
+        server.shutdown()
+    check_events(p, got, hours)
+    rec = json.loads((p.ckpt.etl / "policies" / "openlineage.json").read_text())
+    assert rec["failures"] == 1 and "400" in rec["last_error"] and rec["done_through"] == t("12:00")
+
+
+def test_openlineage_without_a_transport_refuses_to_start(tmp_path, monkeypatch):
+    from event_etl.job.setup import start_policies
+
+    for var in ("OPENLINEAGE_URL", "OPENLINEAGE_CONFIG", "OPENLINEAGE_DISABLED"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    et = load_event_type(write_type(tmp_path / "types", OPENLINEAGE))
+    p = LocalPipeline(tmp_path, et, FakeClock(t("13:10")))
+    with pytest.raises(ConfigError) as err:
+        start_policies(p.controller)
+    assert "OPENLINEAGE_URL" in err.value.fix

@@ -43,7 +43,7 @@ from event_etl.rules.manifest import Manifest
 from event_etl.timeutil import HOUR_MS, iso
 from event_etl.util.retry import exponential_backoff
 
-__all__ = ["CompleteHour", "Policy", "PolicyChain", "make_policy", "RECORD_FORMAT", "STOP_GRACE_S",
+__all__ = ["CompleteHour", "Policy", "PolicyChain", "RECORD_FORMAT", "STOP_GRACE_S",
            "BACKOFF_FIRST_S", "BACKOFF_CAP_S", "pending_hours"]
 
 log = logging.getLogger(__name__)
@@ -89,19 +89,6 @@ class Policy(Protocol):
     def close(self) -> None: ...
 
 
-def make_policy(config: dict[str, Any], event_type: Any, storage: Any) -> Policy:
-    """The policy of one checked ``[[commit_policy]]`` table (its module imported on use)."""
-    if config["kind"] == "pubsub":
-        from event_etl.job.policy_pubsub import PubSubPolicy
-
-        return PubSubPolicy(config)
-    if config["kind"] == "openlineage":
-        from event_etl.job.policy_openlineage import OpenLineagePolicy
-
-        return OpenLineagePolicy(config, event_type, storage)
-    raise ValueError(f"unknown commit policy kind {config['kind']!r}")  # eventtypes checked it
-
-
 def pending_hours(record: dict[str, Any], first_hour: int | None, marked_through: int | None) -> int:
     """How many marked hours a policy's record has not done."""
     if first_hour is None or marked_through is None:
@@ -120,7 +107,7 @@ class PolicyChain:
     def __init__(self, policies: list[Policy], *, event_type: str, storage: Any, checkpoint: Any,
                  marked: Callable[[], tuple[int | None, int | None]], clock: Callable[[], int],
                  listeners: list[Callable[[str, Any], None]] | None = None,
-                 backoff_first: float = BACKOFF_FIRST_S, backoff_cap: float = BACKOFF_CAP_S) -> None:
+                 backoff_first: float | None = None, backoff_cap: float | None = None) -> None:
         self.policies = policies
         self.event_type = event_type
         self.storage = storage
@@ -128,7 +115,8 @@ class PolicyChain:
         self.marked = marked
         self.clock = clock
         self.listeners = list(listeners or [])
-        self.backoff_first, self.backoff_cap = backoff_first, backoff_cap
+        self.backoff_first = BACKOFF_FIRST_S if backoff_first is None else backoff_first
+        self.backoff_cap = BACKOFF_CAP_S if backoff_cap is None else backoff_cap
         self._wake = threading.Event()
         self._stop_at: float | None = None
         self._thread: threading.Thread | None = None

@@ -3,7 +3,7 @@
 The message's body is the hour's manifest (the ``_COMPLETE`` marker's bytes, as stored); its attributes
 (:attr:`event_etl.job.policies.CompleteHour.attributes`) are ``event_type``, ``hour`` (ISO-8601, UTC),
 ``records``, ``late_records``, ``marker`` (the marker's URI) and ``sha256`` (of the body).  So a consumer (an
-Airflow 3 ``AssetWatcher`` on a ``PubSubMessageQueueTrigger``, a Cloud Function, ``event-etl wait
+Airflow 3 ``AssetWatcher`` with a ``MessageQueueTrigger`` on a subscription, a Cloud Function, ``event-etl wait
 --subscription``) can filter on attributes without parsing the body.
 
 At least once: an hour is published again after a kill between the publish and its record, with the same body

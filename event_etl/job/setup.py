@@ -319,7 +319,7 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
 
 def start_policies(controller: Controller, *, listeners=None):
     """The type's commit policies (:mod:`event_etl.job.policies`), fed by the controller's saved markers, started."""
-    from event_etl.job.policies import PolicyChain, make_policy
+    from event_etl.job.policies import PolicyChain
 
     et = controller.et
     chain = PolicyChain([make_policy(c, et, controller.storage) for c in et.commit_policies], event_type=et.name,
@@ -328,6 +328,19 @@ def start_policies(controller: Controller, *, listeners=None):
                         clock=controller.clock, listeners=listeners)
     controller.listeners.append(chain.on_event)
     return chain.start()
+
+
+def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage):
+    """The commit policy of one checked ``[[commit_policy]]`` table (its module imported on use)."""
+    if config["kind"] == "pubsub":
+        from event_etl.job.policy_pubsub import PubSubPolicy
+
+        return PubSubPolicy(config)
+    if config["kind"] == "openlineage":
+        from event_etl.job.policy_openlineage import OpenLineagePolicy
+
+        return OpenLineagePolicy(config, event_type, storage)
+    raise ValueError(f"unknown commit policy kind {config['kind']!r}")  # eventtypes checked it
 
 
 def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
