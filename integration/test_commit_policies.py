@@ -132,6 +132,19 @@ def test_wait_with_a_subscription_still_trusts_the_marker_alone(tmp_path, topic)
     three_hours(p, clock)
     m = wait_for_hour(str(p.sink), "click", iso(t("12:00")), timeout=10, poll_interval=0.5, subscription=sub)
     assert m.records == 1
+    from click.testing import CliRunner
+
+    from event_etl.cli import main
+
+    res = CliRunner().invoke(main, ["wait", "click", "2026-11-21T12", "--sink", str(p.sink), "--timeout", "10s",
+                                    "--subscription", sub, "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["records"] == 1, res.output
+    res = CliRunner().invoke(main, ["wait", "click", "2026-11-21T13", "--sink", str(p.sink), "--timeout", "1s",
+                                    "--poll-interval", "0.2s", "--subscription", sub])
+    assert res.exit_code == 3, res.output  # not complete: the same exit code as without a subscription
+    res = CliRunner().invoke(main, ["wait", "click", "2026-11-21T12", "--sink", str(p.sink),
+                                    "--subscription", "projects/test-project/subscriptions/missing-one"])
+    assert res.exit_code != 0 and "does not exist" in res.output, res.output
 
 
 KILLED_RUN = """

@@ -161,6 +161,17 @@ def test_failures_are_retried_counted_and_shown_and_never_change_an_hour(tmp_pat
     for h, data in markers.items():  # the hours are as they were
         assert (p.sink / hour_dir("click", h) / MARKER_NAME).read_bytes() == data
     metrics.shutdown()
+    from click.testing import CliRunner
+
+    from event_etl.cli import main
+
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "click").symlink_to(p.ckpt.root)
+    res = CliRunner().invoke(main, ["status", "--sink", str(p.sink), "--event-types", str(tmp_path / "types"),
+                                    "--checkpoint-root", str(tmp_path / "root")])
+    assert res.exit_code == 0, res.output
+    assert (f"  policy flaky (test): done through {iso(t('12:00'))}, 0 pending, 3 failures; last error at "
+            f"{iso(clock())}: {iso(t('10:00'))}: ConnectionError: topic unreachable") in res.output.splitlines()
 
 
 def test_a_restart_resumes_from_the_record_and_a_stop_is_bounded(tmp_path):
@@ -176,6 +187,7 @@ def test_a_restart_resumes_from_the_record_and_a_stop_is_bounded(tmp_path):
     assert ch.stop(0.2) == {"notify": 3}  # a stop waits a bounded time, then leaves the hours to the next start
     assert time.monotonic() - started < 3
     gate.set()  # the hung call returns, after the stop: the thread saves its record and ends
+    ch._thread.join(5)
     p.restart()
     again = Recording("notify", p)
     ch = chain(p, [again]).start()

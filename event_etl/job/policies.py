@@ -120,6 +120,7 @@ class PolicyChain:
         self._wake = threading.Event()
         self._stop_at: float | None = None
         self._thread: threading.Thread | None = None
+        self._failing = False  # the last attempt failed (a stop then waits for nothing)
         self.records: dict[str, dict[str, Any]] = {}
         _, marked_through = marked()
         for p in policies:
@@ -143,7 +144,10 @@ class PolicyChain:
         return self
 
     def stop(self, grace: float = STOP_GRACE_S) -> dict[str, int]:
-        """Let the pending hours run for at most ``grace`` seconds, then stop.  Returns the hours left, by policy."""
+        """Let the pending hours run for at most ``grace`` seconds (none while a policy keeps failing), then stop.
+        Returns the hours left, by policy."""
+        if self._failing:  # a policy in a failure streak would not make it now: a fleet's stop must not wait on it
+            grace = 0.0
         self._stop_at = time.monotonic() + grace
         self._wake.set()
         if self._thread is not None:
@@ -212,17 +216,20 @@ class PolicyChain:
                         complete = self._read(hour)
                     faults.point("before_policy", f"{p.name} {hour}")
                     p.run(complete)
+                    finished = {**rec, "done_through": hour, "done_at": iso(self.clock())}
+                    self.ckpt.save_policy_record(p.name, finished)  # not saved: run again (at least once)
+                    rec.update(finished)
+                    self._failing = False
                     break
                 except Exception as err:  # noqa: BLE001 - any failure is retried; the hour stays as it is
                     attempt += 1
+                    self._failing = True
                     self._failed(p, hour, err, attempt)
                     wait = exponential_backoff(attempt, first=self.backoff_first, cap=self.backoff_cap)
                     if self._stop_at is not None:
                         wait = min(wait, self._stop_at - time.monotonic())
                     if wait <= 0 or self._sleep(wait):
                         return False
-            rec.update(done_through=hour, done_at=iso(self.clock()))
-            self.ckpt.save_policy_record(p.name, rec)
             faults.point("policy_done", f"{p.name} {hour}")
             self._emit("policy_done", (p.name, hour))
         return True
