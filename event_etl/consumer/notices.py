@@ -58,6 +58,12 @@ class HourMessages:
 
     def open(self) -> HourMessages:
         """Check the subscription (a missing one is an error now, with the fix) and start listening."""
+        try:
+            from google.cloud import pubsub_v1  # noqa: F401 - not in the consumers' light install
+        except ImportError as err:
+            raise SourceError("--subscription needs the Pub/Sub client, which is not installed",
+                              fix="pip install google-cloud-pubsub (or event_etl[job]), or wait without "
+                                  "--subscription") from err
         from event_etl.sources.pubsub import check_subscription, subscriber_client
 
         check_subscription(self.subscription)
