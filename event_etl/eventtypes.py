@@ -28,10 +28,16 @@ key                     default          meaning
 ``source``              ``"generate:"``  source used when ``run`` gets no ``--source``
 ``description``         ``""``           one line shown by ``event-etl types``
 ``[generator]``                          value pools for synthetic events (see below)
+``[[commit_policy]]``                    what to do once an hour is complete (see below)
 ======================  ===============  =====================================================
 
 ``[generator.values]`` maps a field name to a list of values the generator picks from;
 fields without a pool get values derived from their Avro type and name.
+
+``[[commit_policy]]`` (an array of tables, run in order after each hour's ``_COMPLETE``, see
+:mod:`event_etl.job.policies`): ``kind`` (``pubsub`` or ``openlineage``), an optional ``name``
+(default: the kind; unique within the type: it names the policy's record in the checkpoint and
+its metric series) and the kind's own keys, :data:`POLICY_KINDS`.
 
 Schema versions (optional): ``event_types/<name>/schemas/v1.avsc``, ``v2.avsc``... keep every
 schema the type has had, each identified by its CRC-64-AVRO fingerprint.  ``schema.avsc`` stays
@@ -75,6 +81,7 @@ __all__ = [
     "load_schema_file",
     "check_schema_versions",
     "version_name",
+    "POLICY_KINDS",
 ]
 
 SCHEMAS_DIR = "schemas"
@@ -110,7 +117,20 @@ _STR_KEYS = {
 }
 _BOOL_KEYS = {"publish_time_fallback": False}
 _TABLE_KEYS = {"generator", "pubsub"}
-KNOWN_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_STR_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS
+KNOWN_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_STR_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"commit_policy"}
+
+_TOPIC_RE = re.compile(r"^projects/[^/]+/topics/[a-zA-Z][\w.~+%-]{2,254}$")
+POLICY_KINDS: dict[str, dict[str, tuple[Any, str]]] = {
+    "pubsub": {
+        "topic": (None, "the topic a message per complete hour goes to: projects/P/topics/T (required)"),
+        "timeout": ("30s", "how long one publish may take before it counts as a failure (retried)"),
+    },
+    "openlineage": {
+        "namespace": ("event_etl", "the OpenLineage job namespace of the run events"),
+        "job_name": ("", "the OpenLineage job name (default: event_etl.<type>)"),
+    },
+}
+"""Each commit policy kind's keys in ``[[commit_policy]]``: ``key -> (default (None: required), meaning)``."""
 
 _TIMESTAMP_LOGICAL = {"timestamp-millis": 1, "timestamp-micros": 1000, "local-timestamp-millis": None,
                       "local-timestamp-micros": None}
@@ -144,6 +164,9 @@ class EventType:
     bound.  Frozen in batch intents (an intent without it, from an earlier release, judges with no bound)."""
     generator: dict[str, Any] = field(default_factory=dict)
     pubsub: dict[str, Any] = field(default_factory=dict)
+    commit_policies: tuple[dict[str, Any], ...] = ()
+    """The ``[[commit_policy]]`` tables, checked, in order: ``kind``, ``name`` and the kind's keys (defaults filled
+    in, durations in ms).  Not frozen in batch intents: a policy changes nothing a batch writes."""
     schema_versions: tuple[tuple[str, dict[str, Any]], ...] = ()
     """The registered versions, ``(name, schema)`` in version order (``schemas/v1.avsc``...): the
     writer schemas whose single-object payloads are accepted besides the current ``schema``.
@@ -624,4 +647,61 @@ def _build(
         publish_time_fallback=bool(s.get("publish_time_fallback", False)),
         generator=dict(s.get("generator", {})),
         pubsub=dict(s.get("pubsub", {})),
+        commit_policies=_commit_policies(s.get("commit_policy", []), sp),
     )
+
+
+_POLICY_EXAMPLE = '[[commit_policy]]\nkind = "pubsub"\ntopic = "projects/my-project/topics/hours"'
+
+
+def _commit_policies(raw: Any, sp: str) -> tuple[dict[str, Any], ...]:
+    """The ``[[commit_policy]]`` tables of an ``etl.toml``, checked, with their defaults (see :data:`POLICY_KINDS`)."""
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise ConfigError("must be an array of tables", file=sp, field="commit_policy",
+                          fix=f"write each policy as its own table:\n{_POLICY_EXAMPLE}")
+    out: list[dict[str, Any]] = []
+    for i, table in enumerate(raw):
+        where = f"commit_policy[{i}]"
+        kind = table.get("kind")
+        if kind not in POLICY_KINDS:
+            close = difflib.get_close_matches(str(kind), list(POLICY_KINDS), n=1)
+            raise ConfigError(f"unknown policy kind {kind!r}" if kind is not None else "kind missing", file=sp,
+                              field=f"{where}.kind", fix=(f"did you mean '{close[0]}'? " if close else "")
+                              + f'write kind = "..." with one of: {", ".join(POLICY_KINDS)}')
+        keys = POLICY_KINDS[kind]
+        name = table.get("name", kind)
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", name):
+            raise ConfigError(f"policy name {name!r} is not a lower-case identifier", file=sp, field=f"{where}.name",
+                              fix='name it with lower-case letters, digits and _, e.g. name = "hours_topic"')
+        if any(p["name"] == name for p in out):
+            raise ConfigError(f"two policies are named {name!r}", file=sp, field=f"{where}.name",
+                              fix=f'give the second one its own name: name = "{name}_2" (the name keys its record '
+                                  "in the checkpoint: renaming a policy starts it afresh)")
+        for key in table:
+            if key not in keys and key not in ("kind", "name"):
+                close = difflib.get_close_matches(key, list(keys), n=1)
+                raise ConfigError(f"unknown key for a {kind} policy", file=sp, field=f"{where}.{key}",
+                                  fix=(f"did you mean '{close[0]}'? " if close else "")
+                                  + f"a {kind} policy knows: kind, name, {', '.join(keys)}")
+        policy: dict[str, Any] = {"kind": kind, "name": name}
+        for key, (default, meaning) in keys.items():
+            value = table.get(key, default)
+            if value is None:
+                raise ConfigError("missing", file=sp, field=f"{where}.{key}", fix=f"add {key} = \"...\": {meaning}")
+            if not isinstance(value, str):
+                raise ConfigError(f"must be a string, got {value!r}", file=sp, field=f"{where}.{key}",
+                                  fix=f'write {key} = "..." ({meaning})')
+            policy[key] = value
+        if kind == "pubsub":
+            if not _TOPIC_RE.match(policy["topic"]):
+                raise ConfigError(f"not a topic path: {policy['topic']!r}", file=sp, field=f"{where}.topic",
+                                  fix='write topic = "projects/<project>/topics/<topic>"')
+            try:
+                policy["timeout"] = parse_duration(policy["timeout"])
+            except ValueError as err:
+                raise ConfigError(str(err), file=sp, field=f"{where}.timeout",
+                                  fix='write for example timeout = "30s"') from err
+            if policy["timeout"] <= 0:
+                raise ConfigError("must be more than 0", file=sp, field=f"{where}.timeout", fix='write timeout = "30s"')
+        out.append(policy)
+    return tuple(out)

@@ -16,7 +16,9 @@ yet removed), ``files_written`` (all files of a batch are written, the ledger is
 ``before_marker``, ``after_marker`` (a marker is written, the state is not),
 ``state_saved``, ``idle_advance`` (an idle tick is about to move the watermark and mark
 hours), ``drain`` (a drain begins: its markers follow); a fleet's shared engine:
-``offset_written`` (a type's end offset is durable, its batch not begun); Pub/Sub: ``pulled`` (messages pulled,
+``offset_written`` (a type's end offset is durable, its batch not begun); commit policies (event_etl.job.policies):
+``before_policy`` (an hour's marker is durable and read back, the policy not yet run) and ``policy_done`` (its
+record saved); Pub/Sub: ``pulled`` (messages pulled,
 not yet in a spool segment), ``spooled`` (a segment is durable, not yet acknowledged nor offered to Spark),
 ``acknowledging`` (some of a segment's or a saved batch's messages are acknowledged, not all), ``spool_acked`` (a
 segment's messages are acknowledged, the segment not yet offered) and ``segments_committed`` (Spark committed the

@@ -33,6 +33,9 @@ from event_etl.rules.watermark import WatermarkState
 from event_etl.task.executor import DELAY_BUCKETS_S
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, read_sink, t
 
+POLICY_SERIES = ("event_etl_policy_runs_total", "event_etl_policy_failures_total", "event_etl_policy_backlog_markers")
+"""Exported only by a job whose type has commit policies (tests/test_policies.py scrapes them)."""
+
 
 def samples(text: str) -> dict[tuple[str, frozenset], float]:
     """``{(series name, labels): value}`` of a Prometheus text exposition."""
@@ -193,7 +196,7 @@ def test_the_scrape_shows_exactly_the_registered_series(tmp_path, monkeypatch):
     shown = {s.name for f in fams.values() for s in f.samples} - {"target_info"}
     # a directory source tells files, not events, and has no partitions: the events backlog and the Kafka lag are
     # absent, as documented
-    absent = {"event_etl_input_backlog_events", "event_etl_kafka_lag_records"}
+    absent = {"event_etl_input_backlog_events", "event_etl_kafka_lag_records", *POLICY_SERIES}  # no commit policy
     assert shown == exported_series() - absent
     for m in METRICS:
         if m.name in absent:
@@ -431,7 +434,8 @@ def test_otlp_push_carries_the_counters_and_the_pre_bucketed_histogram(tmp_path)
     from event_etl.metrics import RENAMED
 
     no_backlog = {"event_etl.input.backlog", "event_etl.input.backlog.files", "event_etl.input.backlog.events",
-                  "event_etl.kafka.lag.records"}
+                  "event_etl.kafka.lag.records", "event_etl.policy.runs", "event_etl.policy.failures",
+                  "event_etl.policy.backlog.markers"}  # nor commit policies
     assert {m.otel_name for m in METRICS + RENAMED} - no_backlog == set(metrics)  # no progress, no backlog
     events = {dict((a.key, a.value.string_value) for a in p.attributes)["outcome"]: p.as_int
               for p in metrics["event_etl.events"].sum.data_points}

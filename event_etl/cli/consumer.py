@@ -116,13 +116,17 @@ class _ChangesPrinter:
 @click.option("--timeout", type=DURATION, default=None,
               help="Give up after this long (90s, 5m, 2h, or seconds) with exit code 3. Default: no limit; 0: look "
                    "once.")
-@click.option("--poll-interval", type=DURATION, default="2s", show_default=True, help="Time between two looks.")
+@click.option("--poll-interval", type=DURATION, default=None,
+              help="Time between two looks at the marker. Default: 2s; 60s with --subscription.")
+@click.option("--subscription", default=None, metavar="projects/P/subscriptions/S",
+              help="Wake on the messages of the type's pubsub commit policy (a subscription of its topic) instead of "
+                   "polling; the marker is still read (at once on a message, and every --poll-interval).")
 @JSON_OPTION
 @sink_option
 @event_types_option
 @handles_errors
-def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interval: float, as_json: bool, sink: str,
-             event_types_dir: str | None) -> None:
+def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interval: float | None,
+             subscription: str | None, as_json: bool, sink: str, event_types_dir: str | None) -> None:
     """Wait until HOUR of EVENT_TYPE is complete (its _COMPLETE marker is there), then print its summary.
 
     HOUR is UTC, e.g. 2026-11-21T13 or 2026-11-21T13:00Z. A storage failure that outlasts the storage
@@ -146,8 +150,10 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
 
     with stops:
         try:
+            if poll_interval is None:
+                poll_interval = 60.0 if subscription else 2.0
             m = wait_for_hour(sink, et, hour, timeout=timeout, poll_interval=poll_interval,
-                              on_status=_ChangesPrinter(), sleep=nap)
+                              on_status=_ChangesPrinter(), sleep=nap, subscription=subscription)
         except _Stopped:
             from event_etl.job.stopping import signal_name
 

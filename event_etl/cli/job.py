@@ -150,6 +150,10 @@ def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: 
         click.echo(f"{r['event_type']:<24} {r['state']:<11} {r['watermark'] or '-':<25} {r['lag'] or '-':>8}  "
                    f"{r['last_marker'] or '-':<21} {r['restarts'] if r['restarts'] is not None else '-':>8}"
                    + (f"  last error: {r['last_error']}" if r.get("last_error") else ""))
+        for name, pol in (r.get("policies") or {}).items():
+            click.echo(f"  policy {name} ({pol['kind']}): done through {pol['done_through'] or '-'}, "
+                       f"{pol['pending']} pending, {pol['failures']} failures"
+                       + (f"; last error at {pol['last_error_at']}: {pol['last_error']}" if pol["last_error"] else ""))
 
 
 def _check_status_sink(sink: str, rows: list[dict[str, Any]]) -> None:

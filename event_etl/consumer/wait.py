@@ -19,6 +19,10 @@ arguments, so the loop can be tested without waiting.
 
 :func:`poke_hour` is a single poll returning a bool: an Airflow ``PythonSensor``'s
 ``python_callable`` (see ``examples/airflow_dag.py``).
+
+With ``subscription`` (a subscription of the topic a ``pubsub`` commit policy publishes to), the wait sleeps on
+its messages instead: it looks at the marker as soon as a message about an awaited hour arrives, and every
+``poll_interval`` anyway (:mod:`event_etl.consumer.notices`: a message is a hint, the marker is the contract).
 """
 
 from __future__ import annotations
@@ -83,18 +87,31 @@ def wait_for_hours(
     on_status: Callable[[HourStatus], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    subscription: str | None = None,
 ) -> list[Manifest]:
     """Wait until every hour in ``[since, until)`` is complete; their manifests, oldest first.
 
     ``timeout`` (seconds or a timedelta; ``None``: no limit, ``0``: look once) bounds the
     wait; ``on_status`` is called with the status of every hour looked at.  Raises
     :class:`WaitTimeoutError`, :class:`CouldNotCheckError` or :class:`HourNeverCompleteError`
-    (see the module docstring).
+    (see the module docstring).  ``subscription``: wake on its messages (see the module docstring).
     """
     storage, name, hours = open_sink(sink), type_name(event_type), hour_range(since, until)
     limit, interval = _seconds(timeout, "timeout"), _seconds(poll_interval, "poll_interval")
     if not interval:
         raise UsageError(f"poll_interval {poll_interval!r} must be more than 0", fix="poll every second or two")
+    if subscription is not None:
+        from event_etl.consumer.notices import HourMessages
+
+        with HourMessages(subscription, name, hours) as messages:
+            return _wait(storage, name, hours, limit=limit, interval=interval, on_status=on_status, clock=clock,
+                         sleep=messages.sleeper(sleep))
+    return _wait(storage, name, hours, limit=limit, interval=interval, on_status=on_status, clock=clock, sleep=sleep)
+
+
+def _wait(storage, name: str, hours: list[int], *, limit: float | None, interval: float,
+          on_status: Callable[[HourStatus], None] | None, clock: Callable[[], float],
+          sleep: Callable[[float], None]) -> list[Manifest]:
     done: dict[int, Manifest] = {}
     last: list[HourStatus] = []
 
@@ -135,11 +152,13 @@ def wait_for_hour(
     on_status: Callable[[HourStatus], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    subscription: str | None = None,
 ) -> Manifest:
     """Wait until ``hour`` is complete and return its manifest (see :func:`wait_for_hours`)."""
     h = hour_ms(hour)
     return wait_for_hours(sink, event_type, hour_text(h), hour_text(h + HOUR_MS), timeout=timeout,
-                          poll_interval=poll_interval, on_status=on_status, clock=clock, sleep=sleep)[0]
+                          poll_interval=poll_interval, on_status=on_status, clock=clock, sleep=sleep,
+                          subscription=subscription)[0]
 
 
 def poke_hour(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) -> bool:

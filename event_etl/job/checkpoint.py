@@ -11,6 +11,7 @@
       etl/ledger/<hour>/<id>.json  files batch <id> wrote into <hour> (sizes, sha256)
       etl/ledger/<hour>/<gen>.merge  a merge of the hour's small files: members and merged files
       etl/source/...               the source's own durable logs (file list, message spool)
+      etl/policies/<name>.json     a commit policy's record: the hours it has done (event_etl.job.policies)
 
 The intent of a batch is written before any of its files, and never changed: a batch
 that Spark replays after a crash is judged against the same watermark, with the same
@@ -47,6 +48,11 @@ checkpoint of a newer format with the versions and the fix:
    format 3 (0.2.0 refuses it, and no earlier release can read a ``kafka:`` source), so no release that would
    drop ``parts`` unseen opens it, and it needs no format of its own.  A later release that drops or changes
    ``parts`` raises the format.
+
+A commit policy's record (``etl/policies/``) is a new file, not a new format: a release
+without commit policies never opens it, and nothing it does read changes, so a rollback
+keeps working (the hours it marks meanwhile are notified once the policies run again: at
+least once).  The record carries its own ``"format": 1`` for a later change of its content.
 
 The checkpoint is a local (or mounted) folder: Spark's checkpoint needs a
 Hadoop-compatible file system, and this one is written only by the driver.
@@ -422,3 +428,17 @@ class Checkpoint:
 
     def drop_ledger(self, hour: int) -> None:
         shutil.rmtree(self._ledger_dir(hour), ignore_errors=True)
+
+    # -- commit policies -------------------------------------------------------------------
+    def load_policy_record(self, name: str) -> dict[str, Any] | None:
+        """Commit policy ``name``'s record (see :mod:`event_etl.job.policies`); ``None`` before its first run."""
+        path = self.etl / "policies" / f"{name}.json"
+        return _read_json(path) if path.exists() else None
+
+    def save_policy_record(self, name: str, record: dict[str, Any]) -> None:
+        write_json_atomic(self.etl / "policies" / f"{name}.json", record)
+
+    def policy_records(self) -> dict[str, dict[str, Any]]:
+        """Every commit policy's record, by name (for ``event-etl status``)."""
+        d = self.etl / "policies"
+        return {p.stem: _read_json(p) for p in sorted(d.glob("*.json"))} if d.is_dir() else {}

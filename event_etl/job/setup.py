@@ -183,6 +183,7 @@ class Job:
     printer: ProgressPrinter | None = None
     fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
     closers: list[Callable[[], None]] = field(default_factory=list)  # e.g. Kafka's group committer (queries)
+    policies: Any = None  # the type's commit policies (event_etl.job.policies.PolicyChain), if it has some
 
     def start(self):
         if self.fetcher is not None:
@@ -201,7 +202,11 @@ class Job:
                 for close in self.closers:
                     close()
             finally:
-                self.metrics.shutdown()
+                try:
+                    if self.policies is not None:  # after the drain's markers: a short, bounded time to notify them
+                        self.policies.stop()
+                finally:
+                    self.metrics.shutdown()
 
 
 def start_fetcher(p: Prepared):
@@ -303,7 +308,37 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         controller.source_lost = lambda batch_id: lost_in_batch(spark_dir, batch_id)
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
     controller.listeners.extend(metrics.listeners)
-    return Job(p, controller, metrics, source_spec["log_dir"], None, None, printer, fetcher), source_spec
+    job_ = Job(p, controller, metrics, source_spec["log_dir"], None, None, printer, fetcher)
+    if et.commit_policies:
+        job_.policies = start_policies(controller, listeners=metrics.listeners)
+        metrics.policy_pending = job_.policies.pending
+    return job_, source_spec
+
+
+def start_policies(controller: Controller, *, listeners=None):
+    """The type's commit policies (:mod:`event_etl.job.policies`), fed by the controller's saved markers, started."""
+    from event_etl.job.policies import PolicyChain
+
+    et = controller.et
+    chain = PolicyChain([make_policy(c, et, controller.storage) for c in et.commit_policies], event_type=et.name,
+                        storage=controller.storage, checkpoint=controller.ckpt,
+                        marked=lambda: (controller.state.first_hour, controller.state.marked_through),
+                        clock=controller.clock, listeners=listeners)
+    controller.listeners.append(chain.on_event)
+    return chain.start()
+
+
+def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage):
+    """The commit policy of one checked ``[[commit_policy]]`` table (its module imported on use)."""
+    if config["kind"] == "pubsub":
+        from event_etl.job.policy_pubsub import PubSubPolicy
+
+        return PubSubPolicy(config)
+    if config["kind"] == "openlineage":
+        from event_etl.job.policy_openlineage import OpenLineagePolicy
+
+        return OpenLineagePolicy(config, event_type, storage)
+    raise ValueError(f"unknown commit policy kind {config['kind']!r}")  # eventtypes checked it
 
 
 def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,

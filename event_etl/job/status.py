@@ -58,7 +58,27 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
         "restarts": fleet.get("restarts") if fleet else None,
         "last_error": fleet.get("last_error") if live else None,
         "holder": {k: lease.get(k) for k in ("host", "pid", "checkpoint", "started_at")} if live else None,
+        "policies": _policies(ck, state),
     }
+
+
+def _policies(ck: Checkpoint, state: Any) -> dict[str, dict[str, Any]]:
+    """Each commit policy's progress (event_etl.job.policies): through which hour it is done, how many marked
+    hours wait for it, its failures and last error."""
+    from event_etl.job.policies import pending_hours
+
+    out = {}
+    for name, rec in ck.policy_records().items():
+        done = rec.get("done_through")
+        out[name] = {
+            "kind": rec.get("kind"),
+            "done_through": iso(done) if done is not None else None,
+            "pending": pending_hours(rec, state.first_hour, state.marked_through) if state is not None else 0,
+            "failures": int(rec.get("failures", 0)),
+            "last_error": rec.get("last_error"),
+            "last_error_at": rec.get("last_error_at"),
+        }
+    return out
 
 
 def job_statuses(event_types: list[str], *, sink: str, checkpoint_root: str,

@@ -139,8 +139,11 @@ class JobMetrics:
         backlog: Callable[[], dict | None] | None = None,
         exports: Sequence[PrometheusEndpoint | OtlpExport] = (),
         history: MetricsHistory | None = None,
+        policies: Sequence[str] = (),
     ) -> None:
         self.event_type = event_type
+        self.policies = tuple(policies)  # names of the type's commit policies: their series exist from the start
+        self.policy_pending: Callable[[], dict[str, int]] | None = None  # set once the policies run
         self.clock = clock
         self._controller_state = controller_state
         self._backlog_fn = backlog
@@ -206,6 +209,11 @@ class JobMetrics:
         self.hours = meter.create_counter(**spec("event_etl.markers.written"))
         self.old_names = old_names_exported()
         self.hours_old = meter.create_counter(**spec("event_etl.hours.completed")) if self.old_names else None
+        self.policy_runs = meter.create_counter(**spec("event_etl.policy.runs"))
+        self.policy_failures = meter.create_counter(**spec("event_etl.policy.failures"))
+        for policy in self.policies:
+            for c in (self.policy_runs, self.policy_failures):
+                c.add(0, {**self.attrs, "policy": policy})
         self.batch_duration = meter.create_histogram(**spec("event_etl.batch.duration"))
         self.marker_delay = meter.create_histogram(**spec("event_etl.marker.delay"))
         gauges = {
@@ -217,6 +225,7 @@ class JobMetrics:
             "event_etl.input.backlog.files": lambda o: self._observe_backlog_unit("files"),
             "event_etl.input.backlog.events": lambda o: self._observe_backlog_unit("events"),
             "event_etl.kafka.lag.records": self._observe_kafka_lag,
+            "event_etl.policy.backlog.markers": self._observe_policy_backlog,
         }
         if self.old_names:
             gauges["event_etl.watermark"] = self._observe_watermark
@@ -279,6 +288,10 @@ class JobMetrics:
         return [Observation(n, {**self.attrs, "topic": topic, "partition": str(p)})
                 for (topic, p), n in sorted((self._kafka_lag or {}).items())]
 
+    def _observe_policy_backlog(self, _options: CallbackOptions) -> Iterable[Observation]:
+        pending = self.policy_pending() if self.policy_pending is not None else {}
+        return [Observation(n, {**self.attrs, "policy": name}) for name, n in pending.items()]
+
     # -- listener ------------------------------------------------------------------------------
     def _on_event(self, kind: str, payload: Any) -> None:
         """Controller listener.  A metrics failure is logged, never allowed to fail the job."""
@@ -293,6 +306,10 @@ class JobMetrics:
                 self._on_merged(payload)
             elif kind == "clock_step":
                 self.clock_steps.add(1, self.attrs)
+            elif kind == "policy_done":
+                self.policy_runs.add(1, {**self.attrs, "policy": payload[0]})
+            elif kind == "policy_failed":
+                self.policy_failures.add(1, {**self.attrs, "policy": payload[0]})
         except Exception:  # noqa: BLE001 - the data is safe; the numbers are not worth a failed batch
             self.errors += 1
             if self.errors <= 3:
@@ -445,7 +462,8 @@ def job_metrics(event_type, options, *, clock: Callable[[], int], controller_sta
     history = MetricsHistory(history_path) if history_path else None
     try:
         metrics = JobMetrics(name, clock=clock, controller_state=controller_state, backlog=backlog, exports=exports,
-                             history=history)
+                             history=history,
+                             policies=[c["name"] for c in getattr(event_type, "commit_policies", ())])
     except BaseException:
         if history is not None:
             history.close()

@@ -112,6 +112,16 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("event_etl_input_lost_records_total", "event_etl.input.lost.records", MetricKind.COUNTER, "{record}",
                _ET, "Input records the source deleted before the job read them, skipped (Kafka: retention passed the "
                "checkpoint's offset, EVENT_ETL_KAFKA_ON_DATA_LOSS=skip); 0 for other sources."),
+    MetricSpec("event_etl_policy_runs_total", "event_etl.policy.runs", MetricKind.COUNTER, "{run}",
+               ("event_type", "policy"), "Complete hours a commit policy finished (a message published, a lineage "
+               "event emitted); again after a restart for an hour whose record was not saved.  Absent without commit "
+               "policies."),
+    MetricSpec("event_etl_policy_failures_total", "event_etl.policy.failures", MetricKind.COUNTER, "{failure}",
+               ("event_type", "policy"), "Failed attempts of a commit policy (each retried with a backoff; the hour "
+               "and its marker stay as they are).  Absent without commit policies."),
+    MetricSpec("event_etl_policy_backlog_markers", "event_etl.policy.backlog.markers", MetricKind.GAUGE, "{marker}",
+               ("event_type", "policy"), "Markers written that a commit policy has not done yet (absent without "
+               "commit policies)."),
     MetricSpec("event_etl_kafka_lag_records", "event_etl.kafka.lag.records", MetricKind.GAUGE, "{record}",
                ("event_type", "topic", "partition"),
                "Kafka: a partition's high watermark minus the offset the job committed (absent for other sources)."),
