@@ -283,6 +283,27 @@ def test_the_trigger_polls_until_complete_then_yields_once(sc):
     assert events[0]["status"] == "complete" and events[0]["hour"] == "2026-11-21T15:00:00Z"
 
 
+def test_the_trigger_keeps_the_sensors_timeout_and_yields_a_timeout_event(sc):
+    """A deferrable sensor on an hour that never completes: the trigger polled on for ever (Airflow's `dags test`
+    enforces no deferral timeout). It now stops at the sensor's deadline, waking for it rather than a whole poke."""
+    from event_etl.consumer.airflow import watch
+
+    now = [1000.0]
+    naps = []
+
+    async def sleep(s):
+        naps.append(s)
+        now[0] += s
+
+    async def collect():
+        return [e async for e in watch(sc.sink, "click", "2026-11-21T15", poke_interval=30, sleep=sleep,
+                                       deadline=1070.0, clock=lambda: now[0])]
+
+    (event,) = asyncio.run(collect())
+    assert naps == [30, 30, 10], "the last nap ends at the deadline"
+    assert event["status"] == "timeout" and "2026-11-21T15:00:00Z was not complete (open)" in event["message"]
+
+
 def test_the_trigger_reports_a_wrong_sink_as_an_error_event(tmp_path):
     from event_etl.consumer.airflow import watch
 

@@ -29,6 +29,7 @@ yet": it has no notion of a wrong sink, a job's first hour or a manifest.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -69,9 +70,14 @@ def poke(sink: str, event_type: str, hour: Any) -> PokeResult:
 
 async def watch(sink: str, event_type: str, hour: Any, *, poke_interval: float,
                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                poke_fn: Callable[[str, str, Any], PokeResult] = poke) -> AsyncIterator[dict[str, Any]]:
-    """What :class:`HourCompleteTrigger` yields: one event, ``{"status": "complete", ...}`` or
-    ``{"status": "error", "message": ..., "fix": ..., "exit_code": ...}``.  Each poke runs in a thread."""
+                poke_fn: Callable[[str, str, Any], PokeResult] = poke,
+                deadline: float | None = None, clock: Callable[[], float] = time.time) -> AsyncIterator[dict[str, Any]]:
+    """What :class:`HourCompleteTrigger` yields: one event, ``{"status": "complete", ...}``,
+    ``{"status": "error", "message": ..., "fix": ..., "exit_code": ...}`` or, once ``deadline`` (seconds since the
+    epoch, on ``clock``) has passed, ``{"status": "timeout", ...}``.  Each poke runs in a thread.
+
+    The trigger keeps the sensor's timeout itself: Airflow's triggerer enforces a deferral's timeout only where a
+    scheduler watches it, and ``airflow dags test`` runs a trigger inline with no timeout at all."""
     while True:
         try:
             got = await asyncio.to_thread(poke_fn, sink, event_type, hour)
@@ -81,7 +87,23 @@ async def watch(sink: str, event_type: str, hour: Any, *, poke_interval: float,
         if got.done:
             yield {"status": "complete", **(got.summary or {})}
             return
-        await sleep(poke_interval)
+        left = None if deadline is None else deadline - clock()
+        if left is not None and left <= 0:
+            yield {"status": "timeout", "message": f"{event_type} {hour_text_of(hour)} was not complete "
+                   f"({got.state}) when the sensor's timeout ran out",
+                   "fix": "raise the sensor's timeout, or check that the job runs (event-etl status)"}
+            return
+        await sleep(poke_interval if left is None else max(0.0, min(poke_interval, left)))
+
+
+def hour_text_of(hour: Any) -> str:
+    """The hour as ``2026-11-21T13:00:00Z`` whatever form it was given in (a message must not fail on it)."""
+    from event_etl.consumer.hours import hour_ms
+
+    try:
+        return hour_text(hour_ms(hour))
+    except EventEtlError:
+        return str(hour)
 
 
 def marker_object(sink: str, event_type: str, hour: Any) -> tuple[str, str]:
@@ -107,7 +129,10 @@ def _airflow_error(err: ImportError) -> ImportError:
 
 def _build() -> dict[str, type]:
     try:
-        from airflow.exceptions import AirflowException
+        try:  # Airflow 3
+            from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+        except ImportError:  # Airflow 2
+            from airflow.exceptions import AirflowException, AirflowSensorTimeout
         from airflow.triggers.base import BaseTrigger, TriggerEvent
         try:  # Airflow 3
             from airflow.sdk.bases.sensor import BaseSensorOperator
@@ -119,17 +144,20 @@ def _build() -> dict[str, type]:
     class HourCompleteTrigger(BaseTrigger):
         """Polls the hour's marker in the triggerer (see :func:`watch`)."""
 
-        def __init__(self, sink: str, event_type: str, hour: str, poke_interval: float = 60.0) -> None:
+        def __init__(self, sink: str, event_type: str, hour: str, poke_interval: float = 60.0,
+                     deadline: float | None = None) -> None:
             super().__init__()
             self.sink, self.event_type, self.hour, self.poke_interval = sink, event_type, hour, float(poke_interval)
+            self.deadline = deadline  # seconds since the epoch: the sensor's timeout, kept by the trigger itself
 
         def serialize(self) -> tuple[str, dict[str, Any]]:
             return ("event_etl.consumer.airflow.HourCompleteTrigger",
                     {"sink": self.sink, "event_type": self.event_type, "hour": self.hour,
-                     "poke_interval": self.poke_interval})
+                     "poke_interval": self.poke_interval, "deadline": self.deadline})
 
         async def run(self):
-            async for event in watch(self.sink, self.event_type, self.hour, poke_interval=self.poke_interval):
+            async for event in watch(self.sink, self.event_type, self.hour, poke_interval=self.poke_interval,
+                                     deadline=self.deadline):
                 yield TriggerEvent(event)
 
     class HourCompleteSensor(BaseSensorOperator):
@@ -157,16 +185,22 @@ def _build() -> dict[str, type]:
                 return self._summary
             if self.poke(context):
                 return self._summary
-            # the sensor's timeout goes with the deferral: without it the triggerer polls on for ever (Airflow fails
-            # the task with TaskDeferralTimeout when it runs out, as its own deferrable sensors do)
-            timeout = timedelta(seconds=float(self.timeout)) if self.timeout is not None else None
-            self.defer(trigger=HourCompleteTrigger(self.sink, self.event_type, str(self.hour), self.poke_interval),
-                       method_name="execute_complete", timeout=timeout)
+            # the sensor's timeout goes with the deferral (without it the trigger polled on for ever): the trigger
+            # keeps it itself, and Airflow's deferral timeout backs it up where a scheduler runs
+            seconds = float(self.timeout) if self.timeout is not None else None
+            deadline = None if seconds is None else time.time() + seconds
+            self.defer(trigger=HourCompleteTrigger(self.sink, self.event_type, str(self.hour), self.poke_interval,
+                                                   deadline),
+                       method_name="execute_complete",
+                       timeout=None if seconds is None else timedelta(seconds=seconds + 60))
 
         def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-            if not event or event.get("status") != "complete":
+            status = (event or {}).get("status")
+            if status == "timeout":  # as a sensor's own timeout: fails the task, no retries
+                raise AirflowSensorTimeout(f"{event.get('message')} (fix: {event.get('fix')})")  # type: ignore[union-attr]
+            if status != "complete":
                 raise AirflowException(f"{(event or {}).get('message')} (fix: {(event or {}).get('fix')})")
-            return {k: v for k, v in event.items() if k != "status"}
+            return {k: v for k, v in (event or {}).items() if k != "status"}
 
     return {"HourCompleteSensor": HourCompleteSensor, "HourCompleteTrigger": HourCompleteTrigger}
 
