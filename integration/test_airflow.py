@@ -58,6 +58,13 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
     return r
 
 
+def _json_of(stdout: str):
+    """The JSON document an `airflow ... -o json` printed (Airflow logs its warnings on stdout too)."""
+    lines = [line for line in stdout.splitlines() if line.startswith(("[", "{"))]
+    assert lines, stdout[-2000:]
+    return json.loads(lines[-1])
+
+
 def _key() -> str:
     return hashlib.sha256((AIRFLOW + (ROOT / "setup.cfg").read_text()).encode()).hexdigest()[:16]
 
@@ -118,9 +125,9 @@ def test_the_sensor_under_airflow_3(airflow_venv, tmp_path):
     done.set()
     text = log_path.read_text()
     assert proc.returncode != 0, "two of the sensors fail: the DAG run fails"
-    runs = json.loads(_run([airflow, "dags", "list-runs", "etl_hours", "-o", "json"], env=env).stdout)
-    states = json.loads(_run([airflow, "tasks", "states-for-dag-run", "etl_hours", runs[0]["run_id"], "-o", "json"],
-                             env=env).stdout)
+    runs = _json_of(_run([airflow, "dags", "list-runs", "etl_hours", "-o", "json"], env=env).stdout)
+    states = _json_of(_run([airflow, "tasks", "states-for-dag-run", "etl_hours", runs[0]["run_id"], "-o", "json"],
+                           env=env).stdout)
     assert {s["task_id"]: s["state"] for s in states} == {
         "complete_poke": "success", "complete_reschedule": "success", "wrong_sink": "failed",
         "deferred_times_out": "failed", "deferred_completes": "success"}, text[-5000:]
