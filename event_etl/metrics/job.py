@@ -23,7 +23,6 @@ state is touched, so many jobs can run one after another (or side by side) in on
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -51,6 +50,7 @@ from event_etl.metrics.spec import (
 )
 from event_etl.rules.reasons import Reason
 from event_etl.settings import current_settings
+from event_etl.sources.kafka_offsets import as_offset
 from event_etl.timeutil import HOUR_MS, iso
 
 __all__ = ["JobMetrics", "job_metrics", "backlog_from_progress", "kafka_lag_from_progress", "marker_pending_ms"]
@@ -58,15 +58,6 @@ __all__ = ["JobMetrics", "job_metrics", "backlog_from_progress", "kafka_lag_from
 _log = logging.getLogger(__name__)
 
 _HISTORY_IDLE_EVERY_MS = 60_000
-
-
-def _offset(value: Any) -> dict | None:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    return value if isinstance(value, dict) else None
 
 
 _OFFSET_UNITS = (("files", "files"), ("n", "events"))  # directory {"files": n}; generator {"n": n, ...}
@@ -88,7 +79,7 @@ def backlog_from_progress(progress: Any) -> dict[str, int] | None:
     if not sources:
         return None
     src = sources[0]
-    end, latest = _offset(src.get("endOffset")), _offset(src.get("latestOffset"))
+    end, latest = as_offset(src.get("endOffset")), as_offset(src.get("latestOffset"))
     if end is None or latest is None:
         return None
     if isinstance(end.get("partitions"), dict) and isinstance(latest.get("partitions"), dict):  # Kafka

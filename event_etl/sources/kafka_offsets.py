@@ -18,12 +18,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["lost_between", "logged_offset", "batch_lost", "lag_by_partition", "GroupCommitter"]
+__all__ = ["as_offset", "lost_between", "logged_offset", "batch_lost", "lag_by_partition", "GroupCommitter"]
 
 log = logging.getLogger("event_etl.sources.kafka")
 
 
-def _as_offset(value: Any) -> dict[str, Any] | None:
+def as_offset(value: Any) -> dict[str, Any] | None:
+    """A source's offset as Spark's progress or offset log gives it (JSON text or already a dict); None otherwise."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -52,7 +53,7 @@ def logged_offset(spark_dir: str | Path, batch_id: int) -> dict[str, Any] | None
         lines = (Path(spark_dir) / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return None
-    return _as_offset(lines[-1]) if len(lines) >= 3 and lines[-1].startswith("{") else None
+    return as_offset(lines[-1]) if len(lines) >= 3 and lines[-1].startswith("{") else None
 
 
 def batch_lost(spark_dir: str | Path, batch_id: int) -> dict[int, int]:
@@ -75,7 +76,7 @@ def lag_by_partition(end: Any, latest: Any) -> dict[tuple[str, int], int] | None
     source's end offset (what the job committed) and latest offset (the high watermarks it last saw); None when
     the offsets are not a Kafka source's.  A partition the end offset does not know yet lags by its whole high
     watermark (it is read from its low watermark, which may be above 0: an upper bound)."""
-    end_o, latest_o = _as_offset(end), _as_offset(latest)
+    end_o, latest_o = as_offset(end), as_offset(latest)
     if end_o is None or latest_o is None:
         return None
     ends, highs = end_o.get("partitions"), latest_o.get("partitions")
