@@ -264,6 +264,40 @@ class Watcher(threading.Thread):
                 continue
 
 
+class LineageTail(threading.Thread):
+    """``--policies``: reads the OpenLineage events the job's ``openlineage`` policy appends to its file, as they come,
+    and notes for each whether its hour's marker was in the sink at that moment (a notice must never come first)."""
+
+    def __init__(self, path: Path, storage: Storage) -> None:
+        super().__init__(daemon=True)
+        self.path, self.storage = path, storage
+        self.events: list[tuple[str, bool]] = []  # (hour folder, marker there when the event was seen)
+        self.stop_event = threading.Event()
+        self._offset = 0
+
+    def poll(self) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1  # whole lines only: the rest is still being written
+        self._offset += end
+        for line in data[:end].splitlines():
+            if not line.strip():
+                continue
+            name = json.loads(line)["outputs"][0]["name"]
+            rel = "page_view/" + name.split("/page_view/", 1)[1].strip("/")
+            self.events.append((rel, MARKER_NAME in self.storage.list_files(rel)))
+
+    def run(self) -> None:
+        while not self.stop_event.wait(0.05):
+            try:
+                self.poll()
+            except Exception:  # noqa: BLE001 - the sink may be mid-write; try again
+                continue
+
+
 class Campaign:
     def __init__(self, args) -> None:
         self.args = args
@@ -303,6 +337,13 @@ class Campaign:
         # small files merge: a few dozen events a batch, files of MAX_EVENTS_PER_FILE
         extra += f"max_events_per_file = {MAX_EVENTS_PER_FILE}\n"
         text = toml.read_text().replace('idle_timeout = "5m"\n', "").replace("max_events_per_file = 500000\n", "")
+        if getattr(self.args, "policies", False):  # an OpenLineage event per complete hour, into a file
+            text += '\n[[commit_policy]]\nkind = "openlineage"\nnamespace = "campaign"\n'
+            self.lineage_log = self.work / "lineage.jsonl"
+            config = self.work / "openlineage.yml"
+            config.write_text(f"transport:\n  type: file\n  log_file_path: {self.lineage_log}\n  append: true\n")
+            self.env["OPENLINEAGE_CONFIG"] = str(config)
+            self.env.pop("OPENLINEAGE_URL", None)
         toml.write_text(extra + text)  # top-level keys: before any table
         self.et = load_event_type(types / "page_view")
         self.event_types_dir = str(types)
@@ -810,6 +851,9 @@ class Campaign:
         self.prepare()
         watcher = Watcher(Storage(self.sink), "page_view")
         watcher.start()
+        lineage = LineageTail(self.lineage_log, Storage(self.sink)) if getattr(self.args, "policies", False) else None
+        if lineage is not None:
+            lineage.start()
         feeding = threading.Event()
         feeder = threading.Thread(target=self._feed, args=(feeding,), daemon=True)
         self.release_input()
@@ -827,10 +871,22 @@ class Campaign:
             rc = self.finish()
             watcher.stop_event.set()
             watcher.join(timeout=10)
+            if lineage is not None:
+                lineage.stop_event.set()
+                lineage.join(timeout=10)
+                lineage.poll()
             for rel in watcher.folders():  # markers written at the very end
                 if rel not in watcher.snapshots and MARKER_NAME in watcher.storage.list_files(rel):
                     watcher.snapshots[rel] = watcher.snapshot(rel)
             result = self.check(watcher)
+            if lineage is not None:  # every marked hour notified at least once, none before its marker
+                marked = set(watcher.snapshots)
+                notified = Counter(rel for rel, _ in lineage.events)
+                result["policy: complete hours never notified"] = len(marked - set(notified))
+                result["policy: notices before their marker"] = sum(1 for _, seen in lineage.events if not seen)
+                result["policy: notices (of them repeated after a kill)"] = (
+                    f"{len(lineage.events)} ({sum(n - 1 for n in notified.values())})")
+                result["_details"]["never notified"] = sorted(marked - set(notified))
             result["final run exit code"] = rc
             result["seconds"] = round(time.monotonic() - t0, 1)
             return result
@@ -847,7 +903,8 @@ FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "mis
                 "manifests not matching their folder", "hours changed after their marker (premature markers)",
                 "hours marked before the real clock passed their end",
                 "complete hours with more than ceil(records / max_events_per_file) + 2 files",
-                "timely events judged late (an hour closed early)", "final run exit code", "temporary files left")
+                "timely events judged late (an hour closed early)", "final run exit code", "temporary files left",
+                "policy: complete hours never notified", "policy: notices before their marker")
 
 
 def failures(result: dict) -> list[str]:
@@ -887,6 +944,9 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     ap.add_argument("--verbose", action="store_true", help="a line per run")
+    ap.add_argument("--policies", action="store_true",
+                    help="an openlineage commit policy on the type (file transport): every complete hour notified "
+                    "at least once, none before its marker")
     ap.add_argument("--fetch-partitions", type=int, default=0,
                     help="Pub/Sub: pull in N executor tasks (EVENT_ETL_PUBSUB_FETCH_PARTITIONS); 0: in the driver")
     ap.add_argument("--kafka-partitions", type=int, default=4, help="Kafka: partitions of the topic (default 4)")
