@@ -71,6 +71,7 @@ from event_etl.timeutil import DAY_MS, parse_duration
 
 __all__ = [
     "EventType",
+    "DEFAULT_ALLOWED_LATENESS_MS",
     "load_event_type",
     "load_event_types",
     "resolve_event_types_dir",
@@ -100,6 +101,8 @@ _DURATION_KEYS = {
     "dedupe_window": "10m",
     "max_backfill": "30d",
 }
+DEFAULT_ALLOWED_LATENESS_MS = parse_duration(_DURATION_KEYS["allowed_lateness"])
+"""A type's ``allowed_lateness`` when its etl.toml does not say: what consumers assume with only its name."""
 DEFAULT_MAX_BACKFILL = 30 * DAY_MS
 """``max_backfill``'s default, ms: a job's first hour lies at most 30 days before its first events arrive."""
 _INT_KEYS = {

@@ -38,6 +38,7 @@ from event_etl.consumer.errors import ExitCode
 from event_etl.consumer.hours import hour_ms, hour_text, window
 from event_etl.consumer.sink import type_name
 from event_etl.errors import UsageError
+from event_etl.eventtypes import DEFAULT_ALLOWED_LATENESS_MS
 from event_etl.timeutil import format_duration, iso, now_millis, to_datetime, to_millis
 
 __all__ = ["wait_cmd", "hours_cmd", "verify_cmd", "cat_cmd", "audit_cmd", "late_cmd"]
@@ -421,7 +422,7 @@ def _audit_type(et, sink: str, hour: datetime, time_field: str | None, time_form
         raise UsageError(f"auditing {et} needs its time field and allowed lateness, and no event types folder has {et}",
                          fix="pass --time-field FIELD (and --time-format, --allowed-lateness if not the defaults), "
                          "or --event-types DIR")
-    lateness = allowed_lateness if allowed_lateness is not None else 24 * 3600.0
+    lateness = allowed_lateness if allowed_lateness is not None else DEFAULT_ALLOWED_LATENESS_MS / 1000
     h = hour_ms(hour)
     schema = None
     for later in range(h, h + HOUR_MS + int(lateness * 1000) + HOUR_MS, HOUR_MS):

@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from event_etl.consumer.audit import lateness_horizon
 from event_etl.consumer.hours import HourLike, hour_ms, hour_text
 from event_etl.consumer.sink import EventTypeLike, SinkLike, type_name
 from event_etl.consumer.status import HourState, hour_statuses
+from event_etl.eventtypes import DEFAULT_ALLOWED_LATENESS_MS
 from event_etl.timeutil import HOUR_MS, to_datetime, to_millis
 
 __all__ = ["DEFAULT_ALLOWED_LATENESS_MS", "LateLanding", "LateReport", "late_records_of", "late_window", "describe"]
 
-DEFAULT_ALLOWED_LATENESS_MS = 24 * HOUR_MS
-"""An event type's default ``allowed_lateness``: what the window assumes when only the type's name is known."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,7 @@ def late_window(hour: int, allowed_lateness_ms: int) -> tuple[int, int]:
 
     A record is too late once the watermark is more than ``allowed_lateness`` past its hour's end; until then the
     open hour (the one holding the watermark) is at most the hour of ``hour end + allowed_lateness``."""
-    since = hour + HOUR_MS
-    last = (since + allowed_lateness_ms) // HOUR_MS * HOUR_MS
-    return since, last + HOUR_MS
+    return hour + HOUR_MS, lateness_horizon(hour, allowed_lateness_ms) + HOUR_MS
 
 
 def late_records_of(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *,
