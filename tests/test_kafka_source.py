@@ -246,7 +246,6 @@ def test_the_reader_reads_exactly_a_range_with_its_metadata(broker):
     assert attrs == {"trace": "x\ufffd", "src": "web", "kafka.key": f"k{i}", "kafka.partition": "2",
                      "kafka.offset": "10", "kafka.timestamp": str(ts)}
     reader = split_reader("kafka")
-    assert reader.fast_path(None) is False  # type: ignore[arg-type]
     split = Split(0, "kafka", topic, 98, 100, 0, json.dumps({"partition": 3}))
     assert [p[3] for p in reader.payloads(split, None)] == [98, 99]  # type: ignore[arg-type]
     assert list(read_range(topic, 2, 5, 5)) == []
@@ -309,3 +308,89 @@ def test_an_unreachable_cluster_is_a_source_error_with_the_fix(monkeypatch):
     with settings_in_force(unreachable), pytest.raises(SourceError) as info:
         kafka.check_topic("t")
     assert "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS" in info.value.fix
+
+
+# -- the fast path (records decoded as columns) -------------------------------------------------
+
+def _run_both_kafka(tmp_path, broker, et, values_and_times, wm_start, *, partition_count=1):
+    """The records produced to a new topic's partition 0, then one split over them through the record path and
+    the fast path (:func:`tests.test_fastpath.assert_same` compares the two)."""
+    import os
+
+    from event_etl.sources.splits import Split
+    from event_etl.storage import open_storage
+    from event_etl.task.executor import BatchContext, process_split
+    from tests.test_fastpath import ARRIVAL
+
+    topic = _topic(broker, partition_count, 0)
+    broker.produce(topic, [(0, v, b"k", ts, [("h", b"v")]) for v, ts in values_and_times])
+    split = Split(1, "kafka", topic, 0, len(values_and_times), 0, json.dumps({"partition": 0, "topic_id": "x"}))
+    out = {}
+    for fast in (False, True):
+        sink = tmp_path / f"sink-{fast}"
+        ctx = BatchContext(et, str(sink), 3, wm_start, ARRIVAL + 5, writer="abc123")
+        report, keys = process_split(split, ctx, open_storage(str(sink)), fast=fast)
+        files = {}
+        for root, _, names in os.walk(sink):
+            for name in names:
+                p = os.path.join(root, name)
+                files[os.path.relpath(p, sink)] = open(p, "rb").read()
+        out[fast] = (report, keys, files)
+    return out, topic
+
+
+def test_kafka_records_take_the_fast_path_and_write_what_the_record_path_writes(tmp_path, broker, monkeypatch):
+    """Clean JSON values are decoded as columns (counted), and the files, counts, dead letters and dedupe keys
+    are the record path's, byte for byte; a chunk holding a value the plan cannot take (not JSON, empty, a value
+    spanning lines) takes the record path and still writes the same."""
+    import numpy as np
+
+    from event_etl.sources import read
+    from event_etl.task.dedupe import KEY_DTYPE, MESSAGE_KEY, key_hash
+    from event_etl.task.fastpath import FastPlan
+    from tests.harness import make_event_type
+    from tests.test_fastpath import ARRIVAL, BASE, HOUR, SCHEMA, assert_same, dump
+
+    et = make_event_type(tmp_path / "types", "mixed", SCHEMA, time_field="ts", id_field="id", dedupe_window="10m",
+                         max_events_per_file=7, allowed_lateness="1d")
+    taken = []
+    real = FastPlan.decode
+
+    def counting(self, data):
+        fc = real(self, data)
+        taken.append(fc is not None)
+        return fc
+
+    monkeypatch.setattr(FastPlan, "decode", counting)
+    monkeypatch.setattr(read, "READ_BYTES", 1500)  # chunks of ~10 records: some clean, some not
+    values = []
+    for i in range(120):
+        rec = {"id": f"i{i}", "ts": BASE + (i % 6) * HOUR + i, "n": i, "small": -i, "flag": i % 2 == 0,
+               "kind": "C", "text": "y" * (i % 7), "opt_i": None, "opt_b": True}
+        if i == 100:
+            rec["ts"] = BASE + 400 * HOUR  # in the future: dead-lettered by its own arrival
+        value = dump(rec)
+        if i == 30:
+            value = b"not json"
+        elif i == 50:
+            value = b""
+        elif i == 70:
+            value = json.dumps(rec, indent=1).encode()  # valid JSON over several lines
+        values.append((value, ARRIVAL + i * 1000))
+    wm = BASE + 2 * HOUR + 60_000
+    out, topic = _run_both_kafka(tmp_path, broker, et, values, wm)
+    assert_same(out)
+    # the clean chunks took the fast path; the plan refused the one with "not json" (the chunks of the empty and
+    # the multi-line value never reach it: their lines would not be the records)
+    assert taken.count(True) >= 5 and taken.count(False) == 1, taken
+    report, keys, files = out[True]
+    assert report["reasons"] == {"invalid_json": 1, "empty_payload": 1, "future": 1}, report["reasons"]
+    rows = np.frombuffer(keys, dtype=KEY_DTYPE)
+    msg_keys = set(rows[rows["kind"] == MESSAGE_KEY]["key"].tolist())
+    assert key_hash("m", f"{topic}/0/5@{ARRIVAL + 5000}") in msg_keys, "a record's key: topic/partition/offset"
+    # the same records with a type reading its time from a header: the record path, by design
+    et_attr = make_event_type(tmp_path / "types2", "mixed", SCHEMA, time_field="ts", id_field="id",
+                              time_attribute="kafka.timestamp")
+    from event_etl.sources.registry import split_reader
+
+    assert split_reader("kafka").fast_path(et) and not split_reader("kafka").fast_path(et_attr)

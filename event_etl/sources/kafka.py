@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from event_etl.errors import SourceError
 from event_etl.sources.splits import Split
 
 __all__ = ["KafkaPlanner", "MAX_SPLIT_RECORDS", "plan_partition", "fair_shares", "cut_range", "kafka_config",
-           "consumer_group", "describe_topic", "check_topic", "read_range", "message_attributes", "READ_TIMEOUT_S"]
+           "consumer_group", "describe_topic", "check_topic", "read_range", "read_messages", "record_times",
+           "record_payload", "message_attributes", "READ_TIMEOUT_S", "CONSUME_RECORDS"]
 
 log = logging.getLogger("event_etl.sources.kafka")
 
@@ -363,35 +364,49 @@ def message_attributes(topic: str, partition: int, offset: int, timestamp: int, 
     return attrs
 
 
-def read_range(topic: str, partition: int, start: int, end: int, *, timeout: float = READ_TIMEOUT_S
-               ) -> Iterable[tuple[bytes, int, str, int, tuple[str, dict[str, str]]]]:
-    """The records of offsets ``[start, end)`` of a partition, in offset order, as
-    :meth:`event_etl.sources.read.SplitReader.payloads` yields them: ``(value, timestamp_ms, where, offset,
-    (message id, attributes))``, the message id ``topic/partition/offset`` (what dedupes a record read twice).
+CONSUME_RECORDS = 10_000
+"""The most records a task's consumer hands over at a time (what the benchmark's bare loop asks for too)."""
+
+
+def read_messages(topic: str, partition: int, start: int, end: int, *, timeout: float = READ_TIMEOUT_S
+                  ) -> Iterator[list[Any]]:
+    """The records of offsets ``[start, end)`` of a partition, in offset order, as runs of ``confluent_kafka``
+    messages (what one ``consume`` returned, cut to the range; never empty).
 
     Offsets missing from the range (a compacted topic, transaction markers) are skipped.  No record for
     ``timeout`` seconds before ``end`` is a :class:`SourceError`, and so are records retention deleted."""
     import time
 
-    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     if end <= start:
         return
     consumer = Consumer(kafka_config(group_id="event_etl.reader", enable_auto_commit=False,
                                      enable_partition_eof=True, auto_offset_reset="error"))
-    where = f"kafka:{topic}/{partition}@"
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         nxt = start
         deadline = time.monotonic() + timeout
         while nxt < end:
-            msgs = consumer.consume(num_messages=min(1000, end - nxt), timeout=1.0)
+            msgs = consumer.consume(num_messages=min(CONSUME_RECORDS, end - nxt), timeout=1.0)
             if not msgs and time.monotonic() > deadline:
                 raise SourceError(
                     f"Kafka topic {topic} partition {partition}: no record after offset {nxt - 1} for {timeout:.0f}s, "
                     f"the batch reads up to offset {end - 1}",
                     fix="check that the cluster is reachable from the executors (EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS, "
                     "EVENT_ETL_KAFKA_PROPERTIES on every node); the batch is replayed when the job runs again")
+            if not msgs:
+                continue
+            deadline = time.monotonic() + timeout
+            if not any([m.error() is not None for m in msgs]) and msgs[0].offset() >= nxt:
+                # the usual run: records only, in offset order from where the range stands
+                last = msgs[-1].offset()
+                run = msgs if last < end else [m for m in msgs if m.offset() < end]
+                nxt = last + 1 if last < end else end
+                if run:
+                    yield run
+                continue
+            run: list[Any] = []
             for m in msgs:
                 err = m.error()
                 if err is not None:
@@ -408,22 +423,49 @@ def read_range(topic: str, partition: int, start: int, end: int, *, timeout: flo
                             "replayed: start with a new --checkpoint, or restore the records")
                     raise SourceError(f"reading Kafka topic {topic} partition {partition}: {err.str()}",
                                       fix=_FIX_CONNECT)
-                off = int(m.offset())
+                off = m.offset()
                 if off < nxt:
                     continue
                 if off >= end:
                     nxt = end
                     break
-                ts_type, ts = m.timestamp()
-                if ts_type == TIMESTAMP_NOT_AVAILABLE:
-                    raise SourceError(f"Kafka topic {topic} partition {partition} offset {off} has no timestamp",
-                                      fix="records need a timestamp (message format v1 or later, Kafka 0.10+)")
-                value = m.value() or b""
-                yield (value, int(ts), where, off,
-                       (f"{topic}/{partition}/{off}",
-                        message_attributes(topic, partition, off, int(ts), m.key(), m.headers())))
+                run.append(m)
                 nxt = off + 1
-            if msgs:
-                deadline = time.monotonic() + timeout
+            if run:
+                yield run
     finally:
         consumer.close()
+
+
+def record_times(run: list[Any], topic: str, partition: int) -> list[int]:
+    """The Kafka timestamps (milliseconds since the epoch) of a run of records: their arrivals; a
+    :class:`SourceError` names a record without one."""
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+    stamps = [m.timestamp() for m in run]
+    for m, (ts_type, _) in zip(run, stamps):
+        if ts_type == TIMESTAMP_NOT_AVAILABLE:
+            raise SourceError(f"Kafka topic {topic} partition {partition} offset {m.offset()} has no timestamp",
+                              fix="records need a timestamp (message format v1 or later, Kafka 0.10+)")
+    return [ts for _, ts in stamps]
+
+
+def record_payload(m: Any, topic: str, partition: int, ts: int
+                   ) -> tuple[bytes, int, str, int, tuple[str, dict[str, str]]]:
+    """A record as :meth:`event_etl.sources.read.SplitReader.payloads` yields it (see :func:`read_range`)."""
+    off = int(m.offset())
+    return (m.value() or b"", ts, f"kafka:{topic}/{partition}@", off,
+            (f"{topic}/{partition}/{off}", message_attributes(topic, partition, off, ts, m.key(), m.headers())))
+
+
+def read_range(topic: str, partition: int, start: int, end: int, *, timeout: float = READ_TIMEOUT_S
+               ) -> Iterator[tuple[bytes, int, str, int, tuple[str, dict[str, str]]]]:
+    """The records of offsets ``[start, end)`` of a partition, in offset order, as
+    :meth:`event_etl.sources.read.SplitReader.payloads` yields them: ``(value, timestamp_ms, where, offset,
+    (message id, attributes))``, the message id ``topic/partition/offset`` (what dedupes a record read twice).
+
+    Offsets missing from the range (a compacted topic, transaction markers) are skipped.  No record for
+    ``timeout`` seconds before ``end`` is a :class:`SourceError`, and so are records retention deleted."""
+    for run in read_messages(topic, partition, start, end, timeout=timeout):
+        for m, ts in zip(run, record_times(run, topic, partition)):
+            yield record_payload(m, topic, partition, ts)

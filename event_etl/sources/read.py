@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from event_etl.eventtypes import EventType
 from event_etl.sources.splits import Split
 
 __all__ = ["READ_BYTES", "Payload", "Piece", "SplitReader", "FilesReader", "GeneratorReader", "SegmentsReader",
-           "SpoolReader", "KafkaReader", "MessageChunk", "message_chunks"]
+           "SpoolReader", "KafkaReader", "MessageChunk", "message_chunks", "KafkaChunk", "kafka_chunks"]
 
 READ_BYTES = 2 << 20
 """Bytes of payloads a read takes at a time (a chunk of whole lines of a file, a run of small files' chunks, a
@@ -62,7 +62,7 @@ class Piece:
     data: bytes | None = None
     arrival: int | np.ndarray = 0
     position: Callable[[int], str] | None = None
-    mids: list[str] | None = None
+    mids: Sequence[str] | None = None
     records: Iterator[Payload] | None = None
 
     @classmethod
@@ -189,28 +189,41 @@ class SpoolReader(SplitReader):
 
 class KafkaReader(SplitReader):
     """``kafka``: offsets ``start``..``end`` of one partition (``meta``: ``{"partition": p, ...}``) of the topic
-    ``uri``, read from the cluster (:func:`event_etl.sources.kafka.read_range`; the task reads the settings itself:
-    no secret travels in a split).  A record arrives at its Kafka timestamp; it is a message as a Pub/Sub one is:
-    ``(topic/partition/offset, attributes)``, so ``time_attribute`` may name a header or ``kafka.timestamp``,
-    and a record read twice is dropped by its message id.
+    ``uri``, read from the cluster (:func:`event_etl.sources.kafka.read_messages`; the task reads the settings
+    itself: no secret travels in a split).  A record arrives at its Kafka timestamp; it is a message as a Pub/Sub
+    one is: ``(topic/partition/offset, attributes)``, so ``time_attribute`` may name a header or
+    ``kafka.timestamp``, and a record read twice is dropped by its message id.
 
-    No fast path yet: it decodes chunks of newline-joined payloads, which for Kafka means joining each consumed
-    batch of values (as :class:`MessageChunk` does for Pub/Sub) with their arrivals and message ids; a later step."""
+    The fast path takes the records of a type that reads its event time from the payload, in chunks of about
+    ``READ_BYTES`` of values joined by newlines (:class:`KafkaChunk`), as :class:`SegmentsReader` takes Pub/Sub
+    messages; a chunk with a value the plan cannot take (not one valid JSON line) takes the record path, with
+    each record's headers and key as attributes."""
 
     kind = "kafka"
 
     def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
         from event_etl.sources.kafka import read_range
 
-        partition = int(json.loads(split.meta)["partition"])
-        yield from read_range(split.uri, partition, split.start, split.end)
+        yield from read_range(split.uri, self._partition(split), split.start, split.end)
 
     def fast_path(self, et: EventType) -> bool:
-        return False
+        return et.time_attribute is None
+
+    def pieces(self, split: Split, plan) -> Iterator[Piece]:
+        for kc in kafka_chunks(split.uri, self._partition(split), split.start, split.end):
+            fc = kc.decode(plan)
+            if fc is not None:
+                yield Piece(fc, kc.data, kc.arrivals, kc.position, kc.mids)
+            else:
+                yield Piece.undecoded(kc.payloads())
 
     def part(self, split: Split) -> str | None:
         """The split's partition number: each partition has a watermark of its own."""
-        return str(int(json.loads(split.meta)["partition"]))
+        return str(self._partition(split))
+
+    @staticmethod
+    def _partition(split: Split) -> int:
+        return int(json.loads(split.meta)["partition"])
 
 
 def _file_chunks(uri: str, start: int, end: int) -> Iterator[tuple[bytes, int]]:
@@ -331,6 +344,114 @@ def message_chunks(split: Split) -> Iterator[MessageChunk]:
                 msgs = msgs[take:]
     if cur.datas:
         yield cur.close()
+
+
+class _OffsetIds(Sequence[str]):
+    """The message ids ``topic/partition/offset`` of a chunk's records, made when asked (only written records'
+    are: their dedupe keys)."""
+
+    __slots__ = ("prefix", "offsets")
+
+    def __init__(self, prefix: str, offsets: list[int]) -> None:
+        self.prefix, self.offsets = prefix, offsets
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return f"{self.prefix}{self.offsets[i]}"
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def message_keys(self, which: np.ndarray, arrivals: np.ndarray) -> np.ndarray:
+        """:func:`event_etl.task.executor._message_keys` of records ``which`` (their arrivals ``arrivals``), the
+        text of each key made by Arrow rather than a Python string per record."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import xxhash
+
+        from event_etl.task.fastpath import _bytes_array, int64_array, zero_scalar  # no pandas import
+
+        offs = pc.cast(pc.cast(int64_array(np.asarray(self.offsets, dtype=np.int64)[which]), pa.string()),
+                       pa.binary())
+        at = pc.cast(pc.cast(int64_array(arrivals), pa.string()), pa.binary())
+        prefix, sep = _bytes_array(pa.binary(), [f"m:{self.prefix}".encode("utf-8", "surrogatepass"), b"@"])
+        joined = pc.binary_join_element_wise(prefix, offs, sep, at, zero_scalar(pa.binary()))
+        return np.fromiter(map(xxhash.xxh3_64_intdigest, joined.to_pylist()),
+                           dtype=np.uint64, count=len(which))
+
+
+class KafkaChunk:
+    """Consecutive records of a Kafka partition, about ``READ_BYTES`` of values, for the fast path: ``data`` their
+    values joined by newlines (``None`` when a value is empty or holds a newline), ``arrivals`` their timestamps,
+    ``mids`` their message ids and ``position(i)`` where record ``i`` is (``kafka:topic/partition@offset``), as the
+    record path names them."""
+
+    __slots__ = ("topic", "partition", "messages", "offsets", "times", "data", "arrivals", "mids")
+
+    def __init__(self, topic: str, partition: int, messages: list[Any], offsets: list[int], times: list[int],
+                 values: list[bytes]) -> None:
+        self.topic, self.partition = topic, partition
+        self.messages, self.offsets, self.times = messages, offsets, times
+        data = b"\n".join(values)
+        self.data = data if data.count(b"\n") == len(values) - 1 and all(values) else None
+        self.arrivals = np.array(times, dtype=np.int64)
+        self.mids = _OffsetIds(f"{topic}/{partition}/", offsets)
+
+    def position(self, i: int) -> str:
+        return f"kafka:{self.topic}/{self.partition}@{self.offsets[i]}"
+
+    def decode(self, plan):
+        """The fast path's decoding of the chunk, or ``None`` (then every record takes the record path)."""
+        if self.data is None:
+            return None
+        fc = plan.decode(self.data)
+        return fc if fc is not None and fc.n == len(self.offsets) else None
+
+    def payloads(self) -> Iterator[Payload]:
+        """The records as :meth:`SplitReader.payloads` yields them (for the record path)."""
+        from event_etl.sources.kafka import record_payload
+
+        for m, ts in zip(self.messages, self.times):
+            yield record_payload(m, self.topic, self.partition, ts)
+
+
+def kafka_chunks(topic: str, partition: int, start: int, end: int) -> Iterator[KafkaChunk]:
+    """The records of offsets ``[start, end)`` of a partition, in order, in chunks of about ``READ_BYTES`` of
+    values (:func:`event_etl.sources.kafka.read_messages`)."""
+    from event_etl.sources.kafka import read_messages, record_times
+
+    limit = READ_BYTES
+    messages: list[Any] = []
+    offsets: list[int] = []
+    times: list[int] = []
+    values: list[bytes] = []
+    size = 0
+    for run in read_messages(topic, partition, start, end):
+        vals = [m.value() or b"" for m in run]
+        offs = [m.offset() for m in run]
+        stamps = record_times(run, topic, partition)
+        ends = np.cumsum(np.fromiter(map(len, vals), dtype=np.int64, count=len(vals)) + 1) + size
+        at = 0
+        while at < len(run):
+            cut = int(np.searchsorted(ends, limit, side="left")) + 1  # through the record that fills the chunk
+            if cut <= at:
+                cut = at + 1
+            if cut > len(run):  # the run's rest fits: it waits for the next run
+                messages += run[at:]
+                offsets += offs[at:]
+                times += stamps[at:]
+                values += vals[at:]
+                size = int(ends[-1])
+                break
+            yield KafkaChunk(topic, partition, messages + run[at:cut], offsets + offs[at:cut],
+                             times + stamps[at:cut], values + vals[at:cut])
+            messages, offsets, times, values = [], [], [], []
+            ends = ends - int(ends[cut - 1])
+            size = 0
+            at = cut
+    if messages:
+        yield KafkaChunk(topic, partition, messages, offsets, times, values)
 
 
 def _split_chunks(split: Split) -> Iterator[tuple[bytes, int, int, str]]:

@@ -21,7 +21,7 @@ import json
 import os
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -257,7 +257,7 @@ def process_split(
         counts[outcome.value] += 1
 
     def chunk(fc: FastChunk, data: bytes, arrival: int | np.ndarray, position: Callable[[int], str],
-              mids: list[str] | None = None) -> None:
+              mids: Sequence[str] | None = None) -> None:
         """The fast path: a chunk of valid JSON lines (:mod:`event_etl.task.fastpath`), the same outcome as
         :func:`one` on each.
 
@@ -317,7 +317,9 @@ def process_split(
             if dedupe and mids is not None:  # stamped with its publish time: forgotten by the arrival clock
                 assert isinstance(arr, np.ndarray)  # messages (with their ids) come with one arrival each
                 part = np.empty(len(wi), dtype=KEY_DTYPE)
-                part["key"] = _message_keys([mids[i] for i in wi.tolist()], arr.tolist())
+                keys_of = getattr(mids, "message_keys", None)  # Kafka's ids: made and hashed as columns
+                part["key"] = keys_of(wi, arr) if keys_of is not None else _message_keys(
+                    [mids[i] for i in wi.tolist()], arr.tolist())
                 part["time"], part["shard"] = arr, shard
                 part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], MESSAGE_KEY
                 key_parts.append(part)
