@@ -144,6 +144,44 @@ def test_members_of_another_schema_or_codec_are_not_merged():
         merge_containers([("a", b"garbage")], 10, str)
 
 
+@pytest.mark.parametrize("codec", ["deflate", "snappy"])
+def test_a_merge_copies_the_blocks_that_fit_as_they_are_stored(codec):
+    """Every block of a member that fits whole is in the output byte for byte (its compressed bytes: copied, not
+    decompressed), and only the block that straddles a file's end is stored anew; so a merge redone after a kill
+    by another release (which copied instead of recompressing, or the other way) writes the same file."""
+    from event_etl.storage.compaction import _raw_blocks
+
+    members = [("a", container("a", 0, 9, codec)), ("b", container("b", 9, 9, codec))]
+
+    def blocks(data: bytes) -> list[tuple[int, bytes]]:
+        r = fastavro.block_reader(io.BytesIO(data))
+        sync = r._header["sync"]
+        return list(_raw_blocks(data, data.find(sync) + 16, sync))
+
+    whole, at = [], 0  # the members' blocks that lie within one output file of 12 records
+    for _, data in members:
+        for n, b in blocks(data):
+            if at // 12 == (at + n - 1) // 12:
+                whole.append(b)
+            at += n
+    out = merge_containers(members, 12, lambda seq: f"out-{seq}.avro")
+    assert [n for _, _, n in out] == [12, 6]
+    copied = [b for _, data, _ in out for _, b in blocks(data)]
+    assert len(whole) >= 3 and all(b in copied for b in whole), "every block that fits, as it was stored"
+    assert len(copied) <= len(whole) + 2, "only the block that straddles the end is stored anew (in two)"
+    # a block cut in two: stored anew, and the records still every one in order
+    out = merge_containers(members, 10, lambda seq: f"out-{seq}.avro")
+    assert [n for _, _, n in out] == [10, 8]
+    assert [r["i"] for _, data, _ in out for r in fastavro.reader(io.BytesIO(data))] == list(range(18))
+
+
+def test_a_member_whose_blocks_do_not_end_with_its_sync_marker_is_not_merged():
+    data = bytearray(container("a", 0, 9))
+    data[-1] ^= 0xFF  # the last block's sync marker
+    with pytest.raises(MergeError, match="a: cannot be read to the end .*sync marker"):
+        merge_containers([("a", bytes(data))], 100, str)
+
+
 # -- the job -----------------------------------------------------------------------------------
 def small_type(tmp_path, per_file=10):
     return make_event_type(tmp_path / "types", out_of_orderness="2m", idle_timeout="1h", max_events_per_file=per_file)

@@ -1,7 +1,7 @@
 """Merging an hour's small Avro files into full ones, block by block (the I/O of :mod:`event_etl.rules.compaction`).
 
-Records are not decoded: the members' blocks are copied, in order, into new container files
-of the same schema and codec, each closed when it holds ``max_events`` records.  The one
+Records are not decoded: the members' blocks are copied as they are stored (still compressed), in order,
+into new container files of the same schema and codec, each closed when it holds ``max_events`` records.  The one
 block that straddles a file's end is cut between two records (found by skipping over them
 with the schema), so every merged file but the last holds exactly ``max_events`` records.
 The output is a pure function of the members' bytes and the output names (the sync marker
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, TypedDict, cast
+from typing import Protocol, cast
 
 import fastavro
 from fastavro.types import Schema
@@ -37,16 +37,6 @@ class _RecordBlock(Protocol):
 
     bytes_: io.BytesIO
     num_records: int
-
-
-class _Output(TypedDict):
-    """The merged file being filled: its writer (None once closed), buffer, record count, name and sync marker."""
-
-    writer: Writer | None
-    buf: io.BytesIO | None
-    n: int
-    name: str | None
-    sync: bytes
 
 
 class _Block:
@@ -85,67 +75,129 @@ def _cut(block: _RecordBlock, schema: Schema, k: int) -> tuple[bytes, bytes]:
     return data[:at], data[at:]
 
 
+def _read_long(data: bytes, pos: int) -> tuple[int, int]:
+    """The zig-zag varint ``long`` at ``pos`` and the position after it."""
+    shift = acc = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("a block header runs past the end of the file")
+        b = data[pos]
+        pos += 1
+        acc |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (acc >> 1) ^ -(acc & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("a block header's varint is too long")
+
+
+def _long(n: int) -> bytes:
+    """``n`` as Avro's zig-zag varint ``long``."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def _raw_blocks(data: bytes, start: int, sync: bytes) -> Iterable[tuple[int, bytes]]:
+    """The blocks of a container file from ``start`` (after its header) as they are stored: ``(records,
+    compressed bytes)``, each checked to end with the file's sync marker."""
+    pos, size = start, len(data)
+    while pos < size:
+        n, pos = _read_long(data, pos)
+        length, pos = _read_long(data, pos)
+        end = pos + length
+        if n < 0 or length < 0 or data[end:end + 16] != sync:
+            raise ValueError(f"the block at byte {pos} does not end with the file's sync marker")
+        yield n, data[pos:end]
+        pos = end + 16
+
+
+def _stored(block: _RecordBlock, schema: Schema, codec: str) -> bytes:
+    """A block's records as they are stored in a file of ``codec``: compressed by fastavro's own writer (so a cut
+    block is stored as the writer of a data file would store it)."""
+    sync = sync_marker_for("event_etl-cut-block")  # 16 bytes no header holds by chance, as every file's own
+    buf = io.BytesIO()
+    writer = Writer(buf, schema, codec=codec, sync_marker=sync, compression_level=1 if codec == "deflate" else None)
+    writer.write_block(block)
+    writer.flush()
+    data = buf.getvalue()
+    start = data.find(sync) + 16
+    ((_, stored),) = _raw_blocks(data, start, sync)
+    return stored
+
+
 def merge_containers(members: Sequence[tuple[str, bytes]], max_events: int, name_of: Callable[[int], str]
                      ) -> list[tuple[str, bytes, int]]:
     """Merge the container files ``members`` (``(name, bytes)``, in order) into files of ``max_events`` records.
 
     ``name_of(seq)`` names the ``seq``-th output.  Returns ``[(name, bytes, records)]``.  Raises
-    :class:`MergeError` when the members do not share one schema and codec."""
+    :class:`MergeError` when the members do not share one schema and codec.
+
+    A block that fits is copied as it is stored (compressed), never decompressed; only the block that straddles
+    a file's end is decompressed, cut between two records and each part stored again.  A merged file is the
+    members' header, its own sync marker and the blocks."""
     if not members:
         return []
     first_header: tuple[str | None, str] | None = None
     schema: Schema | None = None
     head = b""
     out: list[tuple[str, bytes, int]] = []
-    state: _Output = {"writer": None, "buf": None, "n": 0, "name": None, "sync": b""}
+    parts: list[bytes] = []
+    filled = 0
+    sync_out = b""
 
-    def open_next(codec: str) -> None:
-        assert schema is not None  # set from the first member before the first file opens
-        name = name_of(len(out))
-        buf = io.BytesIO()
-        writer = Writer(buf, schema, codec=codec, sync_marker=sync_marker_for(name),
-                        compression_level=1 if codec == "deflate" else None)
-        state.update({"buf": buf, "n": 0, "name": name, "writer": writer, "sync": sync_marker_for(name)})
+    def open_next() -> None:
+        nonlocal parts, filled, sync_out
+        sync_out = sync_marker_for(name_of(len(out)))
+        parts, filled = [head, sync_out], 0
+
+    def add(n: int, stored: bytes) -> None:
+        nonlocal filled
+        parts.extend((_long(n), _long(len(stored)), stored, sync_out))
+        filled += n
 
     def close() -> None:
-        if state["writer"] is not None and state["n"]:
-            state["writer"].flush()
-            # the members' header as it is (fastavro would write the schema's text its own way), then this
-            # file's sync marker and blocks
-            assert state["buf"] is not None and state["name"] is not None  # open_next set them with the writer
-            data = state["buf"].getvalue()
-            out.append((state["name"], head + data[data.find(state["sync"]):], state["n"]))
-        state["writer"] = None
+        if filled:
+            out.append((name_of(len(out)), b"".join(parts), filled))
 
     for mname, data in members:
         header, member_head, writer_schema, reader = _blocks(data, mname)
         if first_header is None:
             first_header, head, schema = header, member_head, writer_schema
-            open_next(header[1])
+            open_next()
         elif header != first_header:
             raise MergeError(f"{mname} has another schema or codec than {members[0][0]}")
         assert schema is not None  # the first member's, from the first iteration on
-        block: _RecordBlock
+        codec = header[1]
+        sync = avro_sync_marker(reader)
         try:
-            for block in cast(Iterable[_RecordBlock], reader):  # fastavro's Blocks: see _RecordBlock
-                n = block.num_records
-                while n:
-                    room = max_events - state["n"]
-                    assert state["writer"] is not None  # open_next ran before the loop and after every close
-                    if n <= room:
-                        state["writer"].write_block(block)
-                        state["n"] += n
-                        n = 0
-                    else:
-                        first, rest = _cut(block, schema, room)
-                        if room:
-                            state["writer"].write_block(_Block(first, room))
-                            state["n"] += room
-                        block = _Block(rest, n - room)
-                        n -= room
-                    if state["n"] >= max_events:
-                        close()
-                        open_next(first_header[1])
+            for index, (n, stored) in enumerate(_raw_blocks(data, len(member_head) + 16, sync)):
+                if n <= max_events - filled:
+                    add(n, stored)
+                else:  # the block straddles the file's end: decompressed and cut between two records
+                    block: _RecordBlock = next(b for i, b in enumerate(cast(Iterable[_RecordBlock], _blocks(
+                        data, mname)[3])) if i == index)
+                    while n:
+                        room = max_events - filled
+                        if n <= room:
+                            add(n, _stored(block, schema, codec))
+                            n = 0
+                        else:
+                            first, rest = _cut(block, schema, room)
+                            if room:
+                                add(room, _stored(_Block(first, room), schema, codec))
+                            block = _Block(rest, n - room)
+                            n -= room
+                        if filled >= max_events:
+                            close()
+                            open_next()
+                if filled >= max_events:
+                    close()
+                    open_next()
         except MergeError:
             raise
         except Exception as err:  # noqa: BLE001 - named with the file
