@@ -35,7 +35,7 @@ from event_etl.eventtypes import EventType
 from event_etl.sources.splits import Split
 
 __all__ = ["READ_BYTES", "Payload", "Piece", "SplitReader", "FilesReader", "GeneratorReader", "SegmentsReader",
-           "SpoolReader", "KafkaReader", "MessageChunk", "message_chunks", "KafkaChunk", "kafka_chunks"]
+           "SpoolReader", "KafkaReader", "MessageChunk", "message_chunks", "KafkaChunk", "kafka_chunks", "OffsetIds"]
 
 READ_BYTES = 2 << 20
 """Bytes of payloads a read takes at a time (a chunk of whole lines of a file, a run of small files' chunks, a
@@ -346,9 +346,10 @@ def message_chunks(split: Split) -> Iterator[MessageChunk]:
         yield cur.close()
 
 
-class _OffsetIds(Sequence[str]):
-    """The message ids ``topic/partition/offset`` of a chunk's records, made when asked (only written records'
-    are: their dedupe keys)."""
+class OffsetIds(Sequence[str]):
+    """The message ids ``topic/partition/offset`` of a chunk's records (``prefix`` + each offset), made when asked:
+    the executor hashes the written records' keys from ``prefix`` and ``offsets`` as columns
+    (:func:`event_etl.task.fastpath.offset_message_keys`)."""
 
     __slots__ = ("prefix", "offsets")
 
@@ -362,23 +363,6 @@ class _OffsetIds(Sequence[str]):
 
     def __len__(self) -> int:
         return len(self.offsets)
-
-    def message_keys(self, which: np.ndarray, arrivals: np.ndarray) -> np.ndarray:
-        """:func:`event_etl.task.executor._message_keys` of records ``which`` (their arrivals ``arrivals``), the
-        text of each key made by Arrow rather than a Python string per record."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import xxhash
-
-        from event_etl.task.fastpath import _bytes_array, int64_array, zero_scalar  # no pandas import
-
-        offs = pc.cast(pc.cast(int64_array(np.asarray(self.offsets, dtype=np.int64)[which]), pa.string()),
-                       pa.binary())
-        at = pc.cast(pc.cast(int64_array(arrivals), pa.string()), pa.binary())
-        prefix, sep = _bytes_array(pa.binary(), [f"m:{self.prefix}".encode("utf-8", "surrogatepass"), b"@"])
-        joined = pc.binary_join_element_wise(prefix, offs, sep, at, zero_scalar(pa.binary()))
-        return np.fromiter(map(xxhash.xxh3_64_intdigest, joined.to_pylist()),
-                           dtype=np.uint64, count=len(which))
 
 
 class KafkaChunk:
@@ -396,7 +380,7 @@ class KafkaChunk:
         data = b"\n".join(values)
         self.data = data if data.count(b"\n") == len(values) - 1 and all(values) else None
         self.arrivals = np.array(times, dtype=np.int64)
-        self.mids = _OffsetIds(f"{topic}/{partition}/", offsets)
+        self.mids = OffsetIds(f"{topic}/{partition}/", offsets)
 
     def position(self, i: int) -> str:
         return f"kafka:{self.topic}/{self.partition}@{self.offsets[i]}"

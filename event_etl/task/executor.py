@@ -34,6 +34,7 @@ from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir
 from event_etl.rules.judge import OUTCOME_CODES, Outcome, beyond_backfill, judge_array, make_judge
 from event_etl.rules.reasons import Reason
 from event_etl.settings import settings_in_force
+from event_etl.sources.read import OffsetIds
 from event_etl.sources.registry import split_reader
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage, open_storage
@@ -41,7 +42,7 @@ from event_etl.storage.avroio import encode_container
 from event_etl.storage.deadletter import DEADLETTER_SCHEMA, Rejected
 from event_etl.storage.lease import Fence
 from event_etl.storage.rolling import RollingFiles
-from event_etl.task.fastpath import FastChunk, int64_array, plan_for, rows_buffer
+from event_etl.task.fastpath import FastChunk, int64_array, offset_message_keys, plan_for, rows_buffer
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
 
 if TYPE_CHECKING:
@@ -317,9 +318,10 @@ def process_split(
             if dedupe and mids is not None:  # stamped with its publish time: forgotten by the arrival clock
                 assert isinstance(arr, np.ndarray)  # messages (with their ids) come with one arrival each
                 part = np.empty(len(wi), dtype=KEY_DTYPE)
-                keys_of = getattr(mids, "message_keys", None)  # Kafka's ids: made and hashed as columns
-                part["key"] = keys_of(wi, arr) if keys_of is not None else _message_keys(
-                    [mids[i] for i in wi.tolist()], arr.tolist())
+                if isinstance(mids, OffsetIds):  # Kafka's topic/partition/offset: made and hashed as columns
+                    part["key"] = offset_message_keys(mids.prefix, mids.offsets, wi, arr)
+                else:
+                    part["key"] = _message_keys([mids[i] for i in wi.tolist()], arr.tolist())
                 part["time"], part["shard"] = arr, shard
                 part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], MESSAGE_KEY
                 key_parts.append(part)

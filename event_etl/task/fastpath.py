@@ -26,7 +26,7 @@ explains each bad record with its reason.  The fast path never decides that a re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -423,3 +423,18 @@ def rows_buffer(rows: Any) -> tuple[np.ndarray, memoryview]:
                          offset=rows.offset * width).astype(np.int64)
     data = memoryview(bufs[2]) if bufs[2] is not None else memoryview(b"")
     return offs, data
+
+
+def offset_message_keys(prefix: str, offsets: Sequence[int], which: np.ndarray, arrivals: np.ndarray) -> np.ndarray:
+    """:func:`event_etl.task.dedupe.key_hash` ``("m", f"{prefix}{offset}@{arrival}")`` of records ``which`` (message
+    ids made of a prefix and an offset, as Kafka's ``topic/partition/offset``), their text made by Arrow rather than
+    a Python string per record (``uint64``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import xxhash
+
+    offs = pc.cast(pc.cast(int64_array(np.asarray(offsets, dtype=np.int64)[which]), pa.string()), pa.binary())
+    at = pc.cast(pc.cast(int64_array(arrivals), pa.string()), pa.binary())
+    head, sep = _bytes_array(pa.binary(), [f"m:{prefix}".encode("utf-8", "surrogatepass"), b"@"])
+    joined = pc.binary_join_element_wise(head, offs, sep, at, zero_scalar(pa.binary()))
+    return np.fromiter(map(xxhash.xxh3_64_intdigest, joined.to_pylist()), dtype=np.uint64, count=len(which))
