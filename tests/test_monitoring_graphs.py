@@ -433,3 +433,14 @@ def test_graphs_read_a_rotated_history(tmp_path):
     assert len(src.records()) == len(lines)
     rng = history_range(src.of_type("page_view"))
     assert rng.start.timestamp() < DEMO_START / 1000 + 1
+
+
+def test_the_title_names_a_history_in_the_working_folder_by_its_relative_path(tmp_path, monkeypatch):
+    from event_etl.metrics.graphs import _short_path
+
+    monkeypatch.chdir(tmp_path)
+    assert _short_path(str(tmp_path / "checkpoints" / "page_view" / "metrics-history.jsonl")) == \
+        "checkpoints/page_view/metrics-history.jsonl"
+    long = "/" + "/".join(["folder"] * 20) + "/metrics-history.jsonl"
+    assert _short_path(long).startswith("…") and _short_path(long).endswith("/metrics-history.jsonl")
+    assert len(_short_path(long)) == 70

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -778,5 +779,13 @@ def make_graphs(event_type: str, *, rng: TimeRange | None = None, out_dir: str |
         raise UsageError(f"{where} has no metrics of {event_type} in {rng.describe()}",
                          fix="widen the range (--last 6h, --since ...), or give none to draw the whole history")
     paths = render(charts, out_dir, event_type=event_type, rng=rng,
-                   source=f"Prometheus {where}" if isinstance(source, PrometheusSource) else f"history {where}")
+                   source=f"Prometheus {where}" if isinstance(source, PrometheusSource)
+                   else f"history {_short_path(where)}")
     return charts, paths
+
+
+def _short_path(path: str, width: int = 70) -> str:
+    """``path`` as a title shows it: relative to the working folder when it is inside it, its end when long."""
+    rel = os.path.relpath(path) if os.path.isabs(path) else path
+    shown = rel if not rel.startswith("..") else path
+    return shown if len(shown) <= width else "…" + shown[-(width - 1):]
