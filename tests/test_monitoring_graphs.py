@@ -292,6 +292,11 @@ def test_a_history_is_drawn_whole_when_no_range_is_given(tmp_path):
     assert (rng.end - rng.start).total_seconds() <= (last - first) * 1.1  # a small margin, not the last hour
     assert 30 <= len(rng.steps) <= 120 and rng.window == timedelta(minutes=5)
     assert history_range(recs, step=timedelta(seconds=10)).step == timedelta(seconds=10)
+    # a long history: points an hour or more apart, each over the time since the one before
+    days = [{**r, "t": r["t"] + k * 3600.0, "since": r["t"] + k * 3600.0 - 5} for k, r in enumerate(recs * 3)]
+    long = history_range(days)
+    assert long.step >= timedelta(hours=1) and long.window == long.step
+    assert history_range(days, window=timedelta(minutes=5)).window == timedelta(minutes=5)
 
 
 def test_lag_against_the_generator_clock_is_labelled_so(tmp_path):

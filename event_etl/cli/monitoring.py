@@ -36,7 +36,7 @@ __all__ = ["graphs_cmd"]
               "about 60 points over it.")
 @click.option("--window", default="5m", show_default=True, type=DURATION,
               help="Rates and percentiles over the WINDOW before each "
-              "point (at least two scrape intervals).")
+              "point (at least two scrape intervals). A whole history drawn at a longer step: the step.")
 @click.option("--out", "out_dir", default="./graphs", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the PNG files.")
 @handles_errors
@@ -75,7 +75,8 @@ def graphs_cmd(event_type, prometheus_url, history_file, checkpoint, last, since
     else:
         rng = graphs_range(source, event_type,
                            step=None if step is None else parse_positive_duration("--step", step.text),
-                           window=parse_positive_duration("--window", window.text))
+                           window=parse_positive_duration("--window", window.text)
+                           if ctx.get_parameter_source("window") != ParameterSource.DEFAULT else None)
     charts, paths = make_graphs(event_type, rng=rng, out_dir=out_dir, source=source)
     where = f"Prometheus {source.url}" if isinstance(source, PrometheusSource) else f"history {source.path}"
     click.echo(f"{event_type}: {rng.describe()} · {where}")

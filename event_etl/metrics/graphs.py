@@ -2,7 +2,7 @@
 
 ``event-etl graphs EVENT_TYPE`` draws, for one event type and one time range:
 
-- **watermark lag**: now minus the watermark;
+- **watermark lag**: now minus the watermark (now on the generator's clock for a job that reads it);
 - **events per second**: timely and late, in two panels (late events are usually a
   hundredth of the timely ones and would vanish on a shared scale);
 - **event delay**: arrival minus event time, median, 95th and 99th percentile;
@@ -11,8 +11,8 @@
 
 one PNG per chart and ``EVENT_TYPE-overview.png`` with every panel stacked.  Rates and
 percentiles are computed like Spotify's graphs: over a window (default 5 minutes) ending
-at every step (default 1 minute).  Times are UTC on every axis; durations are shown in
-seconds, minutes or hours, whichever reads best.
+at every step (default 1 minute; about 60 points over a history drawn whole).  Times are
+UTC on every axis; durations are shown in seconds, minutes or hours, whichever reads best.
 
 Two sources give the same charts:
 
@@ -35,8 +35,8 @@ are less than a minute apart; the date once, in the axis label), and no point is
 edge of its panel.
 
 The arithmetic (windows, percentiles of bucketed counts, unit choice) is pure and
-tested on its own; only :func:`render` touches matplotlib (its Agg canvas, no global
-backend state).
+tested on its own; only :func:`figures` (and :func:`render`, which saves them) touches
+matplotlib (its Agg canvas, no global backend state).
 """
 
 from __future__ import annotations
@@ -465,9 +465,10 @@ def _batch_intervals(batches: Sequence[dict[str, Any]]) -> list[tuple[float, flo
 
 
 def history_range(records: Sequence[dict[str, Any]], *, step: timedelta | None = None,
-                  window: timedelta = timedelta(minutes=5)) -> TimeRange:
+                  window: timedelta | None = None) -> TimeRange:
     """The range of a history drawn whole: from its first batch's start to its last line, with a margin of 2 %
-    (at least a second) each side; ``step`` None: about 60 points (:func:`auto_step`)."""
+    (at least a second) each side; ``step`` None: about 60 points (:func:`auto_step`); ``window`` None: 5 minutes,
+    or the step when it is longer (no batch between two points is left out)."""
     if not records:
         raise UsageError("the history has no lines to draw", fix="give a range (--last 1h, --since ...) or draw "
                          "another history")
@@ -477,6 +478,7 @@ def history_range(records: Sequence[dict[str, Any]], *, step: timedelta | None =
     hi = max(ts)
     margin = max((hi - lo) * 0.02, 1.0)
     step = step or auto_step(hi - lo + 2 * margin)
+    window = window or max(timedelta(minutes=5), step)
     return TimeRange(datetime.fromtimestamp(lo - margin, _UTC), datetime.fromtimestamp(hi + margin, _UTC), step,
                      window)
 
@@ -743,8 +745,7 @@ def open_source(event_type: str, *, prometheus: str | None = None, history: str 
 def graphs_range(source: PrometheusSource | HistorySource, event_type: str, *, step: timedelta | None = None,
                  window: timedelta | None = None, now: datetime | None = None) -> TimeRange:
     """The range drawn when the command names none: a history's own span (:func:`history_range`); from Prometheus,
-    the last hour ending ``now`` (a point a minute)."""
-    window = window or timedelta(minutes=5)
+    the last hour ending ``now`` (default: the time of the call; a point a minute unless ``step`` says)."""
     if isinstance(source, HistorySource):
         recs = source.of_type(event_type)
         if not recs:
@@ -752,9 +753,9 @@ def graphs_range(source: PrometheusSource | HistorySource, event_type: str, *, s
             raise UsageError(f"{source.path} has no metrics of event type {event_type!r}",
                              fix=f"event types there: {', '.join(known) or '(none)'}")
         return check_points(history_range(recs, step=step, window=window))
-    if now is None:
-        raise ValueError("graphs_range: the last hour of Prometheus needs now")
-    return TimeRange(now - timedelta(hours=1), now, step or timedelta(minutes=1), window)
+    end = now if now is not None else datetime.now(_UTC)
+    return check_points(TimeRange(end - timedelta(hours=1), end, step or timedelta(minutes=1),
+                                  window or timedelta(minutes=5)))
 
 
 def make_graphs(event_type: str, *, rng: TimeRange | None = None, out_dir: str | Path, prometheus: str | None = None,
