@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.harness import check_manifest_matches_folder, read_sink
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
@@ -76,6 +78,48 @@ def test_demo_defaults_mark_hours_within_a_minute_and_sigterm_drains(tmp_path):
     assert all(hc.marker is not None for hc in content.values()), "SIGTERM drained: every hour holding data is complete"
     for h in content:
         check_manifest_matches_folder(sink, "page_view", h)
+
+
+def test_the_demo_keeps_a_history_in_its_checkpoint_and_graphs_draw_it_with_no_options(tmp_path):
+    """Issue 41's first ten minutes: `run page_view` (the generator, 120x), stopped, then `graphs page_view` with no
+    options draws the history the run kept in ./checkpoints/page_view, its lag on the generator's clock, its rate
+    the run's."""
+    import json
+
+    history = tmp_path / "checkpoints" / "page_view" / "metrics-history.jsonl"
+    proc = subprocess.Popen([EXE, "run", "page_view", "--trigger-interval", "2s", "--master", "local[2]"],
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        batches = lambda: history.read_text().count('"kind":"batch"') if history.exists() else 0  # noqa: E731
+        wait_for(lambda: batches() >= 4, 90, "four batches in the history", proc)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    lines = [json.loads(x) for x in history.read_text().splitlines()]
+    # (a drain moves the watermark past the last hour holding data, ahead of any clock: not a lag to check)
+    lagged = [(x["kind"], x["clock"], x["watermark_lag_seconds"]) for x in lines
+              if x.get("watermark_lag_seconds") is not None and x.get("why") != "drain"]
+    assert lagged and all(c == "generator" and 0 <= lag < 3600 for _, c, lag in lagged), \
+        lagged  # the generator's lag, minutes (on the wall clock: hours, then negative)
+    batches_in = sum(x["events"]["timely"] + x["events"]["late"] for x in lines if x["kind"] == "batch")
+    run_rate = float(re.search(r"events in +[\d,]+ +\(([\d,]+) ev/s\)", out).group(1).replace(",", ""))
+    r = subprocess.run([EXE, "graphs", "page_view"], cwd=tmp_path, capture_output=True, text=True, env=_env(),
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"history {history}" in r.stdout and r.stdout.count("wrote") == 6 and "no data" not in r.stdout
+    assert len(list((tmp_path / "graphs").glob("page_view-*.png"))) == 6
+    from event_etl.metrics.graphs import HistorySource, history_range
+
+    src = HistorySource(str(history))
+    charts = src.charts("page_view", history_range(src.of_type("page_view")))
+    assert charts[0].panels[0].quantity == "watermark lag (generator clock)"
+    timely, late = (dict(p.series[0].points) for p in charts[1].panels)
+    last = max(timely)
+    drawn = timely[last] + late.get(last, 0.0)  # the rate over the whole run: every batch in the 5-minute window
+    assert batches_in > 0 and drawn == pytest.approx(run_rate, rel=0.1), (drawn, run_rate)
 
 
 def test_sigkill_then_restart_loses_and_duplicates_nothing(tmp_path):

@@ -15,13 +15,17 @@ from event_etl.metrics import JobMetrics, MetricsHistory
 from event_etl.metrics.graphs import (
     HistorySource,
     PrometheusSource,
+    Series,
     TimeRange,
+    figures,
     histogram_quantile,
     history_charts,
+    history_range,
     parse_range,
     parse_time,
     render,
     seconds_scale,
+    windowed_rates,
     windowed_sums,
 )
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
@@ -153,11 +157,20 @@ def test_graphs_command_from_a_history(tmp_path):
     assert len(list(out.glob("click-*.png"))) == 6 and "wrote" in res.output
 
 
-def test_graphs_command_errors_name_the_fix(tmp_path):
+def test_graphs_command_errors_name_the_fix(tmp_path, monkeypatch):
     path, _ = make_history(tmp_path, minutes=2)
     runner = CliRunner()
+    monkeypatch.chdir(tmp_path)  # no ./checkpoints/click here
     res = runner.invoke(main, ["graphs", "click"], env={"EVENT_ETL_PROMETHEUS_URL": None})
     assert res.exit_code == 2 and "--prometheus URL or --history FILE" in res.output and "fix:" in res.output
+    assert "a job keeps its history in its checkpoint" in res.output and "--checkpoint DIR" in res.output
+    assert str(tmp_path / "checkpoints" / "click" / "metrics-history.jsonl") in res.output
+    res = runner.invoke(main, ["graphs", "click", "--checkpoint", str(tmp_path / "nowhere")],
+                        env={"EVENT_ETL_PROMETHEUS_URL": None})
+    assert res.exit_code == 2 and "no metrics history there" in res.output and "fix:" in res.output
+    res = runner.invoke(main, ["graphs", "click", "--history", str(path), "--checkpoint", str(tmp_path)],
+                        env={"EVENT_ETL_PROMETHEUS_URL": None})
+    assert res.exit_code == 2 and "give one of them" in res.output
     res = runner.invoke(main, ["graphs", "clik", "--history", str(path), "--since", "2026-11-21T13:00Z",
                                "--until", "2026-11-21T15:00Z", "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "no metrics of event type 'clik'" in res.output and "click" in res.output
@@ -169,7 +182,8 @@ def test_graphs_command_errors_name_the_fix(tmp_path):
 def test_graphs_help():
     res = CliRunner().invoke(main, ["graphs", "--help"])
     assert res.exit_code == 0
-    for opt in ("--prometheus", "--history", "--last", "--since", "--until", "--step", "--window", "--out"):
+    for opt in ("--prometheus", "--history", "--checkpoint", "--last", "--since", "--until", "--step", "--window",
+                "--out"):
         assert opt in res.output
 
 
@@ -188,3 +202,250 @@ def test_promql_strings_are_escaped():
 
     assert _promql_string('a"b\\c') == '"a\\"b\\\\c"'
     assert json.loads(_promql_string("page_view")) == "page_view"
+
+
+# -- issue 41: the demo's first ten minutes -------------------------------------------------------
+DEMO_START = t("2026-11-22T10:59:00")
+
+
+def demo_history(path, *, seconds: int = 90, rate: int = 3325, trigger: int = 5, speedup: int = 120,
+                 late_per_batch: int = 20) -> dict:
+    """What `event-etl run page_view` writes into its checkpoint's history: the generator at ``rate`` events a second,
+    a batch every ``trigger`` seconds for ``seconds``, its event clock ``speedup`` times faster than the wall clock
+    from 2h15m before the hour.  The listener gets what the controller hands it (batches, markers)."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from event_etl.job.controller import BatchEvent, BatchResult
+    from event_etl.metrics.spec import DELAY_BUCKETS_S
+    from event_etl.rules.watermark import WatermarkState
+
+    wall = [DEMO_START]
+    gen_start = DEMO_START - DEMO_START % 3_600_000 - 2 * 3_600_000 - 15 * 60_000
+    event_clock = lambda: gen_start + (wall[0] - DEMO_START) * speedup  # noqa: E731
+    m = JobMetrics("page_view", clock=lambda: wall[0], history=MetricsHistory(str(path)), event_clock=event_clock)
+    marked_through = None
+    for k in range(1, seconds // trigger + 1):
+        wall[0] = DEMO_START + k * trigger * 1000
+        n = rate * trigger
+        wm = event_clock() - 150_000
+        buckets = [0] * (len(DELAY_BUCKETS_S) + 1)
+        buckets[5] = n  # (2.5 s, 5 s]
+        m._on_event("batch", BatchEvent(k - 1, BatchResult(counts=Counter(timely=n - late_per_batch,
+                                                                          late=late_per_batch),
+                                                           files_written=4, bytes_written=10**6,
+                                                           delay_buckets=buckets, delay_sum_ms=n * 4000),
+                                        WatermarkState(watermark=wm), [], wall[0] - 1500, wall[0], False))
+        hour = (marked_through + 3_600_000) if marked_through is not None else gen_start - gen_start % 3_600_000
+        if wm >= hour + 3_600_000:
+            m._on_event("marker", SimpleNamespace(hour=hour, completed_at=wall[0], marker_delay_ms=wall[0] - hour,
+                                                  records=n, late_records=3, files=[1, 2]))
+            marked_through = hour
+    m.shutdown()
+    return {"end": wall[0], "event_clock": event_clock}
+
+
+def _all_points(charts, key: str) -> list[tuple[float, float]]:
+    c = next(c for c in charts if c.key == key)
+    return [pt for p in c.panels for s in p.series for pt in s.points]
+
+
+def test_windowed_rates_divide_by_the_time_the_data_covers():
+    # three batches of 10 s each, 100 events each (10/s), then the job stops at t=30
+    intervals, values = [(0.0, 10.0), (10.0, 20.0), (20.0, 30.0)], [(100,), (100,), (100,)]
+    got = windowed_rates(intervals, values, [10.0, 30.0, 300.0, 329.0, 331.0], 300.0)
+    assert got[:4] == [[10.0], [10.0], [10.0], [10.0]]  # a 5-minute window over 30 s of data: 10/s, not 1/s
+    assert got[4] is None  # a window after the data
+    # idle between two batches: the second covers 60 s with 60 events; a window inside it shows 1/s, not nothing
+    got = windowed_rates([(0.0, 10.0), (10.0, 70.0)], [(100,), (60,)], [40.0], 20.0)
+    assert got == [[pytest.approx(1.0)]]
+    # a batch of no length (a job that started as its first batch ended) counts whole, and covers nothing
+    assert windowed_rates([(0.0, 0.0), (0.0, 10.0)], [(50,), (100,)], [0.0, 10.0], 60.0) == [None, [15.0]]
+
+
+def test_the_rate_of_a_short_run_is_the_runs_rate_whatever_the_window(tmp_path):
+    """The demo: 90 s at 3,325 events/s, drawn with the default 5-minute window."""
+    path = tmp_path / "h.jsonl"
+    demo = demo_history(path)
+    source = HistorySource(str(path))
+    for rng in (history_range(source.of_type("page_view")),  # no range option: the history drawn whole
+                parse_range(since=None, until=None, last="1h", step="1m", window="5m",  # the last hour
+                            now=datetime.fromtimestamp(demo["end"] / 1000, UTC) + timedelta(seconds=30))):
+        charts = source.charts("page_view", rng)
+        timely = dict(charts[1].panels[0].series[0].points)
+        late = dict(charts[1].panels[1].series[0].points)
+        assert timely, rng
+        for ts, v in timely.items():
+            assert v + late[ts] == pytest.approx(3325, rel=0.03), (ts, v)
+        files = [v for _, v in _all_points(charts, "files")]
+        assert files and all(v == pytest.approx(4 / 5, rel=0.03) for v in files)
+
+
+def test_a_history_is_drawn_whole_when_no_range_is_given(tmp_path):
+    path = tmp_path / "h.jsonl"
+    demo_history(path)
+    recs = HistorySource(str(path)).of_type("page_view")
+    rng = history_range(recs)
+    first = min(r.get("since", r["t"]) for r in recs)
+    last = max(r["t"] for r in recs)
+    assert rng.start.timestamp() < first and rng.end.timestamp() > last
+    assert (rng.end - rng.start).total_seconds() <= (last - first) * 1.1  # a small margin, not the last hour
+    assert 30 <= len(rng.steps) <= 120 and rng.window == timedelta(minutes=5)
+    assert history_range(recs, step=timedelta(seconds=10)).step == timedelta(seconds=10)
+    # a long history: points an hour or more apart, each over the time since the one before
+    days = [{**r, "t": r["t"] + k * 3600.0, "since": r["t"] + k * 3600.0 - 5} for k, r in enumerate(recs * 3)]
+    long = history_range(days)
+    assert long.step >= timedelta(hours=1) and long.window == long.step
+    assert history_range(days, window=timedelta(minutes=5)).window == timedelta(minutes=5)
+
+
+def test_lag_against_the_generator_clock_is_labelled_so(tmp_path):
+    path = tmp_path / "h.jsonl"
+    demo_history(path)
+    recs = HistorySource(str(path)).of_type("page_view")
+    assert all(r["clock"] == "generator" for r in recs if "watermark_lag_seconds" in r or r["kind"] == "marker")
+    assert {r["watermark_lag_seconds"] for r in recs if r["kind"] == "batch"} == {150.0}  # not -5 h
+    marker = next(r for r in recs if r["kind"] == "marker")
+    generator_then = (DEMO_START - DEMO_START % 3_600_000 - 8_100_000 + (marker["t"] * 1000 - DEMO_START) * 120) / 1000
+    assert marker["marker_delay_seconds"] == generator_then - marker["hour_end"] == 300  # 5 min on its clock
+    assert marker["t"] - marker["hour_end"] > 2 * 3600  # on the wall clock: hours
+    charts = history_charts(recs, history_range(recs))
+    lag, marker_panel = charts[0].panels[0], charts[4].panels[0]
+    assert lag.quantity == "watermark lag (generator clock)" and "generator clock minus watermark" in charts[0].title
+    assert marker_panel.quantity == "marker delay (generator clock)" and "generator clock" in charts[4].title
+    figs = dict(figures(charts, event_type="page_view", rng=history_range(recs)))
+    assert figs["page_view-watermark-lag.png"].axes[0].get_ylabel() == "watermark lag (generator clock, s)"
+    # a job on the wall clock: no note
+    path2, _ = make_history(tmp_path / "wall")
+    wall = history_charts(HistorySource(str(path2)).of_type("click"), history_range(HistorySource(str(path2))
+                                                                                    .of_type("click")))
+    assert wall[0].panels[0].quantity == "watermark lag" and wall[0].title == "watermark lag (now minus watermark)"
+
+
+def _figures_of_every_kind(tmp_path):
+    """Figures of the demo (90 s, drawn whole), of a 30-minute history drawn in a wider range, and of a history over
+    two days (ticks a day apart cross midnight)."""
+    out = []
+    path = tmp_path / "demo.jsonl"
+    demo_history(path)
+    src = HistorySource(str(path))
+    rng = history_range(src.of_type("page_view"))
+    out.append((rng, figures(src.charts("page_view", rng), event_type="page_view", rng=rng)))
+    path2, end = make_history(tmp_path / "click")
+    rng = parse_range(since=None, until=None, last="1h", step="1m", window="5m", now=end)
+    out.append((rng, figures(HistorySource(str(path2)).charts("click", rng), event_type="click", rng=rng)))
+    long = tuple((t("2026-11-21T20:00") / 1000 + k * 1800.0, -3600.0 * (5 + k % 5)) for k in range(50))  # -5 to -9 h
+    charts = _charts_of(lag=[Series("watermark lag", long)],
+                        marker=[Series("marker delay", ((t("2026-11-22T09:00") / 1000, 600.0),))])
+    rng = parse_range(since="2026-11-21T19:00Z", until="2026-11-23T00:00Z", last=None, step="30m", window="1h",
+                      now=NOW)
+    out.append((rng, figures(charts, event_type="click", rng=rng)))
+    return out
+
+
+def _charts_of(**series):
+    from event_etl.metrics.graphs import _charts
+
+    kw = {k: series.get(k, []) for k in ("lag", "timely", "late", "delay", "files", "marker")}
+    return _charts(**kw)
+
+
+def test_y_limits_hold_every_point_with_a_margin_below_and_above(tmp_path):
+    for _rng, figs in _figures_of_every_kind(tmp_path):
+        for name, fig in figs:
+            for ax in fig.axes:
+                ys = [float(y) for line in ax.get_lines() for y in line.get_ydata()]
+                if not ys:
+                    continue
+                lo, hi = ax.get_ylim()
+                if ax.get_yscale() == "log":
+                    assert lo < min(ys) and max(ys) < hi, (name, ax.get_ylabel())
+                    continue
+                margin = 0.03 * (hi - lo)
+                assert lo + margin <= min(ys) and max(ys) <= hi - margin, (name, ax.get_ylabel(), (lo, hi), ys)
+
+
+def test_time_tick_labels_are_all_written_alike_and_the_date_is_said_once(tmp_path):
+    import re
+
+    formats = set()
+    for _rng, figs in _figures_of_every_kind(tmp_path):
+        for name, fig in figs:
+            fig.canvas.draw()
+            ax = fig.axes[-1]
+            labels = [lab.get_text() for lab in ax.get_xticklabels() if lab.get_text()]
+            assert len(labels) >= 3 and len(set(labels)) == len(labels), (name, labels)
+            shapes = {re.sub(r"\d", "9", lab) for lab in labels}
+            assert len(shapes) == 1, (name, labels)  # not "10:59" beside "15" and "30"
+            formats |= shapes
+            assert re.search(r"\d{4}-\d\d-\d\d", ax.get_xlabel()), ax.get_xlabel()
+            assert not any(re.search(r"\d{4}", lab) for lab in labels), labels
+    assert formats == {"99:99:99", "99:99", "99-99 99:99"}  # seconds for the 90-s run; the day for two days
+
+
+def test_the_title_states_the_range_of_the_time_axis(tmp_path):
+    import re
+
+    import matplotlib.dates as mdates
+
+    for rng, figs in _figures_of_every_kind(tmp_path):
+        for name, fig in figs:
+            title = fig.get_suptitle()
+            m = re.search(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d(?::\d\d)?) to (\d{4}-\d\d-\d\d )?(\d\d:\d\d(?::\d\d)?) UTC",
+                          title)
+            assert m, title
+            day, a, day2, b = m.groups()
+            said = (datetime.fromisoformat(f"{day}T{a}+00:00"),
+                    datetime.fromisoformat(f"{(day2 or day).strip()}T{b}+00:00"))
+            axis = tuple(mdates.num2date(x, tz=UTC) for x in fig.axes[0].get_xlim())
+            assert said == axis, (name, title, axis)
+            assert all(ax.get_xlim() == fig.axes[0].get_xlim() for ax in fig.axes)
+            if (axis[1] - axis[0]) < 0.9 * (rng.end - rng.start):  # drawn narrower than asked: both are said
+                assert "where the data is, within" in title, title
+
+
+def test_graphs_without_options_draw_the_history_a_job_keeps_in_its_checkpoint(tmp_path, monkeypatch):
+    from event_etl.metrics.graphs import make_graphs
+
+    work = tmp_path / "work"
+    ck = work / "checkpoints" / "page_view"
+    ck.mkdir(parents=True)
+    demo_history(ck / "metrics-history.jsonl")
+    monkeypatch.chdir(work)
+    charts, paths = make_graphs("page_view", out_dir=work / "graphs")
+    assert len(paths) == 6 and all(c.has_data for c in charts)
+    res = CliRunner().invoke(main, ["graphs", "page_view"], env={"EVENT_ETL_PROMETHEUS_URL": None})
+    assert res.exit_code == 0, res.output
+    assert f"history {ck / 'metrics-history.jsonl'}" in res.output and res.output.count("wrote") == 6
+    assert "(no data in this range)" not in res.output
+    # another checkpoint, named; an option given beats $EVENT_ETL_PROMETHEUS_URL
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (ck / "metrics-history.jsonl").rename(other / "metrics-history.jsonl")
+    res = CliRunner().invoke(main, ["graphs", "page_view", "--checkpoint", str(other), "--out", str(tmp_path / "o")],
+                             env={"EVENT_ETL_PROMETHEUS_URL": "http://127.0.0.1:9"})
+    assert res.exit_code == 0, res.output
+    assert len(list((tmp_path / "o").glob("page_view-*.png"))) == 6
+
+
+def test_graphs_read_a_rotated_history(tmp_path):
+    path = tmp_path / "h.jsonl"
+    demo_history(path)
+    lines = path.read_text().splitlines(keepends=True)
+    (tmp_path / "h.jsonl.1").write_text("".join(lines[: len(lines) // 2]))
+    path.write_text("".join(lines[len(lines) // 2:]))
+    src = HistorySource(str(path))
+    assert len(src.records()) == len(lines)
+    rng = history_range(src.of_type("page_view"))
+    assert rng.start.timestamp() < DEMO_START / 1000 + 1
+
+
+def test_the_title_names_a_history_in_the_working_folder_by_its_relative_path(tmp_path, monkeypatch):
+    from event_etl.metrics.graphs import _short_path
+
+    monkeypatch.chdir(tmp_path)
+    assert _short_path(str(tmp_path / "checkpoints" / "page_view" / "metrics-history.jsonl")) == \
+        "checkpoints/page_view/metrics-history.jsonl"
+    long = "/" + "/".join(["folder"] * 20) + "/metrics-history.jsonl"
+    assert _short_path(long).startswith("…") and _short_path(long).endswith("/metrics-history.jsonl")
+    assert len(_short_path(long)) == 70

@@ -202,8 +202,9 @@ JOB_OPTIONS: dict[str, Callable] = {
     "otlp_endpoint": click.option("--otlp-endpoint", default=None,
                                   help="Also push metrics over OTLP to this endpoint."),
     "metrics_history": click.option("--metrics-history", default=None, type=click.Path(dir_okay=False),
-                                    help="Also append a snapshot of the metrics to this local file after every batch "
-                                    "(for `event-etl graphs` without Prometheus)."),
+                                    help="Append the metrics history (a line per batch and marker, for `event-etl "
+                                    "graphs` without Prometheus) to this local file. Default: "
+                                    "<checkpoint>/metrics-history.jsonl. Rotated to FILE.1 past 8 MiB."),
     "engine": click.option("--engine", type=click.Choice(["shared", "queries"]), default="shared", show_default=True,
                            help="How the job runs: shared, one micro-batch loop that plans every trigger in the "
                            "driver and runs one Spark job for all its types (one type included; no Python source "

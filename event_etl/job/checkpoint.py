@@ -12,6 +12,7 @@
       etl/ledger/<hour>/<gen>.merge  a merge of the hour's small files: members and merged files
       etl/source/...               the source's own durable logs (file list, message spool)
       etl/policies/<name>.json     a commit policy's record: the hours it has done (event_etl.job.policies)
+      metrics-history.jsonl[.1]    the job's metrics history, for `event-etl graphs` (event_etl.metrics.history)
 
 The intent of a batch is written before any of its files, and never changed: a batch
 that Spark replays after a crash is judged against the same watermark, with the same
@@ -53,6 +54,10 @@ A commit policy's record (``etl/policies/``) is a new file, not a new format: a 
 without commit policies never opens it, and nothing it does read changes, so a rollback
 keeps working (the hours it marks meanwhile are notified once the policies run again: at
 least once).  The record carries its own ``"format": 1`` for a later change of its content.
+
+The metrics history (``metrics-history.jsonl``, and ``metrics-history.jsonl.1`` once it has been rotated) is
+not part of the format either: nothing reads it to run the job, it lies outside ``etl/`` and ``spark/``, a release
+that does not know it leaves it alone, and a job given ``--metrics-history FILE`` keeps none there.
 
 The checkpoint is a local (or mounted) folder: Spark's checkpoint needs a
 Hadoop-compatible file system, and this one is written only by the driver.

@@ -278,12 +278,10 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         "max_events_per_batch": options.max_events_per_batch,
         "event_type": et.name,  # Kafka: the consumer group it commits to
     }
-    printer = ProgressPrinter(
-        et.name,
-        clock,
-        quiet=options.quiet,
-        event_clock=GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None,
-    )
+    # the generator's clock runs ahead of the wall clock: lag and marker delay are read on it, in the progress lines
+    # and in the metrics history alike
+    event_clock = GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None
+    printer = ProgressPrinter(et.name, clock, quiet=options.quiet, event_clock=event_clock)
     from event_etl.sources.activity import read_activity
 
     log_dir = source_spec["log_dir"]
@@ -306,7 +304,8 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
     if lost_in_batch is not None:
         spark_dir = ckpt.spark_dir
         controller.source_lost = lambda batch_id: lost_in_batch(spark_dir, batch_id)
-    metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics)
+    metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics,
+                          checkpoint=str(ckpt.root), event_clock=event_clock)
     controller.listeners.extend(metrics.listeners)
     job_ = Job(p, controller, metrics, source_spec["log_dir"], None, None, printer, fetcher)
     if et.commit_policies:

@@ -2,7 +2,7 @@
 
 ``event-etl graphs EVENT_TYPE`` draws, for one event type and one time range:
 
-- **watermark lag**: now minus the watermark;
+- **watermark lag**: now minus the watermark (now on the generator's clock for a job that reads it);
 - **events per second**: timely and late, in two panels (late events are usually a
   hundredth of the timely ones and would vanish on a shared scale);
 - **event delay**: arrival minus event time, median, 95th and 99th percentile;
@@ -11,26 +11,39 @@
 
 one PNG per chart and ``EVENT_TYPE-overview.png`` with every panel stacked.  Rates and
 percentiles are computed like Spotify's graphs: over a window (default 5 minutes) ending
-at every step (default 1 minute).  Times are UTC on every axis; durations are shown in
-seconds, minutes or hours, whichever reads best.
+at every step (default 1 minute; about 60 points over a history drawn whole).  Times are
+UTC on every axis; durations are shown in seconds, minutes or hours, whichever reads best.
 
 Two sources give the same charts:
 
 - :class:`PrometheusSource` asks a Prometheus server's HTTP API (``/api/v1/query_range``)
   the queries in :data:`PROMQL`;
-- :class:`HistorySource` reads the JSON lines a job appends with ``--metrics-history``
-  (see :class:`event_etl.metrics.history.MetricsHistory`) and computes the same figures: the
-  events of the batches that finished within the window, divided by the window.
+- :class:`HistorySource` reads the JSON lines a job appends to its metrics history (in its
+  checkpoint, ``<checkpoint>/metrics-history.jsonl``, or the file ``--metrics-history`` names;
+  see :class:`event_etl.metrics.history.MetricsHistory`) and computes the same figures: the
+  events of the batches within the window, divided by the time they cover within it (a job that
+  ran 90 s has 90 s of data in a 5-minute window, not 5 minutes: :func:`windowed_rates`).  Drawn
+  without a range, a history is drawn whole (:func:`history_range`).  A history whose lag figures
+  were measured against the source's own clock (the generator's) says so on its panels.
+
+With neither source named, ``event-etl graphs TYPE`` draws the history in the type's default
+checkpoint (``./checkpoints/TYPE``; ``--checkpoint DIR`` names another): see :func:`open_source`.
+
+The PNGs share one time axis per run of the command, the one their title states: the part of
+the range that holds data.  Its ticks are all written alike (``HH:MM``, or ``HH:MM:SS`` when they
+are less than a minute apart; the date once, in the axis label), and no point is drawn on the
+edge of its panel.
 
 The arithmetic (windows, percentiles of bucketed counts, unit choice) is pure and
-tested on its own; only :func:`render` touches matplotlib (its Agg canvas, no global
-backend state).
+tested on its own; only :func:`figures` (and :func:`render`, which saves them) touches
+matplotlib (its Agg canvas, no global backend state).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -42,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
-from event_etl.metrics.history import read_history
+from event_etl.metrics.history import HISTORY_FILE, default_history_path, history_files, read_history
 from event_etl.timeutil import format_duration, parse_duration
 
 """The format of a ``--metrics-history`` file (:class:`event_etl.metrics.history.MetricsHistory` writes it).
@@ -58,12 +71,23 @@ __all__ = [
     "PrometheusSource",
     "HistorySource",
     "history_charts",
+    "history_range",
+    "auto_step",
+    "open_source",
+    "drawn_range",
+    "span_text",
+    "describe_drawn",
+    "figures",
+    "windowed_rates",
     "parse_range",
+    "parse_positive_duration",
+    "check_points",
     "parse_time",
     "histogram_quantile",
     "windowed_sums",
     "seconds_scale",
     "render",
+    "graphs_range",
     "make_graphs",
 ]
 
@@ -152,10 +176,16 @@ class Chart:
 
 
 def _charts(lag: Sequence[Series], timely: Sequence[Series], late: Sequence[Series], delay: Sequence[Series],
-            files: Sequence[Series], marker: Sequence[Series]) -> list[Chart]:
-    """The five charts, in order, from their series (both sources end here)."""
+            files: Sequence[Series], marker: Sequence[Series], *, lag_clock: str | None = None,
+            marker_clock: str | None = None) -> list[Chart]:
+    """The five charts, in order, from their series (both sources end here).
+
+    ``lag_clock`` / ``marker_clock``: the clock "now" was read on for lag and marker delay when it
+    is not the wall clock (``"generator"``): the panel and the title say so."""
+    on = lambda clock: f" ({clock} clock)" if clock else ""  # noqa: E731
     return [
-        Chart("watermark-lag", "watermark lag (now minus watermark)", (Panel("watermark lag", "s", tuple(lag)),)),
+        Chart("watermark-lag", f"watermark lag ({lag_clock + ' clock' if lag_clock else 'now'} minus watermark)",
+              (Panel("watermark lag" + on(lag_clock), "s", tuple(lag)),)),
         Chart("events", "late vs timely events per second", (
             Panel("timely events", "events/s", tuple(timely)),
             Panel("late events", "events/s", tuple(late)),
@@ -163,8 +193,9 @@ def _charts(lag: Sequence[Series], timely: Sequence[Series], late: Sequence[Seri
         Chart("event-delay", "event delay (arrival minus event time)",
               (Panel("event delay", "s", tuple(delay), log=True),)),
         Chart("files", "files written per second", (Panel("files written", "files/s", tuple(files)),)),
-        Chart("marker-delay", "marker delay (_COMPLETE written after the end of its hour)",
-              (Panel("marker delay", "s", tuple(marker), style="points"),)),
+        Chart("marker-delay", "marker delay (_COMPLETE written after the end of its hour"
+              + (f", on the {marker_clock} clock)" if marker_clock else ")"),
+              (Panel("marker delay" + on(marker_clock), "s", tuple(marker), style="points"),)),
     ]
 
 
@@ -214,6 +245,63 @@ def windowed_sums(times: Sequence[float], values: Sequence[Sequence[float]], ste
     return out
 
 
+def windowed_rates(intervals: Sequence[tuple[float, float]], values: Sequence[Sequence[float]], steps: Sequence[float],
+                   window: float) -> list[list[float] | None]:
+    """For each step ``t``: the rate of each of ``values`` over the time the data covers in ``(t - window, t]``.
+
+    ``values[i]`` happened within ``intervals[i] = (since, until]`` (a batch: from the previous
+    batch's end, or the job's start, to its own end), sorted by ``until``.  Each counts in a window
+    in proportion to the part of its interval inside it (an interval of no length: whole, if its
+    end is inside), and the sum is divided by the length of the intervals inside the window, not
+    by the window: a job that ran 90 s at 3,000 events/s is at 3,000/s in a 5-minute window, and a
+    window that holds part of the last batch of a job shows that batch's rate.  Overlapping
+    intervals are cut where the one before ends.  ``None`` for a window that no interval covers.
+    """
+    width = len(values[0]) if values else 0
+    clean: list[tuple[float, float]] = []
+    prev_end = -math.inf
+    for since, until in intervals:
+        since = min(until, max(since, prev_end))
+        clean.append((since, until))
+        prev_end = max(prev_end, until)
+    ends = [u for _, u in clean]
+    out: list[list[float] | None] = []
+    for t in steps:
+        a = t - window
+        covered = 0.0
+        total = [0.0] * width
+        hit = False
+        for i in range(bisect_right(ends, a), len(clean)):
+            since, until = clean[i]
+            if since >= t:
+                break
+            if until <= since:  # no length: whole or nothing
+                if a < until <= t:
+                    total = [x + v for x, v in zip(total, values[i])]
+                    hit = True
+                continue
+            inside = min(until, t) - max(since, a)
+            if inside <= 0:
+                continue
+            share = inside / (until - since)
+            total = [x + v * share for x, v in zip(total, values[i])]
+            covered += inside
+            hit = True
+        out.append([x / covered for x in total] if hit and covered > 0 else None)
+    return out
+
+
+_NICE_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600,
+                 86400, 2 * 86400, 7 * 86400)
+
+
+def auto_step(span_seconds: float, points: int = 60) -> timedelta:
+    """The step that gives about ``points`` points over ``span_seconds``, rounded up to 1, 2, 5, 10, 15 or 30 s,
+    1, 2, 5, ... minutes or hours."""
+    want = max(span_seconds, 1.0) / points
+    return timedelta(seconds=next((s for s in _NICE_STEPS_S if s >= want), _NICE_STEPS_S[-1]))
+
+
 def seconds_scale(values: Iterable[float]) -> tuple[float, str]:
     """``(divisor, unit)`` to show durations in seconds: under 3 minutes in s, under 3 hours in min, else h."""
     biggest = max((abs(v) for v in values), default=0.0)
@@ -246,22 +334,28 @@ def parse_range(*, since: str | None, until: str | None, last: str | None, step:
     """The :class:`TimeRange` of the command-line options (``--last`` defaults to 1h)."""
     if since is not None and last is not None:
         raise UsageError("--since and --last both give the start", fix="use one of them")
-
-    def dur(opt: str, text: str) -> timedelta:
-        try:
-            ms = parse_duration(text)
-        except ValueError as err:
-            raise UsageError(f"{opt}: {err}", fix=f"e.g. {opt} 5m") from err
-        if ms <= 0:
-            raise UsageError(f"{opt} must be positive", fix=f"e.g. {opt} 5m")
-        return timedelta(milliseconds=ms)
-
     end = parse_time(until, now=now) if until else now
-    start = parse_time(since, now=now) if since else end - dur("--last", last or "1h")
+    start = parse_time(since, now=now) if since else end - parse_positive_duration("--last", last or "1h")
     if start >= end:
         raise UsageError(f"the range starts ({start.isoformat()}) after it ends ({end.isoformat()})",
                          fix="give --since before --until")
-    rng = TimeRange(start, end, dur("--step", step), dur("--window", window))
+    return check_points(TimeRange(start, end, parse_positive_duration("--step", step),
+                                  parse_positive_duration("--window", window)))
+
+
+def parse_positive_duration(opt: str, text: str) -> timedelta:
+    """The duration option ``opt`` (``5m``), which must be positive."""
+    try:
+        ms = parse_duration(text)
+    except ValueError as err:
+        raise UsageError(f"{opt}: {err}", fix=f"e.g. {opt} 5m") from err
+    if ms <= 0:
+        raise UsageError(f"{opt} must be positive", fix=f"e.g. {opt} 5m")
+    return timedelta(milliseconds=ms)
+
+
+def check_points(rng: TimeRange) -> TimeRange:
+    """``rng``, unless it has too many points per line to draw (11,000)."""
     if len(rng.steps) > 11_000:
         raise UsageError(f"{len(rng.steps)} points per line are too many", fix="use a longer --step or a shorter range")
     return rng
@@ -336,19 +430,70 @@ class PrometheusSource:
 
 # -- the local history ---------------------------------------------------------------------------
 class HistorySource:
-    """Charts from a ``--metrics-history`` file (JSON lines; see :class:`event_etl.metrics.history.MetricsHistory`)."""
+    """Charts from a job's metrics history (JSON lines; see :class:`event_etl.metrics.history.MetricsHistory`):
+    ``path`` and its rotated ``path.1``."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._records: list[dict[str, Any]] | None = None
 
     def records(self) -> list[dict[str, Any]]:
-        return read_history(self.path)
+        if self._records is None:
+            self._records = read_history(self.path)
+        return self._records
 
     def event_types(self) -> list[str]:
         return sorted({r.get("event_type") for r in self.records()} - {None})
 
+    def of_type(self, event_type: str) -> list[dict[str, Any]]:
+        return [r for r in self.records() if r.get("event_type") == event_type]
+
     def charts(self, event_type: str, rng: TimeRange) -> list[Chart]:
-        return history_charts([r for r in self.records() if r.get("event_type") == event_type], rng)
+        return history_charts(self.of_type(event_type), rng)
+
+
+def _batch_intervals(batches: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The ``(since, t]`` each batch line covers; a line without ``since`` (written before it existed) covers the
+    time since the batch before it, or, first, its own duration."""
+    out = []
+    for i, r in enumerate(batches):
+        since = r.get("since")
+        if since is None:
+            since = batches[i - 1]["t"] if i else r["t"] - float(r.get("duration_seconds") or 0.0)
+        out.append((min(float(since), r["t"]), r["t"]))
+    return out
+
+
+def history_range(records: Sequence[dict[str, Any]], *, step: timedelta | None = None,
+                  window: timedelta | None = None) -> TimeRange:
+    """The range of a history drawn whole: from its first batch's start to its last line, with a margin of 2 %
+    (at least a second) each side; ``step`` None: about 60 points (:func:`auto_step`); ``window`` None: 5 minutes,
+    or the step when it is longer (no batch between two points is left out)."""
+    if not records:
+        raise UsageError("the history has no lines to draw", fix="give a range (--last 1h, --since ...) or draw "
+                         "another history")
+    ts = [float(r["t"]) for r in records]
+    batches = sorted((r for r in records if r.get("kind") == "batch"), key=lambda r: r["t"])
+    lo = min([*ts, *(s for s, _ in _batch_intervals(batches))])
+    hi = max(ts)
+    margin = max((hi - lo) * 0.02, 1.0)
+    step = step or auto_step(hi - lo + 2 * margin)
+    window = window or max(timedelta(minutes=5), step)
+    return TimeRange(datetime.fromtimestamp(lo - margin, _UTC), datetime.fromtimestamp(hi + margin, _UTC), step,
+                     window)
+
+
+def _by_clock(points: Iterable[tuple[dict[str, Any], float, float]], label: str) -> tuple[list[Series], str | None]:
+    """Series of ``(record, t, value)`` points split by the clock their line names (none: the wall clock): one series
+    and the clock's name when they share one, else one series per clock, each labelled with it."""
+    by: dict[str | None, list[tuple[float, float]]] = {}
+    for r, t, v in points:
+        by.setdefault(r.get("clock"), []).append((t, v))
+    if len(by) <= 1:
+        clock = next(iter(by), None)
+        return [Series(label, tuple(by.get(clock, ())))], clock
+    return [Series(f"{label} ({c or 'wall'} clock)", tuple(pts)) for c, pts in sorted(by.items(), key=lambda kv:
+                                                                                      kv[0] or "")], None
 
 
 def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Chart]:
@@ -358,23 +503,27 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
     recs = sorted(records, key=lambda r: r["t"])
     batches = [r for r in recs if r["kind"] == "batch"]
     in_range = lambda t: a <= t <= b  # noqa: E731
-    lag = tuple(
-        (r["t"], r["watermark_lag_seconds"])
-        for r in recs
-        if r["kind"] in ("batch", "watermark") and r.get("watermark_lag_seconds") is not None and in_range(r["t"])
-    )
-    marker = tuple((r["t"], r["marker_delay_seconds"]) for r in recs if r["kind"] == "marker" and in_range(r["t"]))
-    timely = late = files = ()
+    lag, lag_clock = _by_clock(((r, r["t"], r["watermark_lag_seconds"]) for r in recs
+                                if r["kind"] in ("batch", "watermark") and r.get("watermark_lag_seconds") is not None
+                                and in_range(r["t"])), "watermark lag")
+    marker, marker_clock = _by_clock(((r, r["t"], r["marker_delay_seconds"]) for r in recs
+                                      if r["kind"] == "marker" and r.get("marker_delay_seconds") is not None
+                                      and in_range(r["t"])), "marker delay")
+    timely: tuple[tuple[float, float], ...] = ()
+    late: tuple[tuple[float, float], ...] = ()
+    files: tuple[tuple[float, float], ...] = ()
     delay: list[Series] = []
     if batches:
-        first, last = batches[0]["t"], batches[-1]["t"]
+        intervals = _batch_intervals(batches)
+        first, last = intervals[0][0], batches[-1]["t"]
         steps = [t for t in rng.steps if first <= t <= last + window]
-        times = [r["t"] for r in batches]
-        sums = windowed_sums(times, [(r["events"].get("timely", 0), r["events"].get("late", 0), r["files"])
-                                     for r in batches], steps, window)
-        timely = tuple((t, s[0] / window) for t, s in zip(steps, sums))
-        late = tuple((t, s[1] / window) for t, s in zip(steps, sums))
-        files = tuple((t, s[2] / window) for t, s in zip(steps, sums))
+        rates = windowed_rates(intervals,
+                               [(r["events"].get("timely", 0), r["events"].get("late", 0), r["files"])
+                                for r in batches], steps, window)
+        drawn = [(t, r) for t, r in zip(steps, rates) if r is not None]
+        timely = tuple((t, r[0]) for t, r in drawn)
+        late = tuple((t, r[1]) for t, r in drawn)
+        files = tuple((t, r[2]) for t, r in drawn)
         with_delay = [r for r in batches if r["delay"]["counts"]]
         if with_delay:
             bounds = with_delay[0]["delay"]["bounds"]
@@ -383,9 +532,8 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
             for q in QUANTILES:
                 pts = [(t, histogram_quantile(q, bounds, c)) for t, c in zip(steps, dsums)]
                 delay.append(Series(_quantile_label(q), tuple((t, v) for t, v in pts if v is not None)))
-    return _charts(lag=[Series("watermark lag", lag)], timely=[Series("timely", timely)],
-                   late=[Series("late", late)], delay=delay, files=[Series("files", files)],
-                   marker=[Series("marker delay", marker)])
+    return _charts(lag=lag, timely=[Series("timely", timely)], late=[Series("late", late)], delay=delay,
+                   files=[Series("files", files)], marker=marker, lag_clock=lag_clock, marker_clock=marker_clock)
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -393,6 +541,53 @@ _COLORS = {"timely": "#1f77b4", "late": "#d62728", "median": "#2ca02c", "p95": "
 
 
 _DURATION_TICKS_S = (0.01, 0.1, 1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400)
+_Y_MARGIN = 0.08  # of the span of the values, below and above: no point sits on a panel's edge
+_MAX_TIME_TICKS = 8
+
+
+def _ylabel(quantity: str, unit: str) -> str:
+    """``watermark lag (min)``; ``watermark lag (generator clock, min)`` when the quantity has a note of its own."""
+    return f"{quantity[:-1]}, {unit})" if quantity.endswith(")") else f"{quantity} ({unit})"
+
+
+def _linear_ylim(values: Sequence[float]) -> tuple[float, float]:
+    """Limits holding 0 and every value, with a margin of :data:`_Y_MARGIN` of their span below and above."""
+    lo, hi = min(0.0, *values), max(0.0, *values)
+    if hi - lo <= 0:
+        hi = 1.0  # all zero
+    margin = (hi - lo) * _Y_MARGIN
+    return lo - margin, hi + margin
+
+
+def _time_ticks(lo: float, hi: float) -> tuple[list[float], float]:
+    """Tick times (seconds since the epoch) on multiples of a round interval, at most :data:`_MAX_TIME_TICKS` of
+    them between ``lo`` and ``hi``; and the interval."""
+    for interval in _NICE_STEPS_S:
+        first = math.ceil(lo / interval) * interval
+        if (hi - first) // interval + 1 <= _MAX_TIME_TICKS:
+            break
+    ticks = []
+    t = first
+    while t <= hi + 1e-9:
+        ticks.append(t)
+        t += interval
+    return ticks, float(interval)
+
+
+def _time_format(lo: datetime, hi: datetime, interval: float) -> tuple[str, str]:
+    """``(strftime format of every tick, x-axis label)``: the time of day alone when the range lies within one UTC
+    day (the date in the label), with seconds when ticks are less than a minute apart."""
+    clock = "%H:%M:%S" if interval < 60 else "%H:%M"
+    if lo.date() == hi.date():
+        return clock, f"time (UTC), {lo:%Y-%m-%d}"
+    return f"%m-%d {clock}", f"time (UTC), {lo:%Y-%m-%d} to {hi:%Y-%m-%d}"
+
+
+def span_text(lo: datetime, hi: datetime) -> str:
+    """``2026-11-21 13:45 to 14:05 UTC`` (seconds shown when either end has some; both dates when they differ)."""
+    clock = "%H:%M:%S" if lo.second or hi.second else "%H:%M"
+    end = hi.strftime(clock if lo.date() == hi.date() else f"%Y-%m-%d {clock}")
+    return f"{lo.strftime(f'%Y-%m-%d {clock}')} to {end} UTC"
 
 
 def _draw_panel(ax, panel: Panel, xlim: tuple[datetime, datetime]) -> None:
@@ -418,42 +613,62 @@ def _draw_panel(ax, panel: Panel, xlim: tuple[datetime, datetime]) -> None:
             ax.plot(xs, ys, "o", markersize=5, label=s.label, color=color)
         else:
             ax.plot(xs, ys, "-", linewidth=1.6, label=s.label, color=color, marker="." if len(xs) < 40 else None)
-    ax.set_ylabel(f"{panel.quantity} ({unit})")
+    ax.set_ylabel(_ylabel(panel.quantity, unit))
     ax.grid(True, alpha=0.3)
     ax.set_xlim(*xlim)
     if log:
         ax.set_yscale("log")
         lo, hi = min(v for v in values if v > 0), max(values)
-        ticks = [x for x in _DURATION_TICKS_S if lo / 10 <= x <= hi * 10]
+        ticks = [x for x in _DURATION_TICKS_S if lo / 10 <= x <= hi * 10] or [
+            min(_DURATION_TICKS_S, key=lambda x: abs(math.log10(x / lo)))]  # below 1 ms: the nearest tick
         ax.set_ylim(min(ticks[0], lo) * 0.8, max(ticks[-1], hi) * 1.25)
         ax.yaxis.set_major_locator(FixedLocator(ticks))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_duration(v * 1000)))
     elif panel.has_data:
-        lo, hi = ax.get_ylim()
-        ax.set_ylim(min(0.0, lo), hi if hi > 0 else 1.0)
+        ax.set_ylim(*_linear_ylim([v / divisor for v in values]))
     if panel.has_data:
         if len([s for s in panel.series if s.points]) > 1:
             ax.legend(loc="upper left", fontsize="small")
     else:
         ax.text(0.5, 0.5, "no data in this range", transform=ax.transAxes, ha="center", va="center", color="gray")
         ax.set_ylim(0, 1)
-    locator = mdates.AutoDateLocator(tz=_UTC)
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=_UTC))
+    ticks, interval = _time_ticks(xlim[0].timestamp(), xlim[1].timestamp())
+    fmt, _label = _time_format(xlim[0], xlim[1], interval)
+    ax.xaxis.set_major_locator(FixedLocator([mdates.date2num(datetime.fromtimestamp(t, _UTC)) for t in ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: mdates.num2date(x, tz=_UTC).strftime(fmt)))
 
 
-def _xlim(charts: Sequence[Chart], rng: TimeRange) -> tuple[datetime, datetime]:
-    """The span that holds data (all charts share it), else the whole range."""
+def drawn_range(charts: Sequence[Chart], rng: TimeRange) -> tuple[datetime, datetime]:
+    """The time axis of every PNG, and the range their title states: the span that holds data (all charts share
+    it), with a margin (3 % of it, at least half a step and a second) each side, else the whole range; its ends
+    on whole seconds (whole minutes from ten minutes on)."""
     ts = [t for c in charts for p in c.panels for s in p.series for t, _ in s.points]
-    if not ts:
-        return rng.start, rng.end
-    lo, hi = min(ts), max(ts)
-    pad = max((hi - lo) * 0.02, rng.step.total_seconds())
-    return datetime.fromtimestamp(lo - pad, _UTC), datetime.fromtimestamp(hi + pad, _UTC)
+    if ts:
+        lo, hi = min(ts), max(ts)
+        pad = max((hi - lo) * 0.03, rng.step.total_seconds() / 2, 1.0)
+        lo, hi = lo - pad, hi + pad
+    else:
+        lo, hi = rng.start.timestamp(), rng.end.timestamp()
+    unit = 60 if hi - lo >= 600 else 1
+    lo, hi = math.floor(lo / unit) * unit, math.ceil(hi / unit) * unit
+    return datetime.fromtimestamp(lo, _UTC), datetime.fromtimestamp(hi, _UTC)
 
 
-def _figure(panels: Sequence[tuple[str, Panel]], title: str, subtitle: str, xlim):
+def describe_drawn(xlim: tuple[datetime, datetime], rng: TimeRange) -> str:
+    """The range of the time axis, as the PNGs' titles state it; when it is much narrower than the range asked for
+    (the data fills less than 90 % of it), that range too."""
+    zoomed = (xlim[1] - xlim[0]) < 0.9 * (rng.end - rng.start)
+    return span_text(*xlim) + (f" (where the data is, within {span_text(rng.start, rng.end)})" if zoomed else "")
+
+
+def _subtitle(xlim: tuple[datetime, datetime], rng: TimeRange, source: str) -> str:
+    return (describe_drawn(xlim, rng) + f"\n{format_duration(rng.window.total_seconds() * 1000)} windows every "
+            + format_duration(rng.step.total_seconds() * 1000) + (f" · {source}" if source else ""))
+
+
+def _figure(panels: Sequence[tuple[str, Panel]], title: str, subtitle: str, xlim: tuple[datetime, datetime]):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -464,9 +679,24 @@ def _figure(panels: Sequence[tuple[str, Panel]], title: str, subtitle: str, xlim
         _draw_panel(ax, panel, xlim)
         if heading:
             ax.set_title(heading, loc="left", fontsize="medium")
-    axes[-1].set_xlabel("time (UTC)")
+    _ticks, interval = _time_ticks(xlim[0].timestamp(), xlim[1].timestamp())
+    axes[-1].set_xlabel(_time_format(xlim[0], xlim[1], interval)[1])
     fig.suptitle(f"{title}\n{subtitle}", fontsize="large")
     return fig
+
+
+def figures(charts: Sequence[Chart], *, event_type: str, rng: TimeRange, source: str = "") -> list[tuple[str, Any]]:
+    """``(file name, matplotlib Figure)`` of every chart (``EVENT_TYPE-<chart>.png``) and of the overview
+    (``EVENT_TYPE-overview.png``), all on the time axis :func:`drawn_range` gives."""
+    xlim = drawn_range(charts, rng)
+    subtitle = _subtitle(xlim, rng, source)
+    out = []
+    for c in charts:
+        heads = [(p.quantity if len(c.panels) > 1 else "", p) for p in c.panels]
+        out.append((f"{event_type}-{c.key}.png", _figure(heads, f"{event_type}: {c.title}", subtitle, xlim)))
+    overview = [(f"{c.title}" + (f": {p.quantity}" if len(c.panels) > 1 else ""), p) for c in charts for p in c.panels]
+    out.append((f"{event_type}-overview.png", _figure(overview, f"{event_type}: overview", subtitle, xlim)))
+    return out
 
 
 def render(charts: Sequence[Chart], out_dir: str | Path, *, event_type: str, rng: TimeRange,
@@ -474,40 +704,89 @@ def render(charts: Sequence[Chart], out_dir: str | Path, *, event_type: str, rng
     """Write ``EVENT_TYPE-<chart>.png`` for every chart and ``EVENT_TYPE-overview.png``; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    xlim = _xlim(charts, rng)
-    subtitle = rng.describe() + (f" · {source}" if source else "")
     written = []
-    for c in charts:
-        heads = [(p.quantity if len(c.panels) > 1 else "", p) for p in c.panels]
-        fig = _figure(heads, f"{event_type}: {c.title}", subtitle, xlim)
-        path = out / f"{event_type}-{c.key}.png"
+    for name, fig in figures(charts, event_type=event_type, rng=rng, source=source):
+        path = out / name
         fig.savefig(path)
         written.append(path)
-    overview = [(f"{c.title}" + (f": {p.quantity}" if len(c.panels) > 1 else ""), p) for c in charts for p in c.panels]
-    fig = _figure(overview, f"{event_type}: overview", subtitle, xlim)
-    path = out / f"{event_type}-overview.png"
-    fig.savefig(path)
-    written.append(path)
     return written
 
 
-def make_graphs(event_type: str, *, rng: TimeRange, out_dir: str | Path, prometheus: str | None = None,
-                history: str | None = None) -> tuple[list[Chart], list[Path]]:
-    """Fetch the charts of ``event_type`` from one source and write the PNGs.  Returns ``(charts, paths)``."""
-    if (prometheus is None) == (history is None):
-        raise UsageError("say where the metrics are: --prometheus URL or --history FILE (one of them)",
-                         fix="e.g. --prometheus http://127.0.0.1:9090, or --history metrics.jsonl from a job run "
-                             "with --metrics-history metrics.jsonl")
-    source = PrometheusSource(prometheus) if prometheus is not None else HistorySource(history)
+# -- the command's work ---------------------------------------------------------------------------
+def open_source(event_type: str, *, prometheus: str | None = None, history: str | None = None,
+                checkpoint: str | None = None) -> PrometheusSource | HistorySource:
+    """The one source the options name: ``prometheus`` (a URL), ``history`` (a file) or ``checkpoint`` (the history
+    a job keeps in it); none of them: the history in the type's default checkpoint, ``./checkpoints/TYPE``, if it
+    has one."""
+    from event_etl.storage.locations import default_checkpoint
+
+    named = [n for n, v in (("--prometheus", prometheus), ("--history", history), ("--checkpoint", checkpoint))
+             if v is not None]
+    if len(named) > 1:
+        raise UsageError(f"{' and '.join(named)} each say where the metrics are", fix="give one of them")
+    if prometheus is not None:
+        return PrometheusSource(prometheus)
+    if history is not None:
+        return HistorySource(history)
+    ckpt = checkpoint if checkpoint is not None else default_checkpoint(event_type)
+    path = default_history_path(ckpt)
+    if path is not None and history_files(path):
+        return HistorySource(path)
+    if checkpoint is not None:
+        raise UsageError(f"--checkpoint {checkpoint}: no metrics history there ({HISTORY_FILE})",
+                         fix="a job keeps its history in its checkpoint as it runs (event-etl run TYPE --checkpoint "
+                             "DIR); give the checkpoint of a job that has run, or --history FILE, or --prometheus URL")
+    raise UsageError("say where the metrics are: --prometheus URL or --history FILE (one of them)",
+                     fix=f"a job keeps its history in its checkpoint, and {path or ckpt} is not there: run "
+                         f"`event-etl run {event_type}` first, or give --checkpoint DIR (the job's --checkpoint), "
+                         "--history FILE (its --metrics-history), or --prometheus http://127.0.0.1:9090")
+
+
+def graphs_range(source: PrometheusSource | HistorySource, event_type: str, *, step: timedelta | None = None,
+                 window: timedelta | None = None, now: datetime | None = None) -> TimeRange:
+    """The range drawn when the command names none: a history's own span (:func:`history_range`); from Prometheus,
+    the last hour ending ``now`` (default: the time of the call; a point a minute unless ``step`` says)."""
+    if isinstance(source, HistorySource):
+        recs = source.of_type(event_type)
+        if not recs:
+            known = source.event_types()
+            raise UsageError(f"{source.path} has no metrics of event type {event_type!r}",
+                             fix=f"event types there: {', '.join(known) or '(none)'}")
+        return check_points(history_range(recs, step=step, window=window))
+    end = now if now is not None else datetime.now(_UTC)
+    return check_points(TimeRange(end - timedelta(hours=1), end, step or timedelta(minutes=1),
+                                  window or timedelta(minutes=5)))
+
+
+def make_graphs(event_type: str, *, rng: TimeRange | None = None, out_dir: str | Path, prometheus: str | None = None,
+                history: str | None = None, checkpoint: str | None = None, step: timedelta | None = None,
+                window: timedelta | None = None, now: datetime | None = None,
+                source: PrometheusSource | HistorySource | None = None) -> tuple[list[Chart], list[Path]]:
+    """Fetch the charts of ``event_type`` from one source and write the PNGs.  Returns ``(charts, paths)``.
+
+    The source is ``source``, else the one the options name (:func:`open_source`); the range is ``rng``, else
+    :func:`graphs_range` (``step``, ``window``; ``now`` for Prometheus)."""
+    if source is None:
+        source = open_source(event_type, prometheus=prometheus, history=history, checkpoint=checkpoint)
+    if rng is None:
+        rng = graphs_range(source, event_type, step=step, window=window, now=now)
     charts = source.charts(event_type, rng)
+    where = source.url if isinstance(source, PrometheusSource) else source.path
     if not any(c.has_data for c in charts):
         known = source.event_types()
-        where = prometheus or history
         if event_type not in known:
             raise UsageError(f"{where} has no metrics of event type {event_type!r}",
                              fix=f"event types there: {', '.join(known) or '(none)'}")
         raise UsageError(f"{where} has no metrics of {event_type} in {rng.describe()}",
-                         fix="widen the range (--last 6h, --since ...)")
+                         fix="widen the range (--last 6h, --since ...), or give none to draw the whole history")
     paths = render(charts, out_dir, event_type=event_type, rng=rng,
-                   source=f"Prometheus {prometheus}" if prometheus else f"history {history}")
+                   source=f"Prometheus {where}" if isinstance(source, PrometheusSource)
+                   else f"history {_short_path(where)}")
     return charts, paths
+
+
+def _short_path(path: str, width: int = 70) -> str:
+    """``path`` as a title shows it: relative to the working folder when it is inside it, its end when long."""
+    rel = os.path.relpath(path) if os.path.isabs(path) else path
+    shown = rel if not rel.startswith("..") else path
+    return shown if len(shown) <= width else "…" + shown[-(width - 1):]

@@ -16,7 +16,8 @@ process; if the process that died had already emitted it, that batch is counted 
 across the two processes.  Replays are rare and visible: ``event_etl_batches_total``
 has ``replayed="true"`` for them.
 
-With no exporter and no history nothing is exported.  Each job has its own
+With no exporter nothing leaves the process; the history is a local file (in the job's checkpoint unless
+``--metrics-history`` names another).  Each job has its own
 ``MeterProvider``, shut down with the job: no global OpenTelemetry or prometheus_client
 state is touched, so many jobs can run one after another (or side by side) in one process.
 """
@@ -38,7 +39,7 @@ from event_etl import __version__
 from event_etl.errors import EventEtlError
 from event_etl.metrics.exporters import OtlpExport, PrometheusEndpoint
 from event_etl.metrics.histograms import PreBucketedHistogram
-from event_etl.metrics.history import MetricsHistory
+from event_etl.metrics.history import MetricsHistory, default_history_path
 from event_etl.metrics.spec import (
     BATCH_DURATION_BUCKETS_S,
     BY_OTEL_NAME,
@@ -119,6 +120,11 @@ class JobMetrics:
     :class:`~event_etl.rules.watermark.WatermarkState` (else the last one a listener event
     carried); ``backlog`` a callable returning ``{unit: amount}`` that overrides what
     :meth:`observe_progress` derives.
+
+    ``event_clock`` (e.g. the generator's :class:`~event_etl.job.progress.GeneratorClock`, which
+    may not know the time yet: None) is the source's own clock, when it is not the wall clock:
+    the history's lag and marker delay are then measured against it, as the progress lines are,
+    and its lines say so (``"clock": event_clock_name``).  The Prometheus gauges keep the wall clock.
     """
 
     def __init__(
@@ -131,6 +137,8 @@ class JobMetrics:
         exports: Sequence[PrometheusEndpoint | OtlpExport] = (),
         history: MetricsHistory | None = None,
         policies: Sequence[str] = (),
+        event_clock: Callable[[], int | None] | None = None,
+        event_clock_name: str = "generator",
     ) -> None:
         self.event_type = event_type
         self.policies = tuple(policies)  # names of the type's commit policies: their series exist from the start
@@ -141,7 +149,10 @@ class JobMetrics:
         self.exports = list(exports)
         self.history = history
         self.attrs = {"event_type": event_type}
+        self.event_clock = event_clock
+        self.event_clock_name = event_clock_name
         self.started_at = clock()
+        self._history_since = self.started_at  # the start of the time the next batch line covers
         self.last_batch_at: int | None = None
         self.heartbeat_at = self.started_at
         self._state = None
@@ -341,8 +352,10 @@ class JobMetrics:
         self.heartbeat_at = max(self.heartbeat_at, ev.finished_at)
         if self.history is not None:
             wm = ev.state.watermark
+            since, self._history_since = self._history_since, max(self._history_since, now)
             self.history.write({
                 "kind": "batch", "event_type": self.event_type, "t": now / 1000.0, "time": iso(now),
+                "since": min(since, now) / 1000.0,
                 "batch_id": ev.batch_id, "replayed": bool(ev.replayed), "duration_seconds": duration_s,
                 "events": {o: int(r.counts.get(o, 0)) for o in sorted({*OUTCOMES, *r.counts})},
                 "deadletter": {k: int(v) for k, v in sorted(r.reasons.items()) if v},
@@ -350,7 +363,7 @@ class JobMetrics:
                 "delay": {"bounds": list(DELAY_BUCKETS_S), "counts": list(r.delay_buckets or []),
                           "sum_seconds": delay_sum_s},
                 "watermark": None if wm is None else wm / 1000.0,
-                "watermark_lag_seconds": None if wm is None else (now - wm) / 1000.0,
+                **self._lag_fields("watermark_lag_seconds", now, wm),
                 "marked": len(ev.marked),
             })
 
@@ -362,10 +375,14 @@ class JobMetrics:
         self.marker_delay.record(max(0, delay_ms) / 1000.0, self.attrs)  # OpenTelemetry histograms take no negatives
         if self.history is not None:
             now = self.clock()
+            if self.event_clock is None:
+                delay = {"marker_delay_seconds": delay_ms / 1000.0}
+            else:
+                delay = self._lag_fields("marker_delay_seconds", now, m.hour + HOUR_MS)
             self.history.write({
                 "kind": "marker", "event_type": self.event_type, "t": m.completed_at / 1000.0,
                 "time": iso(m.completed_at), "hour": iso(m.hour), "hour_end": (m.hour + HOUR_MS) / 1000.0,
-                "marker_delay_seconds": delay_ms / 1000.0, "records": m.records, "late_records": m.late_records,
+                **delay, "records": m.records, "late_records": m.late_records,
                 "files": len(m.files), "written_at": now / 1000.0,
             })
 
@@ -382,8 +399,16 @@ class JobMetrics:
         self._last_history_watermark_at = now
         self.history.write({
             "kind": "watermark", "event_type": self.event_type, "t": now / 1000.0, "time": iso(now), "why": why,
-            "watermark": state.watermark / 1000.0, "watermark_lag_seconds": (now - state.watermark) / 1000.0,
+            "watermark": state.watermark / 1000.0, **self._lag_fields("watermark_lag_seconds", now, state.watermark),
         })
+
+    def _lag_fields(self, key: str, wall_now: int, since: int | None) -> dict[str, Any]:
+        """``{key: seconds from since to now}`` for a history line: now is the wall clock's, or the event clock's
+        (then with ``"clock"``; None while that clock is not known yet)."""
+        if self.event_clock is None:
+            return {key: None if since is None else (wall_now - since) / 1000.0}
+        now = self.event_clock()
+        return {key: None if since is None or now is None else (now - since) / 1000.0, "clock": self.event_clock_name}
 
     # -- the runner's hooks --------------------------------------------------------------------
     def observe_progress(self, progress: Any) -> None:
@@ -436,9 +461,14 @@ def marker_pending_ms(state: Any, now: int) -> int | None:
 
 
 def job_metrics(event_type, options, *, clock: Callable[[], int], controller_state: Callable[[], Any] | None = None,
-                backlog: Callable[[], dict | None] | None = None, serve: bool = True) -> JobMetrics:
+                backlog: Callable[[], dict | None] | None = None, serve: bool = True, checkpoint: str | None = None,
+                event_clock: Callable[[], int | None] | None = None) -> JobMetrics:
     """Metrics for one job run, configured from ``options`` (``metrics_port``, ``metrics_host``,
     ``otlp_endpoint``, ``metrics_history``); prints where the Prometheus endpoint listens.
+
+    The history goes to ``options.metrics_history``, else, given the job's ``checkpoint`` (a local
+    folder), to ``<checkpoint>/metrics-history.jsonl`` (:func:`~event_etl.metrics.history.default_history_path`).
+    ``event_clock``: the source's own clock, for the history's lag figures (see :class:`JobMetrics`).
 
     ``serve=False`` keeps the Prometheus registry but serves nothing: a :class:`FleetEndpoint`
     serves the registries of several jobs on one port."""
@@ -450,11 +480,18 @@ def job_metrics(event_type, options, *, clock: Callable[[], int], controller_sta
     if getattr(options, "otlp_endpoint", None):
         exports.append(OtlpExport(options.otlp_endpoint))
     history_path = getattr(options, "metrics_history", None)
-    history = MetricsHistory(history_path) if history_path else None
+    history = None
+    if history_path:
+        history = MetricsHistory(history_path)
+    elif checkpoint is not None:
+        default = default_history_path(checkpoint)
+        if default is not None:
+            history = MetricsHistory(default, what=f"the metrics history in the checkpoint, {default}")
     try:
         metrics = JobMetrics(name, clock=clock, controller_state=controller_state, backlog=backlog, exports=exports,
                              history=history,
-                             policies=[c["name"] for c in getattr(event_type, "commit_policies", ())])
+                             policies=[c["name"] for c in getattr(event_type, "commit_policies", ())],
+                             event_clock=event_clock)
     except BaseException:
         if history is not None:
             history.close()
