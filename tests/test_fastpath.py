@@ -174,6 +174,22 @@ def assert_same(out):
         assert f1[name] == f0[name], name
 
 
+def count_fast_decodes(monkeypatch) -> list[bool]:
+    """From now on, whether each chunk the fast path's plan is given is decoded (True) or refused (False)."""
+    from event_etl.task.fastpath import FastPlan
+
+    taken: list[bool] = []
+    real = FastPlan.decode
+
+    def counting(self, data):
+        fc = real(self, data)
+        taken.append(fc is not None)
+        return fc
+
+    monkeypatch.setattr(FastPlan, "decode", counting)
+    return taken
+
+
 def executor_key_dtype():
     from event_etl.task.dedupe import KEY_DTYPE
 
@@ -312,17 +328,7 @@ def test_schemas_the_fast_path_does_not_handle_fall_back(tmp_path):
 
 def test_one_split_mixes_fast_and_record_chunks(tmp_path, event_type, monkeypatch):
     """Bad lines send only their own chunk down the record path; the output is still the record path's."""
-    from event_etl.task.fastpath import FastPlan
-
-    taken = []
-    real = FastPlan.decode
-
-    def counting(self, data):
-        fc = real(self, data)
-        taken.append(fc is not None)
-        return fc
-
-    monkeypatch.setattr(FastPlan, "decode", counting)
+    taken = count_fast_decodes(monkeypatch)
     monkeypatch.setattr(read, "READ_BYTES", 400)
     good = [dump({"id": f"i{i}", "ts": BASE + (i % 5) * HOUR + i, "n": i, "small": -i, "flag": i % 2 == 0,
                   "kind": "B", "text": "x" * (i % 9), "opt_l": i if i % 3 else None, "opt_i": None, "opt_b": True})
@@ -428,17 +434,7 @@ def test_segments_fast_and_record_paths_write_the_same_bytes(tmp_path_factory, e
 def test_segments_of_valid_messages_take_the_fast_path(tmp_path, event_type, monkeypatch):
     """Clean JSON messages go through the columnar path (counted), and still write what the record path writes,
     message dedupe keys and dead letters of future events (by their own publish time) included."""
-    from event_etl.task.fastpath import FastPlan
-
-    taken = []
-    real = FastPlan.decode
-
-    def counting(self, data):
-        fc = real(self, data)
-        taken.append(fc is not None)
-        return fc
-
-    monkeypatch.setattr(FastPlan, "decode", counting)
+    taken = count_fast_decodes(monkeypatch)
     messages = []
     for i in range(200):
         rec = {"id": f"i{i}", "ts": BASE + (i % 6) * HOUR + i, "n": i, "small": -i, "flag": i % 2 == 0,

@@ -347,21 +347,12 @@ def test_kafka_records_take_the_fast_path_and_write_what_the_record_path_writes(
 
     from event_etl.sources import read
     from event_etl.task.dedupe import KEY_DTYPE, MESSAGE_KEY, key_hash
-    from event_etl.task.fastpath import FastPlan
     from tests.harness import make_event_type
-    from tests.test_fastpath import ARRIVAL, BASE, HOUR, SCHEMA, assert_same, dump
+    from tests.test_fastpath import ARRIVAL, BASE, HOUR, SCHEMA, assert_same, count_fast_decodes, dump
 
     et = make_event_type(tmp_path / "types", "mixed", SCHEMA, time_field="ts", id_field="id", dedupe_window="10m",
                          max_events_per_file=7, allowed_lateness="1d")
-    taken = []
-    real = FastPlan.decode
-
-    def counting(self, data):
-        fc = real(self, data)
-        taken.append(fc is not None)
-        return fc
-
-    monkeypatch.setattr(FastPlan, "decode", counting)
+    taken = count_fast_decodes(monkeypatch)
     monkeypatch.setattr(read, "READ_BYTES", 1500)  # chunks of ~10 records: some clean, some not
     values = []
     for i in range(120):
