@@ -61,6 +61,31 @@ def test_a_restart_on_the_same_checkpoint_takes_over_at_once(tmp_path):
     lease(tmp_path, "ck1", clock).acquire().release()
 
 
+def test_a_renewal_killed_before_its_rename_leaves_nothing_once_the_lease_is_taken_again(tmp_path):
+    """A SIGKILL during a renewal leaves ``._LEASE.<id>.tmp`` next to the lease (seen once in the directory
+    campaign: "temporary files left"); the start's sweep of the sink keeps that folder (a running job renews there),
+    so the job that takes the lease next removes it, and nothing else there."""
+    clock = FakeClock(t("13:00"))
+    crashed = lease(tmp_path, "ck1", clock).acquire()
+    crashed._stop.set()
+    crashed._unlock()
+    folder = tmp_path / "sink" / "click"
+    stale = folder / "._LEASE.0123456789ab.tmp"
+    stale.write_bytes(b'{"holder": "half written')
+    other = folder / "notes.txt"
+    other.write_text("not the lease's")
+    with pytest.raises(LeaseHeldError):
+        lease(tmp_path, "ck2", clock).acquire()  # refused: it may not touch the holder's folder
+    assert stale.exists()
+    taken = lease(tmp_path, "ck1", clock).acquire()
+    try:
+        assert not stale.exists() and other.exists()
+        names = {p.name for p in folder.iterdir()}
+        assert {"_LEASE", "notes.txt"} <= names and not any(n.endswith(".tmp") for n in names), names
+    finally:
+        taken.release()
+
+
 def test_the_checkpoint_lock_is_held_by_the_process(tmp_path):
     """A second process on the same checkpoint is refused while the first lives, and not after."""
     first = lease(tmp_path, "ck1").acquire()

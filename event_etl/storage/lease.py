@@ -231,9 +231,36 @@ class Lease:
         except BaseException:
             self._unlock()
             raise
+        self._sweep_lease_temporaries()
         self._thread = threading.Thread(target=self._renew_loop, name="event-etl-lease", daemon=True)
         self._thread.start()
         return self
+
+    def _sweep_lease_temporaries(self) -> None:
+        """Remove what earlier holders' killed renewals left next to the lease (``._LEASE.<id>.tmp``: a write is a
+        temporary file, then a rename).  The job start's sweep of the sink keeps the lease's folder itself (a running
+        job's renewals write there); this runs once the lease is this job's, before its own renewals start.  Only
+        local disk has such files (an object store writes each object in one request)."""
+        if not self.storage.local:
+            return
+        from event_etl.storage.atomic import fsync_dir
+        from event_etl.storage.temporaries import is_temporary
+
+        folder = os.path.dirname(self.storage.path(self.rel))
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            return
+        gone = []
+        for name in names:
+            if is_temporary(name) and name.startswith(f".{LEASE_NAME}."):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                    gone.append(name)
+                except FileNotFoundError:
+                    continue
+        if gone:
+            fsync_dir(folder)
 
     def _unlock(self) -> None:
         if self._lock_fh is not None:
