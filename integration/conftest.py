@@ -20,9 +20,13 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     xdist's load scheduler sends worker ``k`` the items ``k * chunk`` to ``(k + 1) * chunk - 1`` first, ``chunk``
     being a quarter of the items per worker (at least 2); if it ever sends otherwise, only the speed suffers.
-    Without xdist, nothing moves."""
-    workers = getattr(config.option, "numprocesses", None) or 0
-    if not isinstance(workers, int) or workers < 2 or getattr(config.option, "dist", "no") != "load":
+    Without xdist, nothing moves.  The order is made where it counts, in each worker's collection (the scheduler
+    indexes into it; every worker makes the same order)."""
+    workerinput = getattr(config, "workerinput", None)  # set in an xdist worker, whose own options say "no xdist"
+    if workerinput is None:
+        return
+    workers = int(workerinput.get("workercount", 1))
+    if workers < 2:
         return
     by_id = {item.nodeid: item for item in items}
     longest = [by_id[n] for n in LONGEST if n in by_id]
