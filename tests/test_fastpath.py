@@ -119,6 +119,16 @@ def event_type(tmp_path_factory):
                            dedupe_window="10m", max_events_per_file=7, allowed_lateness="1d")
 
 
+def sink_files(sink) -> dict[str, bytes]:
+    """Every file under ``sink`` (relative path -> bytes): what a run wrote, to compare byte for byte."""
+    files = {}
+    for root, _, names in os.walk(sink):
+        for name in names:
+            p = os.path.join(root, name)
+            files[os.path.relpath(p, sink)] = open(p, "rb").read()
+    return files
+
+
 def run_both(tmp_path, et, data: bytes, wm_start, drop=None, *, batch_id=3):
     return run_both_files(tmp_path, et, [(data, ARRIVAL)], wm_start, drop, batch_id=batch_id)
 
@@ -138,12 +148,7 @@ def run_both_files(tmp_path, et, pieces: list[tuple[bytes, int]], wm_start, drop
         sink = tmp_path / f"sink-{fast}"
         ctx = BatchContext(et, str(sink), batch_id, wm_start, ARRIVAL + 5, drop=drop or {}, writer="abc123")
         report, keys = process_split(split, ctx, open_storage(str(sink)), fast=fast)
-        files = {}
-        for root, _, names in os.walk(sink):
-            for name in names:
-                p = os.path.join(root, name)
-                files[os.path.relpath(p, sink)] = open(p, "rb").read()
-        out[fast] = (report, keys, files)
+        out[fast] = (report, keys, sink_files(sink))
         if wm_start is None:
             _check_measured_reference(report, split, et)
     return out
@@ -389,12 +394,7 @@ def run_both_seg(tmp_path, et, messages, wm_start, drop=None, *, batch_id=3, per
         ctx = BatchContext(et, str(sink), batch_id, wm_start, ARRIVAL + 5, drop=drop or {}, writer="abc123",
                            reference=reference)
         report, keys = process_split(split, ctx, open_storage(str(sink)), fast=fast)
-        files = {}
-        for root, _, names in os.walk(sink):
-            for name in names:
-                p = os.path.join(root, name)
-                files[os.path.relpath(p, sink)] = open(p, "rb").read()
-        out[fast] = (report, keys, files)
+        out[fast] = (report, keys, sink_files(sink))
         if wm_start is None and reference is None:
             _check_measured_reference(report, split, et)
     refs = [split_reference(split, et, fast=fast) for fast in (False, True)]

@@ -315,12 +315,10 @@ def test_an_unreachable_cluster_is_a_source_error_with_the_fix(monkeypatch):
 def _run_both_kafka(tmp_path, broker, et, values_and_times, wm_start, *, partition_count=1):
     """The records produced to a new topic's partition 0, then one split over them through the record path and
     the fast path (:func:`tests.test_fastpath.assert_same` compares the two)."""
-    import os
-
     from event_etl.sources.splits import Split
     from event_etl.storage import open_storage
     from event_etl.task.executor import BatchContext, process_split
-    from tests.test_fastpath import ARRIVAL
+    from tests.test_fastpath import ARRIVAL, sink_files
 
     topic = _topic(broker, partition_count, 0)
     broker.produce(topic, [(0, v, b"k", ts, [("h", b"v")]) for v, ts in values_and_times])
@@ -330,12 +328,7 @@ def _run_both_kafka(tmp_path, broker, et, values_and_times, wm_start, *, partiti
         sink = tmp_path / f"sink-{fast}"
         ctx = BatchContext(et, str(sink), 3, wm_start, ARRIVAL + 5, writer="abc123")
         report, keys = process_split(split, ctx, open_storage(str(sink)), fast=fast)
-        files = {}
-        for root, _, names in os.walk(sink):
-            for name in names:
-                p = os.path.join(root, name)
-                files[os.path.relpath(p, sink)] = open(p, "rb").read()
-        out[fast] = (report, keys, files)
+        out[fast] = (report, keys, sink_files(sink))
     return out, topic
 
 
