@@ -4,7 +4,8 @@
 
 ``bench/pubsub.py --scenarios readers`` shows what plain loops sustain; this runs
 :class:`event_etl.sources.pubsub_fetch.Fetcher` (its settings from ``EVENT_ETL_PUBSUB_*``, e.g.
-``EVENT_ETL_PUBSUB_STREAMS=1``) into a spool in a temporary folder while a publisher
+``EVENT_ETL_PUBSUB_STREAMS=2``; by default the job's own against the emulator: 1 stream) into a spool
+in a temporary folder while a publisher
 (:class:`bench.pubsub.Publishers`, ``--publishers`` processes) sends ``--rate`` messages/s for
 ``--seconds``; every ``--hold`` seconds it acknowledges the segments written so far and deletes
 them, as a job whose batches are saved every ``--hold`` seconds would (and at once when every message
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
             pubs = Publishers(emu.host, topic, count=count, workers=args.publishers, seed=7, clock=clock,
                               rate=args.rate)
             spool = Path(work) / "spool"
-            fetcher = Fetcher(sub, spool, settings=FetchSettings.from_env()).start()
+            fetcher = Fetcher(sub, spool, settings=FetchSettings.from_env(emulator=True)).start()  # as the job would
             t0 = next_print = time.time()
             try:
                 acked_at = time.time()
