@@ -32,8 +32,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     longest = [by_id[n] for n in LONGEST if n in by_id]
     if not longest:
         return
-    rest = [item for item in items if item.nodeid not in set(LONGEST)]
-    chunk = max(min(len(items) // workers // 4, len(items)), 2)
+    rest = [item for item in items if item.nodeid not in LONGEST]
+    chunk = max(len(items) // workers // 4, 2)
     for k, item in enumerate(longest[:workers]):
         rest.insert(min(k * chunk, len(rest)), item)
     rest.extend(longest[workers:])
