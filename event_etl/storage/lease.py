@@ -244,14 +244,22 @@ class Lease:
         if not self.storage.local:
             return
         from event_etl.storage.atomic import fsync_dir
-        from event_etl.storage.temporaries import remove_temporaries
+        from event_etl.storage.temporaries import is_temporary
 
         folder = os.path.dirname(self.storage.path(self.rel))
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
             return
-        if remove_temporaries(folder, names, prefix=f".{LEASE_NAME}."):
+        gone = []
+        for name in names:
+            if is_temporary(name) and name.startswith(f".{LEASE_NAME}."):
+                try:
+                    os.unlink(os.path.join(folder, name))
+                    gone.append(name)
+                except FileNotFoundError:
+                    continue
+        if gone:
             fsync_dir(folder)
 
     def _unlock(self) -> None:

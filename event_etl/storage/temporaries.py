@@ -17,26 +17,12 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["sweep_temporaries", "is_temporary", "remove_temporaries"]
+__all__ = ["sweep_temporaries", "is_temporary"]
 
 
 def is_temporary(name: str) -> bool:
     """Whether ``name`` is the temporary name of a write (``.<name>.<id>.tmp``)."""
     return name.startswith(".") and name.endswith(".tmp")
-
-
-def remove_temporaries(folder: str, names: list[str], *, prefix: str = ".") -> list[str]:
-    """Remove the temporaries among ``names`` (files of ``folder``) whose names begin with ``prefix``; returns the
-    names removed (one already gone is skipped).  The caller syncs ``folder`` when any were."""
-    removed = []
-    for name in names:
-        if is_temporary(name) and name.startswith(prefix):
-            try:
-                os.unlink(os.path.join(folder, name))
-            except FileNotFoundError:
-                continue
-            removed.append(name)
-    return removed
 
 
 def sweep_temporaries(root: str | os.PathLike[str], *, keep_top: bool = False) -> list[str]:
@@ -52,7 +38,14 @@ def sweep_temporaries(root: str | os.PathLike[str], *, keep_top: bool = False) -
     for folder, subfolders, files in os.walk(top, topdown=False):
         here = []
         if not (keep_top and folder == top):
-            here = [os.path.relpath(os.path.join(folder, name), top) for name in remove_temporaries(folder, files)]
+            for name in files:
+                if is_temporary(name):
+                    path = os.path.join(folder, name)
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        continue
+                    here.append(os.path.relpath(path, top))
         removed.extend(here)
         held_only_temporaries = here or any(os.path.join(folder, d) in emptied for d in subfolders)
         if folder != top and held_only_temporaries and not os.listdir(folder):
