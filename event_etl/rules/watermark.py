@@ -169,7 +169,9 @@ class SourceActivity:
     - ``retrying``: it cannot reach its input right now and keeps trying (an outage);
     - ``delivered_at``: when it last offered new input;
     - ``settling``: input that a killed run held may still come back (Pub/Sub leases running
-      out): until it stops settling, the watermark holds and no hour is marked.
+      out): until it stops settling, the watermark holds and no hour is marked;
+    - ``down``: why it cannot deliver what its input holds, for people (a full disk, a puller
+      that died); ``retrying`` is then true as well.
     """
 
     updated_at: int
@@ -177,6 +179,7 @@ class SourceActivity:
     retrying: bool = False
     delivered_at: int | None = None
     settling: bool = False
+    down: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,7 +188,7 @@ class SourceActivity:
     def from_json(cls, data: dict[str, Any]) -> SourceActivity:
         return cls(int(data["updated_at"]), int(data.get("backlog") or 0), bool(data.get("retrying")),
                    None if data.get("delivered_at") is None else int(data["delivered_at"]),
-                   bool(data.get("settling")))
+                   bool(data.get("settling")), data.get("down"))
 
 
 def quiet_since(last_input: int, activity: SourceActivity | None, *, now: int, stale_after: int) -> int:

@@ -388,9 +388,19 @@ def _cut(ranges: list[tuple[str, int]], pieces: int) -> list[list[tuple[str, int
 
 
 def read_error(spool_dir: str | os.PathLike[str]) -> SourceError | None:
-    """The error the source left for the driver, if any."""
+    """The error the source left for the driver, if any: the fetcher's in this process first (known in memory even
+    when a full disk kept the file from being written), then the file a fetcher elsewhere left."""
+    from event_etl.sources.live import live_error
+
+    live = live_error(spool_dir)
+    if live is not None:
+        return live
     p = Path(spool_dir) / ERROR_FILE
-    if not p.exists():
+    try:
+        d = json.loads(p.read_text())
+    except FileNotFoundError:
         return None
-    d = json.loads(p.read_text())
+    except ValueError:  # half-written (a full disk): an error all the same
+        return SourceError(f"the Pub/Sub source left an error in {p} that could not be read whole",
+                           fix="see the job's log for the cause; the job can be restarted on the same checkpoint")
     return SourceError(d["message"], fix=d.get("fix"))

@@ -68,7 +68,17 @@ from event_etl import faults
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
 from event_etl.settings import current_settings
-from event_etl.sources.spool import OpenSegment, SegmentName, finish_open_segments, segment_count, write_segment
+from event_etl.sources import live
+from event_etl.sources.spool import (
+    AppendFailed,
+    OpenSegment,
+    SegmentFenced,
+    SegmentName,
+    finish_open_segments,
+    oldest_of,
+    segment_count,
+    write_segment,
+)
 from event_etl.util.retry import exponential_backoff
 
 __all__ = ["Fetcher", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
@@ -148,9 +158,15 @@ class RunRecord:
     def __init__(self, spool_dir: str | os.PathLike[str]) -> None:
         self.path = Path(spool_dir) / RUN_FILE
 
-    def previous_lease(self) -> float:
-        """Seconds the last run may have left messages leased for, from now (0: it stopped cleanly, or none ran)."""
+    def previous_lease(self, now_ms: int | None = None) -> float:
+        """Seconds the last run may have left messages leased for, from now (0: it stopped cleanly, or none ran).
+
+        A run that stopped knowing until when what it left may stay leased (``leased_until``: a pull that failed
+        after the service may have served it, messages it could not hand back) is waited for until then, at most
+        its lease; one killed before it could say is waited for its whole lease."""
         import json
+
+        from event_etl.timeutil import now_millis
 
         try:
             doc = json.loads(self.path.read_text())
@@ -160,7 +176,13 @@ class RunRecord:
             return float(FetchSettings.ack_deadline) if used else 0.0
         except ValueError:
             return float(MAX_LEASE_SECONDS)
-        return 0.0 if doc.get("clean") else float(doc.get("lease_seconds", MAX_LEASE_SECONDS))
+        if doc.get("clean"):
+            return 0.0
+        lease = float(doc.get("lease_seconds", MAX_LEASE_SECONDS))
+        if doc.get("leased_until") is not None and doc.get("stopped_at") is not None:
+            now = now_millis() if now_ms is None else now_ms
+            return max(0.0, min(lease, (int(doc["leased_until"]) - now) / 1000))
+        return lease
 
     def begin(self, run: str, ack: str, lease_seconds: int, *, clock: Callable[[], int]) -> None:
         """This run starts: until it ends cleanly, whatever it leases may be left leased for ``lease_seconds``."""
@@ -169,8 +191,9 @@ class RunRecord:
         write_json_atomic(self.path, {"run": run, "ack": ack, "lease_seconds": lease_seconds,
                                       "started_at": clock(), "clean": False})
 
-    def end(self, run: str, *, clean: bool, clock: Callable[[], int]) -> None:
-        """This run stops; ``clean``: no message it pulled is still leased."""
+    def end(self, run: str, *, clean: bool, clock: Callable[[], int], leased_until: int | None = None) -> None:
+        """This run stops; ``clean``: no message it pulled is still leased.  ``leased_until`` (ms, wall clock): an
+        unclean run that stopped knows until when what it left may stay leased."""
         import json
 
         from event_etl.storage.atomic import write_json_atomic
@@ -180,10 +203,19 @@ class RunRecord:
         except (FileNotFoundError, ValueError):
             return
         if doc.get("run") == run:
-            write_json_atomic(self.path, {**doc, "clean": clean, "stopped_at": clock()})
+            extra = {} if clean or leased_until is None else {"leased_until": int(leased_until)}
+            write_json_atomic(self.path, {**{k: v for k, v in doc.items() if k != "leased_until"}, "clean": clean,
+                                          "stopped_at": clock(), **extra})
 
 
-VOLATILE_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+_VOLATILE = {
+    "tmpfs": "on tmpfs, which a restart of this machine empties",
+    "ramfs": "on ramfs, which a restart of this machine empties",
+    "overlay": ("on an overlay file system (a container's writable layer, a pod's ephemeral disk), which is lost "
+                "with the container when it is replaced or rescheduled"),
+}
+VOLATILE_FILESYSTEMS = frozenset(_VOLATILE)
+"""File systems whose files do not outlive the machine or the container: the spool must not be on one."""
 
 
 def filesystem_type(path: str | os.PathLike[str], mounts: str = "/proc/self/mounts") -> str | None:
@@ -207,13 +239,14 @@ def filesystem_type(path: str | os.PathLike[str], mounts: str = "/proc/self/moun
 
 def spool_warning(name: str, spool_dir: str | os.PathLike[str], settings: FetchSettings,
                   mounts: str = "/proc/self/mounts") -> str | None:
-    """The one-line warning for ``spooled`` acknowledgements over a checkpoint that a restart of the machine loses
-    (a tmpfs), or None."""
+    """The one-line warning for ``spooled`` acknowledgements over a checkpoint that does not outlive the machine
+    (tmpfs, ramfs) or the container (an overlay: a container's writable layer), or None.  Each fetch partition
+    checks its own host's mount too (:mod:`event_etl.sources.pubsub_partitions`)."""
     kind = filesystem_type(spool_dir, mounts)
-    if not settings.spooled or kind not in VOLATILE_FILESYSTEMS:
+    if not settings.spooled or kind not in _VOLATILE:
         return None
-    return (f"[{name}] warning: the checkpoint is on {kind}, and with EVENT_ETL_PUBSUB_ACK=spooled an acknowledged "
-            "message is only in its spool until its batch commits: a restart of this machine loses it; fix: put "
+    return (f"[{name}] warning: the checkpoint is {_VOLATILE[kind]}, and with EVENT_ETL_PUBSUB_ACK=spooled an "
+            "acknowledged message is only in its spool until its batch commits: losing the spool loses it; fix: put "
             "--checkpoint on durable storage (a persistent volume), or set EVENT_ETL_PUBSUB_ACK=committed")
 
 
@@ -252,6 +285,8 @@ class FetchSettings:
     ack: str = "spooled"
     """When messages are acknowledged: ``spooled`` (once durable in the spool) or ``committed`` (once their batch is
     saved); see the module docstring."""
+    lease_seconds: int = 0
+    """The subscription's ack deadline (the lease a pull grants), learnt when the run begins; 0: not yet known."""
 
     @property
     def spooled(self) -> bool:
@@ -338,6 +373,8 @@ class _Stream:
     open: OpenSegment | None = None  # spooled: the segment its pulls are appended to
     open_acked: bool = True  # spooled: every pull appended to it was acknowledged
     inflight: int = 0  # spooled: pulls appended and not yet acknowledged (the segment is not closed meanwhile)
+    pending: list[str] = field(default_factory=list)  # ack ids pulled, neither acknowledged nor handed back yet
+    pending_sent: int = 0  # when (ms, wall clock) the pull that brought them was sent
 
 
 def _transient_errors() -> tuple[type, ...]:
@@ -394,6 +431,14 @@ class Fetcher:
         # out by that time + their length: the settling runs while Spark starts); None: when this run begins
         self.leased_at: float | None = None
         self.left_leased = False  # spooled: an acknowledgement failed, so messages stay leased after this run
+        # ms on the wall clock: until then messages this run pulled may still be leased to it although it holds none
+        # of them (a pull that failed after the service may have served it, a pull it could not hand back)
+        self.leased_until = 0
+        self.lease_seconds = max(1, int(self.settings.lease_seconds or MAX_LEASE_SECONDS))
+        self.disk_full_since: float | None = None  # monotonic: the spool's disk had no room for a pull since then
+        self.disk_error: str | None = None  # what the full disk answered
+        self.fenced = False  # another writer finished one of its open segments: it pulls no more
+        self.late_acks = 0  # messages acknowledged after their lease ran out (they may come again)
         if fresh:  # a fetch partition leaves this to the driver's coordinator
             (self.segdir / DRAINED).unlink(missing_ok=True)
             from event_etl.sources.pubsub import ERROR_FILE
@@ -417,6 +462,7 @@ class Fetcher:
             return self
         if self.fresh:
             self.begin_run()
+            live.register(self.dir, self)
         self._count_leftovers()
         for s in self.streams:
             t = threading.Thread(target=self._stream_loop, args=(s,), name=f"pubsub-pull-{s.index}", daemon=True)
@@ -442,6 +488,7 @@ class Fetcher:
                         "until then no hour is marked", self.subscription, self.settle_until - time.monotonic())
         own = subscription_deadline(self.client, self.subscription)
         self.requests["get_subscription"] += 1
+        self.lease_seconds = own
         if not self.spooled:
             own = max(own, self.settings.ack_deadline)  # the extensions this run grants
         self.record.begin(self.run, self.settings.ack, own, clock=self.clock)
@@ -463,21 +510,70 @@ class Fetcher:
         if stopped:
             self._close_open_segments()
         if self.fresh and self._threads:
-            self.record.end(self.run, clean=stopped and not self._leaves_leased(), clock=self.clock)
+            clean = stopped and not self._leaves_leased()
+            self.record.end(self.run, clean=clean, clock=self.clock,
+                            leased_until=None if not stopped else self._leased_until())
+            live.unregister(self.dir, self)
 
     def _close_open_segments(self) -> None:
-        """``spooled``: make every stream's open segment a segment (its pulls are durable and acknowledged)."""
+        """``spooled``: make every stream's open segment a segment (its pulls are durable and acknowledged).  One
+        that cannot be closed (a failing disk) stays open: the next start finishes it."""
         with self.lock:
             for s in self.streams:
                 if s.open is not None and not s.inflight:
-                    self._roll(s)
+                    try:
+                        self._roll(s)
+                    except OSError as err:
+                        log.error("could not close the spool segment of stream %d (%s); the next start finishes "
+                                  "it", s.index, err)
 
     def _leaves_leased(self) -> bool:
-        """Whether messages this run pulled are still leased to it (they come back when their lease runs out)."""
+        """Whether messages this run pulled may still be leased (they come back when their lease runs out): held
+        for a batch (``committed``), not acknowledged, pulled and neither spooled nor handed back, or brought by a
+        pull that failed after the service may have served it."""
         with self.lock:
-            if any(s.count for s in self.streams) or self.left_leased:
+            if any(s.count or s.pending for s in self.streams) or self.left_leased:
+                return True
+            if self.leased_until > self.clock():
                 return True
             return any(h.ack_ids for h in self.held.values())
+
+    def _leased_until(self) -> int:
+        """Until when (ms, wall clock) what this run leaves leased may stay so: its last pulls' leases."""
+        with self.lock:
+            until = self.leased_until
+            for s in self.streams:
+                if s.pending:
+                    until = max(until, s.pending_sent + self.lease_seconds * 1000)
+            if self.left_leased or any(h.ack_ids for h in self.held.values()) or any(s.count for s in self.streams):
+                until = max(until, self.clock() + max(self.lease_seconds, self.settings.ack_deadline) * 1000)
+            return until
+
+    def _maybe_served(self, sent_ms: int) -> None:
+        """A pull sent at ``sent_ms`` failed after the service may have served it (its answer lost: a deadline, a
+        dropped connection): its messages, if any, stay leased for a lease from then."""
+        with self.lock:
+            self.leased_until = max(self.leased_until, sent_ms + self.lease_seconds * 1000)
+
+    def _hand_back(self, s: _Stream) -> None:
+        """Give the stream's pulled, unspooled messages back to Pub/Sub at once (a deadline of 0, as the client
+        libraries do when they shut down): they are delivered again now, not after their lease.  If that fails
+        they stay leased until their lease runs out, and this run is not clean."""
+        with self.lock:
+            ids, sent, s.pending = s.pending, s.pending_sent, []
+        if not ids:
+            return
+        failed = 0
+        for i in range(0, len(ids), ACK_CHUNK):
+            try:
+                self.requests["modify_ack_deadline"] += 1
+                self.client.modify_ack_deadline(subscription=self.subscription, ack_ids=ids[i:i + ACK_CHUNK],
+                                                ack_deadline_seconds=0, timeout=30)
+            except Exception as err:  # noqa: BLE001 - then they come back when their lease runs out
+                log.warning("handing %d messages back failed: %s", len(ids[i:i + ACK_CHUNK]), err)
+                failed += 1
+        if failed:
+            self._maybe_served(sent)
 
     def _count_leftovers(self) -> None:
         msgs = size = 0
@@ -499,12 +595,22 @@ class Fetcher:
         return msgs, size
 
     def _fail(self, err: SourceError) -> None:
+        """Stop the job with ``err``: known in memory first (:mod:`event_etl.sources.live`), then left in the spool for
+        whoever runs in another process; a file that cannot be written (a full disk) changes nothing of that."""
         from event_etl.sources.pubsub import ERROR_FILE
         from event_etl.storage.atomic import write_json_atomic
 
-        write_json_atomic(self.dir / ERROR_FILE, {"message": err.message, "fix": err.fix})
-        self.error = err  # after the file: whoever sees the error finds it written
+        if self.error is None:
+            self.error = err
         self._stop.set()
+        with self.room:
+            self.room.notify_all()
+            self.wake.notify_all()
+        try:
+            write_json_atomic(self.dir / ERROR_FILE, {"message": self.error.message, "fix": self.error.fix})
+        except OSError as werr:
+            log.error("could not leave the error in %s (%s); the job stops with it all the same: %s",
+                      self.dir / ERROR_FILE, werr, self.error.message)
 
     def _outage(self, what: str, err: Exception) -> float:
         """An unreachable service: wait a little, or give up after ``outage_timeout``.  Returns the wait.
@@ -560,6 +666,8 @@ class Fetcher:
             self._pull_loop(s)
         except Exception as err:  # noqa: BLE001 - a stream that dies stops the job, with the cause
             self._died(f"pulling from {self.subscription}", err)
+        finally:
+            self._hand_back(s)  # pulled and not spooled (a stop, a death): delivered again at once
 
     def _died(self, doing: str, err: Exception) -> None:
         """A background thread failed unexpectedly: log it, and stop the job with the cause."""
@@ -589,6 +697,7 @@ class Fetcher:
             if not self._pulling():
                 break
             sent = time.monotonic()
+            sent_ms = self.clock()
             try:
                 self.requests["pull"] += 1
                 data, raw = pull_bytes(self.client.pull(subscription=self.subscription, max_messages=PULL_MAX,
@@ -597,13 +706,16 @@ class Fetcher:
                     time.sleep(self.settings.pull_timeout)  # as the real service answers a quiet subscription
                     raise ex.DeadlineExceeded("Deadline Exceeded")
             except ex.DeadlineExceeded:
-                # the real service lets a pull on a quiet subscription run out: empty, if the service is there
+                # the real service lets a pull on a quiet subscription run out: empty, if the service is there.  Its
+                # answer may also have been lost after it leased messages: they may stay leased for a lease
+                self._maybe_served(sent_ms)
                 if not self._reachable():
                     if self.error is None:
                         time.sleep(self._outage("pull", ex.DeadlineExceeded("no answer")))
                     continue
                 raw = None
             except _transient_errors() as err:
+                self._maybe_served(sent_ms)  # a connection dropped after the service answered leaves messages leased
                 time.sleep(self._outage("pull", err))
                 continue
             except ex.GoogleAPICallError as err:
@@ -628,6 +740,10 @@ class Fetcher:
                 continue
             pause = 0.05
             ids = [rm.ack_id for rm in raw.received_messages]
+            with self.lock:
+                s.pending, s.pending_sent = ids, sent_ms
+            if self._stop.is_set():  # stopping (a stop whose wait for this pull ran out): hand them back
+                break
             faults.point("pulled", str(n))  # pulled, not yet in a segment
             with self.lock:
                 s.empty_since = None
@@ -643,9 +759,14 @@ class Fetcher:
                     s.ack_ids.extend(ids)
                     s.count += n
                     s.bytes += len(data)
+                    s.pending = []  # held for the batch from here on (and extended)
             if self.spooled:
-                self._spool_pull(s, data, ids, n)  # durable and acknowledged before the next pull
-            elif s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
+                if not self._spool_pull(s, data, raw, ids, n, sent):  # durable and acknowledged before the next pull
+                    if self.fenced:
+                        break
+                    self._stop.wait(self._disk_full_wait())
+                continue
+            if s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
                 self._flush(s)
         self._flush(s)
 
@@ -674,33 +795,128 @@ class Fetcher:
                 self._died(f"writing a spool segment of {self.subscription}", err)
                 return
 
-    def _spool_pull(self, s: _Stream, data: bytes, ids: list[str], n: int) -> None:
+    def _spool_pull(self, s: _Stream, data: bytes, raw: Any, ids: list[str], n: int, sent: float) -> bool:
         """``spooled``: append the pull to the stream's open segment durably, acknowledge it, and close the segment
-        (the planner may offer it from then on) once it is full or old."""
-        with self.lock:
-            if s.open is None:
-                s.open = OpenSegment(self.segdir, self.run, s.index, s.seq)
-                s.open_acked, s.opened, s.seq = True, time.monotonic(), s.seq + 1
-            seg = s.open
-            seg.append(data, n)
-            s.inflight += 1
+        (the planner may offer it from then on) once it is full or old.
+
+        False if it could not be made durable: the disk is full (the pull is handed back, and the stream waits for
+        room: :meth:`_disk_full_wait`), or another writer finished the segment (:attr:`fenced`: it pulls no more).
+        Any other failure raises (the job stops with it).  The append runs outside the fetcher's lock: one stream's
+        sync never waits for another's."""
+        try:
+            with self.lock:
+                seg = s.open
+                if seg is not None:
+                    s.inflight += 1  # from here until it is acknowledged, the segment is not closed under it
+            if seg is None:
+                seg = OpenSegment(self.segdir, self.run, s.index, s.seq)
+                with self.lock:
+                    s.open, s.open_acked, s.opened, s.seq = seg, True, time.monotonic(), s.seq + 1
+                    s.inflight += 1
+            try:
+                seg.append(data, n, oldest_of(raw))
+            finally:
+                with self.lock:
+                    s.inflight -= 1
+        except AppendFailed as err:
+            self._hand_back(s)
+            if not err.full:
+                raise
+            self._disk_full(err)
+            return False
+        except SegmentFenced as err:
+            self._hand_back(s)
+            self._was_fenced(s, str(err))
+            return False
+        if self.disk_full_since is not None:
+            log.warning("the spool's disk has room again: pulling %s goes on", self.subscription)
+            self.disk_full_since, self.disk_error = None, None
         faults.point("spooled", seg.path.name)  # durable, not yet acknowledged nor offered to Spark
-        ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
+        with self.lock:
+            s.inflight += 1
+        try:
+            ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
+        finally:
+            with self.lock:
+                s.inflight -= 1
+                s.pending = []
+        in_time = time.monotonic() - sent < self.lease_seconds
         faults.point("spool_acked", seg.path.name)  # acknowledged: the spool is the only copy until its batch commits
         with self.lock:
-            s.inflight -= 1
-            if ok:
+            if ok and in_time:
                 self.acked += n
-            else:  # they come again once their lease runs out: the batch's dedupe keys wait for them
+            elif not ok:  # they come again once their lease runs out: the batch's dedupe keys wait for them
                 self.left_leased = True
                 s.open_acked = False
-            if seg.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
+            else:
+                # Acknowledged after the lease ran out: on a subscription without exactly-once delivery the service
+                # answers OK all the same, and may have delivered them again meanwhile.  Counted as not received: the
+                # batch keeps their keys until the redelivery has come (event_etl.task.dedupe).
+                self.late_acks += n
+                s.open_acked = False
+                log.warning("%d messages of %s were acknowledged %.1f s after their pull, past the subscription's "
+                            "%d-s lease: they may be delivered again (and dropped as duplicates)", n,
+                            self.subscription, time.monotonic() - sent, self.lease_seconds)
+            if s.open is seg and (seg.count >= self.settings.segment_messages
+                                  or time.monotonic() - s.opened >= self.settings.segment_age):
                 self._roll(s)
+        return True
+
+    def _disk_full(self, err: AppendFailed) -> None:
+        """The spool's disk had no room for a pull (handed back already): wait for room, as in an outage (the
+        watermark does not follow the clock, no hour is marked by the idle rule), and stop the job with the cause
+        once it lasts ``outage_timeout``."""
+        now = time.monotonic()
+        with self.lock:
+            first = self.disk_full_since is None
+            if first:
+                self.disk_full_since = now
+            self.disk_error = err.cause.strerror or str(err.cause)
+        if first:
+            log.warning("the spool's disk is full (%s at %s): pulling %s waits for room; no hour is marked meanwhile",
+                        err.cause.strerror, self.segdir, self.subscription)
+        if now - (self.disk_full_since or now) > self.settings.outage_timeout:
+            self._fail(SourceError(
+                f"the disk of the checkpoint's spool {self.segdir} has had no room for "
+                f"{self.settings.outage_timeout:.0f}s ({err.cause.strerror}): {self.subscription} cannot be pulled",
+                fix=f"free space on the disk that holds --checkpoint ({self.dir}), or give it a larger volume; "
+                    "the job can be restarted on the same checkpoint and loses nothing (what it acknowledged is in "
+                    "the spool, what it did not is still in Pub/Sub)"))
+
+    def _disk_full_wait(self) -> float:
+        """How long a stream waits before it tries a pull again on a full disk: 0.5 s, doubling, at most 10 s."""
+        since = self.disk_full_since
+        return 0.5 if since is None else exponential_backoff(int(time.monotonic() - since) + 1, first=0.5, cap=10.0)
+
+    def _was_fenced(self, s: _Stream, why: str) -> None:
+        """Another writer finished the stream's open segment (a retried or speculative attempt of a fetch
+        partition, a job that restarted on this checkpoint): what this one acknowledged before is in the finished
+        segment, and it pulls no more (every stream stops: another writer has taken over)."""
+        with self.lock:
+            if s.open is not None:
+                try:
+                    os.close(s.open.fd)
+                except OSError:
+                    pass
+                s.open = None
+            first = not self.fenced
+            self.fenced = True
+        if first:
+            log.warning("stopping the pulls of %s: %s (another writer took over this spool)", self.subscription, why)
+        self._stop.set()
+        with self.room:
+            self.room.notify_all()
+            self.wake.notify_all()
 
     def _roll(self, s: _Stream) -> None:
         """Close the stream's open segment (with the lock held): a segment from now on, held until a batch saves it."""
         seg, s.open = s.open, None
-        name = seg.close()
+        try:
+            name = seg.close()
+        except SegmentFenced:
+            self.fenced = True  # finished by another writer, with everything acknowledged in it
+            self._stop.set()
+            return
         if name is not None:
             self.held[name.name] = _Held([], name.count, seg.bytes, written=True, acked=s.open_acked)
             self._spool_acked(name.name, s.open_acked)
@@ -827,19 +1043,38 @@ class Fetcher:
         return all_acked
 
     # -- what the controller asks ----------------------------------------------------------
+    def down(self) -> str | None:
+        """Why it cannot deliver what the subscription holds right now (None: it can): an error that stops the job,
+        a full disk, an outage, a pull stream that is not running.  Never taken for a quiet subscription."""
+        if self.error is not None:
+            return f"stopped: {self.error.message}"
+        if self.disk_full_since is not None:
+            return (f"the spool's disk is full ({self.disk_error}) for {time.monotonic() - self.disk_full_since:.0f}s: "
+                    "pulling waits for room")
+        if self.outage_since is not None:
+            return f"Pub/Sub unreachable for {time.monotonic() - self.outage_since:.0f}s: retrying"
+        if self._threads and self._pulling() and not self.fenced:
+            dead = [t.name for t in self._threads if t.name.startswith("pubsub-pull-") and not t.is_alive()]
+            if dead:
+                return f"{', '.join(dead)} not running"
+        return None
+
     def activity(self) -> SourceActivity:
-        """Backlog (pulled, not yet saved by a batch), outage, last delivery and whether a killed run's leases may
-        still come back (settling), for the idle rule and the markers."""
+        """Backlog (pulled, not yet saved by a batch), whether it can deliver (an outage, a full disk, a stream
+        down: :meth:`down`), last delivery and whether a killed run's leases may still come back (settling), for the
+        idle rule and the markers."""
         msgs, _ = self.held_totals()
-        return SourceActivity(self.clock(), msgs, self.outage_since is not None, self.delivered_at,
-                              settling=self.settling())
+        down = self.down()
+        return SourceActivity(self.clock(), msgs, down is not None, self.delivered_at, settling=self.settling(),
+                              down=down)
 
     def stats(self) -> dict[str, Any]:
         msgs, size = self.held_totals()
         requests = dict(self.requests)
         total = sum(requests.values())
         return {"pulled": self.pulled, "acked": self.acked, "held_messages": msgs, "held_bytes": size,
-                "requests": requests, "requests_per_1000": (1000 * total / self.pulled) if self.pulled else None}
+                "requests": requests, "requests_per_1000": (1000 * total / self.pulled) if self.pulled else None,
+                "late_acks": self.late_acks, "down": self.down()}
 
     def summary_line(self, name: str) -> str:
         """What this run asked of Pub/Sub (:func:`stats_line`)."""

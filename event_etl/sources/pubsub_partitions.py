@@ -103,6 +103,13 @@ class PartitionFetcher(Fetcher):
         finish_open_segments(self.segdir, keep=lambda r, stream, seq: r == run and stream in mine
                              and seq < attempt * ATTEMPT_SEQ)
         self.pulls_done = threading.Event()
+        from event_etl.sources.pubsub_fetch import spool_warning
+
+        # the spool's mount as this executor's host sees it: the driver's check says nothing of it
+        self.warning = spool_warning(f"fetch partition {partition} on {socket.gethostname()}", self.segdir,
+                                     self.settings)
+        if self.warning:
+            log.warning("%s", self.warning)
         if settle_seconds > 0:  # the driver found an unclean stop: ``once`` waits for its leases as the driver does
             self.settle_seconds = settle_seconds
             self.settle_until = time.monotonic() + settle_seconds
@@ -141,7 +148,8 @@ class PartitionFetcher(Fetcher):
     def status(self) -> dict[str, Any]:
         msgs, size = self.held_totals()
         return {"partition": self.partition, "run": self.run, "attempt": self.attempt, "host": socket.gethostname(),
-                "pid": os.getpid(), "left_leased": self._leaves_leased(),
+                "pid": os.getpid(), "left_leased": self._leaves_leased(), "leased_until": self._leased_until(),
+                "fenced": self.fenced, "down": self.down(), "late_acks": self.late_acks, "warning": self.warning,
                 "pulled": self.pulled, "acked": self.acked, "held_messages": msgs, "held_bytes": size,
                 "requests": dict(self.requests), "delivered_at": self.delivered_at,
                 "outage": self.outage_since is not None, "error": self.error.message if self.error else None,
@@ -155,10 +163,17 @@ class PartitionFetcher(Fetcher):
 
 def fetch_partition(subscription: str, spool_dir: str, partition: int, partitions: int, settings: dict[str, Any],
                     run: str, once: bool, attempt: int = 0, *, client_factory: Callable[[], Any] | None = None,
-                    report_every: float = 0.5, settle_seconds: float = 0.0) -> dict[str, Any]:
+                    report_every: float = 0.5, settle_seconds: float = 0.0,
+                    still_ours: Callable[[], None] | None = None) -> dict[str, Any]:
     """The body of fetch partition ``partition`` (an executor task): pull until ``STOP``, an error, or (``once``)
     the subscription stayed empty (after ``settle_seconds``: see :class:`PartitionFetcher`) and everything pulled
-    was acknowledged.  Returns its last status."""
+    was acknowledged.  Returns its last status.
+
+    ``still_ours()`` raises once the job this task pulls for no longer holds its lease (a task of a driver that
+    died, still running when the restarted driver starts): the task stops pulling at its next look, within
+    ``report_every``, and ends with that error.  A task whose open segment another attempt finished (a retry, a
+    speculative copy) stops pulling and ends quietly: that attempt has taken over.  An error raises, so that the
+    driver learns it from the task's failure even when no file could be written (a full disk)."""
     d = Path(spool_dir)
     if not (d / "segments").is_dir():
         raise SourceError(f"fetch partition {partition} on {socket.gethostname()} cannot reach the spool {d}",
@@ -171,8 +186,16 @@ def fetch_partition(subscription: str, spool_dir: str, partition: int, partition
     f.start()
     stop = d / "segments" / STOP
     try:
-        while not stop.exists() and f.error is None:
-            f.write_status()
+        while not stop.exists() and f.error is None and not f.fenced:
+            if still_ours is not None:
+                try:
+                    still_ours()
+                except Exception as err:  # noqa: BLE001 - LeaseHeldError, or the lease cannot be read: stop pulling
+                    f._fail(SourceError(f"fetch partition {partition} stops: {err}",
+                                        fix=getattr(err, "fix", None) or "the job that owns this spool runs "
+                                        "elsewhere; this task's job stops"))
+                    break
+            _write_status(f)
             if once and f.pulls_done.is_set():
                 f._forget_acked()
                 if f.spooled or not f.held:  # spooled: every message was acknowledged when its segment was written
@@ -180,8 +203,18 @@ def fetch_partition(subscription: str, spool_dir: str, partition: int, partition
             time.sleep(report_every)
     finally:
         f.stop()
-        f.write_status()
+        _write_status(f)
+    if f.error is not None:
+        raise f.error
     return f.status()
+
+
+def _write_status(f: PartitionFetcher) -> None:
+    """Report to the driver; a report that cannot be written (a full disk) is skipped: the next one replaces it."""
+    try:
+        f.write_status()
+    except OSError as err:
+        log.warning("fetch partition %d could not report its status: %s", f.partition, err)
 
 
 def acknowledge_segments(client, subscription: str, segdir: Path, names, requests: Counter) -> tuple[int, bool]:
@@ -209,8 +242,9 @@ def acknowledge_segments(client, subscription: str, segdir: Path, names, request
 
 
 def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str, Any], run: str, once: bool,
-          settle_until_ms: int = 0):
-    """What Spark runs for each fetch partition (a partition of ``range(N)``)."""
+          settle_until_ms: int = 0, fence: dict[str, Any] | None = None, sink: str | None = None):
+    """What Spark runs for each fetch partition (a partition of ``range(N)``).  ``fence`` and ``sink``: the job's
+    lease, which the task checks as it pulls (:func:`fetch_partition`'s ``still_ours``)."""
 
     def run_partition(index, _rows):
         from pyspark import TaskContext
@@ -220,8 +254,15 @@ def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str
         ctx = TaskContext.get()
         attempt = ctx.attemptNumber() if ctx is not None else 0
         settle = max(0.0, (settle_until_ms - now_millis()) / 1000)
+        still_ours = None
+        if fence and sink:
+            from event_etl.storage import open_storage
+            from event_etl.storage.lease import Fence
+
+            lease = Fence.of(fence, open_storage(sink))
+            still_ours = lease.check if lease is not None else None
         yield json.dumps(fetch_partition(subscription, spool_dir, index, partitions, settings, run, once, attempt,
-                                         settle_seconds=settle))
+                                         settle_seconds=settle, still_ours=still_ours))
 
     return run_partition
 
@@ -260,6 +301,16 @@ class ExecutorFetcher:
         self.settle_until_ms = 0  # the same on the wall clock, for the tasks on other hosts
         self.leased_at: float | None = None  # monotonic: when the job took its checkpoint (see Fetcher.leased_at)
         self.cancelled = False
+        self.fence: dict[str, Any] | None = None  # the job's lease, checked by the tasks (set by the job)
+        self.sink: str | None = None  # where that lease lies
+        self._warned: set[str] = set()
+        if str(spark.conf.get("spark.speculation", "false")).strip().lower() == "true":
+            raise UsageError(
+                f"EVENT_ETL_PUBSUB_FETCH_PARTITIONS={self.partitions} cannot run with spark.speculation=true: a "
+                "speculative copy of a fetch partition would pull and acknowledge beside the first, and the one Spark "
+                "kills may leave acknowledged messages in a segment no running task finishes",
+                fix="set spark.speculation=false for this application (it is off by default), or set "
+                    "EVENT_ETL_PUBSUB_FETCH_PARTITIONS=0 to pull in the driver")
         cores = int(spark.sparkContext.defaultParallelism)
         with _TAKEN_LOCK:  # a fleet's Pub/Sub types share the application's cores: count them all
             others = _TAKEN.get(id(spark.sparkContext), 0)
@@ -304,6 +355,7 @@ class ExecutorFetcher:
                         "until then no hour is marked", self.subscription, left)
         own = subscription_deadline(self.client, self.subscription)
         self.requests["get_subscription"] += 1
+        self.settings.lease_seconds = own  # the tasks judge their acknowledgements by it
         self.record.begin(self.run, self.settings.ack,
                           own if self.settings.spooled else max(own, self.settings.ack_deadline), clock=self.clock)
         self._thread = threading.Thread(target=self._run_job, name="pubsub-fetch-job", daemon=True)
@@ -320,7 +372,7 @@ class ExecutorFetcher:
             sc.setJobGroup(self.group, f"event_etl: pulling {self.subscription} ({self.partitions} fetch partitions)",
                            interruptOnCancel=True)
             body = _task(self.subscription, str(self.dir), self.partitions, settings, self.run, self.once,
-                         self.settle_until_ms)
+                         self.settle_until_ms, self.fence, self.sink)
             sc.parallelize(range(self.partitions), self.partitions).mapPartitionsWithIndex(body).collect()
             while self.once and self.settling():  # a killed run's leases: the tasks waited too, this is their rest
                 time.sleep(0.1)
@@ -359,7 +411,10 @@ class ExecutorFetcher:
             except Exception as err:  # noqa: BLE001 - the session may be going already
                 log.warning("cancelling the fetch job failed: %s", err)
             self._thread.join(5.0)
-        self.record.end(self.run, clean=not self.cancelled and not self._leaves_leased(), clock=self.clock)
+        statuses = self._statuses()
+        until = max((int(d.get("leased_until") or 0) for d in statuses), default=0)
+        self.record.end(self.run, clean=not self.cancelled and not self._leaves_leased(), clock=self.clock,
+                        leased_until=None if self.cancelled or len(statuses) < self.partitions else until)
 
     def _leaves_leased(self) -> bool:
         """Whether messages this run's tasks pulled may still be leased (they come back when their lease runs out)."""
@@ -419,8 +474,18 @@ class ExecutorFetcher:
         st = self._statuses()
         msgs, _ = self.held_totals()
         delivered = [d["delivered_at"] for d in st if d.get("delivered_at") is not None]
-        return SourceActivity(self.clock(), msgs, any(d.get("outage") for d in st),
-                              max(delivered) if delivered else None, settling=self.settling())
+        for d in st:  # each executor's own mount: said once per host and partition
+            w = d.get("warning")
+            if w and w not in self._warned:
+                self._warned.add(w)
+                log.warning("%s", w)
+        down = "; ".join(f"fetch partition {d.get('partition')}: {d['down']}" for d in st if d.get("down"))
+        if self.error is not None:
+            down = f"stopped: {self.error.message}"
+        elif self._thread is not None and self._done.is_set() and not self.once:
+            down = down or "the fetch job ended"
+        return SourceActivity(self.clock(), msgs, bool(down) or any(d.get("outage") for d in st),
+                              max(delivered) if delivered else None, settling=self.settling(), down=down or None)
 
     def stats(self) -> dict[str, Any]:
         st = self._statuses()
