@@ -53,6 +53,7 @@ leaves a ``DRAINED`` mark for the planner.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import secrets
@@ -491,7 +492,15 @@ class Fetcher:
         self.lease_seconds = own
         if not self.spooled:
             own = max(own, self.settings.ack_deadline)  # the extensions this run grants
-        self.record.begin(self.run, self.settings.ack, own, clock=self.clock)
+        try:
+            self.record.begin(self.run, self.settings.ack, own, clock=self.clock)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise SourceError(
+                f"the disk of the checkpoint's spool {self.dir} has no room to begin a run ({err.strerror})",
+                fix=f"free space on the disk that holds --checkpoint ({self.dir}), or give it a larger volume, then "
+                    "start the job again: it loses nothing") from err
 
     def settling(self) -> bool:
         """Whether messages a killed run left leased may still come back (see the module docstring)."""
@@ -511,8 +520,12 @@ class Fetcher:
             self._close_open_segments()
         if self.fresh and self._threads:
             clean = stopped and not self._leaves_leased()
-            self.record.end(self.run, clean=clean, clock=self.clock,
-                            leased_until=None if not stopped else self._leased_until())
+            try:
+                self.record.end(self.run, clean=clean, clock=self.clock,
+                                leased_until=None if not stopped else self._leased_until())
+            except OSError as err:  # a full disk: the record still says "not clean", and the next run waits it out
+                log.warning("could not record how %s stopped (%s): the next run waits out its whole lease",
+                            self.subscription, err)
             live.unregister(self.dir, self)
 
     def _close_open_segments(self) -> None:
