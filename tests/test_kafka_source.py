@@ -42,6 +42,25 @@ def test_the_properties_file_is_merged_and_a_bad_line_is_named(tmp_path):
         s.kafka_config()
 
 
+def test_a_job_reading_uncommitted_records_says_so_at_start(tmp_path):
+    """The isolation level is librdkafka's default, read_committed; a properties file that changes it is named in
+    a warning when the job starts (records of aborted transactions would be written)."""
+    from event_etl.settings import settings_in_force
+    from event_etl.sources import parse_source
+    from event_etl.sources.registry import SOURCES
+
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=PLAINTEXT\n")
+    env = {"EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": "b:9092", "EVENT_ETL_KAFKA_PROPERTIES": str(props)}
+    with settings_in_force(Settings.from_env(env)):
+        spec = parse_source("kafka:clicks", now=0)
+        assert SOURCES["kafka"].warning("click", spec, str(tmp_path)) is None
+    props.write_text("isolation.level = read_uncommitted\n")
+    with settings_in_force(Settings.from_env(env)):
+        warning = SOURCES["kafka"].warning("click", spec, str(tmp_path))
+    assert warning and "read_uncommitted" in warning and "aborted" in warning and "fix:" in warning
+
+
 def test_on_data_loss_is_fail_or_skip():
     assert Settings.from_env({}).kafka_on_data_loss == "fail"
     assert Settings.from_env({"EVENT_ETL_KAFKA_ON_DATA_LOSS": "Skip"}).kafka_on_data_loss == "skip"

@@ -213,14 +213,14 @@ def start_fetcher(p: Prepared):
     """Pub/Sub: the background puller of a prepared (and leased) job, started at once (once Spark's JVM runs:
     see :func:`run_job`); ``None`` for other sources."""
     kind = source_kind(p.spec.kind)
+    warning = kind.warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
+    if warning:  # what the source says of itself at start (Pub/Sub: a volatile spool; Kafka: read_uncommitted)
+        say(warning, err=True)
     if not kind.fetches:
         return None
     fetcher = kind.fetcher(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once)
     if fetcher is not None:
         fetcher.leased_at = p.leased_at
-    warning = kind.warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
-    if warning:
-        say(warning, err=True)
     return fetcher.start() if fetcher is not None else None  # None: it pulls on executors, once Spark runs
 
 
@@ -298,6 +298,8 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         if fetcher is None:
             fetcher = source_kind(p.spec.kind).fetcher(p.spec, log_dir, once=options.once, spark=spark)
             fetcher.leased_at = p.leased_at
+        if p.lease is not None and hasattr(fetcher, "fence"):  # fetch partitions check the job's lease as they pull
+            fetcher.fence, fetcher.sink = p.lease.fence(), p.storage.url
         controller.source_activity = fetcher.activity
         controller.source_done = fetcher.ack
     lost_in_batch = source_kind(p.spec.kind).lost_in_batch  # Kafka: records retention deleted unread

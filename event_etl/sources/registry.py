@@ -113,6 +113,20 @@ def _pubsub_fetcher(spec: SourceSpec, log_dir: str, *, once: bool, spark=None):
     return Fetcher(spec.params["subscription"], log_dir, once=once, settings=settings)
 
 
+def _kafka_warning(name: str, spec: SourceSpec, log_dir: str) -> str | None:
+    """The line a job reading Kafka with ``isolation.level=read_uncommitted`` prints at start (the default,
+    ``read_committed``, says nothing): records of aborted transactions are then written too."""
+    from event_etl.settings import current_settings
+
+    level = str(current_settings().kafka_config().get("isolation.level", "read_committed")).strip().lower()
+    if level != "read_uncommitted":
+        return None
+    return (f"[{name}] warning: the job reads Kafka with isolation.level=read_uncommitted (from "
+            "EVENT_ETL_KAFKA_PROPERTIES): records of aborted transactions are written too, and records of open ones "
+            "before they commit; fix: remove isolation.level from the properties file to read committed records "
+            "only (read_committed, the default)")
+
+
 def _kafka_planner(spec: dict[str, Any], clock: Callable[[], int]):
     from event_etl.sources.kafka import KafkaPlanner
 
@@ -199,7 +213,8 @@ SOURCES: dict[str, SourceKind] = {
                          fetcher=_pubsub_fetcher, start_warning=_pubsub_warning, shared="checkpoint",
                          requires=("google.cloud.pubsub_v1",), install_hint="pip install 'event_etl[job]'"),
     "kafka": SourceKind("kafka", _kafka_planner, lambda spec: f"kafka:{spec.params['topic']}",
-                        check_before_start=_kafka_check, shared=None, requires=("confluent_kafka",),
+                        check_before_start=_kafka_check, start_warning=_kafka_warning, shared=None,
+                        requires=("confluent_kafka",),
                         install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')",
                         lost_in_batch=_kafka_lost, batch_listener=_kafka_group_committer),
 }
