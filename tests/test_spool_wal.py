@@ -23,6 +23,7 @@ from google.protobuf import timestamp_pb2
 from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
 
 from event_etl.errors import LeaseHeldError, SourceError, UsageError
+from event_etl.rules.watermark import SourceActivity
 from event_etl.sources import spool
 from event_etl.sources.pubsub import ERROR_FILE, read_error
 from event_etl.sources.pubsub_fetch import FetchSettings, RunRecord, spool_warning
@@ -544,3 +545,42 @@ def test_each_fetch_partition_checks_its_own_hosts_mount(tmp_path):
                               client_factory=RealServiceLike)
         w = pf.status()["warning"]
         assert w and "fetch partition 3" in w and socket.gethostname() in w and "tmpfs" in w
+
+
+# -- 3. what the job makes of a source that is down: no idle advance, a line, a metric ----------------------------
+def test_a_full_spool_disk_holds_the_watermark_and_says_so_in_the_progress_line(tmp_path):
+    """The real fetcher on a full disk, the real controller and progress printer: the idle rule never takes the
+    stopped pulling for a quiet subscription (no hour is marked), the progress output says `source DOWN` with the
+    reason once, then `source back` once room returns."""
+    import io
+
+    from event_etl.job.progress import ProgressPrinter
+    from tests.harness import FakeClock, LocalPipeline, click, make_event_type
+
+    et = make_event_type(tmp_path / "types")
+    clock = FakeClock(t("13:10"))
+    p = LocalPipeline(tmp_path / "job", et, clock)
+    p.batch([click("a", "13:10")])
+    out = io.StringIO()
+    p.controller.listeners.append(ProgressPrinter(et.name, clock, out=out))
+    svc = CappedService(cap=20)
+    with small_disk(tmp_path / "disk", 64 * 1024) as disk:
+        f = fetcher(disk, svc, streams=1, outage_timeout=600.0).start()
+        try:
+            ballast = fill(disk)
+            for i in range(40):
+                svc.publish(b"q" * 1000, t("13:10") + i)
+            wait_until(lambda: f.activity().down is not None, what="the full disk reported")
+            p.controller.source_activity = lambda: SourceActivity(**{**f.activity().__dict__, "updated_at": clock.now})
+            for minute in range(11, 60):  # far past idle_timeout
+                clock.now = t(f"13:{minute:02d}")
+                p.controller.tick()
+            assert p.controller.state.watermark == t("13:08"), "held: the source is down, not quiet"
+            lines = out.getvalue().splitlines()
+            assert [ln for ln in lines if "source DOWN" in ln] == [lines[0]] and "disk is full" in lines[0], lines
+            ballast.unlink()
+            wait_until(lambda: f.activity().down is None, timeout=20, what="pulling again")
+            p.controller.tick()
+            assert "source back" in out.getvalue().splitlines()[-1]
+        finally:
+            f.stop()

@@ -165,6 +165,7 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         self._unmerged_files: Counter = Counter()  # small files batches added to each open hour since its last merge
         self.merges = 0
         self.held = False  # the watermark was held while the source was settling; it catches up once it is not
+        self.source_down: str | None = None  # why the source says it cannot deliver what its input holds
         self.dedupe = None
         if self.pending_batch is None:
             self.adopted = self._adopt_markers()
@@ -449,6 +450,10 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
                 activity = self.source_activity()
                 if activity is not None and activity.updated_at < self.started_at:
                     activity = None  # a report of the run before this one says nothing about now
+                down = activity.down if activity is not None else None
+                if down != self.source_down:  # said when it changes, not at every tick
+                    self.source_down = down
+                    self._emit("source_down", down)
                 since = max(self.quiet_since,
                             quiet_since(self.last_input, activity, now=now, stale_after=self.activity_stale_ms))
             if since != self.quiet_since:  # not quiet after all: the idle timer starts again from here

@@ -106,6 +106,9 @@ class ProgressPrinter:
         elif kind == "swept":
             line = (f"[{self.et}] removed {len(payload)} temporary file{'s' if len(payload) != 1 else ''} a killed run "
                     f"left (e.g. {payload[0]})")
+        elif kind == "source_down":
+            line = (f"[{self.et}] source DOWN: {payload}; no hour is marked by the idle rule until it is back"
+                    if payload else f"[{self.et}] source back: it delivers again")
         elif kind == "clock_step":
             sign = "+" if payload > 0 else ""
             line = (f"[{self.et}] clock step: the wall clock jumped {sign}{format_duration(payload)}; quiet time is "

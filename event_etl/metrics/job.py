@@ -154,6 +154,7 @@ class JobMetrics:
         self.started_at = clock()
         self._history_since = self.started_at  # the start of the time the next batch line covers
         self.last_batch_at: int | None = None
+        self.source_down: str | None = None  # why the source cannot deliver, while it says so
         self.heartbeat_at = self.started_at
         self._state = None
         self._backlog: dict[str, int] | None = None
@@ -228,6 +229,7 @@ class JobMetrics:
             "event_etl.input.backlog.events": lambda o: self._observe_backlog_unit("events"),
             "event_etl.kafka.lag.records": self._observe_kafka_lag,
             "event_etl.policy.backlog.markers": self._observe_policy_backlog,
+            "event_etl.source.down": lambda o: [Observation(1 if self.source_down else 0, self.attrs)],
         }
         if self.old_names:
             gauges["event_etl.watermark"] = self._observe_watermark
@@ -308,6 +310,8 @@ class JobMetrics:
                 self._on_merged(payload)
             elif kind == "clock_step":
                 self.clock_steps.add(1, self.attrs)
+            elif kind == "source_down":
+                self.source_down = payload
             elif kind == "policy_done":
                 self.policy_runs.add(1, {**self.attrs, "policy": payload[0]})
             elif kind == "policy_failed":

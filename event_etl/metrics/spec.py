@@ -112,6 +112,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("event_etl_input_lost_records_total", "event_etl.input.lost.records", MetricKind.COUNTER, "{record}",
                _ET, "Input records the source deleted before the job read them, skipped (Kafka: retention passed the "
                "checkpoint's offset, EVENT_ETL_KAFKA_ON_DATA_LOSS=skip); 0 for other sources."),
+    MetricSpec("event_etl_source_down", "event_etl.source.down", MetricKind.GAUGE, "1", _ET,
+               "1 while the source says it cannot deliver what its input holds (Pub/Sub: the spool's disk full, a "
+               "pull stream stopped, the service unreachable), else 0; the watermark does not follow the clock "
+               "meanwhile."),
     MetricSpec("event_etl_policy_runs_total", "event_etl.policy.runs", MetricKind.COUNTER, "{run}",
                ("event_type", "policy"), "Complete hours a commit policy finished (a message published, a lineage "
                "event emitted); again after a restart for an hour whose record was not saved.  Absent without commit "

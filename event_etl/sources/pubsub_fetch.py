@@ -286,8 +286,6 @@ class FetchSettings:
     ack: str = "spooled"
     """When messages are acknowledged: ``spooled`` (once durable in the spool) or ``committed`` (once their batch is
     saved); see the module docstring."""
-    lease_seconds: int = 0
-    """The subscription's ack deadline (the lease a pull grants), learnt when the run begins; 0: not yet known."""
 
     @property
     def spooled(self) -> bool:
@@ -435,7 +433,9 @@ class Fetcher:
         # ms on the wall clock: until then messages this run pulled may still be leased to it although it holds none
         # of them (a pull that failed after the service may have served it, a pull it could not hand back)
         self.leased_until = 0
-        self.lease_seconds = max(1, int(self.settings.lease_seconds or MAX_LEASE_SECONDS))
+        # the subscription's ack deadline (the lease a pull grants), learnt when the run begins (a fetch partition is
+        # told it); until then the longest Pub/Sub grants
+        self.lease_seconds = MAX_LEASE_SECONDS
         self.disk_full_since: float | None = None  # monotonic: the spool's disk had no room for a pull since then
         self.disk_error: str | None = None  # what the full disk answered
         self.fenced = False  # another writer finished one of its open segments: it pulls no more

@@ -88,7 +88,7 @@ class PartitionFetcher(Fetcher):
     def __init__(self, subscription: str, spool_dir: str | os.PathLike[str], *, partition: int, partitions: int,
                  settings: FetchSettings, run: str, attempt: int = 0, once: bool = False,
                  client_factory: Callable[[], Any] | None = None, clock: Callable[[], int] | None = None,
-                 settle_seconds: float = 0.0) -> None:
+                 settle_seconds: float = 0.0, lease_seconds: int | None = None) -> None:
         share = max(1, partitions)
         mine = replace(settings, max_held_messages=max(1, settings.max_held_messages // share),
                        max_held_bytes=max(1, settings.max_held_bytes // share))
@@ -96,6 +96,8 @@ class PartitionFetcher(Fetcher):
                          clock=clock, run=run, stream_base=partition * max(1, settings.streams), fresh=False)
         self.partition = partition
         self.attempt = attempt
+        if lease_seconds:  # the subscription's, as the driver learnt it: acknowledgements after it count as late
+            self.lease_seconds = lease_seconds
         for s in self.streams:
             s.seq = attempt * ATTEMPT_SEQ
         # an earlier attempt of this task that died left its open segments: acknowledged messages, finished here
@@ -164,7 +166,7 @@ class PartitionFetcher(Fetcher):
 def fetch_partition(subscription: str, spool_dir: str, partition: int, partitions: int, settings: dict[str, Any],
                     run: str, once: bool, attempt: int = 0, *, client_factory: Callable[[], Any] | None = None,
                     report_every: float = 0.5, settle_seconds: float = 0.0,
-                    still_ours: Callable[[], None] | None = None) -> dict[str, Any]:
+                    still_ours: Callable[[], None] | None = None, lease_seconds: int | None = None) -> dict[str, Any]:
     """The body of fetch partition ``partition`` (an executor task): pull until ``STOP``, an error, or (``once``)
     the subscription stayed empty (after ``settle_seconds``: see :class:`PartitionFetcher`) and everything pulled
     was acknowledged.  Returns its last status.
@@ -182,7 +184,7 @@ def fetch_partition(subscription: str, spool_dir: str, partition: int, partition
     (d / STATUS_DIR).mkdir(exist_ok=True)
     f = PartitionFetcher(subscription, d, partition=partition, partitions=partitions,
                          settings=FetchSettings(**settings), run=run, attempt=attempt, once=once,
-                         client_factory=client_factory, settle_seconds=settle_seconds)
+                         client_factory=client_factory, settle_seconds=settle_seconds, lease_seconds=lease_seconds)
     f.start()
     stop = d / "segments" / STOP
     try:
@@ -242,7 +244,8 @@ def acknowledge_segments(client, subscription: str, segdir: Path, names, request
 
 
 def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str, Any], run: str, once: bool,
-          settle_until_ms: int = 0, fence: dict[str, Any] | None = None, sink: str | None = None):
+          settle_until_ms: int = 0, fence: dict[str, Any] | None = None, sink: str | None = None,
+          lease_seconds: int | None = None):
     """What Spark runs for each fetch partition (a partition of ``range(N)``).  ``fence`` and ``sink``: the job's
     lease, which the task checks as it pulls (:func:`fetch_partition`'s ``still_ours``)."""
 
@@ -262,7 +265,7 @@ def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str
             lease = Fence.of(fence, open_storage(sink))
             still_ours = lease.check if lease is not None else None
         yield json.dumps(fetch_partition(subscription, spool_dir, index, partitions, settings, run, once, attempt,
-                                         settle_seconds=settle, still_ours=still_ours))
+                                         settle_seconds=settle, still_ours=still_ours, lease_seconds=lease_seconds))
 
     return run_partition
 
@@ -302,6 +305,7 @@ class ExecutorFetcher:
         self.leased_at: float | None = None  # monotonic: when the job took its checkpoint (see Fetcher.leased_at)
         self.cancelled = False
         self.fence: dict[str, Any] | None = None  # the job's lease, checked by the tasks (set by the job)
+        self.lease_seconds: int | None = None  # the subscription's ack deadline, learnt at start
         self.sink: str | None = None  # where that lease lies
         self._warned: set[str] = set()
         if str(spark.conf.get("spark.speculation", "false")).strip().lower() == "true":
@@ -355,7 +359,7 @@ class ExecutorFetcher:
                         "until then no hour is marked", self.subscription, left)
         own = subscription_deadline(self.client, self.subscription)
         self.requests["get_subscription"] += 1
-        self.settings.lease_seconds = own  # the tasks judge their acknowledgements by it
+        self.lease_seconds = own  # the tasks judge their acknowledgements by it
         self.record.begin(self.run, self.settings.ack,
                           own if self.settings.spooled else max(own, self.settings.ack_deadline), clock=self.clock)
         self._thread = threading.Thread(target=self._run_job, name="pubsub-fetch-job", daemon=True)
@@ -372,7 +376,7 @@ class ExecutorFetcher:
             sc.setJobGroup(self.group, f"event_etl: pulling {self.subscription} ({self.partitions} fetch partitions)",
                            interruptOnCancel=True)
             body = _task(self.subscription, str(self.dir), self.partitions, settings, self.run, self.once,
-                         self.settle_until_ms, self.fence, self.sink)
+                         self.settle_until_ms, self.fence, self.sink, self.lease_seconds)
             sc.parallelize(range(self.partitions), self.partitions).mapPartitionsWithIndex(body).collect()
             while self.once and self.settling():  # a killed run's leases: the tasks waited too, this is their rest
                 time.sleep(0.1)
