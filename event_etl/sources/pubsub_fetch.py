@@ -828,9 +828,10 @@ class Fetcher:
                     s.inflight += 1
             try:
                 seg.append(data, n, oldest_of(raw))
-            finally:
+            except BaseException:
                 with self.lock:
                     s.inflight -= 1
+                raise
         except AppendFailed as err:
             self._hand_back(s)
             if not err.full:
@@ -845,17 +846,17 @@ class Fetcher:
             log.warning("the spool's disk has room again: pulling %s goes on", self.subscription)
             self.disk_full_since, self.disk_error = None, None
         faults.point("spooled", seg.path.name)  # durable, not yet acknowledged nor offered to Spark
-        with self.lock:
-            s.inflight += 1
         try:
             ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
-        finally:
+        except BaseException:
             with self.lock:
                 s.inflight -= 1
-                s.pending = []
+            raise
         in_time = time.monotonic() - sent < self.lease_seconds
         faults.point("spool_acked", seg.path.name)  # acknowledged: the spool is the only copy until its batch commits
         with self.lock:
+            s.inflight -= 1  # with the flags below set: the segment is closed knowing whether all was acknowledged
+            s.pending = []
             if ok and in_time:
                 self.acked += n
             elif not ok:  # they come again once their lease runs out: the batch's dedupe keys wait for them
