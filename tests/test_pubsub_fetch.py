@@ -526,7 +526,9 @@ def test_a_restart_after_an_unclean_stop_settles_for_the_killed_runs_leases(tmp_
     first.stop()
     # its last pull ran out (the real service's answer on a quiet subscription): that answer may have been lost after
     # the service leased messages, so the stop says until when they may stay leased, and no longer
-    assert 0.0 < RunRecord(tmp_path / "spool").previous_lease() <= 1.0, "the last pull's lease, what is left of it"
+    doc = json.loads((tmp_path / "spool" / "run.json").read_text())
+    assert doc["clean"] is False and doc["started_at"] < doc["leased_until"] <= doc["stopped_at"] + 1000, doc
+    assert RunRecord(tmp_path / "spool").previous_lease() <= 1.0, "the last pull's lease, what is left of it"
     time.sleep(1.05)
     assert RunRecord(tmp_path / "spool").previous_lease() == 0.0, "once that lease ran out, nothing to wait for"
     killed = fetcher(tmp_path, svc).start()  # and never stopped: its record says unclean

@@ -353,7 +353,8 @@ def test_a_stop_whose_hand_back_fails_is_not_clean(tmp_path, monkeypatch):
     f.stop()
     doc = json.loads((tmp_path / "spool" / "run.json").read_text())
     assert doc["clean"] is False
-    assert 25 < RunRecord(tmp_path / "spool").previous_lease() <= 30, "the next run waits out their lease"
+    assert doc["leased_until"] >= doc["started_at"] + 30_000, "their pull's lease, from when it was sent"
+    assert 15 < RunRecord(tmp_path / "spool").previous_lease() <= 30, "the next run waits out their lease"
 
 
 def test_a_pull_that_returns_after_a_stop_gave_up_waiting_is_handed_back_not_acknowledged(tmp_path):
