@@ -170,12 +170,32 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
         drain = stops.drain if stops.first is not None else options.drain
         running = [(m.job, m.query) for m in members if m.query is not None and m.query.isActive]
         try:
+            if drain:  # each spool read by its query before the drain marks hours (see rounds_before_drain)
+                _read_spools_before_drain([m for m in members if m.query is not None and m.query.isActive
+                                           and m.job.fetcher is not None], stops, options)
             stop_at_boundary(running, stops, drain=drain)
         except Escalated as esc:
             stop_at_once(running, stops, esc.signum)  # raises Interrupted
         return _finish(members, stops, clock, drain, started)
     finally:
         _release(members, lambda m: m.job.close(), endpoint, spark if own_spark else None, stops, install_signals)
+
+
+def _read_spools_before_drain(members: list[FleetMember], stops: StopSignals, options: RunOptions,
+                              timeout: float = 300.0) -> None:
+    """``--engine queries``: settle, stop pulling, and let each query commit what its spool holds (at most
+    ``timeout``) before the drain marks hours."""
+    from event_etl.job.shared import spool_read, stop_pulling_for_drain
+
+    if not members:
+        return
+    stop_pulling_for_drain([(m.name, m.job.fetcher) for m in members], stops, quiet=options.quiet)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(not spool_read(m.job.fetcher, m.prepared.ckpt.spark_dir)
+                                              and m.query.isActive for m in members):
+        if stops.escalation is not None:
+            raise Escalated(stops.escalation)
+        stops.sleep(POLL_S)
 
 
 def _release(members: list[FleetMember], close: Callable[[FleetMember], None], endpoint, own_spark, stops: StopSignals,
@@ -229,7 +249,7 @@ def _finish(members: list[FleetMember], stops: StopSignals, clock, drain: bool, 
 def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s,
                 stop_event, stops: StopSignals):
     """The fleet through one shared micro-batch loop (:mod:`event_etl.job.shared`)."""
-    from event_etl.job.shared import SharedEngine, interrupted_line, round_summary, run_rounds
+    from event_etl.job.shared import SharedEngine, interrupted_line, round_summary, rounds_before_drain, run_rounds
     from event_etl.job.stopping import Interrupted
     from event_etl.metrics import FleetEndpoint
 
@@ -278,11 +298,9 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
             if line and not options.quiet:
                 say(line)
             drain = stops.drain if stops.first is not None else options.drain
-            replay = [m.name for m in members if m.state == "running" and m.lane.pending is not None]
-            if drain and replay:  # a drain first finishes what a crash left unfinished
-                rnd = run_watched(lambda: engine.run(engine.plan(replay)), stops, name="event_etl-round")
-                for name, err in rnd.failed.items():
-                    _quarantine(engine.members[name], err, clock)
+            if drain:  # a drain first finishes what a crash left unfinished, and reads what each spool holds
+                rounds_before_drain(engine, members, stops, on_failure=lambda m, err: _quarantine(m, err, clock),
+                                    quiet=options.quiet)
         except Escalated as esc:
             engine.cancel()
             raise Interrupted(esc.signum, interrupted_line(members, esc.signum)) from None

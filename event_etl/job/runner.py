@@ -148,7 +148,7 @@ def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSign
     next run), the same summary.  A batch that fails ends the run with its error (a fleet would
     quarantine the type instead)."""
     from event_etl.errors import unwrap_task_error
-    from event_etl.job.shared import FleetMember, SharedEngine, run_rounds
+    from event_etl.job.shared import FleetMember, SharedEngine, rounds_before_drain, run_rounds
 
     p, controller = job.prepared, job.controller
     member = FleetMember(p.event_type, p, job=job, lane=lane, state="running")
@@ -172,10 +172,8 @@ def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSign
             stopped_by = run_rounds(engine, [member], options, stops, trigger_ms=p.trigger_ms, on_failure=failed,
                                     on_done=done, supervise=supervise, deadline=deadline)
             drain = stops.drain if stops.requested else options.drain
-            if drain and lane.pending is not None:  # a drain first finishes what a crash left unfinished
-                rnd = run_watched(lambda: engine.run(engine.plan([member.name])), stops, name="event_etl-round")
-                for err in rnd.failed.values():
-                    failed(member, err)
+            if drain:  # a drain first finishes what a crash left unfinished, and reads what its spool holds
+                rounds_before_drain(engine, [member], stops, on_failure=failed, quiet=options.quiet)
         except Escalated as esc:
             engine.cancel()
             cut = [(member.name, lane.pending[0])] if lane.pending is not None else []
@@ -203,6 +201,8 @@ def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, An
                 if stopped_by is None:
                     _raise_query_failure(query, controller, job.source_dir)
                 else:
+                    if stops.drain and job.fetcher is not None:  # the spool read before the drain marks hours
+                        _read_spool_before_drain(job, query, stops, options)
                     stop_at_boundary([(job, query)], stops, drain=stops.drain)
                     _raise_query_failure(query, controller, job.source_dir)  # a batch that failed meanwhile
         except Escalated as esc:
@@ -212,6 +212,25 @@ def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, An
             query.stop()
     drain = stops.drain if stops.requested else options.drain
     return _end_run(job, options, stops, started=started, stopped_by=stopped_by, drain=drain)
+
+
+def _read_spool_before_drain(job: Job, query, stops: StopSignals, options: RunOptions,
+                             timeout: float = 300.0) -> None:
+    """``--engine queries``: what :func:`event_etl.job.shared.rounds_before_drain` does for the shared engine, with
+    the query's own triggers reading the spool: settle, stop pulling, then let the query run until it has
+    committed every segment (at most ``timeout``; then the drain goes on and says what it left)."""
+    from event_etl.job.shared import spool_read, stop_pulling_for_drain
+
+    stop_pulling_for_drain([(job.prepared.event_type.name, job.fetcher)], stops, quiet=options.quiet)
+    deadline = time.monotonic() + timeout
+    spark_dir = job.prepared.ckpt.spark_dir
+    while not spool_read(job.fetcher, spark_dir) and query.isActive and time.monotonic() < deadline:
+        if stops.escalation is not None:
+            raise Escalated(stops.escalation)
+        stops.sleep(POLL_S)
+    if not spool_read(job.fetcher, spark_dir):
+        say(f"[{job.prepared.event_type.name}] warning: the spool still holds messages after {timeout:.0f} s; "
+            "the drain marks hours without them (they are read, late, by the next run)", err=True)
 
 
 def _end_run(job: Job, options: RunOptions, stops: StopSignals, *, started: float, stopped_by: str | None,
