@@ -139,8 +139,9 @@ def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: 
     from event_etl.eventtypes import resolve_event_types_dir
     from event_etl.job.status import job_statuses
 
-    names = type_names(resolve_event_types_dir(event_types_dir))
-    rows = job_statuses(names, sink=sink, checkpoint_root=checkpoint_root)
+    types_dir = resolve_event_types_dir(event_types_dir)
+    names = type_names(types_dir)
+    rows = job_statuses(names, sink=sink, checkpoint_root=checkpoint_root, types_dir=types_dir)
     _check_status_sink(sink, rows)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -150,6 +151,9 @@ def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: 
         click.echo(f"{r['event_type']:<24} {r['state']:<11} {r['watermark'] or '-':<25} {r['lag'] or '-':>8}  "
                    f"{r['last_marker'] or '-':<21} {r['restarts'] if r['restarts'] is not None else '-':>8}"
                    + (f"  last error: {r['last_error']}" if r.get("last_error") else ""))
+        if r.get("seek_to"):
+            click.echo(f"  Pub/Sub: a seek must go back to {r['seek_to']} ({r['seek_to_by']}; from "
+                       f"{r['seek_to_from']}): gcloud pubsub subscriptions seek SUBSCRIPTION --time={r['seek_to']}")
         for name, pol in (r.get("policies") or {}).items():
             click.echo(f"  policy {name} ({pol['kind']}): done through {pol['done_through'] or '-'}, "
                        f"{pol['pending']} pending, {pol['failures']} failures"

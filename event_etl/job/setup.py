@@ -300,6 +300,11 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
             fetcher.leased_at = p.leased_at
         if p.lease is not None and hasattr(fetcher, "fence"):  # fetch partitions check the job's lease as they pull
             fetcher.fence, fetcher.sink = p.lease.fence(), p.storage.url
+        if p.lease is not None:  # how far back a seek must go, in the sink: it outlives a lost checkpoint
+            from event_etl.job.status import seek_fields
+
+            spool, ooo = fetcher.segdir, et.out_of_orderness
+            p.lease.extra = lambda: seek_fields(controller.state, ooo, spool)
         controller.source_activity = fetcher.activity
         controller.source_done = fetcher.ack
     lost_in_batch = source_kind(p.spec.kind).lost_in_batch  # Kafka: records retention deleted unread

@@ -13,7 +13,7 @@ from event_etl.storage.lease import LEASE_NAME
 from event_etl.storage.locations import resolve_sink
 from event_etl.timeutil import format_duration, iso, now_millis
 
-__all__ = ["job_status", "job_statuses", "read_status", "STATUS_FILE"]
+__all__ = ["job_status", "job_statuses", "read_status", "seek_time", "seek_fields", "STATUS_FILE"]
 
 STATUS_FILE = "status.json"
 """A fleet member's status (state, restarts, last error), in ``<checkpoint>/etl/``: written by
@@ -26,9 +26,52 @@ def read_status(checkpoint_dir: str | Path) -> dict[str, Any] | None:
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: int) -> dict[str, Any]:
+def seek_time(oldest_open_hour: int | None, out_of_orderness: int | None, spool_oldest: int | None
+              ) -> tuple[int, str] | None:
+    """How far back (ms) a seek of a Pub/Sub subscription must go for Pub/Sub to deliver again everything a job has
+    not committed (docs/runbook.md), and what decided it: the start of the oldest open hour minus
+    ``out_of_orderness`` (an event of that hour may have been published that much before it), or the oldest
+    publish time the spool holds (acknowledged messages published earlier: late events on their way to ``late-``
+    files, a backlog delivered out of order), whichever is earlier.  None when neither is known."""
+    options = []
+    if oldest_open_hour is not None:
+        options.append((oldest_open_hour - (out_of_orderness or 0), "the oldest open hour's start minus "
+                        "out_of_orderness"))
+    if spool_oldest is not None:
+        options.append((spool_oldest, "the oldest message the spool holds"))
+    return min(options) if options else None
+
+
+def _oldest_open_hour(state: Any) -> int | None:
+    from event_etl.timeutil import HOUR_MS
+
+    if state is None:
+        return None
+    if state.marked_through is not None:
+        return int(state.marked_through) + HOUR_MS
+    return state.first_hour
+
+
+def seek_fields(state: Any, out_of_orderness: int | None, spool_dir: str | Path | None) -> dict[str, Any]:
+    """``seek_to`` (ISO UTC), ``seek_to_ms`` and ``seek_to_by`` for a Pub/Sub job (see :func:`seek_time`); empty when
+    nothing is known.  A job writes them into its lease at every renewal, so that they outlive a lost checkpoint."""
+    from event_etl.sources.spool import oldest_publish_ms
+
+    spool_oldest = oldest_publish_ms(spool_dir) if spool_dir is not None else None
+    found = seek_time(_oldest_open_hour(state), out_of_orderness, spool_oldest)
+    if found is None:
+        return {}
+    return {"seek_to": iso(found[0]), "seek_to_ms": found[0], "seek_to_by": found[1]}
+
+
+def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: int,
+               out_of_orderness: int | None = None) -> dict[str, Any]:
     """State of one type's job: ``running`` (a valid lease), ``restarting``/``quarantined``/``failed`` (its fleet
-    says so), ``stopped`` (a checkpoint, no lease) or ``never run``."""
+    says so), ``stopped`` (a checkpoint, no lease) or ``never run``.
+
+    For a Pub/Sub job also ``seek_to``: how far back a seek of its subscription must go (:func:`seek_time`), from
+    its checkpoint, or, when the checkpoint is gone, from what the job last wrote into its lease (``seek_to_from``
+    says which)."""
     ck = Checkpoint(checkpoint_dir)
     state = ck.load_state() if (ck.etl / "state.json").exists() else None
     fleet = read_status(checkpoint_dir) or {}
@@ -47,6 +90,18 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
     else:
         st = "stopped"
     wm = state.watermark if state else None
+    seek: dict[str, Any] = {}
+    spool = ck.etl / "source" / "pubsub" / "segments"
+    if live and lease.get("seek_to"):  # the running job's own view, at most a renewal old
+        seek = {k: lease.get(k) for k in ("seek_to", "seek_to_ms", "seek_to_by")}
+        seek["seek_to_from"] = f"the running job, at {lease.get('renewed_at')}"
+    elif spool.is_dir():
+        seek = seek_fields(state, out_of_orderness, spool)
+        if seek:
+            seek["seek_to_from"] = "the checkpoint"
+    elif lease and lease.get("seek_to"):  # the checkpoint is gone: what the job last said
+        seek = {k: lease.get(k) for k in ("seek_to", "seek_to_ms", "seek_to_by")}
+        seek["seek_to_from"] = f"the job's lease, last renewed at {lease.get('renewed_at')} (no checkpoint here)"
     return {
         "event_type": event_type,
         "state": st,
@@ -59,6 +114,7 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
         "last_error": fleet.get("last_error") if live else None,
         "holder": {k: lease.get(k) for k in ("host", "pid", "checkpoint", "started_at")} if live else None,
         "policies": _policies(ck, state),
+        **seek,
     }
 
 
@@ -82,8 +138,20 @@ def _policies(ck: Checkpoint, state: Any) -> dict[str, dict[str, Any]]:
 
 
 def job_statuses(event_types: list[str], *, sink: str, checkpoint_root: str,
-                 clock: Callable[[], int] = now_millis) -> list[dict[str, Any]]:
+                 clock: Callable[[], int] = now_millis, types_dir: str | Path | None = None) -> list[dict[str, Any]]:
     storage = Storage(resolve_sink(sink))
     now = clock()
-    return [job_status(name, storage=storage, checkpoint_dir=Path(checkpoint_root) / name, now=now)
-            for name in event_types]
+    return [job_status(name, storage=storage, checkpoint_dir=Path(checkpoint_root) / name, now=now,
+                       out_of_orderness=_out_of_orderness(types_dir, name)) for name in event_types]
+
+
+def _out_of_orderness(types_dir: str | Path | None, name: str) -> int | None:
+    """The type's ``out_of_orderness`` (ms), or None when its settings cannot be read here."""
+    if types_dir is None:
+        return None
+    from event_etl.eventtypes import load_event_type
+
+    try:
+        return int(load_event_type(Path(types_dir) / name).out_of_orderness)
+    except Exception:  # noqa: BLE001 - status shows what it can
+        return None

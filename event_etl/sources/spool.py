@@ -101,8 +101,8 @@ _CHECKED = struct.Struct("<Iq")  # what the CRC covers before the response: leng
 NO_TIME = -(2**63)
 """A frame's oldest publish time when its response holds no message (never written by the fetcher)."""
 RUNBOOK_SEEK = ("stop the job, move that segment out of the spool (keep it: it may be read by hand), seek the "
-                "subscription back to the time `event-etl status` prints under 'seek to' (docs/runbook.md, 'Seek "
-                "a subscription back'), and start the job again: Pub/Sub delivers those messages again and the "
+                "subscription back to the time `event-etl status` prints ('a seek must go back to'; docs/runbook.md, "
+                "'A damaged spool segment'), and start the job again: Pub/Sub delivers those messages again and the "
                 "dedupe window drops what was already written")
 
 
@@ -495,36 +495,40 @@ def ack_ids(path: str | os.PathLike[str]) -> list[str]:
 
 def publish_range(path: str | os.PathLike[str]) -> int | None:
     """The oldest publish time (ms) of the messages of one segment or open segment, from its frames' headers (a
-    format-1 segment is decoded); None if it holds none.  A torn or bad tail is not looked at."""
+    format-1 segment is decoded); None if it holds none.  A torn tail is not looked at."""
+    best: int | None = None
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            magic = fh.read(len(MAGIC))
+            if magic == MAGIC:
+                size = os.fstat(fh.fileno()).st_size
+                pos = len(MAGIC)
+                while pos + _HEAD.size <= size:
+                    fh.seek(pos)
+                    n, _check, oldest = _HEAD.unpack(fh.read(_HEAD.size))
+                    if pos + _HEAD.size + n > size:
+                        break
+                    if oldest != NO_TIME and (best is None or oldest < best):
+                        best = oldest
+                    pos += _HEAD.size + n
+                return best
+            if magic != MAGIC_V1:
+                return None
+            data = magic + fh.read()
     except FileNotFoundError:
         return None
-    best: int | None = None
-    if data.startswith(MAGIC):
-        pos = len(MAGIC)
-        while pos + _HEAD.size <= len(data):
-            n, _crc_value, oldest = _HEAD.unpack_from(data, pos)
-            if pos + _HEAD.size + n > len(data):
-                break
-            if oldest != NO_TIME and (best is None or oldest < best):
-                best = oldest
-            pos += _HEAD.size + n
-        return best
-    if data.startswith(MAGIC_V1):
-        pos = len(MAGIC_V1)
-        while pos + _LEN.size <= len(data):
-            (n,) = _LEN.unpack_from(data, pos)
-            if pos + _LEN.size + n > len(data):
-                break
-            try:
-                o = oldest_of(_parse(data[pos + _LEN.size:pos + _LEN.size + n]))
-            except Exception:  # noqa: BLE001 - a torn format-1 tail
-                break
-            if o != NO_TIME and (best is None or o < best):
-                best = o
-            pos += _LEN.size + n
+    pos = len(MAGIC_V1)
+    while pos + _LEN.size <= len(data):
+        (n,) = _LEN.unpack_from(data, pos)
+        if pos + _LEN.size + n > len(data):
+            break
+        try:
+            o = oldest_of(_parse(data[pos + _LEN.size:pos + _LEN.size + n]))
+        except Exception:  # noqa: BLE001 - a torn format-1 tail
+            break
+        if o != NO_TIME and (best is None or o < best):
+            best = o
+        pos += _LEN.size + n
     return best
 
 

@@ -108,6 +108,9 @@ class Lease:
         self.started_at = self.clock()
         self.valid_until = 0  # the last instant this job may write (its last renewal's expiry minus the margin)
         self.old_tasks_until = 0  # a dead predecessor's tasks may trust its lease until then (see the docstring)
+        # more for people, written with every renewal (the Pub/Sub source: how far back a seek must go, which a
+        # lost checkpoint can no longer tell); a failure leaves them out, never the renewal
+        self.extra: Callable[[], dict[str, Any]] | None = None
 
     @property
     def _margin(self) -> int:
@@ -142,7 +145,13 @@ class Lease:
 
     # -- sink lease ------------------------------------------------------------------------
     def _doc(self, now: int) -> bytes:
-        return json.dumps({**self.describe(), "renewed_at": iso(now), "expires_at_ms": now + self.ttl_ms,
+        extra: dict[str, Any] = {}
+        if self.extra is not None:
+            try:
+                extra = dict(self.extra())
+            except Exception:  # noqa: BLE001 - only for people: the lease is renewed all the same
+                extra = {}
+        return json.dumps({**extra, **self.describe(), "renewed_at": iso(now), "expires_at_ms": now + self.ttl_ms,
                            "expires_at": iso(now + self.ttl_ms)}, indent=1).encode()
 
     def _takeable(self, doc: dict[str, Any], now: int) -> bool:

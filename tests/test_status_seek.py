@@ -1,0 +1,105 @@
+"""How far back a seek of a Pub/Sub subscription must go (issue 47, item 8): ``event-etl status`` says it.
+
+The runbook's recovery (a lost checkpoint, a damaged spool segment) seeks the subscription back so that Pub/Sub
+delivers again what the job had acknowledged and not committed.  The start of the oldest open hour minus
+``out_of_orderness`` is not enough: the spool can hold acknowledged messages published earlier (late events on
+their way to ``late-`` files, a backlog delivered out of order).  The spool's frames record their oldest publish
+time; the job writes the answer into its lease too, so that it outlives a lost checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+from google.protobuf import timestamp_pb2
+from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
+
+from event_etl.cli import main
+from event_etl.job.status import job_status, seek_time
+from event_etl.sources.spool import SegmentName, write_segment
+from event_etl.timeutil import HOUR_MS, iso
+from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+
+MINUTE = 60_000
+
+
+def _segment(directory, published: list[int]) -> None:
+    msgs = []
+    for i, pub in enumerate(published):
+        ts = timestamp_pb2.Timestamp(seconds=pub // 1000, nanos=(pub % 1000) * 1_000_000)
+        msgs.append(ReceivedMessage(ack_id=f"a{i}", message=PubsubMessage(data=b"{}", message_id=str(i),
+                                                                          publish_time=ts)))
+    directory.mkdir(parents=True, exist_ok=True)
+    write_segment(directory, SegmentName("a1b2c3d4", 0, 0, len(msgs)),
+                  [PullResponse.serialize(PullResponse(received_messages=msgs))])
+
+
+def test_the_earlier_of_the_oldest_open_hour_and_the_oldest_spooled_message():
+    assert seek_time(t("13:00"), 2 * MINUTE, None) == (t("12:58"), "the oldest open hour's start minus "
+                                                       "out_of_orderness")
+    assert seek_time(t("13:00"), 2 * MINUTE, t("12:40")) == (t("12:40"), "the oldest message the spool holds")
+    assert seek_time(t("13:00"), 2 * MINUTE, t("13:30"))[0] == t("12:58")
+    assert seek_time(None, None, t("12:40")) == (t("12:40"), "the oldest message the spool holds")
+    assert seek_time(None, None, None) is None
+
+
+def _job(tmp_path):
+    et = make_event_type(tmp_path / "types")
+    clock = FakeClock(t("14:10"))
+    p = LocalPipeline(tmp_path / "job", et, clock)
+    p.batch([click("a", "12:30"), click("b", "13:20"), click("c", "14:05")])
+    assert p.controller.state.marked_through == t("13:00")  # 12:00 and 13:00 marked; 14:00 open
+    return et, clock, p
+
+
+def test_status_says_how_far_back_a_seek_must_go_from_the_spool_of_a_stopped_job(tmp_path):
+    et, clock, p = _job(tmp_path)
+    spool = p.ckpt.root / "etl" / "source" / "pubsub" / "segments"
+    _segment(spool, [t("14:08"), t("13:31"), t("14:09")])  # a late event on its way: published 13:31
+    st = job_status("click", storage=p.storage, checkpoint_dir=p.ckpt.root, now=clock(),
+                    out_of_orderness=et.out_of_orderness)
+    assert st["seek_to"] == iso(t("13:31")) and st["seek_to_by"] == "the oldest message the spool holds"
+    assert st["seek_to_from"] == "the checkpoint"
+    for seg in spool.iterdir():
+        seg.unlink()
+    st = job_status("click", storage=p.storage, checkpoint_dir=p.ckpt.root, now=clock(),
+                    out_of_orderness=et.out_of_orderness)
+    assert st["seek_to"] == iso(t("14:00") - et.out_of_orderness), "nothing spooled: the oldest open hour's start"
+
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "click").symlink_to(p.ckpt.root)
+    _segment(spool, [t("13:31")])
+    res = CliRunner().invoke(main, ["status", "--sink", str(p.sink), "--event-types", str(tmp_path / "types"),
+                                    "--checkpoint-root", str(tmp_path / "root")])
+    assert res.exit_code == 0, res.output
+    assert (f"  Pub/Sub: a seek must go back to {iso(t('13:31'))} (the oldest message the spool holds; from the "
+            f"checkpoint): gcloud pubsub subscriptions seek SUBSCRIPTION --time={iso(t('13:31'))}"
+            in res.output.splitlines()), res.output
+    res = CliRunner().invoke(main, ["status", "--sink", str(p.sink), "--event-types", str(tmp_path / "types"),
+                                    "--checkpoint-root", str(tmp_path / "root"), "--json"])
+    assert json.loads(res.output)[0]["seek_to"] == iso(t("13:31"))
+
+
+def test_a_running_job_writes_it_into_its_lease_and_it_outlives_a_lost_checkpoint(tmp_path):
+    from event_etl.job.status import seek_fields
+    from event_etl.storage.lease import LEASE_NAME, Lease
+
+    et, clock, p = _job(tmp_path)
+    spool = p.ckpt.root / "etl" / "source" / "pubsub" / "segments"
+    _segment(spool, [t("13:45")])
+    lease = Lease(p.storage, "click", p.ckpt.root, clock)
+    lease.extra = lambda: seek_fields(p.controller.state, et.out_of_orderness, spool)
+    lease.acquire()
+    try:
+        doc = json.loads((p.sink / "click" / LEASE_NAME).read_text())
+        assert doc["seek_to"] == iso(t("13:45")) and doc["seek_to_ms"] == t("13:45")
+        st = job_status("click", storage=p.storage, checkpoint_dir=p.ckpt.root, now=clock())
+        assert st["state"] == "running" and st["seek_to"] == iso(t("13:45"))
+        assert st["seek_to_from"].startswith("the running job")
+    finally:
+        lease._stop.set()  # the job dies: its lease stays, expired in time
+    clock.now += HOUR_MS
+    st = job_status("click", storage=p.storage, checkpoint_dir=tmp_path / "lost-disk", now=clock())
+    assert st["seek_to"] == iso(t("13:45")), "no checkpoint: what the job last wrote"
+    assert "no checkpoint here" in st["seek_to_from"]
