@@ -18,7 +18,7 @@ from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
 from event_etl.cli import main
 from event_etl.job.status import job_status, seek_time
 from event_etl.sources.spool import SegmentName, write_segment
-from event_etl.timeutil import HOUR_MS, iso
+from event_etl.timeutil import HOUR_MS, iso, now_millis
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 MINUTE = 60_000
@@ -88,18 +88,26 @@ def test_a_running_job_writes_it_into_its_lease_and_it_outlives_a_lost_checkpoin
     et, clock, p = _job(tmp_path)
     spool = p.ckpt.root / "etl" / "source" / "pubsub" / "segments"
     _segment(spool, [t("13:45")])
-    lease = Lease(p.storage, "click", p.ckpt.root, clock)
-    lease.extra = lambda: seek_fields(p.controller.state, et.out_of_orderness, spool)
+    lease = Lease(p.storage, "click", p.ckpt.root, now_millis)  # the lease runs on the real clock, as status reads it
+    down = {"now": None}
+    lease.extra = lambda: {**seek_fields(p.controller.state, et.out_of_orderness, spool),
+                           **({"source_down": down["now"]} if down["now"] else {})}
     lease.acquire()
     try:
         doc = json.loads((p.sink / "click" / LEASE_NAME).read_text())
         assert doc["seek_to"] == iso(t("13:45")) and doc["seek_to_ms"] == t("13:45")
-        st = job_status("click", storage=p.storage, checkpoint_dir=p.ckpt.root, now=clock())
+        st = job_status("click", storage=p.storage, checkpoint_dir=p.ckpt.root, now=now_millis())
         assert st["state"] == "running" and st["seek_to"] == iso(t("13:45"))
-        assert st["seek_to_from"].startswith("the running job")
+        assert st["seek_to_from"].startswith("the running job") and st["source_down"] is None
+        down["now"] = "the spool's disk is full (No space left on device) for 12s: pulling waits for room"
+        lease.renew()
+        (tmp_path / "root").mkdir()
+        (tmp_path / "root" / "click").symlink_to(p.ckpt.root)
+        res = CliRunner().invoke(main, ["status", "--sink", str(p.sink), "--event-types", str(tmp_path / "types"),
+                                        "--checkpoint-root", str(tmp_path / "root")])
+        assert f"  source DOWN: {down['now']}" in res.output.splitlines(), res.output
     finally:
         lease._stop.set()  # the job dies: its lease stays, expired in time
-    clock.now += HOUR_MS
-    st = job_status("click", storage=p.storage, checkpoint_dir=tmp_path / "lost-disk", now=clock())
+    st = job_status("click", storage=p.storage, checkpoint_dir=tmp_path / "lost-disk", now=now_millis() + HOUR_MS)
     assert st["seek_to"] == iso(t("13:45")), "no checkpoint: what the job last wrote"
     assert "no checkpoint here" in st["seek_to_from"]

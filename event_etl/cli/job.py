@@ -151,6 +151,8 @@ def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: 
         click.echo(f"{r['event_type']:<24} {r['state']:<11} {r['watermark'] or '-':<25} {r['lag'] or '-':>8}  "
                    f"{r['last_marker'] or '-':<21} {r['restarts'] if r['restarts'] is not None else '-':>8}"
                    + (f"  last error: {r['last_error']}" if r.get("last_error") else ""))
+        if r.get("source_down"):
+            click.echo(f"  source DOWN: {r['source_down']}")
         if r.get("seek_to"):
             click.echo(f"  Pub/Sub: a seek must go back to {r['seek_to']} ({r['seek_to_by']}; from "
                        f"{r['seek_to_from']}): gcloud pubsub subscriptions seek SUBSCRIPTION --time={r['seek_to']}")

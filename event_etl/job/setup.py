@@ -303,8 +303,13 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         if p.lease is not None:  # how far back a seek must go, in the sink: it outlives a lost checkpoint
             from event_etl.job.status import seek_fields
 
-            spool, ooo = fetcher.segdir, et.out_of_orderness
-            p.lease.extra = lambda: seek_fields(controller.state, ooo, spool)
+            spool, ooo, activity = fetcher.segdir, et.out_of_orderness, fetcher.activity
+
+            def for_people() -> dict[str, Any]:  # also why the source cannot deliver, while it cannot
+                down = activity().down
+                return {**seek_fields(controller.state, ooo, spool), **({"source_down": down} if down else {})}
+
+            p.lease.extra = for_people
         controller.source_activity = fetcher.activity
         controller.source_done = fetcher.ack
     lost_in_batch = source_kind(p.spec.kind).lost_in_batch  # Kafka: records retention deleted unread

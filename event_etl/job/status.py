@@ -114,6 +114,7 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
         "last_error": fleet.get("last_error") if live else None,
         "holder": {k: lease.get(k) for k in ("host", "pid", "checkpoint", "started_at")} if live else None,
         "policies": _policies(ck, state),
+        "source_down": lease.get("source_down") if live else None,
         **seek,
     }
 
