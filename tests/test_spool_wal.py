@@ -585,3 +585,10 @@ def test_a_full_spool_disk_holds_the_watermark_and_says_so_in_the_progress_line(
             assert "source back" in out.getvalue().splitlines()[-1]
         finally:
             f.stop()
+
+
+def test_an_open_segment_killed_while_its_first_line_was_written_is_no_damage(tmp_path):
+    """Found by the spool campaign: a kill in the middle of the magic line's write left ``EES``; it holds no frame,
+    so nothing acknowledged: the restart deletes it instead of refusing to start."""
+    (tmp_path / f"{RUN}-00-00000000.open").write_bytes(spool.MAGIC[:3])
+    assert finish_open_segments(tmp_path) == [] and not list(tmp_path.iterdir())

@@ -332,7 +332,9 @@ def _scan(data: bytes) -> _Scan:
     elif data.startswith(MAGIC_V1):
         v2 = False
     else:
-        return _Scan(0, 0, 0, "its first bytes are not a spool segment's", tail=not data.strip(b"\0"))
+        # a magic line cut short (killed while it was written) holds nothing, as an empty or zero-filled file
+        torn = not data.strip(b"\0") or MAGIC.startswith(data) or MAGIC_V1.startswith(data)
+        return _Scan(0, 0, 0, "its first bytes are not a spool segment's", tail=torn)
     head = _HEAD if v2 else _LEN
     pos, count, frames = len(MAGIC), 0, 0
     while pos < len(data):
