@@ -135,6 +135,11 @@ def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: 
 
     A sink that holds nothing for any type, or nothing for a type whose checkpoint exists, is a
     wrong --sink (exit code 6), not "never run".
+
+    For a Pub/Sub type also how far back a seek of its subscription must go for Pub/Sub to deliver
+    again everything the job has not committed ("Pub/Sub: a seek must go back to T"; seek_to in
+    --json): the earlier of the oldest open hour's start minus out_of_orderness and the oldest
+    publish time the spool holds (docs/runbook.md, "Seek a subscription back").
     """
     from event_etl.eventtypes import resolve_event_types_dir
     from event_etl.job.status import job_statuses

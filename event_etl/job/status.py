@@ -35,8 +35,12 @@ def seek_time(oldest_open_hour: int | None, out_of_orderness: int | None, spool_
     files, a backlog delivered out of order), whichever is earlier.  None when neither is known."""
     options = []
     if oldest_open_hour is not None:
-        options.append((oldest_open_hour - (out_of_orderness or 0), "the oldest open hour's start minus "
-                        "out_of_orderness"))
+        if out_of_orderness is None:  # the type's settings could not be read: say so rather than guess
+            options.append((oldest_open_hour, "the oldest open hour's start; out_of_orderness unknown here (no "
+                            "--event-types): seek earlier by it"))
+        else:
+            options.append((oldest_open_hour - out_of_orderness, "the oldest open hour's start minus "
+                            "out_of_orderness"))
     if spool_oldest is not None:
         options.append((spool_oldest, "the oldest message the spool holds"))
     return min(options) if options else None

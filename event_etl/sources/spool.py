@@ -100,10 +100,11 @@ _HEAD = struct.Struct("<IIq")  # length, crc32c, oldest publish time (ms)
 _CHECKED = struct.Struct("<Iq")  # what the CRC covers before the response: length, oldest publish time
 NO_TIME = -(2**63)
 """A frame's oldest publish time when its response holds no message (never written by the fetcher)."""
-RUNBOOK_SEEK = ("stop the job, move that segment out of the spool (keep it: it may be read by hand), seek the "
-                "subscription back to the time `event-etl status` prints ('a seek must go back to'; docs/runbook.md, "
-                "'A damaged spool segment'), and start the job again: Pub/Sub delivers those messages again and the "
-                "dedupe window drops what was already written")
+RUNBOOK_SEEK = ("stop the job; with the segment still in the spool, note the time `event-etl status` prints ('a seek "
+                "must go back to'); then move the segment out of the spool (keep it: it may be read by hand), seek "
+                "the subscription back to that time and start the job again (docs/runbook.md, 'A damaged spool "
+                "segment'): Pub/Sub delivers those messages again and the dedupe window drops what was already "
+                "written")
 
 
 class SpoolDamaged(SourceError):
