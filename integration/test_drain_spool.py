@@ -84,9 +84,10 @@ def _acknowledged_in_open_segment(segdir: Path, n: int) -> bool:
 
 def test_a_drain_after_a_kill_waits_for_the_killed_runs_leases_before_it_marks(tmp_path, pubsub_server, gcs_server,
                                                                              gcs_bucket):
-    """A run killed between its pull and the spool leaves those messages leased (10 s here); the next run is
-    stopped with SIGTERM at once: its drain waits until they can have come back, reads them, then marks."""
-    s = Scenario(tmp_path, pubsub_server, gcs_server, gcs_bucket, ack_deadline=10)
+    """A run killed between its pull and the spool leaves those messages leased (20 s here: longer than the next
+    run's Spark start on a loaded machine); the next run is stopped with SIGTERM at once: its drain waits until they
+    can have come back, reads them, then marks."""
+    s = Scenario(tmp_path, pubsub_server, gcs_server, gcs_bucket, ack_deadline=20)
     s.sink = str(tmp_path / "sink")
     now = now_millis()
     h = now - now % HOUR_MS - 3 * HOUR_MS
@@ -94,6 +95,7 @@ def test_a_drain_after_a_kill_waits_for_the_killed_runs_leases_before_it_marks(t
     s.publish(events)
     faults = tmp_path / "faults.log"
     env = {**s.env, "EVENT_ETL_FAULT_LOG": str(faults), "EVENT_ETL_FAULT_PAUSE": "pulled=60"}
+    # the messages stay leased for the subscription's 20 s
     proc = subprocess.Popen(s.command(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -102,7 +104,7 @@ def test_a_drain_after_a_kill_waits_for_the_killed_runs_leases_before_it_marks(t
             assert proc.poll() is None and time.monotonic() < deadline, "the first run never pulled"
             time.sleep(0.1)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # pulled, not spooled: the messages stay leased for 10 s
+        os.killpg(proc.pid, signal.SIGKILL)  # pulled, not spooled: the messages stay leased
         proc.wait(timeout=30)
     log = open(tmp_path / "run2.log", "w")
     proc = subprocess.Popen(s.command(), env=s.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
