@@ -1,4 +1,3 @@
 """The streaming job on the driver: the runner (the query, signals, summary), the controller
-(per batch: intent, ledger, markers, state; idle ticks; drain), what a drain does before it closes
-an hour (draining: a source's spool read first), a fleet of jobs, progress lines,
+(per batch: intent, ledger, markers, state; idle ticks; drain), a fleet of jobs, progress lines,
 ``event-etl status``, the checkpoint, the Spark session and stopping on signals."""

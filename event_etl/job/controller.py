@@ -493,22 +493,12 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
             return marked
 
     def drain(self) -> list[Manifest]:
-        """End of input: move the watermark past the last hour holding data and mark every hour up to it.
-
-        Not while the source settles: input a killed run held may still come back, and would be late in hours the
-        drain closed (a tick marks nothing then either; the runner waits it out before it drains,
-        :mod:`event_etl.job.draining`)."""
+        """End of input: move the watermark past the last hour holding data and mark every hour up to it."""
         with self.lock:
             if self.pending_batch is not None:
                 raise IntegrityError(
                     f"cannot drain: batch {self.pending_batch} was started but not finished",
                     fix="run the job again (without --drain) so Spark replays it, then drain",
-                )
-            if self._settling():
-                raise IntegrityError(
-                    "cannot drain: the source is settling (messages a killed run left leased may still come back, "
-                    "and would be late in the hours a drain closed)",
-                    fix="run the job again: its drain waits until the source has settled",
                 )
             self._guard()
             faults.point("drain", str(self.state.last_batch_id))

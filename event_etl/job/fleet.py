@@ -30,7 +30,6 @@ from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import EventType
-from event_etl.job.draining import drain_job, needs_batches_to_drain, queries_before_drain, rounds_before_drain
 from event_etl.job.setup import (
     RunOptions,
     acquire_lease,
@@ -145,8 +144,8 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
             endpoint.serve()
             print(f"[fleet] Prometheus metrics {endpoint.url}", flush=True)
         started = time.monotonic()
-        for m in members:  # a stop while Spark started: only a drain's replays and spools need a query
-            if not stops.requested or (stops.drain and needs_batches_to_drain(m.job)):
+        if not stops.requested:
+            for m in members:
                 _start(m, clock)
         last_status = time.monotonic()
         next_tick = time.monotonic() + options.tick_seconds
@@ -171,14 +170,32 @@ def _run(members: list[FleetMember], options: RunOptions, *, spark, clock, insta
         drain = stops.drain if stops.first is not None else options.drain
         running = [(m.job, m.query) for m in members if m.query is not None and m.query.isActive]
         try:
-            if drain:  # each spool read by its query before the drain marks hours
-                queries_before_drain([(m.job, m.query) for m in members], stops, quiet=options.quiet)
+            if drain:  # each spool read by its query before the drain marks hours (see rounds_before_drain)
+                _read_spools_before_drain([m for m in members if m.query is not None and m.query.isActive
+                                           and m.job.fetcher is not None], stops, options)
             stop_at_boundary(running, stops, drain=drain)
         except Escalated as esc:
             stop_at_once(running, stops, esc.signum)  # raises Interrupted
         return _finish(members, stops, clock, drain, started)
     finally:
         _release(members, lambda m: m.job.close(), endpoint, spark if own_spark else None, stops, install_signals)
+
+
+def _read_spools_before_drain(members: list[FleetMember], stops: StopSignals, options: RunOptions,
+                              timeout: float = 300.0) -> None:
+    """``--engine queries``: settle, stop pulling, and let each query commit what its spool holds (at most
+    ``timeout``) before the drain marks hours."""
+    from event_etl.job.shared import spool_read, stop_pulling_for_drain
+
+    if not members:
+        return
+    stop_pulling_for_drain([(m.name, m.job.fetcher) for m in members], stops, quiet=options.quiet)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(not spool_read(m.job.fetcher, m.prepared.ckpt.spark_dir)
+                                              and m.query.isActive for m in members):
+        if stops.escalation is not None:
+            raise Escalated(stops.escalation)
+        stops.sleep(POLL_S)
 
 
 def _release(members: list[FleetMember], close: Callable[[FleetMember], None], endpoint, own_spark, stops: StopSignals,
@@ -232,7 +249,7 @@ def _finish(members: list[FleetMember], stops: StopSignals, clock, drain: bool, 
 def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock, install_signals, status_every_s,
                 stop_event, stops: StopSignals):
     """The fleet through one shared micro-batch loop (:mod:`event_etl.job.shared`)."""
-    from event_etl.job.shared import SharedEngine, interrupted_line, round_summary, run_rounds
+    from event_etl.job.shared import SharedEngine, interrupted_line, round_summary, rounds_before_drain, run_rounds
     from event_etl.job.stopping import Interrupted
     from event_etl.metrics import FleetEndpoint
 
@@ -283,7 +300,7 @@ def _run_shared(members: list[FleetMember], options: RunOptions, *, spark, clock
             drain = stops.drain if stops.first is not None else options.drain
             if drain:  # a drain first finishes what a crash left unfinished, and reads what each spool holds
                 rounds_before_drain(engine, members, stops, on_failure=lambda m, err: _quarantine(m, err, clock),
-                                    trigger_ms=trigger_ms, quiet=options.quiet)
+                                    quiet=options.quiet)
         except Escalated as esc:
             engine.cancel()
             raise Interrupted(esc.signum, interrupted_line(members, esc.signum)) from None
@@ -370,7 +387,7 @@ def _drain(m: FleetMember, clock) -> None:
     if m.job is None:
         return
     try:
-        drain_job(m.job)
+        m.job.controller.drain()
     except Exception as err:  # noqa: BLE001 - recorded: the other types still drain
         m.drain_error = f"not drained: {_one_line(err)}"[:500]
         m.state = "drain failed"

@@ -148,8 +148,7 @@ def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSign
     next run), the same summary.  A batch that fails ends the run with its error (a fleet would
     quarantine the type instead)."""
     from event_etl.errors import unwrap_task_error
-    from event_etl.job.draining import rounds_before_drain
-    from event_etl.job.shared import FleetMember, SharedEngine, run_rounds
+    from event_etl.job.shared import FleetMember, SharedEngine, rounds_before_drain, run_rounds
 
     p, controller = job.prepared, job.controller
     member = FleetMember(p.event_type, p, job=job, lane=lane, state="running")
@@ -174,8 +173,7 @@ def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSign
                                     on_done=done, supervise=supervise, deadline=deadline)
             drain = stops.drain if stops.requested else options.drain
             if drain:  # a drain first finishes what a crash left unfinished, and reads what its spool holds
-                rounds_before_drain(engine, [member], stops, on_failure=failed, trigger_ms=p.trigger_ms,
-                                    quiet=options.quiet)
+                rounds_before_drain(engine, [member], stops, on_failure=failed, quiet=options.quiet)
         except Escalated as esc:
             engine.cancel()
             cut = [(member.name, lane.pending[0])] if lane.pending is not None else []
@@ -187,16 +185,14 @@ def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSign
 
 def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, Any]:
     """Start the query, watch it (idle ticks, metrics, signals), stop it at a batch boundary, drain if asked."""
-    from event_etl.job.draining import needs_batches_to_drain, queries_before_drain
-
     controller = job.controller
     started = time.monotonic()
     deadline = None if options.max_seconds is None else started + options.max_seconds
     query = None
     stopped_by = signal_name(stops.first) if stops.first is not None else None
     # A signal while Spark was starting: no query needed -- unless a drain must first see Spark
-    # replay a batch that a crash left unfinished, or read what the spool holds.
-    if not stops.requested or (stops.drain and needs_batches_to_drain(job)):
+    # replay a batch that a crash left unfinished.
+    if not stops.requested or (stops.drain and controller.pending_batch is not None):
         query = job.start()
     try:
         try:
@@ -205,9 +201,8 @@ def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, An
                 if stopped_by is None:
                     _raise_query_failure(query, controller, job.source_dir)
                 else:
-                    drain = stops.drain if stops.requested else options.drain
-                    if drain:  # the spool read before the drain marks hours
-                        queries_before_drain([(job, query)], stops, quiet=options.quiet)
+                    if stops.drain and job.fetcher is not None:  # the spool read before the drain marks hours
+                        _read_spool_before_drain(job, query, stops, options)
                     stop_at_boundary([(job, query)], stops, drain=stops.drain)
                     _raise_query_failure(query, controller, job.source_dir)  # a batch that failed meanwhile
         except Escalated as esc:
@@ -219,14 +214,31 @@ def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, An
     return _end_run(job, options, stops, started=started, stopped_by=stopped_by, drain=drain)
 
 
+def _read_spool_before_drain(job: Job, query, stops: StopSignals, options: RunOptions,
+                             timeout: float = 300.0) -> None:
+    """``--engine queries``: what :func:`event_etl.job.shared.rounds_before_drain` does for the shared engine, with
+    the query's own triggers reading the spool: settle, stop pulling, then let the query run until it has
+    committed every segment (at most ``timeout``; then the drain goes on and says what it left)."""
+    from event_etl.job.shared import spool_read, stop_pulling_for_drain
+
+    stop_pulling_for_drain([(job.prepared.event_type.name, job.fetcher)], stops, quiet=options.quiet)
+    deadline = time.monotonic() + timeout
+    spark_dir = job.prepared.ckpt.spark_dir
+    while not spool_read(job.fetcher, spark_dir) and query.isActive and time.monotonic() < deadline:
+        if stops.escalation is not None:
+            raise Escalated(stops.escalation)
+        stops.sleep(POLL_S)
+    if not spool_read(job.fetcher, spark_dir):
+        say(f"[{job.prepared.event_type.name}] warning: the spool still holds messages after {timeout:.0f} s; "
+            "the drain marks hours without them (they are read, late, by the next run)", err=True)
+
+
 def _end_run(job: Job, options: RunOptions, stops: StopSignals, *, started: float, stopped_by: str | None,
              drain: bool) -> dict[str, Any]:
     """After the last batch, whichever engine ran it: drain (if asked), the summary, Ctrl-C's one line."""
-    from event_etl.job.draining import drain_job
-
     if drain:
         try:
-            run_watched(lambda: drain_job(job), stops, name="event_etl-drain")
+            run_watched(job.controller.drain, stops, name="event_etl-drain")
         except Escalated as esc:
             exit_now(128 + esc.signum, cut_short_line(job.prepared.event_type.name, esc.signum))
     summary = _summary(job, time.monotonic() - started, options, stopped_by, drained=drain)

@@ -48,7 +48,7 @@ from event_etl import faults
 from event_etl.errors import EventEtlError
 from event_etl.eventtypes import EventType
 from event_etl.job.phases import Phases, Tasks
-from event_etl.job.stopping import POLL_S, Escalated, StopSignals, run_watched
+from event_etl.job.stopping import POLL_S, Escalated, StopSignals, run_watched, say
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.activity import observe
 from event_etl.sources.splits import Split
@@ -507,6 +507,88 @@ def run_rounds(engine: SharedEngine, members: list, options, stops: StopSignals,
             next_tick = now + options.tick_seconds
             supervise()
         stops.sleep(min(POLL_S, max(0.0, next_round - time.monotonic())))
+
+
+def rounds_before_drain(engine: SharedEngine, members: list, stops: StopSignals, *,
+                        on_failure: Callable[[Any, BaseException], None], quiet: bool = False) -> None:
+    """What a drain needs done before it closes any hour (issue 47).
+
+    Every running type's batch that a crash left unfinished runs first (it is replayed as planned).  A type whose
+    source keeps acknowledged input in a spool (Pub/Sub with ``EVENT_ETL_PUBSUB_ACK=spooled``: the spool is then
+    that input's only copy) also has all of it read before its hours close, or it would arrive as ``late-`` records
+    in the next run: first the messages a killed run may have left leased are waited for (its source settles,
+    still pulling: one line says how long), then pulling stops (the fetcher closes its open segments) and rounds run
+    until the planner has offered, and the job committed, every segment the spool holds."""
+    running = [m for m in members if m.state == "running"]
+    spooled = [m for m in running if getattr(getattr(m, "job", None), "fetcher", None) is not None]
+    stop_pulling_for_drain([(m.name, m.job.fetcher) for m in spooled], stops, quiet=quiet)
+    want = {m.name for m in running if m.lane.pending is not None} | {m.name for m in spooled}
+    while want:
+        names = [n for n in want if engine.members[n].state == "running"]
+        if not names:
+            return
+        rnd = run_watched(lambda names=names: engine.run(engine.plan(names)), stops, name="event_etl-round")
+        for name, err in rnd.failed.items():
+            on_failure(engine.members[name], err)
+        # a type whose replay is done is finished unless its spool still holds what no batch has read
+        want = {n for n in names if engine.lanes[n].pending is not None
+                or (n in {m.name for m in spooled} and not engine.lanes[n].exhausted)}
+
+
+def stop_pulling_for_drain(fetchers: list[tuple[str, Any]], stops: StopSignals, *, quiet: bool = False) -> None:
+    """Before a drain: wait until no fetcher settles any more (what a killed run left leased has had its time to
+    come back, and was pulled: one line says how long), then stop them all (their open segments closed, for the
+    batches that follow to read).  ``fetchers``: ``(type name, fetcher)``."""
+    for name, fetcher in fetchers:
+        left = getattr(fetcher, "settle_until", 0.0) - time.monotonic()
+        if left > 0 and fetcher.settling():
+            if not quiet:
+                say(f"[{name}] before the drain marks hours: waiting {left:.0f} s for messages a killed run left "
+                    "leased to come back")
+
+            def settle(f=fetcher) -> None:
+                while f.settling():
+                    time.sleep(0.1)
+
+            run_watched(settle, stops, name="event_etl-settle")
+    for _name, fetcher in fetchers:
+        fetcher.stop()  # no more pulls; every open segment closed
+
+
+def spool_read(fetcher: Any, spark_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Whether the batches have read and committed everything the fetcher's spool holds: no open segment, every
+    segment in the planner's log and offered, and (``spark_dir``: a query's) the batch that offered the last of them
+    committed.  A query's source deletes committed segments only when Spark plans its next batch, so a segment may
+    still be there, read."""
+    segdir = getattr(fetcher, "segdir", None)
+    if segdir is None:
+        return True
+    if any(segdir.glob("*.open")) or any(segdir.glob("*.fenced")):
+        return False
+    logdir = segdir.parent / "log"
+    listed: set[str] = set()
+    files = sorted((p for p in logdir.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
+    for p in files:
+        try:
+            listed.update(json.loads(p.read_text()))
+        except (OSError, ValueError):
+            return False
+    if any(p.name not in listed for p in segdir.glob("*.seg")):
+        return False  # not discovered yet
+    total = (int(files[0].stem) if files else 0) + len(listed)
+    try:
+        offered = int(json.loads((logdir / "offered").read_text())["seg"])
+    except FileNotFoundError:
+        offered = 0
+    except (OSError, ValueError, KeyError):
+        return False
+    if listed and offered < total:
+        return False
+    if spark_dir is None:
+        return True
+    log = SparkLog(spark_dir)
+    last, committed = log.latest_offset_batch(), log.latest_commit()
+    return last is None or (committed is not None and committed >= last)
 
 
 def round_summary(history) -> str | None:
