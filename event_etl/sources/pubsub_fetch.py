@@ -924,16 +924,21 @@ class Fetcher:
 
     def _roll(self, s: _Stream) -> None:
         """Close the stream's open segment (with the lock held): a segment from now on, held until a batch saves it."""
-        seg, s.open = s.open, None
+        seg = s.open  # still counted as open while it closes: a look at the backlog never misses it
         try:
             name = seg.close()
         except SegmentFenced:
+            s.open = None
             self.fenced = True  # finished by another writer, with everything acknowledged in it
             self._stop.set()
             return
+        except BaseException:
+            s.open = None
+            raise
         if name is not None:
             self.held[name.name] = _Held([], name.count, seg.bytes, written=True, acked=s.open_acked)
             self._spool_acked(name.name, s.open_acked)
+        s.open = None
 
     def _flush(self, s: _Stream) -> None:
         """``committed``: write the stream's open segment durably, then extend its messages' deadlines at once."""

@@ -472,6 +472,16 @@ class ExecutorFetcher:
                 size += p.stat().st_size
             except FileNotFoundError:
                 continue
+        # the partitions' open segments: acknowledged messages too (spooled), unread until the segment closes
+        from event_etl.sources.spool import _scan
+
+        for p in list(self.segdir.glob("*.open")) + list(self.segdir.glob("*.fenced")):
+            try:
+                data = p.read_bytes()
+            except FileNotFoundError:
+                continue
+            msgs += _scan(data).count
+            size += len(data)
         return msgs, size
 
     def activity(self) -> SourceActivity:
