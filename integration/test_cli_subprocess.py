@@ -50,10 +50,11 @@ def test_once_drain_then_deadletter(tmp_path):
     assert r.returncode == 0 and "total" in r.stdout
 
 
-def test_demo_defaults_mark_hours_within_a_minute_and_sigterm_drains(tmp_path):
-    """The README's demo command (`run page_view`, no options) from a fresh folder."""
-    proc = subprocess.Popen([EXE, "run", "page_view"], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+def test_demo_defaults_mark_hours_within_a_minute_and_sigterm_drains_with_drain_on_stop(tmp_path):
+    """The README's demo command (`run page_view`, no other options) from a fresh folder, stopped for good: SIGTERM
+    drains under --drain-on-stop (a plain stop does not: integration/test_signals.py)."""
+    proc = subprocess.Popen([EXE, "run", "page_view", "--drain-on-stop"], cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         started = time.monotonic()
         markers = lambda: list((tmp_path / "data" / "page_view").glob("dt=*/hour=*/_COMPLETE"))  # noqa: E731
@@ -68,6 +69,8 @@ def test_demo_defaults_mark_hours_within_a_minute_and_sigterm_drains(tmp_path):
             proc.kill()
     assert proc.returncode == 0, out
     assert "[page_view] batch" in out and "COMPLETE" in out and "drain: watermark" in out and "run finished" in out
+    assert out.strip().splitlines()[-1] == ("[page_view] run finished: exit 0 (stopped by SIGTERM, drained: every hour "
+                                            "holding data is complete)"), out[-2000:]
     assert not re.search(r"Traceback|(^|\s)ERROR\s|Exception in thread", out), "an ordinary stop logs no error"
     # the generator runs event time 120x faster than the clock: lag and delays are read on its own clock
     # (a drain closes the open hour before its end: only the markers before it are after their hour's end)
@@ -75,7 +78,8 @@ def test_demo_defaults_mark_hours_within_a_minute_and_sigterm_drains(tmp_path):
     assert not re.search(r"marker delay -\d", out[:out.rindex("] batch ")]), out
     sink = tmp_path / "data"
     content = read_sink(sink, "page_view", "event_id")
-    assert all(hc.marker is not None for hc in content.values()), "SIGTERM drained: every hour holding data is complete"
+    assert all(hc.marker is not None for hc in content.values()), \
+        "SIGTERM drained (--drain-on-stop): every hour holding data is complete"
     for h in content:
         check_manifest_matches_folder(sink, "page_view", h)
 

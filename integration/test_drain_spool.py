@@ -1,7 +1,8 @@
 """A drain never marks an hour while acknowledged messages wait in the spool (issue 47, item 6).
 
 With ``EVENT_ETL_PUBSUB_ACK=spooled`` a message is acknowledged once it is in the checkpoint's spool; from then
-until its batch commits the spool is its only copy.  A drain (SIGTERM) moves the watermark past the last hour
+until its batch commits the spool is its only copy.  A drain (SIGTERM to a job run with ``--drain-on-stop``) moves
+the watermark past the last hour
 holding data and marks it: if messages of that hour still sat in an open segment, or in a closed one no batch had
 read yet, they would come back as ``late-`` records of the next run.  The job runs as users run it, against the
 Pub/Sub emulator.
@@ -22,8 +23,8 @@ from integration.test_pubsub_gcs import Scenario
 
 
 @pytest.mark.parametrize("engine", ["shared", "queries"])
-def test_a_sigterm_drain_reads_what_the_spool_holds_before_it_marks_the_hour(tmp_path, pubsub_server, gcs_server,
-                                                                             gcs_bucket, engine):
+def test_a_drain_on_stop_sigterm_reads_what_the_spool_holds_before_it_marks_the_hour(tmp_path, pubsub_server,
+                                                                                     gcs_server, gcs_bucket, engine):
     s = Scenario(tmp_path, pubsub_server, gcs_server, gcs_bucket)
     s.sink = str(tmp_path / "sink")
     now = now_millis()
@@ -34,8 +35,8 @@ def test_a_sigterm_drain_reads_what_the_spool_holds_before_it_marks_the_hour(tmp
     env = {**s.env, "EVENT_ETL_PUBSUB_SEGMENT_MESSAGES": "50",  # the first 50 make a segment a batch reads
            "EVENT_ETL_PUBSUB_SEGMENT_AGE": "600"}  # the next ones stay in an open segment until the stop
     log = open(tmp_path / "run.log", "w")
-    proc = subprocess.Popen(s.command("--engine", engine), env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(s.command("--engine", engine, "--drain-on-stop"), env=env, stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
         while {e["id"] for e in first} - _placed(s):
@@ -49,7 +50,7 @@ def test_a_sigterm_drain_reads_what_the_spool_holds_before_it_marks_the_hour(tmp
             assert proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "the second wave never spooled\n" + (tmp_path / "run.log").read_text()
             time.sleep(0.2)
-        os.kill(proc.pid, signal.SIGTERM)  # as Kubernetes does: stop, and drain
+        os.kill(proc.pid, signal.SIGTERM)  # as Kubernetes does: stop, and (--drain-on-stop) drain
         code = proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
@@ -85,7 +86,8 @@ def _acknowledged_in_open_segment(segdir: Path, n: int) -> bool:
 def test_a_drain_after_a_kill_waits_for_the_killed_runs_leases_before_it_marks(tmp_path, pubsub_server, gcs_server,
                                                                              gcs_bucket):
     """A run killed between its pull and the spool leaves those messages leased (20 s here: longer than the next
-    run's Spark start on a loaded machine); the next run is stopped with SIGTERM at once: its drain waits until they
+    run's Spark start on a loaded machine); the next run (--drain-on-stop) is stopped with SIGTERM at once: its drain
+    waits until they
     can have come back, reads them, then marks."""
     s = Scenario(tmp_path, pubsub_server, gcs_server, gcs_bucket, ack_deadline=20)
     s.sink = str(tmp_path / "sink")
@@ -107,8 +109,8 @@ def test_a_drain_after_a_kill_waits_for_the_killed_runs_leases_before_it_marks(t
         os.killpg(proc.pid, signal.SIGKILL)  # pulled, not spooled: the messages stay leased
         proc.wait(timeout=30)
     log = open(tmp_path / "run2.log", "w")
-    proc = subprocess.Popen(s.command(), env=s.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(s.command("--drain-on-stop"), env=s.env, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while "settl" not in (tmp_path / "run2.log").read_text() and "until then no hour" not in \

@@ -12,8 +12,10 @@ import time
 import pytest
 
 from event_etl.job.stopping import (
+    DRAIN_SIGNAL,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
+    SAME_SIGNAL_S,
     SPARK_STOP_TEXT,
     BatchGate,
     BatchInterrupted,
@@ -39,6 +41,11 @@ def _signal(sig: int, stops: StopSignals) -> None:
         time.sleep(0.001)
 
 
+def _apart() -> None:
+    """Let the window in which the same signal again is the same request (through another path) pass."""
+    time.sleep(SAME_SIGNAL_S + 0.1)
+
+
 def test_handlers_only_record_and_the_first_signal_says_how_to_stop():
     old = signal.getsignal(signal.SIGINT)
     with StopSignals() as stops:
@@ -47,18 +54,85 @@ def test_handlers_only_record_and_the_first_signal_says_how_to_stop():
         assert stops.requested and stops.first == signal.SIGINT and not stops.drain and stops.escalation is None
         _signal(signal.SIGHUP, stops)  # a closing terminal may hang up more than once: never "at once"
         assert stops.escalation is None
+        _apart()
         _signal(signal.SIGINT, stops)
         assert stops.escalation == signal.SIGINT and 128 + stops.escalation == EXIT_INTERRUPTED
     assert signal.getsignal(signal.SIGINT) == old, "the previous handlers are back"
 
 
-@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGHUP])
-def test_sigterm_and_sighup_drain_and_a_second_sigterm_stops_at_once(first):
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_plain_stop_does_not_drain_and_a_second_sigterm_stops_at_once(first):
+    """Ctrl-C, SIGTERM and SIGHUP stop: the batch in flight finishes, no hour the watermark has not passed is marked
+    (issue 50: a drain at every deploy marked the open hour early and its later events came late)."""
     with StopSignals() as stops:
         _signal(first, stops)
-        assert stops.drain and stops.escalation is None
+        assert stops.requested and not stops.drain and stops.escalation is None
+        _apart()
         _signal(signal.SIGTERM, stops)
         assert stops.escalation == signal.SIGTERM and 128 + stops.escalation == EXIT_TERMINATED
+
+
+@pytest.mark.parametrize("first", [signal.SIGTERM, signal.SIGHUP])
+def test_drain_on_stop_makes_sigterm_and_sighup_drain_as_before_but_not_ctrl_c(first):
+    with StopSignals(drain_on_stop=True) as stops:
+        _signal(first, stops)
+        assert stops.drain and stops.escalation is None
+    with StopSignals(drain_on_stop=True) as stops:
+        _signal(signal.SIGINT, stops)
+        assert not stops.drain
+
+
+def test_a_drain_request_drains_never_escalates_and_a_late_one_does_not_kill_the_process():
+    before = signal.getsignal(DRAIN_SIGNAL)
+    with StopSignals() as stops:
+        stops.accept_drain_requests()
+        assert stops.installed() and signal.getsignal(DRAIN_SIGNAL) == stops._record
+        _signal(DRAIN_SIGNAL, stops)
+        assert stops.requested and stops.drain and stops.escalation is None
+        _apart()
+        _signal(DRAIN_SIGNAL, stops)  # asked twice: still one drain, never "at once"
+        assert stops.escalation is None
+        _signal(signal.SIGTERM, stops)  # a stop after it: at once, the drain cut short
+        assert stops.escalation == signal.SIGTERM
+    with StopSignals() as stops:  # a plain stop first, a drain asked for before the job stopped reading: it drains
+        stops.accept_drain_requests()
+        _signal(signal.SIGTERM, stops)
+        assert not stops.drain
+        _signal(DRAIN_SIGNAL, stops)
+        assert stops.drain and stops.escalation is None
+    after = signal.getsignal(DRAIN_SIGNAL)
+    assert after == (signal.SIG_IGN if before in (None, signal.SIG_DFL) else before), \
+        "SIGUSR1's default ends a process: a drain asked of a job that is ending is ignored instead"
+    os.kill(os.getpid(), DRAIN_SIGNAL)  # this process goes on
+    if before not in (None, signal.SIG_DFL):
+        signal.signal(DRAIN_SIGNAL, before)
+
+
+def test_a_drain_request_is_heard_when_the_caller_installed_the_handlers_before_the_job():
+    """A submitted driver installs its StopSignals itself, then runs the job (install_signals=False)."""
+    stops = StopSignals().install()
+    try:
+        stops.accept_drain_requests()
+        assert signal.getsignal(DRAIN_SIGNAL) == stops._record
+    finally:
+        stops.restore()
+
+
+def test_one_signal_through_two_paths_at_once_is_one_request_and_a_later_one_is_a_second():
+    """``timeout -s INT`` signals the process, then its group: one Ctrl-C, not "Ctrl-C twice" (which stopped the job
+    without finishing the batch in flight, exit 130)."""
+    with StopSignals() as stops:
+        _signal(signal.SIGINT, stops)
+        os.kill(os.getpid(), signal.SIGINT)  # the group's copy, a moment after
+        time.sleep(0.05)
+        assert stops.received == [signal.SIGINT] and stops.escalation is None, "one request"
+        _apart()
+        _signal(signal.SIGINT, stops)  # a person pressing Ctrl-C again
+        assert stops.escalation == signal.SIGINT
+    stops = StopSignals()
+    stops.request(signal.SIGTERM)
+    stops.request(signal.SIGTERM)
+    assert stops.escalation == signal.SIGTERM, "a stop asked for in code is never merged"
 
 
 def test_a_step_watched_by_the_main_loop_goes_on_after_one_signal_and_gives_way_to_a_second():
@@ -67,8 +141,8 @@ def test_a_step_watched_by_the_main_loop_goes_on_after_one_signal_and_gives_way_
         threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
         threading.Timer(0.4, release.set).start()
         assert run_watched(lambda: release.wait(10) and "drained", stops) == "drained"  # one signal: it finishes
-        assert stops.drain
-        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        assert stops.requested
+        threading.Timer(0.7, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
         started = time.monotonic()
         with pytest.raises(Escalated) as err:
             run_watched(lambda: time.sleep(30), stops)  # the second: the main loop stops waiting at once
@@ -224,8 +298,8 @@ def test_a_step_that_does_not_end_keeps_the_locks_until_the_process_ends(tmp_pat
 @pytest.mark.parametrize("fleet", [False, True], ids=["run", "run --all"])
 def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path, monkeypatch, fleet):
     """After a SIGKILL on an object store, a restart waits out the dead run's lease before it starts: a SIGTERM then
-    (a supervisor giving up on a slow start, ``systemctl stop``) must be obeyed as a stop and drain once the job runs,
-    not end the process as SIGTERM ends a program that has no handler."""
+    (a supervisor giving up on a slow start, ``systemctl stop``) must be obeyed as a stop (and a drain under
+    ``--drain-on-stop``) once the job runs, not end the process as SIGTERM ends a program that has no handler."""
     from event_etl.job import fleet as fleet_mod
     from event_etl.job import runner
     from event_etl.job.runner import RunOptions, run_job
@@ -244,7 +318,7 @@ def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path,
     stops = StopSignals()
     et = make_event_type(tmp_path / "types")
     options = RunOptions(sink=str(tmp_path / "sink"), checkpoint=str(tmp_path / "ck"), source=None if fleet else
-                         f"dir:{tmp_path / 'in'}")
+                         f"dir:{tmp_path / 'in'}", drain_on_stop=True)
     (tmp_path / "in").mkdir()
     with pytest.raises(RuntimeError, match="ends the start here"):
         if fleet:
@@ -253,3 +327,39 @@ def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path,
             run_job(et, options, stops=stops)
     assert seen["received"] == [signal.SIGTERM] and stops.drain
     assert signal.getsignal(signal.SIGTERM) == before, "a start that failed puts the previous handlers back"
+
+
+def test_event_etl_drain_signals_the_job_holding_the_checkpoint_lock_and_says_what_to_do_without_one(tmp_path):
+    """`event-etl drain TYPE` finds the running job as a second job and `status` do: by the checkpoint lock it holds
+    (its host and pid written in it); SIGUSR1 makes that job drain and stop."""
+    from click.testing import CliRunner
+
+    from event_etl.cli import main
+    from event_etl.job.drainrequest import lock_holder
+    from event_etl.storage import Storage
+    from event_etl.storage.lease import Lease
+    from event_etl.timeutil import now_millis
+
+    root = tmp_path / "checkpoints"
+    r = CliRunner().invoke(main, ["drain", "click", "--checkpoint-root", str(root)])
+    assert r.exit_code == 1 and "error: no job of click runs on checkpoint" in r.output and "fix:" in r.output, r.output
+    lease = Lease(Storage(str(tmp_path / "sink")), "click", root / "click", now_millis).acquire()
+    try:
+        assert lock_holder(root / "click")["pid"] == os.getpid()
+        with StopSignals() as stops:
+            stops.accept_drain_requests()
+            r = CliRunner().invoke(main, ["drain", "click", "--checkpoint-root", str(root)])
+            assert r.exit_code == 0, r.output
+            assert f"[click] asked pid {os.getpid()}" in r.output and "to drain and stop" in r.output
+            deadline = time.monotonic() + 5
+            while not stops.requested:
+                assert time.monotonic() < deadline, "the drain request was not recorded"
+                time.sleep(0.01)
+            assert stops.drain and stops.first == DRAIN_SIGNAL
+        r = CliRunner().invoke(main, ["drain", "click", "--checkpoint", str(root)])  # a fleet's --checkpoint ROOT
+        assert r.exit_code == 0 and f"{root / 'click'}" in r.output, r.output
+    finally:
+        lease.release()
+    assert lock_holder(root / "click") is None
+    r = CliRunner().invoke(main, ["drain", "click", "--checkpoint", str(root / "click")])
+    assert r.exit_code == 1 and "(it is stopped)" in r.output and "--once --drain" in r.output, r.output

@@ -1,5 +1,5 @@
-"""The commands of the streaming job: ``types``, ``run`` (one type or a fleet), ``status``, ``deadletter`` and
-``warmup``."""
+"""The commands of the streaming job: ``types``, ``run`` (one type or a fleet), ``drain``, ``status``, ``deadletter``
+and ``warmup``."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from event_etl.cli.options import (
 from event_etl.cli.params import require_extra
 from event_etl.errors import ConfigError, UsageError
 
-__all__ = ["types_cmd", "run_cmd", "status_cmd", "deadletter_cmd", "warmup_cmd"]
+__all__ = ["types_cmd", "run_cmd", "drain_cmd", "status_cmd", "deadletter_cmd", "warmup_cmd"]
 
 
 @click.command("types")
@@ -81,10 +81,14 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str 
 
     With no options: local Spark, the built-in generator (event time runs 120x faster than the
     clock, so hours close every 30 s), sink ./data, checkpoint ./checkpoints/EVENT_TYPE.
-    Stop with Ctrl-C (stops at the next batch boundary, exit 0) or SIGTERM/SIGHUP (also drains: closes
-    every hour holding data, exit 0), sent to the process or to its whole group; a second Ctrl-C or
-    SIGTERM stops at once (exit 130 or 143). A restart on the same checkpoint continues where the job
-    stopped.
+    Stop with Ctrl-C, SIGTERM or SIGHUP, sent to the process or to its whole group: the batch in
+    flight finishes, the job saves and stops, exit 0, and no hour the watermark has not passed is
+    marked: a restart on the same checkpoint continues where the job stopped (a deploy's restart
+    brings no late events). One signal that reaches the job twice within 0.5 s (`timeout` signals
+    the process and its group) is one stop; a second Ctrl-C or SIGTERM after that stops at once
+    (exit 130 or 143). To stop for good and close every hour holding data (a drain): start it with
+    --drain-on-stop (SIGTERM and SIGHUP then drain), or ask the running job with `event-etl drain
+    EVENT_TYPE` (SIGUSR1). The last line says the exit code: `[TYPE] run finished: exit 0 (...)`.
 
     Several types (or --all) run as a fleet in one Spark application: by default through one shared
     micro-batch loop (one Spark job per trigger for every type with input; --engine queries: one
@@ -120,6 +124,51 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str 
     from event_etl.job.fleet import report_fleet, run_fleet
 
     report_fleet(run_fleet(types, options), again="run the fleet again", echo=click.echo)
+
+
+@click.command("drain")
+@click.argument("event_types", nargs=-1, required=True, metavar="EVENT_TYPE...")
+@click.option("--checkpoint", default=None, metavar="DIR",
+              help="The job's checkpoint, as `run` was given it (a fleet's --checkpoint ROOT: ROOT/<type>).")
+@click.option("--checkpoint-root", "checkpoint_root", default="./checkpoints", show_default=True, metavar="DIR",
+              help="Without --checkpoint: the folder of the checkpoints, one per type (DIR/<type>).")
+@click.option("--wait", is_flag=True, help="Wait until the job has drained and stopped.")
+@handles_errors
+def drain_cmd(event_types: tuple[str, ...], checkpoint: str | None, checkpoint_root: str, wait: bool) -> None:
+    """Ask the running job of EVENT_TYPE to drain and stop: for a job stopped for good.
+
+    A plain stop (Ctrl-C, SIGTERM, SIGHUP) leaves the hours the watermark has not passed open for
+    the next run. A drain finishes the batch in flight, reads what the source has already taken
+    (a Pub/Sub spool), marks every hour holding data complete and stops (exit 0). This command
+    sends SIGUSR1 to the job's process, found by the checkpoint lock it holds (as `event-etl
+    status` finds it), on this host; `kill -USR1 PID` does the same. A fleet drains all its
+    types. A job that is not running: `event-etl run EVENT_TYPE --once --drain`.
+    """
+    from event_etl.job.drainrequest import ask_to_drain, checkpoint_of, lock_holder
+
+    asked: dict[int, list[tuple[str, Any]]] = {}
+    for name in event_types:
+        ck = checkpoint_of(name, checkpoint=checkpoint, checkpoint_root=checkpoint_root)
+        holder = lock_holder(ck)
+        if holder is not None and holder.get("pid") in asked:  # a fleet: asked once already
+            asked[holder["pid"]].append((name, ck))
+            continue
+        holder = ask_to_drain(name, ck)
+        asked[holder["pid"]] = [(name, ck)]
+        click.echo(f"[{name}] asked pid {holder['pid']} (running since {holder.get('started_at')}, checkpoint {ck}) "
+                   "to drain and stop")
+    if not wait:
+        return
+    from event_etl.job.stopping import Interrupted, StopSignals, signal_name
+
+    with StopSignals() as stops:
+        while any(lock_holder(ck) is not None for types in asked.values() for _, ck in types):
+            if stops.requested:
+                raise Interrupted(stops.first, f"interrupted ({signal_name(stops.first)}): stopped waiting; the job "
+                                  "goes on draining")
+            stops.sleep(0.5)
+    for pid, types in asked.items():
+        click.echo(f"[{', '.join(n for n, _ in types)}] pid {pid} has stopped; its last line says how it ended")
 
 
 @click.command("status")

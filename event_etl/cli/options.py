@@ -192,6 +192,10 @@ JOB_OPTIONS: dict[str, Callable] = {
                          "the limits make, then stop."),
     "drain": click.option("--drain", is_flag=True, help="Treat the end of input as the end of time: process what is "
                           "available, mark every hour up to the last one holding data complete, then stop."),
+    "drain_on_stop": click.option("--drain-on-stop", is_flag=True, help="SIGTERM and SIGHUP also drain (mark every "
+                                  "hour holding data complete before the job stops), for a job stopped for good. "
+                                  "Without it a stop marks no hour the watermark has not passed (the next run "
+                                  "continues); `event-etl drain TYPE` asks a running job to drain and stop."),
     "master": None,  # each command brings its own (see job_options)
     "conf": click.option("--conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting; repeat for more."),
     "quiet": click.option("--quiet", is_flag=True, help="No progress lines; only the summary of errors."),

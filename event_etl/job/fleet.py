@@ -12,11 +12,12 @@ up to 5 minutes) without disturbing the others; its state (``running``, ``restar
 ``stopped``, ``failed``, ``drain failed``) and last error are written to
 ``<root>/<type>/etl/status.json`` and shown by ``event-etl status``.
 
-Signals follow :mod:`event_etl.job.stopping`, as for one type: SIGINT stops every query at its
-next batch boundary; SIGTERM and SIGHUP also drain every type -- each type on its own, so
-one that cannot drain (a batch a crash left unfinished, a sink that fails) is reported in
-its status and summary and does not keep the others from draining; a second SIGINT or
-SIGTERM stops at once.
+Signals follow :mod:`event_etl.job.stopping`, as for one type: SIGINT, SIGTERM and SIGHUP stop
+every type at its next batch boundary and mark no hour the watermark has not passed; SIGUSR1
+(``event-etl drain``), and SIGTERM or SIGHUP under ``--drain-on-stop``, also drain every type
+-- each type on its own, so one that cannot drain (a batch a crash left unfinished, a sink
+that fails) is reported in its status and summary and does not keep the others from draining;
+a second SIGINT or SIGTERM stops at once.
 """
 
 from __future__ import annotations
@@ -98,6 +99,8 @@ def run_fleet(event_types: list[EventType], options: RunOptions, *, spark=None, 
         options.once = True
     members: list[FleetMember] = []
     stops = stops if stops is not None else StopSignals()
+    stops.drain_on_stop = stops.drain_on_stop or options.drain_on_stop
+    stops.accept_drain_requests()  # SIGUSR1 (event-etl drain): before the locks name this process as the jobs'
     if install_signals:
         stops.install()  # before the leases: a stop asked for while one is waited for is obeyed once the fleet runs
     try:
@@ -476,14 +479,30 @@ def _member_summary(m: FleetMember, seconds: float, clock) -> dict[str, Any]:
 
 
 def report_fleet(summary: dict[str, dict[str, Any]], *, again: str, echo: Callable[[str], None]) -> None:
-    """A fleet's end-of-run lines; raise (exit 1) if a type could not be drained.  ``again``: how to run it again."""
+    """A fleet's end-of-run lines, the last saying the exit code; raise (exit 1) if a type could not be drained.
+    ``again``: how to run it again."""
     for line in summary_lines(summary or {}):
         echo(line)
     undrained = sorted(name for name, s in (summary or {}).items() if s.get("state") == "drain failed")
     if undrained:
         raise EventEtlError(f"{', '.join(undrained)} could not be drained (the other types were)",
-                            fix=f"{again} so it replays what was left unfinished, then stop it with SIGTERM; "
-                                "`event-etl status` shows each type's last error")
+                            fix=f"{again} so it replays what was left unfinished, then drain it (`event-etl drain "
+                                "TYPE`, or `--once --drain`); `event-etl status` shows each type's last error")
+    echo(fleet_finished_line(summary or {}))
+
+
+def fleet_finished_line(summary: dict[str, dict[str, Any]]) -> str:
+    """``[fleet] run finished: exit 0 (how it ended)``: the last line of a fleet that ends by itself or as asked."""
+    stopped_by = next((s.get("stopped_by") for s in summary.values() if s.get("stopped_by")), None)
+    if stopped_by is None:
+        drained = any(s.get("drained") for s in summary.values())
+        return "[fleet] run finished: exit 0 (end of input" + (
+            ", drained: every hour holding data is complete)" if drained else ")")
+    how = {"SIGINT": "Ctrl-C", signal_name(signal.SIGUSR1): "a drain request"}.get(stopped_by, stopped_by)
+    if any(s.get("drained") for s in summary.values()):
+        return f"[fleet] run finished: exit 0 (stopped by {how}, drained: every hour holding data is complete)"
+    return (f"[fleet] run finished: exit 0 (stopped by {how}, not drained: the open hours stay open for the next "
+            "run; run the same command to continue)")
 
 
 def summary_lines(summary: dict[str, dict[str, Any]]) -> list[str]:

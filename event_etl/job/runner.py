@@ -4,9 +4,11 @@ summary.  What a job is made of before it runs (options, checkpoint, lease, cont
 
 ``event-etl run`` is a thin wrapper over :func:`run_job`.  The main loop watches the
 query in short steps and, between batches, lets the controller advance the watermark of
-a quiet source.  Signals follow :mod:`event_etl.job.stopping`: SIGINT stops at the next batch
-boundary; SIGTERM and SIGHUP stop there and drain (every hour up to the last one holding
-data is marked); a second SIGINT or SIGTERM stops at once (exit 130 or 143).
+a quiet source.  Signals follow :mod:`event_etl.job.stopping`: SIGINT, SIGTERM and SIGHUP stop
+at the next batch boundary and mark no hour the watermark has not passed (the next run
+continues); SIGUSR1 (``event-etl drain``), and SIGTERM or SIGHUP under ``--drain-on-stop``,
+stop there and drain (every hour up to the last one holding data is marked); a second SIGINT
+or SIGTERM stops at once (exit 130 or 143).  The last line of a run says its exit code.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from event_etl.job.setup import (  # noqa: F401 - the setup's names, also import
     start_fetcher,
 )
 from event_etl.job.stopping import (
+    DRAIN_SIGNAL,
     POLL_S,
     Escalated,
     Interrupted,
@@ -53,7 +56,7 @@ from event_etl.job.stopping import (
 )
 from event_etl.rules.judge import OUTCOMES
 from event_etl.storage.locations import default_checkpoint, resolve_sink
-from event_etl.timeutil import iso, now_millis
+from event_etl.timeutil import HOUR_MS, iso, now_millis
 
 __all__ = ["RunOptions", "run_job", "default_checkpoint", "resolve_sink"]
 
@@ -83,6 +86,8 @@ def run_job(
         options.once = True  # drain: process what is available, then close every open hour
     name = event_type.name
     stops = stops if stops is not None else StopSignals()
+    stops.drain_on_stop = stops.drain_on_stop or options.drain_on_stop
+    stops.accept_drain_requests()  # SIGUSR1 (event-etl drain): before the lock names this process as the job's
     if install_signals:
         stops.install()  # before the lease: a stop asked for while it is waited for is obeyed once the job runs
     try:
@@ -133,7 +138,7 @@ def run_job(
                 stop_session(spark)  # signals still only recorded meanwhile
         finally:
             if install_signals:
-                stops.restore()
+                stops.restore()  # a drain request from now on is ignored (SIGUSR1 would end the process)
             release_lease(p.lease, stops)
 
 
@@ -143,9 +148,9 @@ def _drive_shared(job: Job, lane, spark, *, options: RunOptions, stops: StopSign
     trigger over the splits the driver planned, no streaming query and no Python source process.
 
     The same contract as :func:`_drive`: Spark-format offsets and commits (a query of the type's own,
-    ``--engine queries``, takes them over, and back), the same signals (SIGINT stops after the batch
-    in flight; SIGTERM and SIGHUP also drain; a second one cancels the batch, which is replayed on the
-    next run), the same summary.  A batch that fails ends the run with its error (a fleet would
+    ``--engine queries``, takes them over, and back), the same signals (a stop after the batch in
+    flight, a drain when asked for; a second one cancels the batch, which is replayed on the next
+    run), the same summary.  A batch that fails ends the run with its error (a fleet would
     quarantine the type instead)."""
     from event_etl.errors import unwrap_task_error
     from event_etl.job.shared import FleetMember, SharedEngine, rounds_before_drain, run_rounds
@@ -190,27 +195,28 @@ def _drive(job: Job, *, options: RunOptions, stops: StopSignals) -> dict[str, An
     deadline = None if options.max_seconds is None else started + options.max_seconds
     query = None
     stopped_by = signal_name(stops.first) if stops.first is not None else None
+    drain = stops.drain if stops.requested else options.drain  # decided once the job stops reading
     # A signal while Spark was starting: no query needed -- unless a drain must first see Spark
     # replay a batch that a crash left unfinished.
-    if not stops.requested or (stops.drain and controller.pending_batch is not None):
+    if not stops.requested or (drain and controller.pending_batch is not None):
         query = job.start()
     try:
         try:
             if query is not None:
                 stopped_by = _watch(query, job, options, stops, deadline)
+                drain = stops.drain if stops.requested else options.drain
                 if stopped_by is None:
                     _raise_query_failure(query, controller, job.source_dir)
                 else:
-                    if stops.drain and job.fetcher is not None:  # the spool read before the drain marks hours
+                    if drain and job.fetcher is not None:  # the spool read before the drain marks hours
                         _read_spool_before_drain(job, query, stops, options)
-                    stop_at_boundary([(job, query)], stops, drain=stops.drain)
+                    stop_at_boundary([(job, query)], stops, drain=drain)
                     _raise_query_failure(query, controller, job.source_dir)  # a batch that failed meanwhile
         except Escalated as esc:
             stop_at_once([(job, query)], stops, esc.signum)
     finally:
         if query is not None and query.isActive:
             query.stop()
-    drain = stops.drain if stops.requested else options.drain
     return _end_run(job, options, stops, started=started, stopped_by=stopped_by, drain=drain)
 
 
@@ -242,9 +248,26 @@ def _end_run(job: Job, options: RunOptions, stops: StopSignals, *, started: floa
         except Escalated as esc:
             exit_now(128 + esc.signum, cut_short_line(job.prepared.event_type.name, esc.signum))
     summary = _summary(job, time.monotonic() - started, options, stopped_by, drained=drain)
-    if stopped_by == "SIGINT" and not drain and not options.quiet:
-        say(_stopped_line(job, stopped_by))
+    plain_stop = stops.requested and stopped_by not in (None, "time limit") and not drain
+    if plain_stop and not options.quiet:
+        say(_stopped_line(job, stopped_by or "?"))
+    if not options.quiet:
+        say(finished_line(job.prepared.event_type.name, summary))
     return summary
+
+
+def finished_line(who: str, summary: dict[str, Any]) -> str:
+    """The last line of a run that ends by itself or as asked: ``[who] run finished: exit 0 (how it ended)``."""
+    stopped_by = summary.get("stopped_by") or "end of input"
+    how = "Ctrl-C" if stopped_by == "SIGINT" else "a drain request" if stopped_by == signal_name(DRAIN_SIGNAL) \
+        else stopped_by
+    if summary.get("drained"):
+        how += ", drained: every hour holding data is complete"
+    elif stopped_by in ("end of input", "query end", "time limit"):
+        pass
+    else:
+        how = f"stopped by {how}, not drained: the open hours stay open for the next run"
+    return f"[{who}] run finished: exit 0 ({how})"
 
 
 def _watch(query, job: Job, options: RunOptions, stops: StopSignals, deadline: float | None) -> str | None:
@@ -272,7 +295,12 @@ def _stopped_line(job: Job, stopped_by: str) -> str:
     held = job.gate.abandoned if job.gate is not None else []
     later = f" (batch {held[0]} was planned, not begun: it runs first)" if held else ""
     how = "Ctrl-C" if stopped_by == "SIGINT" else stopped_by
-    return f"[{name}] stopped {where} ({how}), not drained{later}; run the same command to continue"
+    wm = c.state.watermark
+    first, through = c.state.first_hour, c.state.marked_through
+    open_from = first if through is None or first is None else max(first, through + HOUR_MS)
+    keep = (f" (the hours from {iso(open_from)} stay open: the watermark, {iso(wm)}, has not passed them)"
+            if wm is not None and open_from is not None else "")
+    return f"[{name}] stopped {where} ({how}), not drained{keep}{later}; run the same command to continue"
 
 
 def _summary(job: Job, seconds: float, options: RunOptions, stopped_by: str | None, *, drained: bool) -> dict[str, Any]:

@@ -58,6 +58,7 @@ class RunOptions:
     split_bytes: int = DEFAULT_SPLIT_BYTES
     once: bool = False
     drain: bool = False
+    drain_on_stop: bool = False  # SIGTERM and SIGHUP also drain (a plain stop does not: event_etl.job.stopping)
     master: str | None = None
     conf: dict[str, str] = field(default_factory=dict)
     tick_seconds: float = 1.0
@@ -153,7 +154,7 @@ def release_lease(lease, stops: StopSignals | None = None) -> None:
 def acquire_lease(p: Prepared, stops: StopSignals | None = None) -> None:
     """Take the type's checkpoint lock and sink lease; after a dead predecessor, wait until its tasks are fenced off.
 
-    The wait watches ``stops``: a first stop signal is recorded and obeyed once the job runs (SIGTERM still drains),
+    The wait watches ``stops``: a first stop signal is recorded and obeyed once the job runs (a drain still drains),
     a repeated one raises :class:`~event_etl.job.stopping.Escalated` with the lease held (``p.lease``)."""
     from event_etl.storage.lease import Lease, default_ttl_ms
 

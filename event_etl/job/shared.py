@@ -24,10 +24,12 @@ on.  It is tried again after a backoff (5 s, doubled up to 5 minutes:
 :func:`event_etl.job.fleet.backoff_seconds`); its pending batch is replayed first, so once
 the cause is fixed (the folder back, the sink writable again) nothing is lost.
 
-**Stopping** follows :mod:`event_etl.job.stopping`, as for one type: SIGINT stops after the
-round in flight (every type's batch in it finishes); SIGTERM and SIGHUP also drain every
-type, each on its own; a second SIGINT or SIGTERM cancels the round's Spark jobs and stops
-at once (its batches are replayed on the next run).
+**Stopping** follows :mod:`event_etl.job.stopping`, as for one type: SIGINT, SIGTERM and SIGHUP
+stop after the round in flight (every type's batch in it finishes) and mark no hour the
+watermark has not passed; a drain (SIGUSR1, ``event-etl drain``; SIGTERM and SIGHUP under
+``--drain-on-stop``) then drains every type, each on its own, after :func:`rounds_before_drain`;
+a second SIGINT or SIGTERM cancels the round's Spark jobs and stops at once (its batches are
+replayed on the next run).
 """
 
 from __future__ import annotations

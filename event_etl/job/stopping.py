@@ -3,16 +3,30 @@
 A terminal's Ctrl-C (SIGINT to the foreground process group), ``systemctl stop`` (SIGTERM to
 every process of the unit), ``timeout`` and ``kill -- -PGID`` (the whole group), Kubernetes and
 ``docker stop`` (SIGTERM to the main process only) and a closing terminal (SIGHUP) all end up
-here, and mean the same thing whichever processes they reach:
+here, and mean the same thing whichever processes they reach.  For a streaming job
+(``event-etl run``, a fleet, a submitted driver):
 
 =========  ===========================================  ======================================
 signal     first time                                   again, while stopping
 =========  ===========================================  ======================================
-SIGINT     finish the batch in flight, stop; no drain   stop at once (exit 130)
-SIGTERM    finish the batch in flight, stop, drain      stop at once, drain cut short (143)
+SIGINT     finish the batch in flight, save, stop; no   stop at once (exit 130)
+           drain: no hour the watermark has not passed
+           is marked (the next run continues it)
+SIGTERM    as SIGINT; with ``run --drain-on-stop``      stop at once, drain cut short (143)
+           also drain (every hour holding data marked)
 SIGHUP     as SIGTERM                                   ignored (a closing terminal sends it
                                                         more than once)
+SIGUSR1    finish the batch in flight, stop and drain   ignored (``event-etl drain TYPE``
+           (a drain asked of a running job)             sends it)
 =========  ===========================================  ======================================
+
+A drain is decided when the job stops reading: a SIGUSR1 received by then makes the stop a
+drain, whatever came first.
+
+**One signal through two paths is one request.**  ``timeout -s INT`` signals the process and
+then its group, a terminal and a supervisor may both pass a signal on: the same signal again
+within :data:`SAME_SIGNAL_S` (0.5 s) of the one recorded is taken for that one, not for "Ctrl-C
+twice".  A person who wants to stop at once presses Ctrl-C again after that.
 
 Signal handlers only *record* the signal (:class:`StopSignals`): they never call into the
 JVM (py4j) and never raise, so no Python call is ever torn apart in the middle.  The
@@ -45,6 +59,8 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "STOP_SIGNALS",
+    "DRAIN_SIGNAL",
+    "SAME_SIGNAL_S",
     "StopSignals",
     "Interrupted",
     "Escalated",
@@ -61,6 +77,7 @@ __all__ = [
     "run_watched",
     "say",
     "at_once_line",
+    "with_exit_code",
     "exit_now",
     "on_exit_now",
     "abandoned_steps",
@@ -77,6 +94,10 @@ EXIT_INTERRUPTED = 128 + int(signal.SIGINT)  # 130: SIGINT twice
 EXIT_TERMINATED = 128 + int(signal.SIGTERM)  # 143: SIGTERM twice
 
 STOP_SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DRAIN_SIGNAL: int = signal.SIGUSR1
+"""Asks a running job to drain and stop (``event-etl drain TYPE`` sends it to the pid in the job's checkpoint lock)."""
+SAME_SIGNAL_S = 0.5
+"""The same signal again within this many seconds of the one recorded is the same request (see the module docstring)."""
 
 POLL_S = 0.1
 """How often a waiting main loop looks at the signals."""
@@ -110,17 +131,29 @@ class StopSignals:
     ``install()`` (main thread only; elsewhere it does nothing) sets the handlers and may be
     called again, e.g. after PySpark replaced one; ``restore()`` puts the previous ones back.
     ``request(signum)`` records a stop asked for by other means (a test's event, a deadline).
+
+    A streaming job also listens for :data:`DRAIN_SIGNAL` (:meth:`accept_drain_requests`), and
+    ``drain_on_stop`` (``run --drain-on-stop``) makes SIGTERM and SIGHUP drain as well.
     """
 
-    def __init__(self, signals: Iterable[int] = STOP_SIGNALS) -> None:
+    def __init__(self, signals: Iterable[int] = STOP_SIGNALS, *, drain_on_stop: bool = False) -> None:
         self.signals = tuple(signals)
+        self.drain_on_stop = drain_on_stop
         self.received: list[int] = []
+        self._recorded_at: dict[int, float] = {}
         self._previous: dict[int, Any] = {}
         self.left_running: list[threading.Thread] = []  # steps a stop at once left going (see abandoned_steps)
 
     # -- handlers ------------------------------------------------------------------------------
     def _record(self, signum: int, _frame: Any) -> None:
-        self.received.append(signum)  # nothing else: no py4j, no raise, no lock
+        # nothing else: no py4j, no raise, no lock.  The same signal again within SAME_SIGNAL_S of the one recorded
+        # came through another path (the process and its group): one request, not a second one
+        now = time.monotonic()
+        last = self._recorded_at.get(signum)
+        if last is not None and now - last < SAME_SIGNAL_S:
+            return
+        self._recorded_at[signum] = now
+        self.received.append(signum)
 
     def install(self) -> StopSignals:
         if threading.current_thread() is not threading.main_thread():
@@ -135,10 +168,22 @@ class StopSignals:
         """Whether every handler is still this object's (PySpark replaces SIGINT's when a SparkContext starts)."""
         return all(signal.getsignal(sig) == self._record for sig in self.signals)
 
+    def accept_drain_requests(self) -> StopSignals:
+        """Listen for :data:`DRAIN_SIGNAL` too (a streaming job); its handler is set at once if this object's
+        handlers are in (a caller that installed them before the job started, as a submitted driver does)."""
+        if DRAIN_SIGNAL not in self.signals:
+            in_place = bool(self._previous) and self.installed()
+            self.signals = (*self.signals, DRAIN_SIGNAL)
+            if in_place:
+                self.install()
+        return self
+
     def restore(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
         for sig, old in self._previous.items():
+            if sig == DRAIN_SIGNAL and old in (None, signal.SIG_DFL):
+                old = signal.SIG_IGN  # a drain asked of a job that is ending must not kill it (SIGUSR1's default)
             signal.signal(sig, old if old is not None else signal.SIG_DFL)
         self._previous.clear()
 
@@ -162,12 +207,15 @@ class StopSignals:
 
     @property
     def drain(self) -> bool:
-        """SIGTERM and SIGHUP stop *and drain*; SIGINT only stops."""
-        return self.first in (signal.SIGTERM, signal.SIGHUP)
+        """Whether the stop drains: a drain was asked for (:data:`DRAIN_SIGNAL`), or SIGTERM or SIGHUP stopped a job
+        run with ``drain_on_stop``.  A plain stop (SIGINT; SIGTERM and SIGHUP without it) only stops."""
+        if DRAIN_SIGNAL in self.received:
+            return True
+        return self.drain_on_stop and self.first in (signal.SIGTERM, signal.SIGHUP)
 
     @property
     def escalation(self) -> int | None:
-        """The first SIGINT or SIGTERM after the first signal: stop at once.  (SIGHUP never escalates.)"""
+        """The first SIGINT or SIGTERM after the first signal: stop at once.  (SIGHUP and SIGUSR1 never escalate.)"""
         for signum in self.received[1:]:
             if signum in (signal.SIGINT, signal.SIGTERM):
                 return signum
@@ -253,15 +301,23 @@ def abandoned_steps(stops: StopSignals | None) -> list[threading.Thread]:
     return [th for th in (stops.left_running if stops is not None else []) if th.is_alive()]
 
 
-def at_once_line(who: str, signum: int, cut: list[tuple[str, int]]) -> str:
+def at_once_line(who: str, signum: int, cut: list[tuple[str, int]], *, exit_code: bool = True) -> str:
     """What a stop at once says (``who``: the job's types, or ``fleet``): the batches ``cut`` short, ``(type,
-    batch)``, are replayed on the next run."""
+    batch)``, are replayed on the next run; it ends with the exit code (``exit_code``)."""
     what = "Ctrl-C twice" if signum == signal.SIGINT else "SIGTERM twice"
     if cut:
         batches = ", ".join(f"{n} batch {b}" for n, b in cut)
-        return (f"[{who}] stopped at once ({what}), not drained: {batches} was cut short and is replayed when you "
+        line = (f"[{who}] stopped at once ({what}), not drained: {batches} was cut short and is replayed when you "
                 f"run the same command")
-    return f"[{who}] stopped at once ({what}), not drained; run the same command to continue"
+    else:
+        line = f"[{who}] stopped at once ({what}), not drained; run the same command to continue"
+    return with_exit_code(line, exit_code_for(signum)) if exit_code else line
+
+
+def with_exit_code(line: str, code: int) -> str:
+    """``line`` ending with the exit code the process ends with: the last line of a job says it."""
+    tail = f" (exit {code})"
+    return line if line.endswith(tail) else line + tail
 
 
 def say(line: str, *, err: bool = False) -> None:
@@ -298,7 +354,7 @@ def exit_now(code: int, line: str) -> None:
             fn()
         except Exception:  # noqa: BLE001 - ending at once must not fail
             pass
-    say(line, err=True)
+    say(with_exit_code(line, code), err=True)
     os._exit(code)
 
 
@@ -506,10 +562,11 @@ def stop_at_once(running: list[tuple[Any, Any]], stops: StopSignals, signum: int
                 pass
         th.join(0.25)
     cut = [(job.prepared.event_type.name, b) for job, b in in_flight if b not in job.gate.finished]
-    line = at_once_line(", ".join(job.prepared.event_type.name for job, _ in running) or "job", signum, cut)
+    who = ", ".join(job.prepared.event_type.name for job, _ in running) or "job"
     if th.is_alive():
-        exit_now(128 + signum, line + f" ({signal_name(signum)}: Spark did not stop in time; the process ended)")
-    raise Interrupted(signum, line)
+        exit_now(128 + signum, at_once_line(who, signum, cut, exit_code=False)
+                 + f" ({signal_name(signum)}: Spark did not stop in time; the process ended)")
+    raise Interrupted(signum, at_once_line(who, signum, cut))
 
 
 def cut_short_line(name: str, signum: int) -> str:
