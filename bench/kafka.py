@@ -735,16 +735,18 @@ WORKER = "executor tasks (pyspark.worker)"
 # Kafka reader's functions, or that frees or traverses confluent-kafka's Message objects, or hashes the records'
 # message ids (files have none); its kind is said by the native frames under that Python frame.  Everything else
 # is work files do too (bench.flame's categories).
-KAFKA_FUNCS = ("read_messages", "record_times", "record_payload", "kafka_chunks", "KafkaChunk.__init__",
-               "KafkaChunk.payloads", "OffsetIds", "read_range", "message_attributes")
+KAFKA_FUNCS = ("read_messages", "read_runs", "_slow_run", "record_columns", "record_times", "record_payload",
+               "record_fields", "kafka_chunks", "KafkaChunk.__init__", "KafkaChunk.payloads", "OffsetIds", "read_range",
+               "message_attributes")
+KAFKA_FILES = ("event_etl/sources/kafka.py",)  # any function of the reader's module (``take``, nested ones)
 K_CONSUME = "Kafka: librdkafka consume (Consumer.consume: fetch, parse, hand over)"
 K_NEW = "Kafka: Message objects made (Consumer.consume)"
 K_ACCESS = "Kafka: Message accessors (timestamp, value, offset, error)"
 K_FREE = "Kafka: Message objects freed"
 K_GC = "Kafka: garbage collector traversing held Message objects"
 K_CLIENT = "Kafka: consumer made, assigned and closed"
-K_JOIN = "Kafka: chunking and joining values (kafka_chunks, KafkaChunk)"
-K_LOOP = "Kafka: read_messages' own loop"
+K_JOIN = "Kafka: columns, chunking and joining values (record_columns, kafka_chunks, KafkaChunk)"
+K_LOOP = "Kafka: the reading loop's own code (read_runs)"
 K_KEYS = "Kafka: message ids hashed for dedupe (fastpath.offset_message_keys)"
 _PY_FRAME = re.compile(r"\.py:\d+\)$")
 
@@ -766,7 +768,8 @@ def kafka_category(frames: list[str]) -> str:
         return K_GC
     if any("offset_message_keys" in f for f in frames):
         return K_KEYS
-    if not any(fn in owner for fn in KAFKA_FUNCS):
+    in_chunks = "event_etl/sources/read.py" in owner and ("chunk (" in owner or "kafka_chunks" in owner)
+    if not (any(fn in owner for fn in KAFKA_FUNCS) or any(f in owner for f in KAFKA_FILES) or in_chunks):
         return category_of(frames)
     if any("gc_collect" in f for f in native):
         return K_GC
@@ -779,7 +782,7 @@ def kafka_category(frames: list[str]) -> str:
         return K_CONSUME
     if any("Message_" in f for f in native) or "record_times" in owner:
         return K_ACCESS
-    if any(fn in owner for fn in ("kafka_chunks", "KafkaChunk", "OffsetIds")):
+    if in_chunks or any(fn in owner for fn in ("kafka_chunks", "KafkaChunk", "OffsetIds", "take (")):
         return K_JOIN
     return K_LOOP
 
@@ -955,8 +958,9 @@ def profile_report(prof: dict, args, machine: dict, command: str) -> str:
         "The executor workers' samples (`pyspark.worker`'s Python threads; seconds = samples / rate; a thread "
         "that waits for a core counts too, so on a loaded machine read the shares), by the frame nearest the leaf "
         "that says what it is: the Kafka-specific kinds first (a sample whose nearest Python frame is the Kafka "
-        "reader's: `event_etl/sources/kafka.py` `read_messages`, `record_times`; `event_etl/sources/read.py` "
-        "`kafka_chunks`, `KafkaChunk.__init__`; or that makes, reads, frees or traverses confluent-kafka's "
+        "reader's: any function of `event_etl/sources/kafka.py` (`read_runs`, `record_columns`...); "
+        "`event_etl/sources/read.py` `kafka_chunks`, `KafkaChunk`; or that makes, reads, frees or traverses "
+        "confluent-kafka's "
         "`Message` objects; or hashes the records' message ids, `event_etl/task/fastpath.py` "
         "`offset_message_keys`), then what files do too (`bench/flame.py`'s categories):", "",
         markdown_table(["work (executor workers)", "Kafka s", "share", "files s", "share", "Kafka − files"], rows),

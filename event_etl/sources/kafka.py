@@ -38,7 +38,8 @@ from event_etl.sources.splits import Split
 
 __all__ = ["KafkaPlanner", "MAX_SPLIT_RECORDS", "plan_partition", "fair_shares", "cut_range", "kafka_config",
            "consumer_group", "describe_topic", "check_topic", "read_range", "read_messages", "record_times",
-           "record_payload", "message_attributes", "READ_TIMEOUT_S", "CONSUME_RECORDS"]
+           "record_payload", "message_attributes", "READ_TIMEOUT_S", "CONSUME_RECORDS", "read_runs", "RecordRun",
+           "record_columns", "record_fields", "READER_DEFAULTS"]
 
 log = logging.getLogger("event_etl.sources.kafka")
 
@@ -395,6 +396,18 @@ def message_attributes(topic: str, partition: int, offset: int, timestamp: int, 
 CONSUME_RECORDS = 10_000
 """The most records a task's consumer hands over at a time (what the benchmark's bare loop asks for too)."""
 
+READER_DEFAULTS: dict[str, Any] = {"max.partition.fetch.bytes": 16 << 20}
+"""librdkafka settings of a task's consumer unless the properties file sets them: fetches of up to 16 MiB a
+partition (librdkafka's default, 1 MiB, is ~4,500 records of ~225 B a request)."""
+
+
+def _reader_config() -> dict[str, Any]:
+    conf = kafka_config(group_id="event_etl.reader", enable_auto_commit=False, enable_partition_eof=True,
+                        auto_offset_reset="error")
+    for k, v in READER_DEFAULTS.items():
+        conf.setdefault(k, v)
+    return conf
+
 
 def read_messages(topic: str, partition: int, start: int, end: int, *, timeout: float = READ_TIMEOUT_S
                   ) -> Iterator[list[Any]]:
@@ -403,66 +416,154 @@ def read_messages(topic: str, partition: int, start: int, end: int, *, timeout: 
 
     Offsets missing from the range (a compacted topic, transaction markers) are skipped.  No record for
     ``timeout`` seconds before ``end`` is a :class:`SourceError`, and so are records retention deleted."""
-    import time
+    yield from read_runs(topic, partition, start, end, timeout=timeout)
 
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+def read_runs(topic: str, partition: int, start: int, end: int, *, timeout: float = READ_TIMEOUT_S,
+              take: Callable[[list[Any], bool], Any] | None = None) -> Iterator[Any]:
+    """:func:`read_messages`, each run handed to ``take(run, consecutive)`` before it is yielded (``consecutive``:
+    the run's offsets are ``first, first + 1, ...``, no gap), and what ``take`` returns yielded instead.
+
+    The cyclic garbage collector is paused while a ``consume`` makes its messages and ``take`` reads them (it is
+    never paused while the caller runs): a run's ten thousand ``Message`` objects, each tracked by the collector,
+    would otherwise set off a dozen collections that walk the task's whole heap, to free nothing (a run holds no
+    cycle).  When ``take`` keeps no message, they are freed by their reference counts before the collector runs
+    again."""
+    import gc
+    import time
+    from itertools import repeat
+    from operator import is_not
+
+    from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
     if end <= start:
         return
-    consumer = Consumer(kafka_config(group_id="event_etl.reader", enable_auto_commit=False,
-                                     enable_partition_eof=True, auto_offset_reset="error"))
+    offset_of, error_of = Message.offset, Message.error
+    consumer = Consumer(_reader_config())
+    paused = gc.isenabled()
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         nxt = start
         deadline = time.monotonic() + timeout
         while nxt < end:
-            msgs = consumer.consume(num_messages=min(CONSUME_RECORDS, end - nxt), timeout=1.0)
-            if not msgs and time.monotonic() > deadline:
-                raise SourceError(
-                    f"Kafka topic {topic} partition {partition}: no record after offset {nxt - 1} for {timeout:.0f}s, "
-                    f"the batch reads up to offset {end - 1}",
-                    fix="check that the cluster is reachable from the executors (EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS, "
-                    "EVENT_ETL_KAFKA_PROPERTIES on every node); the batch is replayed when the job runs again")
-            if not msgs:
+            if paused:
+                gc.disable()
+            try:
+                msgs = consumer.consume(num_messages=min(CONSUME_RECORDS, end - nxt), timeout=1.0)
+                empty = not msgs
+                if empty:
+                    out = None
+                elif not any(map(is_not, map(error_of, msgs), repeat(None))) and offset_of(msgs[0]) >= nxt:
+                    # the usual run: records only, in offset order from where the range stands
+                    first, last = offset_of(msgs[0]), offset_of(msgs[-1])
+                    if last >= end:
+                        msgs = [m for m in msgs if offset_of(m) < end]
+                    if msgs:
+                        nxt = last + 1 if last < end else end
+                        out = msgs if take is None else take(msgs, offset_of(msgs[-1]) - first == len(msgs) - 1)
+                    else:
+                        nxt, out = end, None
+                else:
+                    run, nxt = _slow_run(msgs, nxt, end, topic, partition, KafkaError)
+                    out = None if not run else run if take is None else take(run, False)
+                del msgs
+            finally:
+                if paused:
+                    gc.enable()
+            if empty:
+                if time.monotonic() > deadline:
+                    raise SourceError(
+                        f"Kafka topic {topic} partition {partition}: no record after offset {nxt - 1} for "
+                        f"{timeout:.0f}s, the batch reads up to offset {end - 1}",
+                        fix="check that the cluster is reachable from the executors "
+                        "(EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS, EVENT_ETL_KAFKA_PROPERTIES on every node); the batch "
+                        "is replayed when the job runs again")
                 continue
             deadline = time.monotonic() + timeout
-            if not any([m.error() is not None for m in msgs]) and msgs[0].offset() >= nxt:
-                # the usual run: records only, in offset order from where the range stands
-                last = msgs[-1].offset()
-                run = msgs if last < end else [m for m in msgs if m.offset() < end]
-                nxt = last + 1 if last < end else end
-                if run:
-                    yield run
-                continue
-            run: list[Any] = []
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() is not None and m.offset() >= end:
-                            nxt = end  # the range's last offsets hold no record (compaction, a transaction marker)
-                            break
-                        continue
-                    if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        raise SourceError(
-                            f"Kafka topic {topic} partition {partition}: offset {nxt} is no longer there (deleted by "
-                            f"the topic's retention before this batch read it): {err.str()}",
-                            fix="raise the topic's retention; a batch planned over deleted records cannot be "
-                            "replayed: start with a new --checkpoint, or restore the records")
-                    raise SourceError(f"reading Kafka topic {topic} partition {partition}: {err.str()}",
-                                      fix=_FIX_CONNECT)
-                off = m.offset()
-                if off < nxt:
-                    continue
-                if off >= end:
-                    nxt = end
-                    break
-                run.append(m)
-                nxt = off + 1
-            if run:
-                yield run
+            if out is not None:
+                yield out
+                out = None
     finally:
         consumer.close()
+
+
+def _slow_run(msgs: list[Any], nxt: int, end: int, topic: str, partition: int, kafka_error: Any
+              ) -> tuple[list[Any], int]:
+    """A ``consume``'s messages with an error among them, or starting before ``nxt``, one by one: the records
+    of ``[nxt, end)`` and where the range stands after them."""
+    run: list[Any] = []
+    for m in msgs:
+        err = m.error()
+        if err is not None:
+            if err.code() == kafka_error._PARTITION_EOF:
+                if m.offset() is not None and m.offset() >= end:
+                    nxt = end  # the range's last offsets hold no record (compaction, a transaction marker)
+                    break
+                continue
+            if err.code() in (kafka_error._AUTO_OFFSET_RESET, kafka_error.OFFSET_OUT_OF_RANGE):
+                raise SourceError(
+                    f"Kafka topic {topic} partition {partition}: offset {nxt} is no longer there (deleted by "
+                    f"the topic's retention before this batch read it): {err.str()}",
+                    fix="raise the topic's retention; a batch planned over deleted records cannot be "
+                    "replayed: start with a new --checkpoint, or restore the records")
+            raise SourceError(f"reading Kafka topic {topic} partition {partition}: {err.str()}",
+                              fix=_FIX_CONNECT)
+        off = m.offset()
+        if off < nxt:
+            continue
+        if off >= end:
+            nxt = end
+            break
+        run.append(m)
+        nxt = off + 1
+    return run, nxt
+
+
+class RecordRun:
+    """A run of consecutive records of a partition as columns, its ``Message`` objects let go: ``offsets`` and
+    ``times`` (Kafka timestamps, milliseconds) as ``int64`` arrays, ``values`` (``b""`` for none), ``keys`` and
+    ``headers`` (what :func:`record_fields` needs for the record path) as lists."""
+
+    __slots__ = ("offsets", "times", "values", "keys", "headers")
+
+    def __init__(self, offsets: Any, times: Any, values: list[bytes], keys: list[bytes | None],
+                 headers: list[Any]) -> None:
+        self.offsets, self.times, self.values, self.keys, self.headers = offsets, times, values, keys, headers
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def record_columns(topic: str, partition: int) -> Callable[[list[Any], bool], RecordRun]:
+    """A ``take`` for :func:`read_runs`: a run of messages as a :class:`RecordRun`, each accessor mapped over the
+    run in C rather than called per record from Python; consecutive offsets made as a range.  A record without a
+    timestamp is a :class:`SourceError` that names it (as :func:`record_times` says)."""
+    from operator import itemgetter
+
+    import numpy as np
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+
+    offset_of, value_of, key_of, headers_of, stamp_of = (Message.offset, Message.value, Message.key,
+                                                         Message.headers, Message.timestamp)
+    kind_of, time_of = itemgetter(0), itemgetter(1)
+
+    def take(run: list[Any], consecutive: bool) -> RecordRun:
+        n = len(run)
+        if consecutive:
+            first = offset_of(run[0])
+            offsets = np.arange(first, first + n, dtype=np.int64)
+        else:
+            offsets = np.fromiter(map(offset_of, run), dtype=np.int64, count=n)
+        stamps = list(map(stamp_of, run))
+        if TIMESTAMP_NOT_AVAILABLE in map(kind_of, stamps):
+            record_times(run, topic, partition)  # raises, naming the record
+        times = np.fromiter(map(time_of, stamps), dtype=np.int64, count=n)
+        values = list(map(value_of, run))
+        if None in values:
+            values = [v or b"" for v in values]
+        return RecordRun(offsets, times, values, list(map(key_of, run)), list(map(headers_of, run)))
+
+    return take
 
 
 def record_times(run: list[Any], topic: str, partition: int) -> list[int]:
@@ -484,6 +585,14 @@ def record_payload(m: Any, topic: str, partition: int, ts: int
     off = int(m.offset())
     return (m.value() or b"", ts, f"kafka:{topic}/{partition}@", off,
             (f"{topic}/{partition}/{off}", message_attributes(topic, partition, off, ts, m.key(), m.headers())))
+
+
+def record_fields(topic: str, partition: int, offset: int, ts: int, value: bytes, key: bytes | None,
+                  headers: list[tuple[str, bytes | None]] | None
+                  ) -> tuple[bytes, int, str, int, tuple[str, dict[str, str]]]:
+    """A record of a :class:`RecordRun` as :func:`record_payload` makes it from its message."""
+    return (value, ts, f"kafka:{topic}/{partition}@", offset,
+            (f"{topic}/{partition}/{offset}", message_attributes(topic, partition, offset, ts, key, headers)))
 
 
 def read_range(topic: str, partition: int, start: int, end: int, *, timeout: float = READ_TIMEOUT_S

@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -353,13 +353,13 @@ class OffsetIds(Sequence[str]):
 
     __slots__ = ("prefix", "offsets")
 
-    def __init__(self, prefix: str, offsets: list[int]) -> None:
+    def __init__(self, prefix: str, offsets: Sequence[int]) -> None:  # a list, or an int64 array
         self.prefix, self.offsets = prefix, offsets
 
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        return f"{self.prefix}{self.offsets[i]}"
+        return f"{self.prefix}{int(self.offsets[i])}"
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -369,21 +369,22 @@ class KafkaChunk:
     """Consecutive records of a Kafka partition, about ``READ_BYTES`` of values, for the fast path: ``data`` their
     values joined by newlines (``None`` when a value is empty or holds a newline), ``arrivals`` their timestamps,
     ``mids`` their message ids and ``position(i)`` where record ``i`` is (``kafka:topic/partition@offset``), as the
-    record path names them."""
+    record path names them.  ``offsets`` and ``times`` are ``int64`` arrays; ``keys`` and ``headers`` are kept for
+    the record path (a chunk the plan cannot take), not the ``Message`` objects."""
 
-    __slots__ = ("topic", "partition", "messages", "offsets", "times", "data", "arrivals", "mids")
+    __slots__ = ("topic", "partition", "offsets", "times", "values", "keys", "headers", "data", "arrivals", "mids")
 
-    def __init__(self, topic: str, partition: int, messages: list[Any], offsets: list[int], times: list[int],
-                 values: list[bytes]) -> None:
+    def __init__(self, topic: str, partition: int, offsets: np.ndarray, times: np.ndarray, values: list[bytes],
+                 keys: list[bytes | None], headers: list[Any]) -> None:
         self.topic, self.partition = topic, partition
-        self.messages, self.offsets, self.times = messages, offsets, times
+        self.offsets, self.times, self.values, self.keys, self.headers = offsets, times, values, keys, headers
         data = b"\n".join(values)
         self.data = data if data.count(b"\n") == len(values) - 1 and all(values) else None
-        self.arrivals = np.array(times, dtype=np.int64)
-        self.mids = OffsetIds(f"{topic}/{partition}/", offsets)
+        self.arrivals = times
+        self.mids = OffsetIds(f"{topic}/{partition}/", cast(Sequence[int], offsets))
 
     def position(self, i: int) -> str:
-        return f"kafka:{self.topic}/{self.partition}@{self.offsets[i]}"
+        return f"kafka:{self.topic}/{self.partition}@{int(self.offsets[i])}"
 
     def decode(self, plan):
         """The fast path's decoding of the chunk, or ``None`` (then every record takes the record path)."""
@@ -394,48 +395,58 @@ class KafkaChunk:
 
     def payloads(self) -> Iterator[Payload]:
         """The records as :meth:`SplitReader.payloads` yields them (for the record path)."""
-        from event_etl.sources.kafka import record_payload
+        from event_etl.sources.kafka import record_fields
 
-        for m, ts in zip(self.messages, self.times):
-            yield record_payload(m, self.topic, self.partition, ts)
+        for off, ts, value, key, headers in zip(self.offsets.tolist(), self.times.tolist(), self.values, self.keys,
+                                                self.headers):
+            yield record_fields(self.topic, self.partition, off, ts, value, key, headers)
 
 
 def kafka_chunks(topic: str, partition: int, start: int, end: int) -> Iterator[KafkaChunk]:
     """The records of offsets ``[start, end)`` of a partition, in order, in chunks of about ``READ_BYTES`` of
-    values (:func:`event_etl.sources.kafka.read_messages`)."""
-    from event_etl.sources.kafka import read_messages, record_times
+    values (:func:`event_etl.sources.kafka.read_runs`, each run read as columns by
+    :func:`event_etl.sources.kafka.record_columns`)."""
+    from event_etl.sources.kafka import RecordRun, read_runs, record_columns
 
     limit = READ_BYTES
-    messages: list[Any] = []
-    offsets: list[int] = []
-    times: list[int] = []
-    values: list[bytes] = []
+    held: list[tuple[RecordRun, int, int]] = []  # pieces of runs waiting for the chunk they fill
     size = 0
-    for run in read_messages(topic, partition, start, end):
-        vals = [m.value() or b"" for m in run]
-        offs = [m.offset() for m in run]
-        stamps = record_times(run, topic, partition)
-        ends = np.cumsum(np.fromiter(map(len, vals), dtype=np.int64, count=len(vals)) + 1) + size
+
+    def chunk(pieces: list[tuple[RecordRun, int, int]]) -> KafkaChunk:
+        if len(pieces) == 1:
+            r, a, b = pieces[0]
+            whole = a == 0 and b == len(r)
+            return KafkaChunk(topic, partition, r.offsets[a:b], r.times[a:b], r.values if whole else r.values[a:b],
+                              r.keys if whole else r.keys[a:b], r.headers if whole else r.headers[a:b])
+        values: list[bytes] = []
+        keys: list[bytes | None] = []
+        headers: list[Any] = []
+        for r, a, b in pieces:
+            values += r.values[a:b]
+            keys += r.keys[a:b]
+            headers += r.headers[a:b]
+        return KafkaChunk(topic, partition, np.concatenate([r.offsets[a:b] for r, a, b in pieces]),
+                          np.concatenate([r.times[a:b] for r, a, b in pieces]), values, keys, headers)
+
+    for run in read_runs(topic, partition, start, end, take=record_columns(topic, partition)):
+        n = len(run)
+        ends = np.cumsum(np.fromiter(map(len, run.values), dtype=np.int64, count=n) + 1) + size
         at = 0
-        while at < len(run):
+        while at < n:
             cut = int(np.searchsorted(ends, limit, side="left")) + 1  # through the record that fills the chunk
             if cut <= at:
                 cut = at + 1
-            if cut > len(run):  # the run's rest fits: it waits for the next run
-                messages += run[at:]
-                offsets += offs[at:]
-                times += stamps[at:]
-                values += vals[at:]
+            if cut > n:  # the run's rest fits: it waits for the next run
+                held.append((run, at, n))
                 size = int(ends[-1])
                 break
-            yield KafkaChunk(topic, partition, messages + run[at:cut], offsets + offs[at:cut],
-                             times + stamps[at:cut], values + vals[at:cut])
-            messages, offsets, times, values = [], [], [], []
+            yield chunk([*held, (run, at, cut)])
+            held = []
             ends = ends - int(ends[cut - 1])
             size = 0
             at = cut
-    if messages:
-        yield KafkaChunk(topic, partition, messages, offsets, times, values)
+    if held:
+        yield chunk(held)
 
 
 def _split_chunks(split: Split) -> Iterator[tuple[bytes, int, int, str]]:
