@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tests.shared import kafka_broker, noida  # noqa: F401 - fixtures are found by their name in a conftest
+
 LONGEST = ("integration/test_campaign.py::test_campaign_pubsub_to_gcs",
            "integration/test_campaign.py::test_campaign_directory_source_to_local_disk")
 """The two longest tests (~530 s and ~340 s on 2 cores, more than a quarter of the suite's time together)."""

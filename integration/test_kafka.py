@@ -26,18 +26,10 @@ from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_hour_dir
 from event_etl.rules.manifest import Manifest
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, now_millis
+from tests.shared import wait_until
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 PARTITIONS = 4
-
-
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory):
-    from integration.servers import KafkaBroker
-
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
-    yield broker
-    broker.stop()
 
 
 def _event(event_time: int) -> dict:
@@ -182,11 +174,7 @@ def test_a_slow_partition_holds_its_hour_until_it_falls_quiet(tmp_path, kafka_br
             return {}
 
     def wait_for(predicate, what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert proc.poll() is None, f"the job exited before {what}:\n{(tmp_path / 'run.log').read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"{what}: timed out\n{(tmp_path / 'run.log').read_text()[-3000:]}"
-            time.sleep(0.2)
+        wait_until(predicate, timeout, what, proc=proc, log=tmp_path / "run.log")
 
     def marked(h: int) -> bool:
         entry = _sink_content(str(sink)).get(h)

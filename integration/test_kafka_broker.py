@@ -25,15 +25,7 @@ import pytest
 
 from event_etl.timeutil import HOUR_MS, now_millis
 from integration.test_kafka import EXE, _event, _sink_content
-
-
-@pytest.fixture(scope="module")
-def noida(tmp_path_factory):
-    from integration.servers import NoidaKafka
-
-    broker = NoidaKafka(tmp_path_factory.mktemp("noida")).start()
-    yield broker
-    broker.stop()
+from tests.shared import wait_until
 
 
 def _types(tmp_path: Path, **settings: str) -> Path:
@@ -159,11 +151,7 @@ def test_a_partition_added_while_the_job_runs_is_read_and_holds_the_watermark_on
             return {}
 
     def wait_for(predicate, what: str, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            assert proc.poll() is None, f"the job exited before {what}:\n{(tmp_path / 'run.log').read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"{what}: timed out\n{(tmp_path / 'run.log').read_text()[-3000:]}"
-            time.sleep(0.3)
+        wait_until(predicate, timeout, what, proc=proc, log=tmp_path / "run.log")
 
     try:
         wait_for(lambda: set(job.placed()) >= {e["event_id"] for e in first}, "the first events written")

@@ -18,7 +18,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from event_etl.metrics import OUTCOMES
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, hour_floor, now_millis
 from integration.servers import PrometheusServer, free_port
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type
+from tests.shared import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).with_name("event-etl"))
@@ -90,19 +90,6 @@ def shipped_config_pointed_at(port: int) -> dict:
     return doc
 
 
-def wait_until(fn, timeout: float, what: str, proc=None):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the job exited ({proc.returncode}) before {what}:\n{proc.stdout.read()}")
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
 def scalar(prom: PrometheusServer, promql: str) -> float | None:
     res = prom.query(promql)
     assert len(res) <= 1, f"{promql}: {res}"
@@ -130,9 +117,9 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
         sel = 'event_type="click"'
         # All four batches scraped: the late count is the number of late events sent.
         wait_until(lambda: scalar(prom, f'event_etl_events_total{{{sel},outcome="late"}}') == expected["late"],
-                   120, "Prometheus to see every late event", job)
+                   120, "Prometheus to see every late event", proc=job)
         wait_until(lambda: scalar(prom, f'event_etl_batches_total{{{sel},replayed="false"}}') == 4, 30,
-                   "the four batches", job)
+                   "the four batches", proc=job)
         by_outcome = {r["metric"]["outcome"]: float(r["value"][1])
                       for r in prom.query(f"sum by (outcome) (event_etl_events_total{{{sel}}})")}
         assert by_outcome == {o: float(n) for o, n in expected.items()}
@@ -174,7 +161,7 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
             rows = prom.query(f"event_etl_input_backlog_files{{{sel}}}")  # a directory source counts files
             return rows if rows and all(float(r["value"][1]) == 0 for r in rows) else None
 
-        wait_until(drained, 15, "an input backlog of 0", job)
+        wait_until(drained, 15, "an input backlog of 0", proc=job)
         assert prom.query(f"event_etl_input_backlog_events{{{sel}}}") == [], "a directory source tells files only"
         assert scalar(prom, 'up{job="event_etl"}') == 1
 
@@ -192,7 +179,7 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
         def late_rate():
             return scalar(prom, f'sum(rate(event_etl_events_total{{{sel},outcome="late"}}[5m]))') or None
 
-        assert wait_until(late_rate, 30, "a late-event rate over at least two scrapes", job) > 0
+        assert wait_until(late_rate, 30, "a late-event rate over at least two scrapes", proc=job) > 0
 
         # Graphs from Prometheus, as a user runs them.
         out = tmp_path / "graphs"

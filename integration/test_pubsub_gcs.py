@@ -25,6 +25,7 @@ from event_etl.rules.buckets import MARKER_NAME
 from event_etl.rules.manifest import Manifest
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, now_millis
+from tests.shared import wait_until
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 ROOT = Path(__file__).resolve().parent.parent
@@ -217,15 +218,6 @@ def _written_ids(s: Scenario) -> set[str]:
     return {i for e in s.sink_content().values() for i in e["timely"] + e["late"]}
 
 
-def _wait(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 # SIGKILLs mid-stream against the emulators: integration/test_campaign.py::test_campaign_pubsub_to_gcs
 # (ten of them, at chosen fault points and at random) replaces the three kills that were here.
 
@@ -257,7 +249,7 @@ def test_waves_published_while_the_job_is_killed_end_exactly_once_each_in_its_ow
             for wave in waves[2 * kill:2 * kill + 2]:
                 s.publish(wave)
             seen = pulls()
-            _wait(lambda seen=seen: pulls() > seen, 120, "a pull after the waves")
+            wait_until(lambda seen=seen: pulls() > seen, 120, "a pull after the waves")
         finally:
             os.killpg(proc.pid, signal.SIGKILL)  # inside the pause: that pull's messages are leased to a dead job
             proc.wait()
@@ -284,7 +276,7 @@ def test_pubsub_outage_exits_clearly_and_a_restart_resumes(scenario, pubsub_serv
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         # every event of the first wave written and its batch committed (the first batch may hold only part)
-        _wait(lambda: _written_ids(s) >= {e["id"] for e in first} and _committed(s) >= 1, 120,
+        wait_until(lambda: _written_ids(s) >= {e["id"] for e in first} and _committed(s) >= 1, 120,
               "the first wave written and committed")
         time.sleep(2)
         pubsub_server.stop()

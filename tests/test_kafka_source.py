@@ -125,15 +125,10 @@ def test_splits_are_cut_at_100000_records():
 # -- against a broker --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    from integration.servers import KafkaBroker
-
-    b = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
-    try:
-        with settings_in_force(Settings.from_env({"EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": b.bootstrap})):
-            yield b
-    finally:
-        b.stop()
+def broker(kafka_broker):
+    """The module's tansu broker (tests/shared.py), the job's settings pointing at it."""
+    with settings_in_force(Settings.from_env({"EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap})):
+        yield kafka_broker
 
 
 def _topic(broker, partitions: int = 4, records: int = 0) -> str:

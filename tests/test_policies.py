@@ -18,6 +18,7 @@ from event_etl.metrics.job import JobMetrics
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.timeutil import iso
 from tests.harness import CLICK_SCHEMA, FakeClock, LocalPipeline, click, t
+from tests.shared import wait_until
 from tests.test_metrics import samples, value
 
 PUBSUB = '[[commit_policy]]\nkind = "pubsub"\ntopic = "projects/p1/topics/hours"\n'
@@ -29,13 +30,6 @@ def write_type(root: Path, extra: str, name: str = "click") -> Path:
     (d / "schema.avsc").write_text(json.dumps(CLICK_SCHEMA))
     (d / "etl.toml").write_text('time_field = "ts"\nid_field = "id"\n' + extra)
     return d
-
-
-def until(cond, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 # -- settings ------------------------------------------------------------------------------------
@@ -119,7 +113,7 @@ def test_every_policy_runs_once_per_complete_hour_in_order_after_its_marker(tmp_
     order: list[tuple[str, int]] = []
     ch = chain(p, [first, second], listeners=[lambda k, v: order.append(v) if k == "policy_done" else None]).start()
     three_hours(p, clock)
-    until(ch.idle)
+    wait_until(ch.idle, what="the chain idle")
     assert ch.stop(1.0) == {}
     hours = [t("10:00"), t("11:00"), t("12:00")]
     assert first.done == second.done == hours
@@ -147,7 +141,7 @@ def test_failures_are_retried_counted_and_shown_and_never_change_an_hour(tmp_pat
     assert status["pending"] == 3 and status["done_through"] is None  # not started yet: every marked hour waits
     assert value(samples(prom.text()), "event_etl_policy_backlog_markers", event_type="click", policy="flaky") == 3
     ch.start()
-    until(ch.idle)
+    wait_until(ch.idle, what="the chain idle")
     ch.stop(1.0)
     s = samples(prom.text())
     assert value(s, "event_etl_policy_failures_total", event_type="click", policy="flaky") == 3
@@ -182,7 +176,7 @@ def test_a_restart_resumes_from_the_record_and_a_stop_is_bounded(tmp_path):
     stuck = Recording("notify", p, gate=gate)
     ch = chain(p, [stuck]).start()
     three_hours(p, clock)
-    until(lambda: stuck.attempts == 1)
+    wait_until(lambda: stuck.attempts == 1, what="one attempt")
     started = time.monotonic()
     assert ch.stop(0.2) == {"notify": 3}  # a stop waits a bounded time, then leaves the hours to the next start
     assert time.monotonic() - started < 3
@@ -191,7 +185,7 @@ def test_a_restart_resumes_from_the_record_and_a_stop_is_bounded(tmp_path):
     p.restart()
     again = Recording("notify", p)
     ch = chain(p, [again]).start()
-    until(ch.idle)
+    wait_until(ch.idle, what="the chain idle")
     ch.stop(1.0)
     assert sorted(set(stuck.done + again.done)) == [t("10:00"), t("11:00"), t("12:00")]  # each at least once
 
@@ -205,7 +199,7 @@ def test_a_policy_added_to_a_running_job_starts_after_the_hours_marked_before(tm
     ch = chain(p, [late]).start()
     clock.now = t("14:20")
     p.batch([click("e", "14:15")])  # hour 13 complete
-    until(ch.idle)
+    wait_until(ch.idle, what="the chain idle")
     ch.stop(1.0)
     assert late.done == [t("13:00")]
     assert ch.pending() == {"late": 0} and p.controller.state.marked_through == t("13:00")
@@ -223,7 +217,7 @@ def lineage_run(tmp_path: Path) -> tuple[LocalPipeline, list[int]]:
     p = LocalPipeline(tmp_path, et, clock)
     ch = start_policies(p.controller)
     three_hours(p, clock)
-    until(ch.idle)
+    wait_until(ch.idle, what="the chain idle")
     assert ch.stop(5.0) == {}
     return p, [t("10:00"), t("11:00"), t("12:00")]
 

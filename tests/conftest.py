@@ -1,0 +1,3 @@
+"""Unit-test fixtures: the shared ones of tests/shared.py (the Kafka brokers), by name."""
+
+from tests.shared import kafka_broker, noida  # noqa: F401 - fixtures are found by their name in a conftest
