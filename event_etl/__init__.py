@@ -19,16 +19,17 @@ nothing but the command line imports :mod:`event_etl.cli`.  Lowest first:
 3. **storage and types**: :mod:`event_etl.storage` (the sink, Avro I/O, dead letters, the lease,
    atomic local writes, locations), :mod:`~event_etl.eventtypes`, :mod:`~event_etl.bundled`.
 4. **sources, tasks, consumers**: :mod:`event_etl.sources` (planners, the generator, the
-   source registry, the Pub/Sub publisher), :mod:`event_etl.task` (what an executor task does:
+   source registry, a type's Pub/Sub topic and subscription), :mod:`event_etl.task` (what an executor task does:
    decode, judge, deduplicate, write), :mod:`event_etl.consumer` (reading a sink without Spark,
    the recipes, the Airflow sensor; ``event_etl.recipes`` and ``event_etl.airflow`` are the
    paths of 0.3, kept until 0.5).
 5. **metrics**: :mod:`event_etl.metrics` (the spec table, histograms, exporters, history, the
    job's metrics, the fleet endpoint, the graphs).
 6. **job**: :mod:`event_etl.job` (runner, controller, fleet, progress, status, checkpoint,
-   Spark session, stopping), and :mod:`event_etl.sources.publisher`, which stops as a job does.
+   Spark session, stopping).
 7. **cluster**: :mod:`event_etl.cluster` (submit, bundle, preflight, the local cluster).
-8. **testing**: :mod:`event_etl.testing` (the event-time transcripts harness).
+8. **testing**: :mod:`event_etl.testing` (the event-time transcripts harness, the load generator
+   behind ``event-etl publish``, which stops as a job does).
 9. **cli**: :mod:`event_etl.cli` (the ``event-etl`` commands, the driver of a submitted job,
    ``bin/spark-cluster``), with the entry points ``python -m event_etl`` and
    :mod:`event_etl.submit_main`.

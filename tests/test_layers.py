@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sources/task/consumer", ("event_etl.sources", "event_etl.task", "event_etl.consumer", "event_etl.recipes",
                                "event_etl.airflow")),
     ("metrics", ("event_etl.metrics",)),
-    ("job", ("event_etl.job", "event_etl.sources.publisher")),  # the publisher stops as a job does (job.stopping)
+    ("job", ("event_etl.job",)),
     ("cluster", ("event_etl.cluster",)),
     ("testing", ("event_etl.testing",)),
     ("cli", ("event_etl.cli", "event_etl.__main__", "event_etl.submit_main")),

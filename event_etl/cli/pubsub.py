@@ -63,7 +63,8 @@ def publish_cmd(event_type, rate, duration, topic, params, count_file, event_typ
     """
     require_extra("job", "`event-etl publish`", _PUBSUB)
     from event_etl.job.stopping import StopSignals
-    from event_etl.sources.publisher import publish_generated, pubsub_names, write_count_file
+    from event_etl.sources.publisher import pubsub_names
+    from event_etl.testing.publisher import publish_generated, write_count_file
 
     et = load_type(event_types_dir, event_type)
     topic, _ = pubsub_names(et, topic, et.pubsub.get("subscription") or "-")

@@ -136,12 +136,13 @@ def absolute_job_paths(event_type: str | None, job: Mapping[str, Any]) -> dict[s
     The driver may run in another folder (client mode: spark-submit's) or on another node
     (cluster mode); an absolute path means the same folder there, on a shared mount.
     """
+    from event_etl.sources.registry import source_folder
     from event_etl.storage.locations import default_checkpoint, is_remote, local_path, resolve_sink
 
     out = dict(job)
-    source = out.get("source")
-    if source and not source.startswith(("generate", "pubsub:", "kafka:")) and not is_remote(source):
-        out["source"] = "dir:" + local_path(source[len("dir:"):] if source.startswith("dir:") else source)
+    folder = source_folder(out["source"]) if out.get("source") else None
+    if folder is not None:  # a folder source; an unknown scheme is left for the driver's error
+        out["source"] = "dir:" + local_path(folder)
     out["sink"] = resolve_sink(out.get("sink") or "./data")
     checkpoint = out.get("checkpoint") or (default_checkpoint(event_type) if event_type is not None
                                            else os.path.dirname(default_checkpoint("x")))

@@ -2,12 +2,16 @@
 
 Every decision that depends on a source's kind is made here, from :data:`SOURCES`:
 
+- :func:`parse_source`: a ``--source`` URL's scheme names its kind (:func:`kind_of_url`), and the kind parses the
+  URL (``parse``, as each of fsspec's file systems strips its own protocol); a path without a scheme is a folder,
+  an unknown scheme an error naming the nearest known one;
 - :func:`make_planner`: the planner of Spark's streaming source (:mod:`event_etl.sources.spark`);
 - :meth:`SourceKind.identity`: what a checkpoint remembers of its source (:meth:`SourceSpec.identity`, the
   parsed ``--source``, lives here for that reason; :mod:`event_etl.sources` re-exports it);
 - :meth:`SourceKind.check`: a check before the job starts (the subscription exists);
 - ``fetcher``: what the driver runs beside the query, if anything (Pub/Sub pulls into a spool);
 - ``event_clock``: whether progress lines show the generator's event clock;
+- ``batch_unit``: what ``--max-files-per-batch`` or ``--max-events-per-batch`` counts for it (:func:`batch_cap`);
 - ``shared``: what a cluster's executors read from a local folder of the driver's
   (``"input"``: the input folder; ``"checkpoint"``: the spool in the checkpoint), which
   preflight checks is mounted on every node;
@@ -20,8 +24,10 @@ The planners and readers are imported only when used: a kind's modules may need 
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,16 +37,16 @@ from event_etl.errors import SourceError, UsageError
 if TYPE_CHECKING:
     from event_etl.sources.read import SplitReader
 
-__all__ = ["SourceSpec", "SourceKind", "SOURCES", "source_kind", "make_planner", "batch_cap", "SPLIT_READERS",
-           "split_reader"]
+__all__ = ["SourceSpec", "SourceContext", "SourceKind", "SOURCES", "parse_source", "url_scheme", "kind_of_url",
+           "source_folder", "source_kind", "make_planner", "batch_cap", "batch_unit", "SPLIT_READERS", "split_reader"]
 
 
 @dataclass(frozen=True)
 class SourceSpec:
     """A parsed source URL: its kind and its parameters (JSON-able).
 
-    Made by :func:`event_etl.sources.parse_source` (and imported from :mod:`event_etl.sources`); it lives here,
-    beside :data:`SOURCES`, since what a checkpoint remembers of it depends on its kind."""
+    Made by :func:`parse_source` (both are imported from :mod:`event_etl.sources` too); it lives here, beside
+    :data:`SOURCES`, since what a checkpoint remembers of it depends on its kind."""
 
     kind: str
     params: dict[str, Any]
@@ -50,6 +56,93 @@ class SourceSpec:
         """What a checkpoint remembers of its source: same identity, same offsets meaning."""
         kind = SOURCES.get(self.kind)
         return kind.identity(self) if kind is not None else self.url
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What parsing a ``--source`` may need beside the URL."""
+
+    now: int
+    """The job's start (milliseconds since the epoch, UTC): fixes the generator's relative start times."""
+    default_subscription: str | None = None
+    """The type's ``[pubsub] subscription``: what ``pubsub:`` alone names."""
+
+
+# -- parsing each kind's URL (each parser strips its own scheme) -----------------------------------------------
+
+def _dir_path(url: str) -> str:
+    """The folder a ``dir:PATH``, ``file://PATH`` or plain path names, as written."""
+    if url.startswith("dir:"):
+        return url[len("dir:"):]
+    if url.startswith("file://"):
+        return url[len("file://"):]
+    if url.startswith("file:"):
+        return url[len("file:"):]
+    return url
+
+
+def _parse_dir(url: str, context: SourceContext) -> SourceSpec:
+    path = _dir_path(url)
+    if not path:
+        raise UsageError("--source dir: needs a folder", fix="write dir:/path/to/folder")
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise UsageError(
+            f"--source {url}: {path} is not a folder",
+            fix="create it, or point --source at the folder holding the newline-delimited files",
+        )
+    return SourceSpec("dir", {"path": path}, url)
+
+
+def _parse_generate(url: str, context: SourceContext) -> SourceSpec:
+    from event_etl.sources.generator import parse_generator_params
+
+    try:
+        params = parse_generator_params(url.partition(":")[2], context.now)
+    except ValueError as err:
+        raise UsageError(f"--source {url}: {err}", fix="e.g. --source generate:rate=2000,speedup=60") from err
+    return SourceSpec("generate", params.to_json(), url)
+
+
+def _parse_pubsub(url: str, context: SourceContext) -> SourceSpec:
+    from event_etl.sources.pubsub import parse_subscription
+
+    path = url[len("pubsub:"):].strip() or (context.default_subscription or "")
+    if not path:
+        raise UsageError(
+            "--source pubsub: names no subscription and the event type has no [pubsub] subscription",
+            fix="write --source pubsub:projects/PROJECT/subscriptions/NAME, or set subscription in [pubsub] of "
+            "etl.toml",
+        )
+    try:
+        parse_subscription(path)
+    except ValueError as err:
+        raise UsageError(
+            f"--source {url}: {err}", fix="e.g. --source pubsub:projects/my-project/subscriptions/page-view-etl"
+        ) from err
+    return SourceSpec("pubsub", {"subscription": path}, f"pubsub:{path}")
+
+
+_KAFKA_FIX = ("write --source kafka:TOPIC and set EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS=host:port (credentials, SASL and "
+              "SSL go in the librdkafka properties file EVENT_ETL_KAFKA_PROPERTIES names, never in --source)")
+_KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _parse_kafka(url: str, context: SourceContext) -> SourceSpec:
+    """``kafka:TOPIC``; the cluster and its credentials come from the settings, not the URL."""
+    from event_etl.settings import ENV_KAFKA_BOOTSTRAP_SERVERS, current_settings
+
+    topic = url[len("kafka:"):].strip()
+    if topic.startswith("//"):  # kafka://user:password@broker/topic: the URL would carry secrets into checkpoints
+        raise UsageError(f"--source {url}: a kafka:// URL is not a source; the topic alone is", fix=_KAFKA_FIX)
+    if not topic:
+        raise UsageError("--source kafka: names no topic", fix=_KAFKA_FIX)
+    if len(topic) > 249 or not _KAFKA_TOPIC.fullmatch(topic) or topic in (".", ".."):
+        raise UsageError(f"--source {url}: {topic!r} is not a Kafka topic name",
+                         fix="a topic name is 1 to 249 of the characters a-z A-Z 0-9 . _ -; " + _KAFKA_FIX)
+    if not current_settings().kafka_bootstrap_servers:
+        raise UsageError(f"--source {url}: {ENV_KAFKA_BOOTSTRAP_SERVERS} is not set", fix=_KAFKA_FIX)
+    return SourceSpec("kafka", {"topic": topic}, f"kafka:{topic}")
 
 
 def _dir_planner(spec: dict[str, Any], clock: Callable[[], int]):
@@ -157,9 +250,24 @@ class SourceKind:
     """One kind of source (see the module docstring)."""
 
     name: str
+    parse: Callable[[str, SourceContext], SourceSpec]
+    """Parses a whole ``--source`` URL of this kind (scheme included) into its spec, or raises :class:`UsageError`
+    with the fix."""
+    usage: str
+    """How a ``--source`` of this kind is written, for messages (``kafka:TOPIC``)."""
     planner: Callable[[dict[str, Any], Callable[[], int]], Any]
     """Makes the kind's planner: ``planner(spec, clock)``; the clock gives the arrival of what it finds."""
     identity_of: Callable[[SourceSpec], str]
+    schemes: tuple[str, ...] = ()
+    """The URL schemes (before the ``:``) that name this kind; none given: its name alone."""
+    bare: bool = False
+    """Whether the scheme alone, without its colon, names the kind too (``generate``)."""
+    folder_of: Callable[[str], str] | None = None
+    """``folder_of(url)``: the local folder a URL of this kind names, as written (made absolute where a job is
+    submitted); None: a kind that reads no folder of its own."""
+    batch_unit: str = "events"
+    """What a micro-batch's cap counts: ``files`` (``--max-files-per-batch``) or ``events``
+    (``--max-events-per-batch``)."""
     check_before_start: Callable[[SourceSpec], None] | None = None
     fetcher: Callable[..., Any] | None = None
     """Makes the fetcher the driver runs beside the query: ``fetcher(spec, log_dir, once=..., spark=None)``, which
@@ -207,18 +315,84 @@ class SourceKind:
 
 
 SOURCES: dict[str, SourceKind] = {
-    "dir": SourceKind("dir", _dir_planner, lambda spec: f"dir:{spec.params['path']}", shared="input"),
-    "generate": SourceKind("generate", _generate_planner, lambda spec: "generate:", event_clock=True),
-    "pubsub": SourceKind("pubsub", _pubsub_planner, lambda spec: spec.url, check_before_start=_pubsub_check,
+    "dir": SourceKind("dir", _parse_dir, "dir:PATH", _dir_planner, lambda spec: f"dir:{spec.params['path']}",
+                      schemes=("dir", "file"), folder_of=_dir_path, batch_unit="files", shared="input"),
+    "generate": SourceKind("generate", _parse_generate, "generate:[k=v,...]", _generate_planner,
+                           lambda spec: "generate:", bare=True, event_clock=True),
+    "pubsub": SourceKind("pubsub", _parse_pubsub, "pubsub:projects/P/subscriptions/S", _pubsub_planner,
+                         lambda spec: spec.url, check_before_start=_pubsub_check,
                          fetcher=_pubsub_fetcher, start_warning=_pubsub_warning, shared="checkpoint",
                          requires=("google.cloud.pubsub_v1",), install_hint="pip install 'event_etl[job]'"),
-    "kafka": SourceKind("kafka", _kafka_planner, lambda spec: f"kafka:{spec.params['topic']}",
+    "kafka": SourceKind("kafka", _parse_kafka, "kafka:TOPIC", _kafka_planner,
+                        lambda spec: f"kafka:{spec.params['topic']}",
                         check_before_start=_kafka_check, start_warning=_kafka_warning, shared=None,
                         requires=("confluent_kafka",),
                         install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')",
                         lost_in_batch=_kafka_lost, batch_listener=_kafka_group_committer),
 }
 """Every kind of source, by the ``kind`` of its :class:`SourceSpec`."""
+
+_SCHEMES: dict[str, SourceKind] = {
+    scheme: kind for kind in SOURCES.values() for scheme in (kind.schemes or (kind.name,))
+}
+"""Every kind of source, by each scheme that names it."""
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+"""A URL's scheme (RFC 3986): a letter, then letters, digits, ``+``, ``.`` or ``-``, then a colon, at the start."""
+
+
+def url_scheme(url: str) -> str | None:
+    """The scheme a ``--source`` starts with (``pubsub`` of ``pubsub:projects/...``), or None for a path without one:
+    ``in``, ``./a:b`` and ``/tmp/x:y`` (a colon later in a path is part of a name), or a drive (``C:\\in``)."""
+    m = _SCHEME.match(url)
+    if m is None or (len(m.group(1)) == 1 and url[2:3] in ("\\", "/")):
+        return None
+    return m.group(1)
+
+
+def kind_of_url(url: str) -> SourceKind:
+    """The kind a ``--source`` URL names by its scheme; a path without a scheme is a folder (``dir``).
+
+    Raises :class:`UsageError` for an unknown scheme, naming the nearest known one and every kind's form (a
+    misspelled ``pubsb:projects/...`` is not taken for a folder of that name)."""
+    url = url.strip()
+    scheme = url_scheme(url)
+    if scheme is None:
+        bare = [kind for kind in SOURCES.values() if kind.bare and url in (kind.schemes or (kind.name,))]
+        return bare[0] if bare else SOURCES["dir"]
+    kind = _SCHEMES.get(scheme)
+    if kind is not None:
+        return kind
+    close = difflib.get_close_matches(scheme.lower(), list(_SCHEMES), n=1)
+    raise UsageError(
+        f"--source {url}: unknown source kind {scheme + ':'!r}",
+        fix=(f"did you mean {close[0]}:? " if close else "")
+        + f"known: {', '.join(k.usage for k in SOURCES.values())}; a path without a scheme is a folder too "
+        "(./NAME or dir:NAME for a folder whose name holds a colon)",
+    )
+
+
+def parse_source(url: str, *, now: int, default_subscription: str | None = None) -> SourceSpec:
+    """Parse a ``--source`` value: its scheme names the kind (:func:`kind_of_url`), which parses the rest.
+
+    ``now`` fixes relative generator start times; ``pubsub:`` alone means ``default_subscription`` (the type's
+    ``[pubsub] subscription``).  Raises :class:`UsageError` with the fix."""
+    if url is None or not str(url).strip():
+        forms = [k.usage for k in SOURCES.values()]
+        raise UsageError("empty --source", fix=f"use {', '.join(forms)} or a folder path")
+    url = str(url).strip()
+    return kind_of_url(url).parse(url, SourceContext(now, default_subscription))
+
+
+def source_folder(url: str) -> str | None:
+    """The local folder a ``--source`` names, as written (``dir:PATH``, ``file://PATH`` or a path), without looking
+    at it; None for a source of another kind, or a URL of an unknown scheme (an error when the job parses it)."""
+    url = url.strip()
+    try:
+        kind = kind_of_url(url)
+    except UsageError:
+        return None
+    return kind.folder_of(url) if kind.folder_of is not None else None
 
 
 def source_kind(kind: str) -> SourceKind:
@@ -241,10 +415,15 @@ def make_planner(spec: dict[str, Any], clock: Callable[[], int] | None = None):
     return source_kind(spec["kind"]).planner(spec, clock)
 
 
+def batch_unit(spec: dict[str, Any]) -> str:
+    """What the cap of a micro-batch of this source counts: ``files`` or ``events`` (:attr:`SourceKind.batch_unit`)."""
+    return source_kind(spec["kind"]).batch_unit
+
+
 def batch_cap(spec: dict[str, Any]) -> int:
     """The most a micro-batch takes of the source: files of a folder, else events (``--max-files-per-batch``,
     ``--max-events-per-batch``)."""
-    return int(spec["max_files_per_batch"] if spec["kind"] == "dir" else spec["max_events_per_batch"])
+    return int(spec[f"max_{batch_unit(spec)}_per_batch"])
 
 
 def _files_reader() -> SplitReader:

@@ -15,7 +15,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from event_etl.sources.registry import batch_cap, make_planner
+from event_etl.sources.registry import batch_cap, batch_unit, make_planner
 from event_etl.sources.splits import SPLIT_SCHEMA, Split
 
 __all__ = ["EtlSource", "make_planner"]
@@ -38,7 +38,7 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def getDefaultReadLimit(self) -> ReadLimit:
         cap = batch_cap(self.spec)
-        return ReadMaxFiles(cap) if self.spec["kind"] == "dir" else ReadMaxRows(cap)
+        return ReadMaxFiles(cap) if batch_unit(self.spec) == "files" else ReadMaxRows(cap)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if isinstance(limit, ReadMaxFiles):
