@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "publish": "event_etl.cli.pubsub:publish_cmd",
     "wait": "event_etl.cli.consumer:wait_cmd",
     "hours": "event_etl.cli.consumer:hours_cmd",
+    "complete": "event_etl.cli.consumer:complete_cmd",
     "verify": "event_etl.cli.consumer:verify_cmd",
     "cat": "event_etl.cli.consumer:cat_cmd",
     "audit": "event_etl.cli.consumer:audit_cmd",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -39,9 +39,9 @@ from event_etl.consumer.hours import hour_ms, hour_text, window
 from event_etl.consumer.sink import type_name
 from event_etl.errors import UsageError
 from event_etl.eventtypes import DEFAULT_ALLOWED_LATENESS_MS
-from event_etl.timeutil import format_duration, iso, now_millis, to_datetime, to_millis
+from event_etl.timeutil import DAY_MS, format_duration, iso, now_millis, to_datetime, to_millis
 
-__all__ = ["wait_cmd", "hours_cmd", "verify_cmd", "cat_cmd", "audit_cmd", "late_cmd"]
+__all__ = ["wait_cmd", "hours_cmd", "complete_cmd", "verify_cmd", "cat_cmd", "audit_cmd", "late_cmd"]
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of text.")
 
@@ -213,6 +213,52 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, a
     if ahead:
         click.echo(f"ahead: {ahead} hours were marked before they ended by the wall clock: their event time runs ahead "
                    "of it (a generator's clock, as in the demo), so a marker delay says nothing there")
+
+
+@click.command("complete", epilog=EXIT_CODES_HELP)
+@click.argument("event_types", nargs=-1, metavar="[EVENT_TYPE]...")
+@click.option("--day", default=None, metavar="YYYY-MM-DD",
+              help="The UTC day to look at. Default: yesterday (UTC); or a range with --since/--until.")
+@click.option("--since", type=HOUR, default=None, help="First hour looked at (instead of --day).")
+@click.option("--until", type=HOUR, default=None,
+              help="First hour NOT looked at (ranges are half-open). Default with --since: the current hour.")
+@JSON_OPTION
+@sink_option
+@handles_errors
+def complete_cmd(event_types: tuple[str, ...], day: str | None, since: datetime | None, until: datetime | None,
+                 as_json: bool, sink: str) -> None:
+    """Is everything complete? The hours of several event types at once (all the sink's types when none is named),
+    yesterday by default: a grid of one character per hour, and the verdict in the exit code, as `wait`'s: 0 every
+    hour is complete (or before its type's first hour: "never"), 3 not yet.
+    """
+    from event_etl.consumer.grid import completeness, grid_lines, summarise
+
+    if day is not None and (since is not None or until is not None):
+        raise UsageError("--day and --since/--until both given", fix="pass a day, or a range of hours, not both")
+    names = [type_name(n) for n in event_types]
+    if since is not None:
+        lo = to_millis(since)
+        hi = to_millis(until) if until is not None else hour_ms(to_datetime(now_millis()))
+    elif until is not None:
+        raise UsageError("--until without --since", fix="pass --since too (or --day for a whole day)")
+    else:
+        lo = _day_ms(day) if day is not None else (now_millis() // DAY_MS - 1) * DAY_MS
+        hi = lo + DAY_MS
+    rows = completeness(sink, names, lo, hi)
+    if as_json:
+        _echo_json(summarise(rows, lo, hi))
+    else:
+        for line in grid_lines(rows, lo, hi):
+            click.echo(line)
+    if not rows or not all(r.is_complete for r in rows):
+        sys.exit(int(ExitCode.NOT_COMPLETE))
+
+
+def _day_ms(day: str) -> int:
+    try:
+        return to_millis(datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC))
+    except ValueError:
+        raise UsageError(f"--day {day!r} is not a day", fix="write it as YYYY-MM-DD, e.g. 2026-11-27 (UTC)") from None
 
 
 def _count(n: int | None) -> str:

@@ -37,6 +37,7 @@ __all__ = [
     "HourFolder",
     "SinkLike",
     "could_not_check",
+    "event_types_in",
     "first_complete_hour",
     "open_sink",
     "require_type_data",
@@ -187,6 +188,26 @@ def _root_folders(storage: Storage) -> list[str] | None:
     except Exception:  # noqa: BLE001 - only a hint; the answer stands without it
         return None
     return sorted(n for n in names if not n.startswith((".", "_")))
+
+
+def event_types_in(storage: Storage) -> list[str]:
+    """The event types a sink holds: the folders at its root whose names are event type names, sorted."""
+    with could_not_check():
+        if storage.local:
+            names = [e.name for e in os.scandir(storage.root) if e.is_dir()] if os.path.isdir(storage.root) else []
+        else:
+            try:
+                names = [e["name"].rstrip("/").rsplit("/", 1)[-1] for e in storage.fs.ls(storage.root, detail=True)
+                         if e.get("type") == "directory"]
+            except FileNotFoundError:
+                names = []
+    out = []
+    for n in sorted(names):
+        try:
+            out.append(validate_event_type_name(n))
+        except ValueError:
+            continue
+    return out
 
 
 def first_complete_hour(storage: Storage, event_type: str) -> int | None:
