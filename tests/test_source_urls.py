@@ -161,3 +161,37 @@ def test_the_batch_cap_counts_what_the_kind_says():
     assert batch_cap({"kind": "dir", **limits}) == 7
     for kind in ("generate", "pubsub", "kafka"):
         assert batch_cap({"kind": kind, **limits}) == 1000
+
+
+def test_the_cluster_preflight_asks_the_executors_for_what_the_kind_needs(tmp_path):
+    """The Kafka client on the executors (they read the partitions themselves): the kind says so, not a prefix."""
+    from types import SimpleNamespace
+
+    from event_etl.cluster.preflight import EXECUTOR_MODULES, preflight
+    from event_etl.errors import EventEtlError
+
+    asked: list[tuple[str, ...]] = []
+
+    class Tasks:
+        def __init__(self, fn):
+            asked.append(fn.args[0])
+
+        def collect(self):
+            raise RuntimeError("no executors here")
+
+    class Context:
+        defaultParallelism = 1
+
+        def parallelize(self, items, slices):
+            return SimpleNamespace(mapPartitions=Tasks)
+
+    (tmp_path / "in").mkdir()
+    event_type = SimpleNamespace(name="page_view", source="generate:", pubsub={})
+    spark = SimpleNamespace(sparkContext=Context())
+    with settings_in_force(Settings.from_env(KAFKA)):
+        for source in ("kafka:orders", f"dir:{tmp_path / 'in'}", "generate:"):
+            options = SimpleNamespace(source=source, sink="gs://b/p", checkpoint=str(tmp_path / "ck"))
+            with pytest.raises(EventEtlError, match="could not run a task"):
+                preflight(spark, event_type, options)
+    assert [set(modules) - set(EXECUTOR_MODULES) for modules in asked] == [{"gcsfs", "confluent_kafka"}, {"gcsfs"},
+                                                                           {"gcsfs"}]

@@ -113,10 +113,11 @@ def executor_report(modules: tuple[str, ...], folders: tuple[SharedFolder, ...],
 def preflight(spark, event_type, options) -> list[dict]:
     """Ask the executors running now whether they can run this job; raise with the fix if not.
     Returns their reports."""
+    from event_etl.sources.registry import kind_of_url
+
     folders = shared_folders(event_type, options, token=uuid.uuid4().hex)
     modules = EXECUTOR_MODULES + (("gcsfs",) if options.sink.startswith("gs://") else ())
-    if str(options.source or event_type.source).startswith("kafka:"):
-        modules += ("confluent_kafka",)  # the executors read the partitions themselves
+    modules += kind_of_url(str(options.source or event_type.source)).executor_requires  # Kafka: the client
     written = []
     try:
         for f in folders:

@@ -15,7 +15,8 @@ Every decision that depends on a source's kind is made here, from :data:`SOURCES
 - ``shared``: what a cluster's executors read from a local folder of the driver's
   (``"input"``: the input folder; ``"checkpoint"``: the spool in the checkpoint), which
   preflight checks is mounted on every node;
-- ``requires`` and ``install_hint``: the optional packages the kind needs, and how to get them;
+- ``requires`` and ``install_hint``: the optional packages the kind needs, and how to get them
+  (``executor_requires``: those the executors need too, which the cluster's preflight checks);
 - :func:`split_reader`: how an executor task reads a split of each kind (:data:`SPLIT_READERS`, the
   readers of :mod:`event_etl.sources.read`).
 
@@ -279,6 +280,9 @@ class SourceKind:
     shared: str | None = None
     requires: tuple[str, ...] = ()
     install_hint: str | None = None
+    executor_requires: tuple[str, ...] = ()
+    """What the executors import to read the kind's splits beyond event_etl's own dependencies (Kafka: the client,
+    they read the partitions themselves); the cluster's preflight checks it."""
     lost_in_batch: Callable[[str, int], dict[int, int]] | None = None
     """``lost_in_batch(spark_dir, batch_id)``: input the source lost before the batch could read it, by partition
     (Kafka: records retention deleted unread); None: a kind that cannot lose input that way."""
@@ -326,7 +330,7 @@ SOURCES: dict[str, SourceKind] = {
     "kafka": SourceKind("kafka", _parse_kafka, "kafka:TOPIC", _kafka_planner,
                         lambda spec: f"kafka:{spec.params['topic']}",
                         check_before_start=_kafka_check, start_warning=_kafka_warning, shared=None,
-                        requires=("confluent_kafka",),
+                        requires=("confluent_kafka",), executor_requires=("confluent_kafka",),
                         install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')",
                         lost_in_batch=_kafka_lost, batch_listener=_kafka_group_committer),
 }
