@@ -302,8 +302,8 @@ def test_every_way_of_stopping_is_clean_and_each_run_continues_where_the_last_st
     assert code == 0, out
     clean(out)
     drained("5-drain", out, signal.SIGUSR1)
-    assert out.strip().splitlines()[-1] == ("[page_view] run finished: exit 0 (a drain request, drained: every hour "
-                                            "holding data is complete)"), out[-2000:]
+    assert out.strip().splitlines()[-1] == ("[page_view] run finished: exit 0 (stopped by a drain request, drained: "
+                                            "every hour holding data is complete)"), out[-2000:]
     offsets = (ck / "spark" / "offsets" / "0").read_text().splitlines()
     params = GeneratorParams.from_json(json.loads(offsets[-1])["p"])  # as frozen when the checkpoint was made
     et = load_event_types(resolve_event_types_dir(None))["page_view"]

@@ -363,3 +363,21 @@ def test_event_etl_drain_signals_the_job_holding_the_checkpoint_lock_and_says_wh
     assert lock_holder(root / "click") is None
     r = CliRunner().invoke(main, ["drain", "click", "--checkpoint", str(root / "click")])
     assert r.exit_code == 1 and "(it is stopped)" in r.output and "--once --drain" in r.output, r.output
+
+
+@pytest.mark.parametrize("stopped_by, drained, how", [
+    (None, False, "end of input"),
+    ("end of input", True, "end of input, drained: every hour holding data is complete"),
+    ("time limit", False, "time limit"),
+    ("SIGINT", False, "stopped by Ctrl-C, not drained: the open hours stay open for the next run"),
+    ("SIGTERM", False, "stopped by SIGTERM, not drained: the open hours stay open for the next run"),
+    ("SIGTERM", True, "stopped by SIGTERM, drained: every hour holding data is complete"),
+    ("SIGUSR1", True, "stopped by a drain request, drained: every hour holding data is complete"),
+])
+def test_the_last_line_of_a_run_says_its_exit_code_and_how_it_ended(stopped_by, drained, how):
+    """The README promised the exit code in the last line, `run finished`; that line was the summary's first."""
+    from event_etl.job.stopping import at_once_line, run_finished_line
+
+    assert run_finished_line("page_view", stopped_by, drained) == f"[page_view] run finished: exit 0 ({how})"
+    assert at_once_line("page_view", signal.SIGINT, [("page_view", 7)]).endswith("(exit 130)")
+    assert at_once_line("fleet", signal.SIGTERM, []).endswith("continue (exit 143)")

@@ -46,6 +46,7 @@ from event_etl.job.stopping import (
     StopSignals,
     cut_short_line,
     exit_now,
+    run_finished_line,
     run_watched,
     say,
     signal_name,
@@ -494,15 +495,7 @@ def report_fleet(summary: dict[str, dict[str, Any]], *, again: str, echo: Callab
 def fleet_finished_line(summary: dict[str, dict[str, Any]]) -> str:
     """``[fleet] run finished: exit 0 (how it ended)``: the last line of a fleet that ends by itself or as asked."""
     stopped_by = next((s.get("stopped_by") for s in summary.values() if s.get("stopped_by")), None)
-    if stopped_by is None:
-        drained = any(s.get("drained") for s in summary.values())
-        return "[fleet] run finished: exit 0 (end of input" + (
-            ", drained: every hour holding data is complete)" if drained else ")")
-    how = {"SIGINT": "Ctrl-C", signal_name(signal.SIGUSR1): "a drain request"}.get(stopped_by, stopped_by)
-    if any(s.get("drained") for s in summary.values()):
-        return f"[fleet] run finished: exit 0 (stopped by {how}, drained: every hour holding data is complete)"
-    return (f"[fleet] run finished: exit 0 (stopped by {how}, not drained: the open hours stay open for the next "
-            "run; run the same command to continue)")
+    return run_finished_line("fleet", stopped_by, any(s.get("drained") for s in summary.values()))
 
 
 def summary_lines(summary: dict[str, dict[str, Any]]) -> list[str]:

@@ -40,7 +40,6 @@ from event_etl.job.setup import (  # noqa: F401 - the setup's names, also import
     start_fetcher,
 )
 from event_etl.job.stopping import (
-    DRAIN_SIGNAL,
     POLL_S,
     Escalated,
     Interrupted,
@@ -48,6 +47,7 @@ from event_etl.job.stopping import (
     at_once_line,
     cut_short_line,
     exit_now,
+    run_finished_line,
     run_watched,
     say,
     signal_name,
@@ -252,22 +252,8 @@ def _end_run(job: Job, options: RunOptions, stops: StopSignals, *, started: floa
     if plain_stop and not options.quiet:
         say(_stopped_line(job, stopped_by or "?"))
     if not options.quiet:
-        say(finished_line(job.prepared.event_type.name, summary))
+        say(run_finished_line(job.prepared.event_type.name, summary["stopped_by"], bool(summary["drained"])))
     return summary
-
-
-def finished_line(who: str, summary: dict[str, Any]) -> str:
-    """The last line of a run that ends by itself or as asked: ``[who] run finished: exit 0 (how it ended)``."""
-    stopped_by = summary.get("stopped_by") or "end of input"
-    how = "Ctrl-C" if stopped_by == "SIGINT" else "a drain request" if stopped_by == signal_name(DRAIN_SIGNAL) \
-        else stopped_by
-    if summary.get("drained"):
-        how += ", drained: every hour holding data is complete"
-    elif stopped_by in ("end of input", "query end", "time limit"):
-        pass
-    else:
-        how = f"stopped by {how}, not drained: the open hours stay open for the next run"
-    return f"[{who}] run finished: exit 0 ({how})"
 
 
 def _watch(query, job: Job, options: RunOptions, stops: StopSignals, deadline: float | None) -> str | None:

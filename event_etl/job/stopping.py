@@ -78,6 +78,7 @@ __all__ = [
     "say",
     "at_once_line",
     "with_exit_code",
+    "run_finished_line",
     "exit_now",
     "on_exit_now",
     "abandoned_steps",
@@ -312,6 +313,22 @@ def at_once_line(who: str, signum: int, cut: list[tuple[str, int]], *, exit_code
     else:
         line = f"[{who}] stopped at once ({what}), not drained; run the same command to continue"
     return with_exit_code(line, exit_code_for(signum)) if exit_code else line
+
+
+def run_finished_line(who: str, stopped_by: str | None, drained: bool) -> str:
+    """The last line of a run that ends by itself or as asked (``who``: the type, or ``fleet``), with its exit code:
+    ``[who] run finished: exit 0 (how it ended)``.  ``stopped_by``: a signal's name, ``time limit``, or None (the
+    end of its input)."""
+    if stopped_by in (None, "end of input", "query end", "time limit"):
+        how = stopped_by or "end of input"
+    else:
+        who_stopped = {"SIGINT": "Ctrl-C", signal_name(DRAIN_SIGNAL): "a drain request"}.get(stopped_by, stopped_by)
+        how = f"stopped by {who_stopped}"
+    if drained:
+        how += ", drained: every hour holding data is complete"
+    elif how.startswith("stopped by"):
+        how += ", not drained: the open hours stay open for the next run"
+    return f"[{who}] run finished: exit 0 ({how})"
 
 
 def with_exit_code(line: str, code: int) -> str:
