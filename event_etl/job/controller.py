@@ -423,7 +423,15 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         before a redeploy through."""
         if state.event_clock is None:
             return None
-        return state.event_clock - self.et.out_of_orderness
+        clock = state.event_clock
+        if state.parts:
+            # Partitions (Kafka) are read by count, each at its own pace in event time: a producer's retry on a
+            # partition behind the others comes after the others' later events.  A key is kept until every live
+            # partition has passed it (a quiet one stops holding it back after idle_timeout, as for the watermark).
+            slowest = parts_watermark(state.parts, self._parts_quiet_for(self.monotonic()), out_of_orderness=0,
+                                      idle_timeout=self.et.idle_timeout)
+            clock = clock if slowest is None else min(clock, slowest)
+        return clock - self.et.out_of_orderness
 
     # -- between batches -------------------------------------------------------------------
     def tick(self) -> list[Manifest]:
