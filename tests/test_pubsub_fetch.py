@@ -640,3 +640,96 @@ def test_a_killed_fetchers_open_segment_is_offered_by_the_next_run(tmp_path):
     again = fetcher(tmp_path, svc, streams=1)
     again.begin_run()
     assert _spooled(tmp_path) == 300, "finished: the acknowledged messages are offered"
+
+
+def _spool_files(tmp_path, pattern):
+    return sorted((tmp_path / "spool" / "segments").glob(pattern))
+
+
+def test_a_close_whose_rename_finds_no_room_pauses_as_a_full_disk_and_goes_on_when_room_returns(tmp_path,
+                                                                                                 monkeypatch):
+    """ENOSPC (ext4: a folder that needs another block for the longer name) or EDQUOT (a quota) on the rename of a
+    segment's close: nothing is lost (its pulls are durable and acknowledged), so the job does not stop; it pauses
+    as on a full disk at an append (down, never quiet), keeps the segment open and counted, and closes it once there
+    is room."""
+    import errno
+
+    from event_etl.sources import spool
+
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        work = tmp_path / errno.errorcode[code]
+        full = threading.Event()
+        full.set()
+        real_replace = os.replace
+
+        def replace(src, dst, *a, code=code, full=full, real_replace=real_replace, **k):
+            if full.is_set() and str(src).endswith(spool.OPEN_SUFFIX):
+                raise OSError(code, os.strerror(code))
+            return real_replace(src, dst, *a, **k)
+
+        monkeypatch.setattr(os, "replace", replace)
+        svc = RealServiceLike()
+        published = {svc.publish(b"x", t("13:00") + i) for i in range(30)}
+        f = fetcher(work, svc, streams=1, segment_messages=20, segment_age=60.0, outage_timeout=60.0).start()
+        try:
+            wait_until(lambda f=f: "disk is full" in (f.activity().down or ""), what="the close's full disk reported")
+            a = f.activity()
+            assert f.error is None, f"the job stopped: {f.error}"
+            assert a.retrying and a.backlog == 30, a
+            assert svc.acked == published and not _spool_files(work, "*.seg") and _spool_files(work, "*.open")
+            full.clear()  # room again
+            wait_until(lambda f=f, w=work: _spooled(w) == 30 and f.activity().down is None,
+                       what="the segment closed once there was room")
+        finally:
+            f.stop()
+        assert f.error is None and not _spool_files(work, "*.open")
+        monkeypatch.undo()
+
+
+def test_a_close_whose_folder_sync_finds_no_room_goes_on(tmp_path, monkeypatch):
+    """ENOSPC on the folder's sync after a close's rename: the segment is closed (its data synced, its name made
+    durable by the next sync of the folder: the planner's before it offers it, the next append's), the job goes
+    on."""
+    import errno
+
+    from event_etl.sources import spool
+
+    failed = []
+    real_replace, real_sync = os.replace, spool.fsync_dir
+    closing = threading.local()
+
+    def replace(src, dst, *a, **k):
+        closing.now = str(dst).endswith(".seg")
+        return real_replace(src, dst, *a, **k)
+
+    def fsync_dir(path):
+        if getattr(closing, "now", False) and len(failed) < 3:
+            closing.now = False
+            failed.append(path)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_sync(path)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(spool, "fsync_dir", fsync_dir)
+    svc = RealServiceLike()
+    published = {svc.publish(b"x", t("13:00") + i) for i in range(100)}
+    f = fetcher(tmp_path, svc, streams=1, segment_messages=20, segment_age=60.0).start()
+    try:
+        wait_until(lambda: len(svc.acked) == 100, what="every message acknowledged")
+    finally:
+        f.stop()
+    assert len(failed) >= 1 and f.error is None, f.error
+    assert _spooled(tmp_path) == 100 and svc.acked == published and not _spool_files(tmp_path, "*.open")
+
+
+def test_the_wait_in_an_outage_doubles_with_its_age_not_with_a_count_of_tries():
+    """Issue 49 item 4: the outage's seconds were passed to ``exponential_backoff`` as an attempt number (the wait
+    was 0.5 * 2**seconds: 8 s after 4 s).  The wait is the outage's age so far (0.5 s to 10 s): tries come about
+    0.5, 1, 2, 4 and 8 s into the outage, then every 10 s."""
+    from event_etl.sources.pubsub_fetch import waited_since
+
+    at, tries = 0.0, []
+    while at < 40:
+        tries.append(at)
+        at += waited_since(0.0, at)
+    assert tries == [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 26.0, 36.0]

@@ -80,7 +80,6 @@ from event_etl.sources.spool import (
     segment_count,
     write_segment,
 )
-from event_etl.util.retry import exponential_backoff
 
 __all__ = ["Fetcher", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
            "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning"]
@@ -111,6 +110,18 @@ def settle_until(seconds: float, leased_at: float | None) -> float:
     when pulling starts: the wait then overlaps the start of Spark.  None: from now."""
     now = time.monotonic()
     return (min(leased_at, now) if leased_at is not None else now) + seconds
+
+
+WAIT_FIRST, WAIT_CAP = 0.5, 10.0
+"""Seconds: the shortest and the longest wait before a stream tries again in an outage or on a full disk."""
+
+
+def waited_since(since: float, now: float) -> float:
+    """How long to wait before trying again when trying has failed since ``since`` (monotonic): as long as it has
+    failed so far, at least :data:`WAIT_FIRST` and at most :data:`WAIT_CAP`.  Each wait doubles the failure's age,
+    so the tries come about 0.5, 1, 2, 4 and 8 s into it, then every 10 s: a backoff by the time the outage (or the
+    full disk) has lasted, the same however many streams try meanwhile."""
+    return min(WAIT_CAP, max(WAIT_FIRST, now - since))
 
 
 def subscriber(factory: Callable[[], Any] | None) -> Any:
@@ -374,6 +385,7 @@ class _Stream:
     inflight: int = 0  # spooled: pulls appended and not yet acknowledged (the segment is not closed meanwhile)
     pending: list[str] = field(default_factory=list)  # ack ids pulled, neither acknowledged nor handed back yet
     pending_sent: int = 0  # when (ms, wall clock) the pull that brought them was sent
+    unclosed: AppendFailed | None = None  # spooled: its open segment's close found no room (it stays open till then)
 
 
 def _transient_errors() -> tuple[type, ...]:
@@ -507,17 +519,22 @@ class Fetcher:
         return time.monotonic() < self.settle_until
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop pulling; messages pulled but not written are left to be delivered again."""
+        """Stop pulling; messages pulled but not written are left to be delivered again.  Returns within about
+        ``timeout`` even while a stream is stuck under the fetcher's lock (a segment's close hung on a dead disk)."""
         self._stop.set()
-        with self.room:
-            self.room.notify_all()
-            self.wake.notify_all()
         deadline = time.monotonic() + timeout
+        if self.lock.acquire(timeout=timeout):  # the waits below wake at once; else within their own timeouts
+            try:
+                self.room.notify_all()
+                self.wake.notify_all()
+            finally:
+                self.lock.release()
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
         stopped = not any(t.is_alive() for t in self._threads)
-        if stopped:
-            self._close_open_segments()
+        if stopped and not self._close_open_segments():
+            log.warning("a spool segment of %s was left open (its disk had no room to close it): the next start "
+                        "finishes it", self.subscription)
         if self.fresh and self._threads:
             clean = stopped and not self._leaves_leased()
             try:
@@ -528,9 +545,10 @@ class Fetcher:
                             self.subscription, err)
             live.unregister(self.dir, self)
 
-    def _close_open_segments(self) -> None:
+    def _close_open_segments(self) -> bool:
         """``spooled``: make every stream's open segment a segment (its pulls are durable and acknowledged).  One
-        that cannot be closed (a failing disk) stays open: the next start finishes it."""
+        that cannot be closed (a failing disk, a full one) stays open: the next start finishes it.  Whether every
+        one was closed."""
         with self.lock:
             for s in self.streams:
                 if s.open is not None and not s.inflight:
@@ -539,6 +557,7 @@ class Fetcher:
                     except OSError as err:
                         log.error("could not close the spool segment of stream %d (%s); the next start finishes "
                                   "it", s.index, err)
+            return all(s.open is None for s in self.streams)
 
     def _leaves_leased(self) -> bool:
         """Whether messages this run pulled may still be leased (they come back when their lease runs out): held
@@ -589,6 +608,7 @@ class Fetcher:
             self._maybe_served(sent)
 
     def _count_leftovers(self) -> None:
+        """Messages and bytes in the spool's segments of earlier runs (no batch of this run has saved them)."""
         msgs = size = 0
         for p in self.segdir.glob("*.seg"):
             n = SegmentName.parse(p.name)
@@ -628,9 +648,9 @@ class Fetcher:
     def _outage(self, what: str, err: Exception) -> float:
         """An unreachable service: wait a little, or give up after ``outage_timeout``.  Returns the wait.
 
-        The wait grows with the outage (0.5 s in its first second, doubled each second, at most 10 s), not with one
-        stream's tries: the outage is the fetcher's (any stream's pull that succeeds ends it), and between two tries
-        a stream goes back through its loop (room in the spool, parking), so this is no one call to retry."""
+        The wait grows with the outage, not with one stream's tries (:func:`waited_since`): the outage is the
+        fetcher's (any stream's pull that succeeds ends it), and between two tries a stream goes back through its
+        loop (room in the spool, parking), so this is no one call to retry."""
         now = time.monotonic()
         if self.outage_since is None:
             self.outage_since = now
@@ -642,7 +662,7 @@ class Fetcher:
                     "loses nothing Pub/Sub still holds"))
             return 0.0
         log.warning("Pub/Sub %s failed (%s); retrying", what, type(err).__name__)
-        return exponential_backoff(int(now - self.outage_since) + 1, first=0.5, cap=10.0)
+        return waited_since(self.outage_since, now)
 
     def _reachable(self) -> bool:
         """After a pull ran out: is the service there (the subscription quiet), or is this an outage?"""
@@ -797,8 +817,12 @@ class Fetcher:
                 if self.spooled:
                     with self.lock:
                         for s in self.streams:
-                            if s.open is not None and not s.inflight and now - s.opened >= age:
+                            due = now - s.opened >= age or s.unclosed is not None  # or its close found no room
+                            if s.open is not None and not s.inflight and due:
                                 self._roll(s)
+                        unclosed = [s.unclosed for s in self.streams if s.unclosed is not None]
+                    for err in unclosed[:1]:  # tried again at each turn until there is room, or for outage_timeout
+                        self._disk_full(err)
                     continue
                 with self.lock:
                     old = [s for s in self.streams if s.buffer and now - s.opened >= age]
@@ -843,8 +867,8 @@ class Fetcher:
             self._was_fenced(s, str(err))
             return False
         if self.disk_full_since is not None:
-            log.warning("the spool's disk has room again: pulling %s goes on", self.subscription)
-            self.disk_full_since, self.disk_error = None, None
+            with self.lock:
+                self._room_again()
         faults.point("spooled", seg.path.name)  # durable, not yet acknowledged nor offered to Spark
         try:
             ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
@@ -874,7 +898,15 @@ class Fetcher:
             if s.open is seg and (seg.count >= self.settings.segment_messages
                                   or time.monotonic() - s.opened >= self.settings.segment_age):
                 self._roll(s)
+        if s.unclosed is not None:
+            self._disk_full(s.unclosed)
         return True
+
+    def _room_again(self) -> None:
+        """An append or a close found room on the spool's disk (with the lock held): pulling goes on."""
+        if self.disk_full_since is not None:
+            log.warning("the spool's disk has room again: pulling %s goes on", self.subscription)
+            self.disk_full_since, self.disk_error = None, None
 
     def _disk_full(self, err: AppendFailed) -> None:
         """The spool's disk had no room for a pull (handed back already): wait for room, as in an outage (the
@@ -898,9 +930,9 @@ class Fetcher:
                     "the spool, what it did not is still in Pub/Sub)"))
 
     def _disk_full_wait(self) -> float:
-        """How long a stream waits before it tries a pull again on a full disk: 0.5 s, doubling, at most 10 s."""
+        """How long a stream waits before it tries a pull again on a full disk (:func:`waited_since`)."""
         since = self.disk_full_since
-        return 0.5 if since is None else exponential_backoff(int(time.monotonic() - since) + 1, first=0.5, cap=10.0)
+        return waited_since(since, time.monotonic()) if since is not None else WAIT_FIRST
 
     def _was_fenced(self, s: _Stream, why: str) -> None:
         """Another writer finished the stream's open segment (a retried or speculative attempt of a fetch
@@ -932,9 +964,21 @@ class Fetcher:
             self.fenced = True  # finished by another writer, with everything acknowledged in it
             self._stop.set()
             return
+        except AppendFailed as err:
+            if not err.full:
+                s.open = None
+                raise
+            # no room for its rename: it stays open (and counted), its pulls durable and acknowledged; the disk is
+            # full (:meth:`_disk_full`, called by whoever rolled it, outside the lock) until a close or an append
+            # finds room
+            s.unclosed = err
+            return
         except BaseException:
             s.open = None
             raise
+        if s.unclosed is not None:
+            s.unclosed = None
+            self._room_again()
         if name is not None:
             self.held[name.name] = _Held([], name.count, seg.bytes, written=True, acked=s.open_acked)
             self._spool_acked(name.name, s.open_acked)
@@ -983,10 +1027,12 @@ class Fetcher:
         for t in self._threads:
             if t.name.startswith("pubsub-pull-"):
                 t.join()
-        self._close_open_segments()
+        closed = self._close_open_segments()
+        while not closed and not self._stop.wait(0.5):  # no room to close one: DRAINED once the planner sees all
+            closed = self._close_open_segments()
         while any(not h.written for h in list(self.held.values())) and not self._stop.is_set():
             time.sleep(0.01)  # a segment the age timer is still writing
-        if self.error is None:
+        if self.error is None and closed:
             write_json_atomic(self.segdir / DRAINED, {"run": self.run, "at": self.clock(), "pulled": self.pulled})
 
     # -- deadlines and acknowledgements -----------------------------------------------------
@@ -1082,6 +1128,10 @@ class Fetcher:
         """Backlog (pulled, not yet saved by a batch), whether it can deliver (an outage, a full disk, a stream
         down: :meth:`down`), last delivery and whether a killed run's leases may still come back (settling), for the
         idle rule and the markers."""
+        if self.leftover[0]:
+            # an earlier run's segments: a batch of this run saves them (ack()), or, one the killed run's batch had
+            # read and Spark had committed, the planner deletes it unoffered: counted again, or it stays backlog
+            Fetcher._count_leftovers(self)  # the spool only (a fetch partition's also drops its held segments)
         msgs, _ = self.held_totals()
         down = self.down()
         return SourceActivity(self.clock(), msgs, down is not None, self.delivered_at, settling=self.settling(),

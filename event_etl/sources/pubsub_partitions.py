@@ -462,27 +462,39 @@ class ExecutorFetcher:
         return out
 
     def held_totals(self) -> tuple[int, int]:
-        """Messages and bytes in segments no batch has saved yet (``committed``: not yet acknowledged)."""
-        msgs = size = 0
-        for p in self.segdir.glob("*.seg"):
-            if not self.settings.spooled and (self.segdir / (p.name + ACKED_SUFFIX)).exists():
-                continue
-            msgs += segment_count(p.name)
-            try:
-                size += p.stat().st_size
-            except FileNotFoundError:
-                continue
-        # the partitions' open segments: acknowledged messages too (spooled), unread until the segment closes
+        """Messages and bytes in segments no batch has saved yet (``committed``: not yet acknowledged), the
+        partitions' open and fenced segments included (spooled: acknowledged messages, unread until it closes).
+
+        One listing of the folder, each segment counted once by its run, stream and number whatever its name (a
+        close renames ``.open`` to ``.seg``, a retried attempt's finish ``.open`` to ``.fenced`` to ``.seg``): a
+        listing per kind missed a segment renamed between two of them, or counted it twice.  A segment that moves
+        on (or goes) between the listing and its look is looked for again: the next listing has it as it is now."""
         from event_etl.sources.spool import _scan
 
-        for p in list(self.segdir.glob("*.open")) + list(self.segdir.glob("*.fenced")):
-            try:
-                data = p.read_bytes()
-            except FileNotFoundError:
-                continue
-            msgs += _scan(data).count
-            size += len(data)
-        return msgs, size
+        while True:
+            names = set(os.listdir(self.segdir))
+            found: dict[str, tuple[int, int]] = {}  # by run-stream-seq: a closed segment's name wins
+            moved = False
+            for name in names:
+                if name.endswith(".seg") and SegmentName.parse(name) is not None:
+                    if not self.settings.spooled and name + ACKED_SUFFIX in names:
+                        continue
+                    try:
+                        size = (self.segdir / name).stat().st_size
+                    except FileNotFoundError:  # deleted once committed (the next look does not list it)
+                        moved = True
+                        break
+                    found[name.rsplit("-n", 1)[0]] = (segment_count(name), size)
+                elif name.endswith((".open", ".fenced")):
+                    key = name.rsplit(".", 1)[0]
+                    try:
+                        data = (self.segdir / name).read_bytes()
+                    except FileNotFoundError:
+                        moved = True  # closed or fenced since the listing
+                        break
+                    found.setdefault(key, (_scan(data).count, len(data)))
+            if not moved:
+                return sum(m for m, _ in found.values()), sum(b for _, b in found.values())
 
     def activity(self) -> SourceActivity:
         st = self._statuses()

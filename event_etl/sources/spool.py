@@ -113,10 +113,11 @@ class SpoolDamaged(SourceError):
 
 class AppendFailed(OSError):
     """An append did not become durable; the segment is as it was before it, and nothing may be acknowledged.
-    ``full``: the disk (or a quota, or a file size limit) had no room for it."""
+    ``full``: the disk (or a quota, or a file size limit) had no room for it.  Raised by a close too, whose rename
+    found no room (``doing="closing"``): the segment is still open, and may be closed again."""
 
-    def __init__(self, path: Path, cause: OSError, *, full: bool) -> None:
-        super().__init__(cause.errno, f"appending to {path} failed: {cause.strerror or cause}")
+    def __init__(self, path: Path, cause: OSError, *, full: bool, doing: str = "appending to") -> None:
+        super().__init__(cause.errno, f"{doing} {path} failed: {cause.strerror or cause}")
         self.path, self.cause, self.full = path, cause, full
 
 
@@ -290,22 +291,43 @@ class OpenSegment:
     def close(self) -> SegmentName | None:
         """Make it a segment the planner offers (its ``.seg`` name, durable); None (and no file) if it is empty.
         Raises :class:`SegmentFenced` if another writer finished it (its acknowledged frames are in theirs), and
-        :class:`AppendFailed` if it is broken (the next start finishes it: see :func:`finish_open_segments`)."""
-        os.close(self.fd)
+        :class:`AppendFailed` if it is broken (the next start finishes it: see :func:`finish_open_segments`).
+
+        A rename that finds no room (``ENOSPC``, ``EDQUOT``: a folder that needs another block for the longer name)
+        raises :class:`AppendFailed` with ``full`` and changes nothing: the segment is still open, and is closed by
+        a later call.  A folder sync that finds no room after the rename is left to the next one: the planner
+        syncs the folder before it offers a segment it finds, and the next segment's first append before anything
+        more is acknowledged (a power cut meanwhile gives the file back its open name, which the next start
+        finishes under the same name)."""
         if self.broken is not None:
+            os.close(self.fd)
             raise AppendFailed(self.path, self.broken, full=False)
         if not self.count:
+            os.close(self.fd)
             if self.owned():
                 self.path.unlink(missing_ok=True)
             return None
         name = SegmentName(self.run, self.stream, self.seq, self.count)
         if not self.owned():
+            os.close(self.fd)
             raise SegmentFenced(f"{self.path.name} was finished by another writer")
         try:
             os.replace(self.path, self.dir / name.name)
-        except FileNotFoundError:  # fenced between the look and the rename
-            raise SegmentFenced(f"{self.path.name} was finished by another writer") from None
-        fsync_dir(self.dir)
+        except OSError as err:
+            if err.errno in _FULL:  # nothing changed: still open, its fd too
+                raise AppendFailed(self.path, err, full=True, doing="closing") from err
+            os.close(self.fd)
+            if isinstance(err, FileNotFoundError):  # fenced between the look and the rename
+                raise SegmentFenced(f"{self.path.name} was finished by another writer") from None
+            raise
+        os.close(self.fd)
+        try:
+            fsync_dir(self.dir)
+        except OSError as err:
+            if err.errno not in _FULL:
+                raise
+            log.warning("syncing %s after %s was closed found no room (%s): the next sync of the folder makes its "
+                        "name durable", self.dir, name.name, err.strerror)
         return name
 
 
