@@ -182,7 +182,7 @@ def test_commands_that_read_a_sink_need_no_event_types_folder(sc, monkeypatch):
     assert invoke("wait", "click", "2026-11-21T14", *base).exit_code == 0
     assert invoke("verify", "click", "2026-11-21T13", *base).exit_code == 0
     res = invoke("cat", "click", "2026-11-21T14", *base)
-    assert res.exit_code == 0 and sorted(json.loads(x)["id"] for x in res.output.splitlines()) == ["c", "d"]
+    assert res.exit_code == 0 and sorted(json.loads(x)["id"] for x in res.stdout.splitlines()) == ["c", "d"]
     res = invoke("audit", "click", "2026-11-21T13", "--expected", "3", *base)
     assert res.exit_code == ExitCode.USAGE and "--time-field" in res.output
     res = invoke("audit", "click", "2026-11-21T13", "--expected", "3", "--time-field", "ts", "--allowed-lateness",

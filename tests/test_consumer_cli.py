@@ -153,11 +153,14 @@ def test_verify_range_and_exit_codes(run, sc):
 def test_cat_prints_the_records_late_ones_included_unless_asked(run):
     res = run("cat", "click", "2026-11-21T14")
     assert res.exit_code == 0
-    recs = [json.loads(line) for line in res.output.splitlines()]
-    assert sorted(r["id"] for r in recs) == ["c", "d"]
+    recs = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [r["id"] for r in recs] == ["c", "d"], "the hour's own records first, then its late ones"
     assert {r["id"]: r["ts"] for r in recs}["d"] == "2026-11-21T13:30:00Z"
+    assert res.stderr.strip() == ("2 records, the last 1 of them late records of earlier hours that arrived after "
+                                  "those were complete (--no-late leaves them out)")
     res = run("cat", "click", "2026-11-21T14", "--no-late")
-    assert [json.loads(line)["id"] for line in res.output.splitlines()] == ["c"]
+    assert [json.loads(line)["id"] for line in res.stdout.splitlines()] == ["c"]
+    assert res.stderr == ""
 
 
 def test_cat_avro(sc):

@@ -39,7 +39,7 @@ from event_etl.consumer.hours import hour_ms, hour_text, window
 from event_etl.consumer.sink import type_name
 from event_etl.errors import UsageError
 from event_etl.eventtypes import DEFAULT_ALLOWED_LATENESS_MS
-from event_etl.timeutil import DAY_MS, format_duration, iso, now_millis, to_datetime, to_millis
+from event_etl.timeutil import DAY_MS, HOUR_MS, format_duration, iso, now_millis, to_datetime, to_millis
 
 __all__ = ["wait_cmd", "hours_cmd", "complete_cmd", "verify_cmd", "cat_cmd", "audit_cmd", "late_cmd"]
 
@@ -333,7 +333,9 @@ def verify_cmd(event_type: str, hour: datetime | None, since: datetime | None, u
 @handles_errors
 def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, until: datetime | None, reader_schema: str | None,
             sink: str, event_types_dir: str | None) -> None:
-    """Print the records of a complete HOUR of EVENT_TYPE: exactly the files its manifest lists.
+    """Print the records of a complete HOUR of EVENT_TYPE: exactly the files its manifest lists, the hour's own
+    records first, then its late records (records of earlier hours; --no-late leaves them out; a line on stderr
+    says how many).
 
     HOUR is UTC, e.g. 2026-11-21T13. An hour that is not complete is not read (exit code 3): run
     `event-etl wait` first. Records come in the type's current schema (or --reader-schema FILE),
@@ -350,10 +352,16 @@ def cat_cmd(event_type: str, hour: datetime, fmt: str, late: bool, until: dateti
         if out.isatty():
             raise UsageError("--format avro writes binary data",
                              fix="redirect it: event-etl cat ... --format avro > hour.avro")
-        write_avro(sink, et, hour, out, include_late=late, until=until, reader_schema=schema)
+        count = write_avro(sink, et, hour, out, include_late=late, until=until, reader_schema=schema)
         out.flush()
     else:
-        write_jsonl(sink, et, hour, sys.stdout, include_late=late, until=until, reader_schema=schema)
+        count = write_jsonl(sink, et, hour, sys.stdout, include_late=late, until=until, reader_schema=schema)
+    if late:  # said on stderr (stdout is the records): late records are in by default, and where they come
+        statuses = hour_statuses(sink, et, hour, until if until is not None else to_datetime(to_millis(hour) + HOUR_MS))
+        late_records = sum(s.late_records or 0 for s in statuses)
+        if late_records:
+            click.echo(f"{count:,} records, the last {late_records:,} of them late records of earlier hours that "
+                       "arrived after those were complete (--no-late leaves them out)", err=True)
 
 
 @click.command("late", epilog=EXIT_CODES_HELP)

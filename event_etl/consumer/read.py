@@ -91,7 +91,8 @@ class _Part:
 
 def _parts(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, until: HourLike | None,
            include_late: bool) -> list[_Part]:
-    """The files of the complete hour, or of every hour of ``[hour, until)`` (all must be complete), in order."""
+    """The files of the complete hour, or of every hour of ``[hour, until)`` (all must be complete), in order: in
+    each hour its own files first, then its late files (records of earlier hours), each in the manifest's order."""
     if until is None:
         pairs = [_complete_folder(sink, event_type, hour)]
     else:
@@ -100,7 +101,8 @@ def _parts(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, until: Hou
         for status in hour_statuses(storage, event_type, hour, until):
             manifest = require_complete(status)
             pairs.append((HourFolder(storage, status.event_type, manifest.hour), manifest))
-    return [_Part(folder, m, f) for folder, m in pairs for f in hour_files(m, include_late=include_late)]
+    return [_Part(folder, m, f) for folder, m in pairs
+            for f in sorted(hour_files(m, include_late=include_late), key=lambda f: f.late)]
 
 
 def writer_schema(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) -> dict[str, Any] | None:
