@@ -173,7 +173,7 @@ class StopSignals:
         """Listen for :data:`DRAIN_SIGNAL` too (a streaming job); its handler is set at once if this object's
         handlers are in (a caller that installed them before the job started, as a submitted driver does)."""
         if DRAIN_SIGNAL not in self.signals:
-            in_place = bool(self._previous) and self.installed()
+            in_place = bool(self._previous)  # installed (PySpark may have replaced SIGINT's since: still ours)
             self.signals = (*self.signals, DRAIN_SIGNAL)
             if in_place:
                 self.install()
