@@ -63,8 +63,9 @@ acknowledged came again).  Counted apart, not failures of the contract: ``torn l
 hung`` (:data:`STOP_LOCK`).  The sweep found those four and :data:`EXECUTOR_BACKLOG`, all fixed since; each has a
 test in ``tests/test_spool_sweep.py``, whose sample also checks that none of them comes back.
 
-``.venv/bin/python -m tests.spool_sweep`` runs every window at every occurrence and prints a table per window;
-``--sample`` runs what ``tests/test_spool_sweep.py`` runs; ``--only FAULT`` one kind of fault; ``--repro
+``.venv/bin/python -m tests.spool_sweep`` runs every window at every occurrence and prints a table per window
+(401 runs, ~8 minutes on 2 cores: a script, never in the suite); ``--sample`` runs what
+``tests/test_spool_sweep.py`` runs (30 runs, ~30 s); ``--only FAULT`` one kind of fault; ``--repro
 'FAULT@OCCURRENCE@WINDOW'`` one case, with its details.
 """
 
@@ -1279,6 +1280,7 @@ SAMPLE: tuple[tuple[str, str, int], ...] = (
     ("kill", "begin_run > RunRecord.begin > write_text_atomic: replace", 1),
     ("full", "begin_run > RunRecord.begin > write_text_atomic: open", 1),
     ("kill", "stop > RunRecord.end > write_text_atomic: replace", 1),
+    ("cut", "stop > RunRecord.end > write_text_atomic: replace", 1),  # undoes the batches' deletes: STUCK_BACKLOG
     # the second pull: a frame appended to an open segment that holds an acknowledged one, and its acknowledgement
     ("kill", "append > _append: fdatasync", 2),
     ("cut-mid", "append > _append: write", 2),
