@@ -114,7 +114,7 @@ def fleet_command(types_dir: Path, *, sink: Path, checkpoint: Path, master: str,
                   max_files_per_batch: int | None, engine: str = "shared") -> list[str]:
     cmd = [str(Path(sys.executable).with_name("event-etl")), "run", "--all", "--event-types", str(types_dir),
            "--sink", str(sink), "--checkpoint", str(checkpoint), "--master", master,
-           "--trigger-interval", trigger_interval, "--engine", engine]
+           "--trigger-interval", trigger_interval, "--engine", engine, "--drain-on-stop"]
     if max_files_per_batch:
         cmd += ["--max-files-per-batch", str(max_files_per_batch)]
     return cmd

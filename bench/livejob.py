@@ -37,7 +37,7 @@ def event_etl_command(event_type: str, *, source: str, sink: Path, checkpoint: P
     """The ``event-etl run`` command line of a live job (no ``--once``)."""
     return [str(Path(sys.executable).with_name("event-etl")), "run", event_type, "--source", source,
             "--sink", str(sink), "--checkpoint", str(checkpoint), "--master", master,
-            "--trigger-interval", trigger_interval, *extra]
+            "--trigger-interval", trigger_interval, "--drain-on-stop", *extra]  # SIGTERM: stop and drain
 
 
 def _term_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec

@@ -57,7 +57,7 @@ class ExitCode(enum.IntEnum):
 
 
 EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
-    ExitCode.OK: "done: complete, verified, audited; a job stopped as asked (Ctrl-C, SIGTERM drain)",
+    ExitCode.OK: "done: complete, verified, audited; a job stopped as asked (Ctrl-C, SIGTERM, a drain)",
     ExitCode.ERROR: "failed: the error: line says why (a job restarted on its checkpoint loses nothing)",
     ExitCode.USAGE: "usage or configuration error, nothing started: bad option or HOUR, unknown or broken "
                     "event type, missing extra, hour before the job's first",

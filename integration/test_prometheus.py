@@ -199,7 +199,7 @@ def test_prometheus_scrapes_a_running_job_and_graphs_draw_from_it(tmp_path):
     finally:
         prom.stop()
         if job.poll() is None:
-            job.send_signal(signal.SIGTERM)  # stops and drains
+            job.send_signal(signal.SIGTERM)  # stops (no drain: nothing here needs one)
             try:
                 job.wait(timeout=60)
             except subprocess.TimeoutExpired:

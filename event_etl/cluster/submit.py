@@ -24,8 +24,9 @@ In client mode (the default, and the only one Spark standalone offers Python) th
 runs here, as a child of spark-submit's JVM, in a session of its own: a signal meant for
 ``event-etl submit`` (to its process or its whole group: Ctrl-C, ``kill -- -PGID``,
 Kubernetes, systemd) is passed on to the driver, one for one, and the driver stops as
-``run`` does (:mod:`event_etl.job.stopping`): SIGINT at a batch boundary, SIGTERM and SIGHUP also
-drain, a second SIGINT or SIGTERM at once.  A signal that comes before the driver has
+``run`` does (:mod:`event_etl.job.stopping`): SIGINT, SIGTERM and SIGHUP at a batch boundary (SIGTERM and
+SIGHUP drain with ``--drain-on-stop``), SIGUSR1 (``event-etl drain``) drains and stops, a second SIGINT or
+SIGTERM stops at once.  A signal that comes before the driver has
 started is held until it has.  Yet another SIGINT or SIGTERM after that kills spark-submit
 and the driver.  The job's exit code is the command's.
 """
@@ -340,7 +341,7 @@ def run_spark_submit(cmd: list[str], *, env: Mapping[str, str], pidfile: Path, d
     driver has written it, when ``driver_here`` (client mode).  Without a driver here (cluster
     mode) a signal goes to spark-submit's process group.  A second SIGINT or SIGTERM before
     the driver started, or a third once it runs, kills spark-submit's session with SIGKILL."""
-    from event_etl.job.stopping import POLL_S, StopSignals
+    from event_etl.job.stopping import DRAIN_SIGNAL, POLL_S, StopSignals
 
     try:
         proc = subprocess.Popen(cmd, env=dict(env), start_new_session=True,
@@ -350,6 +351,7 @@ def run_spark_submit(cmd: list[str], *, env: Mapping[str, str], pidfile: Path, d
                             fix="pass --spark-submit PATH, or reinstall pyspark") from err
     stops = StopSignals()
     stops.install()
+    stops.accept_drain_requests()  # SIGUSR1 (`event-etl drain`) to submit reaches the driver, never ends submit
     forwarded = 0
     held_since: float | None = None
     try:
@@ -366,7 +368,11 @@ def run_spark_submit(cmd: list[str], *, env: Mapping[str, str], pidfile: Path, d
                     continue
                 if forwarded < len(stops.received):  # one per step: two pending signals of a kind would merge
                     signum = stops.received[forwarded]
-                    if driver is not None:
+                    if signum == DRAIN_SIGNAL and driver is None and not driver_here:
+                        forwarded += 1  # a driver on the cluster: spark-submit would die of it; drain it there
+                        print("event-etl submit: a drain request cannot reach a driver on the cluster; run "
+                              "`event-etl drain TYPE` where the driver runs", file=sys.stderr)
+                    elif driver is not None:
                         os.kill(driver, signum)  # the driver stops as `run` does
                         forwarded += 1
                     elif not driver_here:

@@ -135,7 +135,8 @@ class Lease:
             fh.close()
             raise LeaseHeldError(
                 f"checkpoint {self.checkpoint_dir} is in use by another job: {_who(doc)}",
-                fix="stop that job first (SIGTERM drains it), or give this run its own --checkpoint",
+                fix="stop that job first (SIGTERM; `event-etl drain TYPE` to mark its open hours too), or give "
+                    "this run its own --checkpoint",
             ) from None
         fh.seek(0)
         fh.truncate()
@@ -178,8 +179,8 @@ class Lease:
                 raise LeaseHeldError(
                     f"{self.storage.display(self.rel)}: {self.event_type} is already being written to this sink by "
                     f"{_who(doc)}; {when}",
-                    fix="stop that job first (SIGTERM drains it); a job that died loses its lease after "
-                        f"{format_duration(self.ttl_ms + self._margin)}",
+                    fix="stop that job first (SIGTERM; `event-etl drain TYPE` to mark its open hours too); a job "
+                        f"that died loses its lease after {format_duration(self.ttl_ms + self._margin)}",
                 )
             if self.storage.write_if(self.rel, self._doc(now), None if current is None else current[1]):
                 self.valid_until = now + self.ttl_ms - self._margin
