@@ -319,16 +319,20 @@ def table(outcomes: list[Outcome]) -> str:
 
 
 def sweep(every: int = 1, workroot: Path | None = None) -> list[Outcome]:
-    pubsub_fetch.SETTLE_MARGIN_SECONDS = 0.2  # the settling: the lease (1 s) and a little
-    root = Path(workroot or tempfile.mkdtemp(prefix="spool-campaign-"))
-    calls = clean_calls(root / "clean")
-    TAP_CLEAN[:] = calls
-    outcomes = []
-    for i, case in enumerate(cases(calls, every)):
-        work = root / f"case-{i:04d}"
-        outcomes.append(run_case(case, work))
-        shutil.rmtree(work, ignore_errors=True)
-    return outcomes
+    margin = pubsub_fetch.SETTLE_MARGIN_SECONDS
+    pubsub_fetch.SETTLE_MARGIN_SECONDS = 0.2  # the settling: the lease (1 s) and a little; put back at the end
+    try:
+        root = Path(workroot or tempfile.mkdtemp(prefix="spool-campaign-"))
+        calls = clean_calls(root / "clean")
+        TAP_CLEAN[:] = calls
+        outcomes = []
+        for i, case in enumerate(cases(calls, every)):
+            work = root / f"case-{i:04d}"
+            outcomes.append(run_case(case, work))
+            shutil.rmtree(work, ignore_errors=True)
+        return outcomes
+    finally:
+        pubsub_fetch.SETTLE_MARGIN_SECONDS = margin
 
 
 def main(argv: list[str] | None = None) -> int:

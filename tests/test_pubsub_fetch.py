@@ -22,6 +22,7 @@ from event_etl.sources.pubsub import ERROR_FILE, PubSubPlanner
 from event_etl.sources.pubsub_fetch import DRAINED, Fetcher, FetchSettings
 from event_etl.sources.spool import ack_ids, read_messages, segment_count
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, read_sink, t
+from tests.shared import wait_until
 
 
 class RealServiceLike:
@@ -110,15 +111,6 @@ class RealServiceLike:
 
 
 SUB = "projects/test-project/subscriptions/clicks"
-
-
-def wait_until(cond, timeout=10.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def fetcher(tmp_path, service, **settings):
@@ -210,6 +202,8 @@ def test_an_outage_is_not_quiet_and_ends_with_a_clear_error(tmp_path):
     try:
         wait_until(lambda: f.activity().retrying, what="the outage reported")
         wait_until(lambda: f.error is not None, timeout=15, what="giving up after the outage budget")
+        # the error is known in memory first (event_etl.sources.live), its file written just after
+        wait_until((tmp_path / "spool" / ERROR_FILE).exists, timeout=15, what="the error file")
         doc = json.loads((tmp_path / "spool" / ERROR_FILE).read_text())
         assert "unreachable" in doc["message"] and SUB in doc["message"] and "restarted" in doc["fix"]
     finally:

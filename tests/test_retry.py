@@ -20,8 +20,8 @@ def test_the_backoff_doubles_from_first_up_to_cap(first, cap):
 
 
 def test_the_loops_schedules_are_kept():
-    """The formulas the three loops had: the storage's (0.25 s doubled up to 8 s), the Pub/Sub fetcher's (from the
-    outage's whole seconds), the fleet's (from its failures)."""
+    """The formulas the loops had: the storage's (0.25 s doubled up to 8 s), a schedule of 0.5 s doubled up to 10 s
+    (the Pub/Sub fetcher's before it waited by the failure's age), the fleet's (from its failures)."""
     from event_etl.job.fleet import backoff_seconds
 
     delay, storage = 0.25, []

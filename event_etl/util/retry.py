@@ -2,7 +2,7 @@
 long to wait before trying again.
 
 - :func:`exponential_backoff`: the ``n``-th wait of a doubling backoff, ``first * 2**(n-1)`` and at most ``cap``
-  (the fleet's restarts, the Pub/Sub fetcher's outages: loops that keep their own state between tries).
+  (the fleet's restarts, the policy chain's retries: loops that keep their own state between tries).
 - :func:`retry_call`: call a function until it succeeds, retrying the errors a predicate accepts with that
   backoff while the next wait still ends before a deadline (the storage's object-store calls).
 
