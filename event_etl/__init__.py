@@ -1,9 +1,11 @@
 """event_etl: hourly event-time buckets from a message bus, on Apache Spark (micro-batches planned in the driver).
 
-One streaming job per event type reads payloads (Pub/Sub, a folder of files, or the
+One streaming job per event type reads payloads (Pub/Sub, Kafka, a folder of files, or the
 built-in generator), writes each micro-batch as deterministically named Avro files into
 the bucket of each event's UTC hour, and closes an hour with a ``_COMPLETE`` manifest
-once the watermark has passed it.  See README.md for the semantics and the commands.
+once the watermark has passed it.  Several types can share one Spark application: the shared
+engine plans and runs one micro-batch round for all of them (a single type is a round of one).
+See README.md for the semantics and the commands.
 
 The rules live in :mod:`event_etl.rules` (pure functions); Spark, storage and sources
 are a thin shell around them.

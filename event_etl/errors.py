@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from event_etl.exitcodes import ExitCode
+
 _SECRETS = [
     (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1***:***@"),  # user:password@ in URLs
     (re.compile(r"(?i)(bearer\s+)[a-z0-9._~+/=-]+"), r"\1***"),
@@ -42,7 +44,7 @@ __all__ = [
 class EventEtlError(Exception):
     """Base of every error event_etl raises on purpose.  ``fix`` tells the user what to do."""
 
-    exit_code = 1
+    exit_code = ExitCode.ERROR
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
         self.message = message
@@ -53,13 +55,13 @@ class EventEtlError(Exception):
 class UsageError(EventEtlError):
     """A command-line value is malformed (an hour, a duration, a source URL...)."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ConfigError(EventEtlError):
     """An event type's ``schema.avsc`` or ``etl.toml`` is broken.  Raised when the type is loaded."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
     def __init__(self, message: str, *, file: str, field: str | None = None, fix: str | None = None) -> None:
         self.file = file
@@ -71,13 +73,13 @@ class ConfigError(EventEtlError):
 class CheckpointMismatchError(EventEtlError):
     """A checkpoint belongs to another event type, sink or source than the one asked for."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class CheckpointFormatError(EventEtlError):
     """A checkpoint (or a manifest) is in a format this release does not know: written by a newer one."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class StorageError(EventEtlError):
@@ -101,7 +103,7 @@ class LeaseHeldError(EventEtlError):
     Exit code 7 (``BUSY``; release 0.1.0 used 3, which now means "not yet" for every command:
     see :mod:`event_etl.exitcodes`)."""
 
-    exit_code = 7
+    exit_code = ExitCode.BUSY
 
 
 class NoDataError(EventEtlError):
@@ -110,7 +112,7 @@ class NoDataError(EventEtlError):
     Never taken for "not started yet": that answer needs a folder the job has written to.
     """
 
-    exit_code = 6
+    exit_code = ExitCode.NO_DATA
 
     def __init__(self, message: str, *, sink: str, event_type: str, fix: str | None = None) -> None:
         self.sink = sink

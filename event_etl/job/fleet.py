@@ -1,4 +1,5 @@
-"""A fleet: several event types as separate streaming queries in one Spark application.
+"""A fleet: several event types in one Spark application (the shared engine's rounds; ``--engine queries``: one
+streaming query per type).
 
 ``event-etl run TYPE1 TYPE2 ...`` (or ``--all``) shares one JVM and one set of executors
 between types, instead of one application per type.  Each type keeps everything of its
