@@ -5,8 +5,10 @@
     .venv/bin/python integration/campaign.py --sink gcs           # directory source -> GCS emulator
     .venv/bin/python integration/campaign.py --source pubsub --sink local
     .venv/bin/python integration/campaign.py --source kafka      # tansu (Kafka protocol), 4 partitions -> local disk
+    .venv/bin/python integration/campaign.py --source kafka --kafka-scenario retention   # noida-db (issue 48)
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
-             --points all|source --kafka-partitions P --idle-partition none|quiet
+             --points all|source --kafka-partitions P --idle-partition none|quiet --broker tansu|noida
+             --kafka-scenario none|grow|retention|transactions|all
 
 The event set spans more than six event-time hours, ending ten minutes before the real
 clock: timely, out-of-order, late, too-late, future (ahead of the real clock), duplicate
@@ -49,8 +51,27 @@ storage), the events dealt round robin over the partitions, one record per produ
 reported high watermark is exact only then).  With ``--idle-partition quiet`` (the default) the last
 partition gets nothing for a stretch of the waves (:data:`IDLE_WAVES`, ~12 % of them) while the
 others take its share, then wakes up: runs are killed while it is idle and after it woke.  tansu
-answers neither CreatePartitions nor DeleteRecords nor AlterConfigs, so a partition added mid-run and
-retention passing an unread offset are not covered here (RELIABILITY.md).
+answers neither CreatePartitions nor DeleteRecords nor AlterConfigs: those run on noida-db.
+
+``--kafka-scenario`` (noida-db, :class:`integration.servers.NoidaKafka`, which reports true high watermarks and
+takes records in batches), on top of the same kills:
+
+- ``grow``: the topic starts with ``--kafka-partitions`` - 2 partitions and gains one at each of
+  :data:`GROW_STEPS`: while the job is down (after a SIGKILL at a batch step) and while it runs (then a batch,
+  then a SIGKILL at a random moment); the waves are dealt over every partition from then on.
+- ``retention``: at each of :data:`DELETE_STEPS` the job catches up (the input held back) and is SIGKILLed with
+  nothing planned unread; a backlog is released and records of it deleted unread, by ``DeleteRecords`` (half of
+  the partitions, 40-100 % of what is unread) or by ``retention.ms`` lowered to 1 s (all of it), each deleted
+  record read first.  A run with ``EVENT_ETL_KAFKA_ON_DATA_LOSS=fail`` must exit 1 with ``error:`` and ``fix:``
+  and plan nothing past the loss; the runs after it skip, and ``LOST`` (progress lines, each batch once, and the
+  checkpoint's offsets) must equal the offsets deleted unread.  The deleted records are then expected nowhere.
+- ``transactions``: the waves of :data:`TX_WAVES` are each produced in one committed transaction; some are
+  preceded by a transaction of ghost records (valid and malformed) that is aborted, or have one open beside them
+  that is aborted after they commit, and some are held open 1-2.5 s while the job plans.  No ghost may reach the
+  buckets or the dead-letter area.
+
+Every scenario ends with the checks above: each committed, surviving record exactly once in the hour of its
+event time, no hour marked before its events were read (RELIABILITY.md, issue 48).
 """
 
 from __future__ import annotations
@@ -62,6 +83,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -101,12 +123,48 @@ FAST_CLOCK_MS = 8 * MINUTE_MS
 AHEAD = 4  # batches of input made available ahead of the job
 RESERVE_PER_RUN = 4  # batches kept back for every run still planned: the input lasts as long as the kills do
 IDLE_WAVES = (0.30, 0.42)  # Kafka: the share of the waves during which the last partition gets nothing
+# Kafka on noida-db (--kafka-scenario, issue 48): where in the plan (its share of the runs) each step comes
+KAFKA_SCENARIOS = ("grow", "retention", "transactions")
+GROW_STEPS = ((0.20, "GROW_DOWN"), (0.38, "GROW_LIVE"), (0.55, "GROW_DOWN"), (0.72, "GROW_LIVE"))  # +1 each
+DELETE_STEPS = ((0.30, "DELETE_RECORDS"), (0.62, "RETENTION"))
+TX_WAVES = (0.15, 0.90)  # the share of the waves produced in transactions
+ABORT_SHARE = 0.4  # of those waves, the share with an aborted transaction of ghosts (half of them interleaved)
+HOLD_OPEN_SHARE = 0.2  # of those waves, the share whose transaction is held open 1-2.5 s before its commit
+RETENTION_KEEP_MS = 7 * 24 * 3600 * 1000  # retention.ms put back after a retention step
+KEY_LOST_WRONG = "LOST said (progress lines, checkpoint) minus the offsets deleted unread"
+KEY_FAIL_RUNS_WRONG = "fail runs not stopped with exit 1, the error and the fix, or planned past the loss"
+KEY_DELETIONS_MISSED = "deletion steps that deleted nothing unread"
+VALID_KINDS = ("timely", "out_of_order", "late", "fast_clock")  # in exactly one bucket file
 INVALID_KINDS = {  # kind -> expected dead-letter reason
     "malformed_json": "invalid_json", "wrong_shape": "not_an_object", "wrong_type": "schema_mismatch",
     "missing_field": "missing_field", "missing_time": "missing_time", "bad_time": "invalid_time",
     "empty": "empty_payload", "non_utf8": "invalid_utf8", "oversized": "oversized",
     "avro_unknown_fingerprint": "unknown_schema", "avro_truncated": "invalid_avro",
 }
+
+
+LOST_LINE = re.compile(r"\] batch (\d+)(?: \(replay\))?: [^\n]*?LOST ([\d,]+) \(")
+
+
+def last_id(folder: Path) -> int | None:
+    """The largest batch id among a Spark log folder's files (``offsets``, ``commits``), or None."""
+    ids = [int(f.name) for f in folder.iterdir() if f.name.isdigit()] if folder.is_dir() else []
+    return max(ids) if ids else None
+
+
+def kafka_scenarios(args) -> set[str]:
+    """``--kafka-scenario``: none, one of :data:`KAFKA_SCENARIOS`, or all."""
+    chosen = getattr(args, "kafka_scenario", "none") or "none"
+    return set(KAFKA_SCENARIOS) if chosen == "all" else set() if chosen == "none" else {chosen}
+
+
+def kafka_broker_kind(args) -> str:
+    """``--broker``: tansu or noida; by default noida with a scenario (tansu refuses what they do), else tansu."""
+    kind = getattr(args, "broker", None) or ("noida" if kafka_scenarios(args) else "tansu")
+    if kind == "tansu" and kafka_scenarios(args):
+        raise SystemExit("--kafka-scenario needs --broker noida: tansu refuses CreatePartitions, DeleteRecords and "
+                         "AlterConfigs, and reports high watermarks below what it serves")
+    return kind
 
 
 @dataclass
@@ -318,9 +376,20 @@ class Campaign:
         self.runs = 0
         self.current: subprocess.Popen | None = None
         self.runs_left = args.kills + args.sigterms
+        self.reserve = RESERVE_PER_RUN  # batches kept back for each run still planned (fewer for a long plan)
         self.event_types_dir: str | None = None
         self.release_lock = threading.Lock()
         self._last_committed = (0, time.monotonic())
+        # Kafka on noida-db (issue 48): the scenarios, what they did, and what they expect
+        self.scenarios = kafka_scenarios(args)
+        self.broker_kind = kafka_broker_kind(args)
+        self.hold = threading.Event()  # set: the feeder releases nothing (a scenario step needs the input still)
+        self.deleted: Counter = Counter()  # payloads of the records deleted unread (one per copy)
+        self.deletions: list[dict] = []  # one per deletion: how, partitions, offsets and records deleted, fail run
+        self.growth: list[str] = []  # partitions added: "2->3 while down (wave 30)", ...
+        self.aborted: list[Event] = []  # records produced in aborted transactions: never in the sink
+        self.tx = Counter()  # transactions: committed, aborted, held open, interleaved; stops while one was open
+        self.tx_open = False
 
     # -- the source and the sink -----------------------------------------------------------
     def prepare(self) -> None:
@@ -406,47 +475,165 @@ class Campaign:
     def start_kafka(self) -> None:
         from confluent_kafka import Producer
 
-        from integration.servers import KafkaBroker
+        from integration.servers import KafkaBroker, NoidaKafka
 
-        broker = KafkaBroker(self.work / "kafka").start()
+        noida = self.broker_kind == "noida"
+        broker = (NoidaKafka(self.work / "noida") if noida else KafkaBroker(self.work / "kafka")).start()
         self.servers.append(broker)
+        self.broker = broker
         self.env["EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
         self.topic = "page-view"
         self.partitions = getattr(self.args, "kafka_partitions", 4)
+        if "grow" in self.scenarios:  # it ends with --kafka-partitions + 2, one added at each GROW step
+            self.partitions = max(1, self.partitions - (len(GROW_STEPS) - 2))
         broker.create_topic(self.topic, self.partitions)
-        # one record per produce request: tansu reports as a partition's high watermark the base offset of its last
-        # record batch + 1, and the job never plans past it
-        self.producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "batch.num.messages": 1})
+        if noida:
+            # records in batches, as producers send them: noida-db reports true high watermarks
+            self.producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "log_level": 4})
+            self.env["EVENT_ETL_KAFKA_ON_DATA_LOSS"] = "fail"  # the job's default; "skip" once a fail run stopped
+        else:
+            # one record per produce request: tansu reports as a partition's high watermark the base offset of its
+            # last record batch + 1, and the job never plans past it
+            self.producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0,
+                                      "batch.num.messages": 1})
         self.dealt = 0  # records dealt round robin so far (every partition's count within one of the others')
         self.produced = Counter()  # records per partition
         waves = len(self.events.batches)
         quiet = getattr(self.args, "idle_partition", "quiet") == "quiet" and self.partitions > 1
+        self.idle_partition = self.partitions - 1
         self.idle_waves = range(int(waves * IDLE_WAVES[0]), int(waves * IDLE_WAVES[1])) if quiet else range(0)
+        self.tx_waves = range(0)
+        if "transactions" in self.scenarios:
+            # two transactional producers: the waves' (committed) and the ghosts' (aborted), whose transactions
+            # are sometimes open at the same time on the same partitions
+            self.tx_waves = range(int(waves * TX_WAVES[0]), int(waves * TX_WAVES[1]))
+            self.tx_rng = random.Random(self.args.seed + 48)
+            self.tx_producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "campaign-waves",
+                                         "linger.ms": 5, "log_level": 4})
+            self.ghost_producer = Producer({"bootstrap.servers": broker.bootstrap,
+                                            "transactional.id": "campaign-ghosts", "linger.ms": 5, "log_level": 4})
+            for prod in (self.tx_producer, self.ghost_producer):
+                prod.init_transactions(60)
+
+    def producers(self) -> list:
+        return [p for p in (getattr(self, n, None) for n in ("producer", "tx_producer", "ghost_producer"))
+                if p is not None]
+
+    def close_kafka_clients(self) -> None:
+        """Producers flushed and dropped, the watermark client closed: before the broker stops."""
+        for name in ("producer", "tx_producer", "ghost_producer"):
+            prod = getattr(self, name, None)
+            if prod is not None:
+                try:
+                    prod.flush(5)
+                except Exception:  # noqa: BLE001,S110 - the broker may be gone: nothing left to deliver
+                    pass
+                setattr(self, name, None)
+        consumer, self._marks_consumer = getattr(self, "_marks_consumer", None), None
+        if consumer is not None:
+            consumer.close()
+
+    def _deal(self, k: int, payloads: list[bytes]) -> list[tuple[int, bytes]]:
+        """Round robin over the live partitions (all, but the idle one in its idle waves)."""
+        live = [p for p in range(self.partitions) if not (k in self.idle_waves and p == self.idle_partition)]
+        out = []
+        for payload in payloads:
+            out.append((live[self.dealt % len(live)], payload))
+            self.dealt += 1
+        return out
 
     def _produce_wave(self, k: int, evs: list[Event]) -> None:
-        """Wave ``k`` to the topic, dealt round robin over the partitions (but the idle one, in its idle waves)."""
-        live = self.partitions - (1 if k in self.idle_waves else 0)
-        for e in evs:
-            p = self.dealt % live
-            self.dealt += 1
-            self.produced[p] += 1
-            self.producer.produce(self.topic, value=e.payload, partition=p)
-            self.producer.poll(0)
-        left = self.producer.flush(60)
-        if left:
-            raise RuntimeError(f"{left} records of wave {k} not delivered to the broker")
+        """Wave ``k`` to the topic, dealt round robin over the partitions (but the idle one, in its idle waves); in
+        a committed transaction in :data:`TX_WAVES` (``--kafka-scenario transactions``)."""
+        records = self._deal(k, [e.payload for e in evs])
+        if k in self.tx_waves:
+            self._produce_transaction(k, records)
+        else:
+            for p, payload in records:
+                self.producer.produce(self.topic, value=payload, partition=p)
+                self.producer.poll(0)
+            left = self.producer.flush(60)
+            if left:
+                raise RuntimeError(f"{left} records of wave {k} not delivered to the broker")
+        self.produced.update(p for p, _ in records)
+
+    def _ghosts(self, k: int, n: int) -> list[tuple[int, bytes]]:
+        """``n`` records for an aborted transaction: valid events of wave ``k``'s time (and, every other time, a
+        malformed one, which would be dead-lettered if it were read), dealt over the live partitions."""
+        t0 = self.events.batches[k][0]
+        evs = []
+        for _ in range(n):
+            eid = str(uuid.UUID(int=self.tx_rng.getrandbits(128), version=4))
+            t = t0 - self.tx_rng.randint(0, 120) * 1000
+            evs.append(Event(eid, t, "aborted", json.dumps({
+                "event_id": eid, "event_time": t, "anonymous_id": "a-ghost", "session_id": "s-ghost",
+                "product_id": "sku-0", "page_url": "https://shop.example.com/p/0", "device_type": "DESKTOP"}).encode()))
+        if len(self.aborted) % 2 == 0:
+            bad = b'{"ghost": %d, "event_time": ' % len(self.aborted)
+            evs.append(Event(None, None, "aborted", bad, "invalid_json"))
+        self.aborted += evs
+        return self._deal(k, [e.payload for e in evs])
+
+    def _produce_transaction(self, k: int, records: list[tuple[int, bytes]]) -> None:
+        """The wave in one committed transaction; before it, after it or open across it, sometimes a transaction
+        of ghost records that is aborted (its records reach the broker first: an abort before they were sent would
+        only drop them in the producer); sometimes the wave's transaction is held open a second or two while the
+        job plans."""
+        from confluent_kafka import KafkaException
+
+        rng, tx, ghost = self.tx_rng, self.tx_producer, self.ghost_producer
+
+        def send(prod, recs):
+            for p, payload in recs:
+                prod.produce(self.topic, value=payload, partition=p)
+                prod.poll(0)
+            if prod.flush(60):
+                raise RuntimeError(f"records of wave {k} not delivered to the broker")
+
+        def abort_ghosts():
+            ghost.begin_transaction()
+            send(ghost, self._ghosts(k, rng.randint(4, 12)))
+            ghost.abort_transaction(60)
+            self.tx["aborted"] += 1
+
+        u = rng.random()
+        try:
+            if u < ABORT_SHARE / 2:
+                abort_ghosts()
+            interleaved = ABORT_SHARE / 2 <= u < ABORT_SHARE
+            if interleaved:  # the ghosts' transaction open first, the wave's committed while it is open
+                ghost.begin_transaction()
+                send(ghost, self._ghosts(k, rng.randint(4, 12)))
+                self.tx["interleaved"] += 1
+            tx.begin_transaction()
+            send(tx, records)
+            if rng.random() < HOLD_OPEN_SHARE:
+                self.tx_open = True
+                self.tx["held open"] += 1
+                time.sleep(rng.uniform(1.0, 2.5))
+            tx.commit_transaction(60)
+            self.tx["committed"] += 1
+            if interleaved:
+                ghost.abort_transaction(60)
+                self.tx["aborted"] += 1
+        except KafkaException as err:
+            raise RuntimeError(f"a transaction of wave {k} failed: {err}") from err
+        finally:
+            self.tx_open = False
 
     def kafka_rows(self) -> dict:
-        """Kafka: the partitions, the idle one's waves and where the stops fell (figures shown, not judged)."""
+        """Kafka: the broker, the partitions, the idle one's waves and where the stops fell (figures shown, not
+        judged); with noida-db, what each scenario did (:meth:`scenario_rows`)."""
         if self.args.source != "kafka":
             return {}
         where = " / ".join(str(self.kafka_kills[k]) for k in ("before", "idle", "woken", "after"))
         waves = self.idle_waves
-        idle = (f"Kafka: partition {self.partitions - 1} idle for waves {waves.start}..{waves.stop - 1} of "
+        idle = (f"Kafka: partition {self.idle_partition} idle for waves {waves.start}..{waves.stop - 1} of "
                 f"{len(self.events.batches)}; stops that hit before / while idle / just after waking / after"
                 if waves else "Kafka: no idle partition")
-        return {"Kafka partitions (records each)": f"{self.partitions} ({dict(sorted(self.produced.items()))})",
-                idle: where if waves else ""}
+        return {"Kafka broker (scenarios)": f"{self.broker_kind} ({', '.join(sorted(self.scenarios)) or 'none'})",
+                "Kafka partitions (records each)": f"{self.partitions} ({dict(sorted(self.produced.items()))})",
+                idle: where if waves else "", **self.scenario_rows()}
 
     def kafka_phase(self) -> str | None:
         """Kafka: where the idle partition is (by the waves released so far), for the kill counts."""
@@ -459,13 +646,228 @@ class Campaign:
             return "idle"
         return "woken" if released <= self.idle_waves.stop + 2 * AHEAD else "after"
 
+    # -- Kafka on noida-db: the scenarios' steps (--kafka-scenario) ----------------------------
+    def last_offset(self) -> dict | None:
+        """The end offset of the last batch the job planned (its checkpoint's offset log), or None."""
+        from event_etl.sources.kafka_offsets import logged_offset
+
+        spark = Path(self.checkpoint) / "spark"
+        n = last_id(spark / "offsets")
+        return logged_offset(spark, n) if n is not None else None
+
+    def planned_ends(self) -> dict[int, int]:
+        """Each partition's next offset after the last planned batch: what lies below is read or will be replayed
+        (a batch replays the ranges it was planned with), what lies at or above it is unread."""
+        return {int(p): int(n) for p, n in ((self.last_offset() or {}).get("partitions") or {}).items()}
+
+    def marks(self, p: int) -> tuple[int, int]:
+        """Partition ``p``'s low and high watermarks (the last stable offset while a transaction is open), as a
+        ``read_committed`` client is told them."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        if getattr(self, "_marks_consumer", None) is None:
+            self._marks_consumer = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "campaign-marks"})
+        tp = TopicPartition(self.topic, p)
+        try:
+            return self._marks_consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        except KafkaException:  # a partition added since this client read the metadata
+            self._marks_consumer.list_topics(self.topic, timeout=10)
+            return self._marks_consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+
+    def read_records(self, p: int, lo: int, hi: int) -> list[bytes]:
+        """The values of partition ``p``'s records at offsets ``[lo, hi)`` (committed ones: no transaction markers,
+        nothing of an aborted transaction): what a deletion of that range deletes."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "campaign-peek",
+                      "enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "error"})
+        out: list[bytes] = []
+        try:
+            c.assign([TopicPartition(self.topic, p, lo)])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for m in c.consume(500, 1.0):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            raise RuntimeError(f"reading partition {p} [{lo}, {hi}): {err.str()}")
+                        if m.offset() >= hi:
+                            return out
+                        continue
+                    if m.offset() >= hi:
+                        return out
+                    out.append(m.value() or b"")
+                    if m.offset() == hi - 1:
+                        return out
+            raise RuntimeError(f"reading partition {p} [{lo}, {hi}): timed out with {len(out)} records")
+        finally:
+            c.close()
+
+    def _wait_caught_up(self, proc, timeout: float = 150) -> bool:
+        """Until the running job has planned and committed everything the topic holds (the input held back)."""
+        spark = Path(self.checkpoint) / "spark"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                planned = last_id(spark / "offsets")
+                if (planned is not None and planned == last_id(spark / "commits") and not self.release_lock.locked()
+                        and not self.tx_open):
+                    ends = self.planned_ends()
+                    if all(ends.get(p, 0) >= self.marks(p)[1] for p in range(self.partitions)):
+                        return True
+            except Exception:  # noqa: BLE001 - a log being written, the broker busy: look again
+                pass
+            time.sleep(0.5)
+        return False
+
+    def grow(self, live: bool) -> None:
+        """A partition added to the topic (CreatePartitions), then a wave released that reaches it."""
+        with self.release_lock:
+            before = self.partitions
+            self.broker.add_partitions(self.topic, before + 1)
+            self.partitions = before + 1
+            for prod in self.producers():  # they learn of it now, not at their next metadata refresh
+                deadline = time.monotonic() + 30
+                while len(prod.list_topics(self.topic, timeout=10).topics[self.topic].partitions) < self.partitions:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"a producer does not see partition {before} of {self.topic}")
+                    time.sleep(0.2)
+            released = len(self.events.batches) - len(self.pending)
+            self.growth.append(f"{before}->{before + 1} {'while it ran' if live else 'while down'} "
+                               f"(after wave {released})")
+            if self.args.verbose:
+                print(f"  partition {before} added {'while it runs' if live else 'while it is down'}", flush=True)
+        self.backlog_released(1)
+
+    def delete_unread(self, how: str) -> None:
+        """While the job is down, having committed every batch it planned: a backlog released, then records it has
+        not read deleted, by ``DeleteRecords`` (in half of the partitions, from 40 % to all of what it has not
+        read) or ``retention.ms`` (lowered to 1 s, then put back: everything the topic holds); each deleted record
+        read first (what it was).  Then a run with ``EVENT_ETL_KAFKA_ON_DATA_LOSS=fail`` must stop with the error
+        and the fix, and plan nothing past the loss; the runs after it skip (``skip``: LOST counted)."""
+        self.backlog_released(2 * AHEAD)
+        released = len(self.events.batches) - len(self.pending)
+        rec: dict = {"how": how, "after wave": released, "partitions": {}, "offsets": 0, "records": 0}
+        self.deletions.append(rec)
+        with self.release_lock:
+            spark = Path(self.checkpoint) / "spark"
+            if last_id(spark / "offsets") != last_id(spark / "commits"):
+                rec["missed"] = "a planned batch was not committed: the deletion would take what it replays"
+                return
+            ends = self.planned_ends()
+            marks = {p: self.marks(p) for p in range(self.partitions)}
+            unread = {p: (max(ends.get(p, low), low), high) for p, (low, high) in marks.items()
+                      if high > max(ends.get(p, low), low)}
+            if how == "DeleteRecords":  # only partitions the job's offsets know (see RELIABILITY.md)
+                known = sorted(p for p in unread if p in ends)
+                chosen = sorted(self.rng.sample(known, max(1, len(known) // 2))) if known else []
+                unread = {p: (lo, lo + max(1, round((hi - lo) * self.rng.uniform(0.4, 1.0))))
+                          for p, (lo, hi) in unread.items() if p in chosen}
+            for p, (lo, hi) in sorted(unread.items()):
+                values = self.read_records(p, lo, hi)
+                self.deleted.update(values)
+                rec["partitions"][p] = {"offsets": [lo, hi], "records": len(values), "planned": p in ends}
+                rec["offsets"] += hi - lo
+                rec["records"] += len(values)
+            if not unread:
+                rec["missed"] = "nothing unread to delete"
+                return
+            if how == "DeleteRecords":
+                for p, (_, hi) in unread.items():
+                    self.broker.delete_records(self.topic, p, hi)
+            else:
+                self.broker.set_retention(self.topic, 1000)
+            deadline = time.monotonic() + 60
+            while any(self.marks(p)[0] < hi for p, (_, hi) in unread.items()):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{how} did not delete {unread}: {[self.marks(p) for p in unread]}")
+                time.sleep(0.5)
+            if how == "retention.ms":
+                self.broker.set_retention(self.topic, RETENTION_KEEP_MS)
+        self.fail_run(rec)
+
+    def fail_run(self, rec: dict) -> None:
+        """A run with ``EVENT_ETL_KAFKA_ON_DATA_LOSS=fail`` after records were deleted unread: exit 1, the error
+        and the fix said, no offset planned past the loss; from then on the runs skip."""
+        self.runs += 1
+        before = self.planned_ends()
+        path = self.work / f"run-{self.runs:02d}-fail.log"
+        with open(path, "w") as log:
+            proc = self.current = subprocess.Popen(
+                self.command(), env={**self.env, "EVENT_ETL_KAFKA_ON_DATA_LOSS": "fail", "EVENT_ETL_FAULT_PAUSE": ""},
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                rc = proc.wait(timeout=240)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                rc = None
+        text = path.read_text(errors="replace")
+        said = all(x in text for x in ("error:", "deleted by the topic's retention before this job read them",
+                                       "fix:", "EVENT_ETL_KAFKA_ON_DATA_LOSS=skip"))
+        after = self.planned_ends()
+        past = sorted(p for p in rec["partitions"] if after.get(p, 0) > before.get(p, 0))
+        rec["fail run"] = {"exit": rc, "error and fix said": said, "planned past the loss": past}
+        rec["fail run ok"] = rc == 1 and said and not past
+        self.env["EVENT_ETL_KAFKA_ON_DATA_LOSS"] = "skip"
+        if self.args.verbose:
+            print(f"  run {self.runs:2d}: {rec['how']} deleted {rec['records']} records ({rec['offsets']} offsets) "
+                  f"unread; the fail run exited {rc}, error and fix {'said' if said else 'NOT said'}", flush=True)
+
+    def lost_said(self) -> tuple[int, int]:
+        """LOST as the job said it: in its progress lines (each batch once: a replay says it again) and in its
+        checkpoint's last offset (accumulated)."""
+        by_batch: dict[int, int] = {}
+        for f in sorted(self.work.glob("run-*.log")):
+            for m in LOST_LINE.finditer(f.read_text(errors="replace")):
+                by_batch[int(m[1])] = int(m[2].replace(",", ""))
+        return sum(by_batch.values()), sum(int(n) for n in ((self.last_offset() or {}).get("lost") or {}).values())
+
+    def scenario_rows(self) -> dict:
+        """What the noida-db scenarios did; the keys of :data:`FAILURE_KEYS` among them are judged."""
+        rows: dict = {}
+        if "grow" in self.scenarios:
+            rows["Kafka: partitions added, one at a time"] = "; ".join(self.growth) or "none"
+        if "retention" in self.scenarios:
+            for k, d in enumerate(self.deletions, 1):
+                parts = ", ".join(f"{p}: {v['records']} records at offsets {v['offsets'][0]}..{v['offsets'][1] - 1}"
+                                  for p, v in d["partitions"].items())
+                fr = d.get("fail run")
+                rows[f"Kafka: deletion {k}, {d['how']} after wave {d['after wave']}"] = (
+                    f"MISSED: {d['missed']}" if d.get("missed") else
+                    f"{d['records']} records ({d['offsets']} offsets) unread, partition {parts}; fail run: exit "
+                    f"{fr['exit']}, error and fix {'said' if fr['error and fix said'] else 'NOT said'}, "
+                    + (f"PLANNED PAST THE LOSS on {fr['planned past the loss']}" if fr["planned past the loss"]
+                       else "nothing planned past the loss"))
+            offsets = sum(d["offsets"] for d in self.deletions)
+            progress, ckpt = self.lost_said()
+            rows["Kafka: records deleted unread (offsets)"] = (
+                f"{sum(d['records'] for d in self.deletions)} ({offsets})")
+            rows["Kafka: LOST said in progress lines (each batch once) / in the checkpoint's offsets"] = (
+                f"{progress} / {ckpt}")
+            rows[KEY_LOST_WRONG] = abs(progress - offsets) + abs(ckpt - offsets)
+            rows[KEY_FAIL_RUNS_WRONG] = sum(1 for d in self.deletions if not d.get("missed")
+                                            and not d.get("fail run ok"))
+            rows[KEY_DELETIONS_MISSED] = sum(1 for d in self.deletions if d.get("missed"))
+        if "transactions" in self.scenarios:
+            t = self.tx
+            rows["Kafka: waves in transactions"] = f"{self.tx_waves.start}..{self.tx_waves.stop - 1}"
+            rows["Kafka: transactions committed / aborted (of them open beside a committed one) / held open "
+                 "1-2.5 s"] = f"{t['committed']} / {t['aborted']} ({t['interleaved']}) / {t['held open']}"
+            rows["Kafka: records of aborted transactions (of them malformed)"] = (
+                f"{len(self.aborted)} ({sum(1 for e in self.aborted if e.id is None)})")
+            rows["Kafka: stops while a transaction was open"] = t["stops while a transaction was open"]
+        return rows
+
     def release_input(self, everything: bool = False) -> None:
         """Make the next batches of input available: files moved into the folder, or waves published.
 
         A few batches ahead of the job, but never so many that the runs still planned would
         find no input left to be killed in."""
+        if self.hold.is_set() and not everything:
+            return
         released = len(self.events.batches) - len(self.pending)
-        cap = len(self.events.batches) - RESERVE_PER_RUN * self.runs_left
+        cap = len(self.events.batches) - self.reserve * self.runs_left
         committed = self.committed()
         now = time.monotonic()
         if committed != self._last_committed[0]:
@@ -510,7 +912,8 @@ class Campaign:
         types = ["--event-types", self.event_types_dir] if self.event_types_dir else []
         return [EXE, "run", "page_view", *types, "--source", self.source, "--sink", self.sink,
                 "--checkpoint", self.checkpoint, "--max-files-per-batch", "1", "--max-events-per-batch", "400",
-                "--trigger-interval", "500ms", "--master", "local[2]", "--quiet", *extra]
+                "--trigger-interval", "500ms", "--master", "local[2]", "--drain-on-stop",  # SIGTERM: stop and drain
+                *([] if self.broker_kind == "noida" else ["--quiet"]), *extra]  # noida: LOST read from progress
 
     def faults_seen(self) -> list[tuple[str, int]]:
         if not self.fault_log.exists():
@@ -549,6 +952,21 @@ class Campaign:
         if how == "REPLAY":
             first = self.one_fault("SIGKILL", point)
             return self.one_fault("REPLAY_KILL", "files_written") and first
+        if how == "GROW_DOWN":  # SIGKILL, then a partition added while it is down
+            hit = self.one_fault("SIGKILL", point)
+            self.grow(live=False)
+            return hit
+        if how in ("DELETE_RECORDS", "RETENTION"):
+            # The job catches up with the input held back and is SIGKILLed with nothing planned unread: a deletion
+            # takes a partition's whole prefix, and a batch planned over deleted records cannot be replayed (the
+            # reader refuses: RELIABILITY.md).  Then, while it is down, a backlog, and records of it deleted.
+            self.hold.set()
+            try:
+                hit = self.one_fault("CAUGHT_UP", None)
+                self.delete_unread("DeleteRecords" if how == "DELETE_RECORDS" else "retention.ms")
+            finally:
+                self.hold.clear()
+            return hit
         self.runs += 1
         t_start = time.monotonic()
         before = len(self.faults_seen())
@@ -562,12 +980,25 @@ class Campaign:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and proc.poll() is None:
                 try:
-                    if self.accounted() >= len(self.events.events):
+                    if self.accounted() >= self.expected_accounted():
                         break
                 except Exception:  # noqa: BLE001 - mid-write; look again
                     pass
                 time.sleep(1)
             hit = self._wait_point(proc, "idle_advance", len(self.faults_seen()), timeout=IDLE_TIMEOUT_S * 3)
+        elif how == "CAUGHT_UP":
+            hit = self._wait_caught_up(proc)
+        elif how == "GROW_LIVE":  # a partition added while it runs, then a batch, then SIGKILL at a random moment
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and proc.poll() is None and self.committed() < committed + 1:
+                time.sleep(0.2)
+            if proc.poll() is None:
+                self.grow(live=True)
+                grown = self.committed()
+                while time.monotonic() < deadline + 60 and proc.poll() is None and self.committed() < grown + 1:
+                    time.sleep(0.2)
+                time.sleep(self.rng.uniform(0.0, 2.0))
+            hit = proc.poll() is None
         elif point is None:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and proc.poll() is None and self.committed() < committed + 1:
@@ -578,7 +1009,9 @@ class Campaign:
             occurrence = 1 if "marker" in point or how == "REPLAY_KILL" else self.rng.randint(1, 2)
             hit = self._wait_point(proc, point, before, occurrence)
         if proc.poll() is None:
-            if how in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL"):
+            if self.tx_open:
+                self.tx["stops while a transaction was open"] += 1
+            if how in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL", "GROW_LIVE", "CAUGHT_UP"):
                 os.killpg(proc.pid, signal.SIGKILL)
             elif how == "SIGTERM":
                 os.kill(proc.pid, signal.SIGTERM)
@@ -599,7 +1032,7 @@ class Campaign:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
             if hit:
-                self.kills[(how, point or ("idle_advance" if how == "IDLE" else "random"))] += 1
+                self.kills[(how, point or {"IDLE": "idle_advance", "CAUGHT_UP": "caught_up"}.get(how, "random"))] += 1
                 phase = self.kafka_phase()
                 if phase is not None:
                     self.kafka_kills[phase] += 1
@@ -617,7 +1050,7 @@ class Campaign:
 
     def backlog_released(self, n: int) -> None:
         released = len(self.events.batches) - len(self.pending)
-        cap = len(self.events.batches) - RESERVE_PER_RUN * self.runs_left
+        cap = len(self.events.batches) - self.reserve * self.runs_left
         for _ in range(n):
             if released >= cap or not self.pending:
                 return
@@ -631,7 +1064,7 @@ class Campaign:
         before = len(self.faults_seen())
         proc = self.current = subprocess.Popen(self.command(), env={**self.env, "EVENT_ETL_FAULT_PAUSE": ""},
                                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        expected = len(self.events.events)
+        expected = self.expected_accounted()
         deadline = time.monotonic() + 300
         # SIGTERM only once the job obeys it: its handlers are in before it takes the lease (after a SIGKILL, on an
         # object store, that means waiting out the dead run's lease); sent earlier, SIGTERM ends the process as it
@@ -651,12 +1084,29 @@ class Campaign:
         return proc.returncode
 
     def accounted(self) -> int:
-        """Records in buckets (duplicates excluded) + dead-letter records: compared with the events sent."""
+        """Records in buckets + dead-letter records: compared with :meth:`expected_accounted`."""
         content, _ = self.read_sink()
         placed = sum(len(h["records"]) for h in content.values())
-        dl = len(self.read_deadletters())
-        dups = sum(1 for e in self.events.events if e.kind == "duplicate")
-        return placed + dl + dups
+        return placed + len(self.read_deadletters())
+
+    def surviving(self) -> list[Event]:
+        """The event set less the records deleted unread (Kafka, ``--kafka-scenario retention``): one event per
+        deleted record (a producer retry's copy has its original's bytes)."""
+        gone = Counter(self.deleted)
+        out = []
+        for e in self.events.events:
+            if gone[e.payload] > 0:
+                gone[e.payload] -= 1
+                continue
+            out.append(e)
+        return out
+
+    def expected_accounted(self) -> int:
+        """What the sink must hold in the end: each valid event once (however many copies were sent and survived)
+        and each dead-letter record, of the events that survived."""
+        evs = self.surviving()
+        return len({e.id for e in evs if e.kind in VALID_KINDS or e.kind == "duplicate"}) + sum(
+            1 for e in evs if e.reason)
 
     # -- reading the result ----------------------------------------------------------------
     def read_sink(self):
@@ -698,10 +1148,18 @@ class Campaign:
         content, st = self.read_sink()
         leftovers = self.leftovers()
         dls = self.read_deadletters()
-        events = self.events.events
-        valid = {e.id: e for e in events if e.kind in ("timely", "out_of_order", "late", "fast_clock")}
+        sent = self.events.events
+        events = self.surviving()  # the events sent, less the records deleted unread
+        alive = {e.id for e in events if e.id}
+        valid = {e.id: e for e in sent if e.kind in VALID_KINDS and e.id in alive}
+        deleted_ids = {e.id for e in sent if e.id and e.id not in alive}
+        aborted_ids = {e.id for e in self.aborted if e.id}
         placed = Counter(i for h in content.values() for i, _, _ in h["records"])
         lost = sorted(set(valid) - set(placed))
+        deleted_in_buckets = sorted(set(placed) & deleted_ids)
+        aborted_payloads = {e.payload for e in self.aborted}
+        aborted_found = sorted(set(placed) & aborted_ids) + [d.payload[:60] for d in dls
+                                                             if d.payload in aborted_payloads]
         duplicated = sorted(i for i, n in placed.items() if n > 1)
         where = {}
         for entry in content.values():
@@ -712,7 +1170,7 @@ class Campaign:
                     for r in fastavro.reader(io.BytesIO(data)):
                         if str(r["event_id"]) in duplicated[:5]:
                             where.setdefault(str(r["event_id"]), []).append(f"{entry['rel']}/{name}")
-        not_valid_in_buckets = sorted(set(placed) - set(valid))
+        not_valid_in_buckets = sorted(set(placed) - set(valid) - deleted_ids - aborted_ids)
         # placement by the hour that was open when the record's batch ran
         marker_batch = {h: e["marker"].extra.get("last_batch") for h, e in content.items() if e["marker"]}
         first_marked = min(marker_batch) if marker_batch else None
@@ -741,7 +1199,7 @@ class Campaign:
         got_dl = Counter((d.reason, d.payload) for d in dls)
         dl_missing = sum((expected_dl - got_dl).values())
         dl_extra = sum((got_dl - expected_dl).values())
-        kinds = {e.id: e.kind for e in events if e.id}
+        kinds = {e.id: e.kind for e in sent if e.id}
         dl_detail = {"missing": [(r, p[:80].decode("utf-8", "replace")) for r, p in (expected_dl - got_dl)][:10],
                      "extra": [(r, p[:80].decode("utf-8", "replace")) for r, p in (got_dl - expected_dl)][:10],
                      "not valid but in buckets": [(i, kinds.get(i)) for i in not_valid_in_buckets][:10]}
@@ -777,18 +1235,18 @@ class Campaign:
         judged_late = sorted(i for entry in content.values() for i, _, late in entry["records"]
                              if late and valid.get(i) is not None and valid[i].kind in ("timely", "out_of_order")
                              and closed_by.get(valid[i].t - valid[i].t % HOUR_MS) != "drain")
-        bad_inputs = Counter(e.kind for e in events if e.reason and e.kind in INVALID_KINDS)
+        bad_inputs = Counter(e.kind for e in sent if e.reason and e.kind in INVALID_KINDS)
         return {
-            "events sent": len(events),
+            "events sent": len(sent),
             "valid events (unique)": len(valid),
-            "duplicates sent (producer retries)": sum(1 for e in events if e.kind == "duplicate"),
-            "late sent": sum(1 for e in events if e.kind == "late"),
-            "too late / future sent": sum(1 for e in events if e.kind in ("too_late", "future")),
+            "duplicates sent (producer retries)": sum(1 for e in sent if e.kind == "duplicate"),
+            "late sent": sum(1 for e in sent if e.kind == "late"),
+            "too late / future sent": sum(1 for e in sent if e.kind in ("too_late", "future")),
             "bad inputs sent (kinds)": f"{sum(bad_inputs.values())} ({len(bad_inputs)} kinds)",
             "event-time hours": len(all_hours),
             "job runs": self.runs,
             "SIGKILL": sum(n for (s, _), n in self.kills.items()
-                           if s in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL")),
+                           if s in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL", "GROW_LIVE", "CAUGHT_UP")),
             "SIGKILL during the replay after a SIGKILL": sum(n for (s, _), n in self.kills.items()
                                                              if s == "REPLAY_KILL"),
             "SIGTERM": sum(n for (s, _), n in self.kills.items() if s in ("SIGTERM", "SIGTERM_GROUP")),
@@ -818,13 +1276,17 @@ class Campaign:
             ("timely events judged late (an hour closed early)" if self.args.source in ("dir", "kafka") else
              "timely events judged late (Pub/Sub reorders waves: shown, not judged)"): len(judged_late),
             **self.kafka_rows(),
+            **({"deleted records in the sink": len(deleted_in_buckets)} if "retention" in self.scenarios else {}),
+            **({"aborted records in the sink or dead letters": len(aborted_found)}
+               if "transactions" in self.scenarios else {}),
             "hours closed by watermark / idle / drain": "{} / {} / {}".format(
                 *(sum(1 for v in closed_by.values() if v == k) for k in ("watermark", "idle", "drain"))),
             "_details": {"lost": lost[:10], "duplicated": duplicated[:10], "duplicated where": where,
                          "misplaced": misplaced[:10],
                          "unmarked": unmarked[:10], "bad_manifests": bad_manifests[:10], "changed": changed[:10],
                          "early": early[:10], "too many files": too_many_files[:10], "judged_late": judged_late[:10],
-                         "temporary files left": leftovers[:10],
+                         "temporary files left": leftovers[:10], "deleted in the sink": deleted_in_buckets[:10],
+                         "aborted found": aborted_found[:10], "Kafka deletions": self.deletions,
                          "dead letters": dl_detail},
         }
 
@@ -844,6 +1306,14 @@ class Campaign:
                   for k in range(self.args.sigterms)]
         kills += [("TERM_THEN_KILL", None), ("DOWNTIME", None), ("REPLAY", "files_written")]
         self.rng.shuffle(kills)
+        # Kafka on noida-db: the scenarios' steps at their places in the plan (the input is released as the runs
+        # go: a place in the plan is a place in the waves)
+        steps = [*(GROW_STEPS if "grow" in self.scenarios else ()),
+                 *(DELETE_STEPS if "retention" in self.scenarios else ())]
+        n = len(kills)
+        for share, how in sorted(steps, reverse=True):
+            point = self.rng.choice([*FAULT_POINTS, None]) if how == "GROW_DOWN" else None
+            kills.insert(round(n * share), (how, point))
         return kills
 
     def run(self) -> dict:
@@ -860,6 +1330,8 @@ class Campaign:
         feeder.start()
         try:
             plan = self.plan()
+            # a plan longer than the input allows for (the Kafka scenarios' steps) keeps fewer batches back per run
+            self.reserve = max(1, min(RESERVE_PER_RUN, (len(self.events.batches) - 2 * AHEAD) // (len(plan) + 1)))
             for k, (how, point) in enumerate(plan):
                 self.runs_left = len(plan) - k - 1
                 self.one_fault(how, point)
@@ -894,6 +1366,7 @@ class Campaign:
             if self.current is not None and self.current.poll() is None:  # never leave a job behind
                 os.killpg(self.current.pid, signal.SIGKILL)
                 self.current.wait()
+            self.close_kafka_clients()
             for s in self.servers:
                 s.stop()
 
@@ -904,7 +1377,9 @@ FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "mis
                 "hours marked before the real clock passed their end",
                 "complete hours with more than ceil(records / max_events_per_file) + 2 files",
                 "timely events judged late (an hour closed early)", "final run exit code", "temporary files left",
-                "policy: complete hours never notified", "policy: notices before their marker")
+                "policy: complete hours never notified", "policy: notices before their marker",
+                "deleted records in the sink", "aborted records in the sink or dead letters", KEY_LOST_WRONG,
+                KEY_FAIL_RUNS_WRONG, KEY_DELETIONS_MISSED)
 
 
 def failures(result: dict) -> list[str]:
@@ -916,7 +1391,8 @@ def print_table(result: dict, args) -> None:
     kafka = getattr(args, "kafka_partitions", 4) if args.source == "kafka" else 0
     print(f"\nfault campaign: source {args.source}, {args.events} events, {args.files} batches, seed {args.seed}"
           + (f", {partitions} fetch partitions" if partitions else "")
-          + (f", {kafka} Kafka partitions" if kafka else ""))
+          + (f", {kafka} Kafka partitions, broker {kafka_broker_kind(args)}, scenario "
+             f"{getattr(args, 'kafka_scenario', 'none') or 'none'}" if kafka else ""))
     width = max(len(k) for k in result if not k.startswith("_"))
     for k, v in result.items():
         if not k.startswith("_"):
@@ -953,7 +1429,15 @@ def main(argv=None) -> int:
     ap.add_argument("--idle-partition", choices=("quiet", "none"), default="quiet",
                     help="Kafka: the last partition gets nothing for a stretch of the waves, then wakes (quiet), or "
                          "every partition gets its share throughout (none)")
+    ap.add_argument("--broker", choices=("tansu", "noida"), default=None,
+                    help="Kafka: the broker (default: noida with a --kafka-scenario, else tansu)")
+    ap.add_argument("--kafka-scenario", choices=("none", *KAFKA_SCENARIOS, "all"), default="none",
+                    help="Kafka on noida-db: partitions added while down and while running (grow), records deleted "
+                         "unread by DeleteRecords and by retention.ms, each first with fail then skip (retention), "
+                         "waves in transactions with aborted ones among them (transactions), or all three")
     args = ap.parse_args(argv)
+    if args.source != "kafka" and (args.kafka_scenario != "none" or args.broker):
+        ap.error("--broker and --kafka-scenario are for --source kafka")
     result = Campaign(args).run()
     print_table(result, args)
     if args.json:
