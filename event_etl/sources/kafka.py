@@ -43,8 +43,12 @@ __all__ = ["KafkaPlanner", "MAX_SPLIT_RECORDS", "plan_partition", "fair_shares",
 
 log = logging.getLogger("event_etl.sources.kafka")
 
-MAX_SPLIT_RECORDS = 100_000
-"""A partition's range in a batch is cut into splits of at most this many offsets (one task each)."""
+MAX_SPLIT_RECORDS = 125_000
+"""A partition's range in a batch is cut into splits of at most this many offsets (one task each): a batch of
+500,000 records (``--max-events-per-batch``'s default) over 4 partitions is one task a partition.  Each task makes,
+assigns and closes a consumer, and its close waits for librdkafka's threads (on noida-db, which answers a fetch
+with the rest of the partition, until they have taken in what the next split reads again); 100,000 made two tasks
+of 62,500 a partition there.  The Kafka source is new in 0.3.0: no release cut a batch at 100,000."""
 
 REQUEST_TIMEOUT_S = 15.0
 """How long a metadata or watermark request to the cluster may take."""
@@ -555,11 +559,11 @@ def record_columns(topic: str, partition: int) -> Callable[[list[Any], bool], Re
         else:
             offsets = np.fromiter(map(offset_of, run), dtype=np.int64, count=n)
         stamps = list(map(stamp_of, run))
-        if TIMESTAMP_NOT_AVAILABLE in map(kind_of, stamps):
-            record_times(run, topic, partition)  # raises, naming the record
         times = np.fromiter(map(time_of, stamps), dtype=np.int64, count=n)
+        if n and int(times.min()) <= 0 and TIMESTAMP_NOT_AVAILABLE in map(kind_of, stamps):
+            record_times(run, topic, partition)  # raises, naming the record (a record without one says -1)
         values = list(map(value_of, run))
-        if None in values:
+        if not all(values):
             values = [v or b"" for v in values]
         return RecordRun(offsets, times, values, list(map(key_of, run)), list(map(headers_of, run)))
 
