@@ -126,7 +126,9 @@ _TASK_ERROR_RE = re.compile(r"event_etl\.errors\.(\w+Error): (.*?)(?:\n\s+fix: (
 def unwrap_task_error(err: BaseException) -> BaseException:
     """An executor task's event_etl error arrives wrapped in Spark's; give it back its own class and fix."""
     m = _TASK_ERROR_RE.search(str(err) + "\n")
-    cls = globals().get(m.group(1)) if m else None
+    if m is None:
+        return err
+    cls = globals().get(m.group(1))
     if cls is None or not isinstance(cls, type) or not issubclass(cls, EventEtlError) or cls is ConfigError:
         return err
     return cls(m.group(2).strip(), fix=(m.group(3) or "").strip() or None)

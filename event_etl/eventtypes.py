@@ -195,7 +195,9 @@ class EventType:
     def parsed_schema(self) -> dict[str, Any]:
         from fastavro import parse_schema
 
-        return parse_schema(self.schema)
+        parsed = parse_schema(self.schema)
+        assert isinstance(parsed, dict)  # a record's schema parses to a dict
+        return parsed
 
     @functools.cached_property
     def fingerprint(self) -> str:
@@ -548,18 +550,19 @@ def _build(
         except ValueError as err:
             off = f' (or {key} = "0": no bound)' if key == "max_backfill" else ""
             raise ConfigError(str(err), file=sp, field=key, fix=f'write for example {key} = "{default}"{off}') from err
-    ints = {}
-    for key, (default, lo, hi) in _INT_KEYS.items():
-        v = s.get(key, default)
+    ints: dict[str, int] = {}
+    for key, (int_default, lo, hi) in _INT_KEYS.items():
+        v = s.get(key, int_default)
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise ConfigError(
                 f"must be a whole number from {lo} to {hi}, got {v!r}", file=sp, field=key,
-                fix=f"write {key} = {default}"
+                fix=f"write {key} = {int_default}"
             )
         ints[key] = v
-    for key, default in _BOOL_KEYS.items():
-        if not isinstance(s.get(key, default), bool):
-            raise ConfigError("must be true or false", file=sp, field=key, fix=f"write {key} = {str(default).lower()}")
+    for key, bool_default in _BOOL_KEYS.items():
+        if not isinstance(s.get(key, bool_default), bool):
+            raise ConfigError("must be true or false", file=sp, field=key,
+                              fix=f"write {key} = {str(bool_default).lower()}")
     for key in _TABLE_KEYS:
         if not isinstance(s.get(key, {}), dict):
             raise ConfigError("must be a table", file=sp, field=key, fix=f"write it as a [{key}] section")

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 __all__ = ["exponential_backoff", "retry_call"]
 
 T = TypeVar("T")
 
 
-def _wait(first: float, cap: float):
+def _wait(first: float, cap: float) -> Any:
     import tenacity
 
     return tenacity.wait_exponential(multiplier=first, max=cap)
@@ -28,15 +28,14 @@ def _wait(first: float, cap: float):
 
 def exponential_backoff(n: int, *, first: float, cap: float) -> float:
     """Seconds of the ``n``-th wait (``n`` >= 1) of a backoff that starts at ``first`` and doubles up to ``cap``:
-    ``min(cap, first * 2**(n-1))`` (never negative; ``cap`` when that is too large for a float)."""
-    import tenacity
-
-    if first == 0:
-        return 0.0  # tenacity takes 0 * 2**n that overflows a float for the cap
-
-    state = tenacity.RetryCallState(None, None, (), {})
-    state.attempt_number = n
-    return _wait(first, cap)(state)
+    ``min(cap, first * 2**(n-1))`` (never negative; ``cap`` when that is too large for a float).  The schedule of
+    :func:`retry_call`'s waits (tenacity's ``wait_exponential``), for loops that count their own attempts."""
+    if first <= 0:
+        return 0.0
+    try:
+        return max(0.0, min(cap, first * 2.0 ** (max(1, n) - 1)))
+    except OverflowError:
+        return cap
 
 
 def _sleep(seconds: float) -> None:
@@ -55,13 +54,19 @@ def retry_call(fn: Callable[[], T], *, retryable: Callable[[Exception], bool], f
     ``retryable`` refuses, a ``KeyboardInterrupt``) is raised at once, as it is."""
     import tenacity
 
-    def give_up(state: tenacity.RetryCallState):
+    def error_of(state: tenacity.RetryCallState) -> Exception:
+        err = state.outcome.exception() if state.outcome is not None else None
+        assert isinstance(err, Exception)  # retried only for an Exception (retry_if_exception below)
+        return err
+
+    def give_up(state: tenacity.RetryCallState) -> T:
         if on_give_up is not None:
-            on_give_up(state.outcome.exception())
-        return state.outcome.result()  # raises the error
+            on_give_up(error_of(state))
+        raise error_of(state)
 
     def announce(state: tenacity.RetryCallState) -> None:
-        on_retry(state.outcome.exception(), state.upcoming_sleep)
+        if on_retry is not None:
+            on_retry(error_of(state), state.upcoming_sleep)
 
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception(lambda err: isinstance(err, Exception) and retryable(err)),

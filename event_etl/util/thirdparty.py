@@ -16,10 +16,11 @@ __all__ = ["avro_sync_marker", "without_retry_decorator", "gcs_api_location", "d
 def avro_sync_marker(reader: Any) -> bytes:
     """The 16-byte sync marker of the Avro container file a ``fastavro.block_reader`` reads (the file header's
     ``sync``: fastavro keeps the header in its private ``_header`` and offers no accessor)."""
-    return reader._header["sync"]
+    sync: bytes = reader._header["sync"]
+    return sync
 
 
-def without_retry_decorator(method: Callable) -> Callable:
+def without_retry_decorator(method: Callable[..., Any]) -> Callable[..., Any]:
     """The function a decorator wraps (its ``__wrapped__``, which ``functools.wraps`` sets): gcsfs's
     ``GCSFileSystem._request`` without ``retry_request``, so that a request is tried once.  The method itself
     when it is not decorated."""
@@ -29,7 +30,8 @@ def without_retry_decorator(method: Callable) -> Callable:
 def gcs_api_location(fs: Any) -> str:
     """The base URL of the GCS JSON API a ``gcsfs.GCSFileSystem`` talks to (``https://storage.googleapis.com``,
     or the emulator's endpoint): gcsfs's private ``_location``."""
-    return fs._location
+    location: str = fs._location
+    return location
 
 
 def detach_accumulator_server(sc: Any) -> Any:
