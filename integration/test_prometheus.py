@@ -62,8 +62,8 @@ def craft_inputs(folder: Path, base: int) -> tuple[list[tuple[int, list[bytes]]]
         f = folder / f"events-{k:02d}.jsonl"
         f.write_bytes(b"\n".join(lines) + b"\n")
         os.utime(f, (arrival / 1000, arrival / 1000))
-    expected = {"timely": 301 + 200 + 100 + 50, "late": 40 + 25, "too_late": 2, "future": 2, "invalid": 3,
-                "duplicate": 0}
+    expected = {"timely": 301 + 200 + 100 + 50, "late": 40 + 25, "too_late": 2, "future": 2, "before_backfill": 0,
+                "invalid": 3, "duplicate": 0}
     return batches, expected
 
 

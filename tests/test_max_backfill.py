@@ -1,4 +1,5 @@
-"""``max_backfill``: while a job has no watermark, an event more than this before its arrival is ``too_late``.
+"""``max_backfill``: while a job has no watermark, an event more than this before its arrival is ``before_backfill``
+(dead-lettered with that reason; ``too_late`` keeps its meaning: behind the watermark by more than allowed_lateness).
 
 Issue 38: a job's first batch holding only an event stamped 1970 (``ts: 0``) used to set the job's first
 hour to 1970-01-01, and the next real batch then had ~498,000 empty hours to mark before any real one.
@@ -40,12 +41,12 @@ SETTINGS = {"out_of_orderness": "2m", "allowed_lateness": "24h", "idle_timeout":
 @pytest.mark.parametrize("age, outcome", [
     (0, Outcome.TIMELY),
     (BOUND, Outcome.TIMELY),             # exactly max_backfill before its arrival: still accepted
-    (BOUND + 1, Outcome.TOO_LATE),       # one ms more: too late
-    (NOW, Outcome.TOO_LATE),             # ts: 0, stamped 1970-01-01T00:00Z
+    (BOUND + 1, Outcome.BEFORE_BACKFILL),  # one ms more: before the backfill bound
+    (NOW, Outcome.BEFORE_BACKFILL),        # ts: 0, stamped 1970-01-01T00:00Z
     (-10 * MINUTE_MS, Outcome.TIMELY),   # early, within max_future_skew
     (-10 * MINUTE_MS - 1, Outcome.FUTURE),
 ])
-def test_without_a_watermark_an_event_more_than_max_backfill_before_its_arrival_is_too_late(age, outcome):
+def test_without_a_watermark_an_event_more_than_max_backfill_before_its_arrival_is_before_backfill(age, outcome):
     event = NOW - age
     v = judge(event, NOW, None, **J, max_backfill=BOUND)
     assert v.outcome is outcome
@@ -74,7 +75,7 @@ def test_each_event_is_measured_from_its_own_arrival():
     times = np.array([event, event, event], dtype=np.int64)
     arrivals = np.array([NOW, NOW + 1, NOW - DAY_MS], dtype=np.int64)
     codes, _ = judge_array(times, arrivals, None, **J, max_backfill=BOUND)
-    assert [OUTCOME_CODES[c] for c in codes.tolist()] == [Outcome.TIMELY, Outcome.TOO_LATE, Outcome.TIMELY]
+    assert [OUTCOME_CODES[c] for c in codes.tolist()] == [Outcome.TIMELY, Outcome.BEFORE_BACKFILL, Outcome.TIMELY]
 
 
 def test_the_first_batch_rule_takes_the_bound_when_it_knows_the_arrival():
@@ -114,8 +115,11 @@ def test_the_array_judge_is_the_scalar_judge_without_a_watermark(times, arrival,
         assert OUTCOME_CODES[c] is outcome
         if outcome is Outcome.TIMELY:
             assert h == hour_
-        if outcome is Outcome.TOO_LATE and (bound == 0 or a - e <= bound):
+        if outcome is Outcome.TOO_LATE:
+            assert bound == 0 or a - e <= bound, "beyond the bound it is before_backfill"
             assert too_late_in_first_batch(e, reference, DAY_MS), "within the bound: only the reference rejects"
+        if outcome is Outcome.BEFORE_BACKFILL:
+            assert beyond_backfill(e, a, bound)
 
 
 # -- through the real executor and controller ------------------------------------------------------
@@ -154,14 +158,14 @@ def marked(p: LocalPipeline) -> list[int]:
 
 
 def test_a_first_batch_of_only_a_stray_event_opens_no_hour(tmp_path):
-    """Issue 38: ``ts: 0`` alone in the first batch is dead-lettered too_late; the job keeps no watermark and no
-    first hour, and the real events that follow open it: a handful of markers, not 498,000."""
+    """Issue 38: ``ts: 0`` alone in the first batch is dead-lettered (before_backfill); the job keeps no watermark
+    and no first hour, and the real events that follow open it: a handful of markers, not 498,000."""
     p = pipeline(tmp_path)
     ev = p.batch([click("stray", 0)])
-    assert ev.result.counts == {"too_late": 1}
+    assert ev.result.counts == {"before_backfill": 1}
     dl = read_deadletter(p.sink, "click")
     assert [(r["reason"], json.loads(r["payload"])["id"], r["event_time"].year) for r in dl] == \
-        [("too_late", "stray", 1970)]
+        [("before_backfill", "stray", 1970)]
     assert "max_backfill 30d" in dl[0]["detail"]
     assert hour_folders(p) == [], "no hour folder"
     assert marked(p) == []
@@ -172,7 +176,7 @@ def test_a_first_batch_of_only_a_stray_event_opens_no_hour(tmp_path):
 
     p.clock.now = t("13:40")
     ev = p.batch([click("late_stray", 1_000), click("a", "13:10"), click("b", "13:35")])  # no watermark yet either
-    assert ev.result.counts == {"too_late": 1, "timely": 2}
+    assert ev.result.counts == {"before_backfill": 1, "timely": 2}
     assert p.controller.state.first_hour == hour("13"), "the real hour is the first hour"
     assert p.controller.state.watermark == t("13:33")
     p.clock.now = t("16:10")
@@ -203,7 +207,7 @@ def test_a_stray_event_among_real_ones_is_rejected_in_the_batch_s_one_run(tmp_pa
 
     p.task_runner = task_runner
     ev = p.batch([click("stray", 0), click("a", "13:10"), click("b", "13:20"), click("c", "13:25")], shards=3)
-    assert ev.result.counts == {"too_late": 1, "timely": 3}
+    assert ev.result.counts == {"before_backfill": 1, "timely": 3}
     assert calls == [None]
     assert p.ckpt.load_intent(0).reference is None
     assert p.controller.state.first_hour == hour("13")
@@ -217,7 +221,7 @@ def test_a_backfill_weeks_old_opens_its_first_hour_weeks_back(tmp_path, max_back
     p = pipeline(tmp_path, **({} if max_backfill is None else {"max_backfill": max_backfill}))
     ev = p.batch([click("b1", "2026-10-31T10:10"), click("b2", "2026-10-31T10:50"), click("b3", "2026-10-31T11:20")])
     if not accepted:
-        assert ev.result.counts == {"too_late": 3}
+        assert ev.result.counts == {"before_backfill": 3}
         assert hour_folders(p) == [] and p.controller.state.first_hour is None
         return
     assert ev.result.counts == {"timely": 3}
@@ -256,7 +260,7 @@ def test_max_backfill_is_frozen_in_a_batch_s_intent(tmp_path, kill_at):
     p.et = make_event_type(tmp_path / "types", **{**SETTINGS, "max_backfill": "0"})
     p.restart()
     ev = p.batch([], batch_id=0)
-    assert ev.result.counts == {"too_late": 1}
+    assert ev.result.counts == {"before_backfill": 1}
     assert sorted(f.name for f in p.sink.rglob("*") if f.is_file()) == before
     assert p.controller.state.first_hour is None
     ev = p.batch([click("old2", "2026-11-11T13:00")])

@@ -185,6 +185,10 @@ def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: 
     A sink that holds nothing for any type, or nothing for a type whose checkpoint exists, is a
     wrong --sink (exit code 6), not "never run".
 
+    A job with no watermark yet whose type's dead letters hold events dead-lettered for max_backfill
+    (before_backfill: a backfill older than the bound) says how many and how to take them (before_backfill
+    in --json).
+
     For a Pub/Sub type also how far back a seek of its subscription must go for Pub/Sub to deliver
     again everything the job has not committed ("Pub/Sub: a seek must go back to T"; seek_to in
     --json): the earlier of the oldest open hour's start minus out_of_orderness and the oldest
@@ -207,6 +211,8 @@ def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: 
                    + (f"  last error: {r['last_error']}" if r.get("last_error") else ""))
         if r.get("source_down"):
             click.echo(f"  source DOWN: {r['source_down']}")
+        if r.get("before_backfill"):  # a backfill older than max_backfill went to the dead letters, all of it
+            click.echo(f"  {r['before_backfill']['line']}")
         if r.get("seek_to"):
             click.echo(f"  Pub/Sub: a seek must go back to {r['seek_to']} ({r['seek_to_by']}; from "
                        f"{r['seek_to_from']}): gcloud pubsub subscriptions seek SUBSCRIPTION --time={r['seek_to']}")

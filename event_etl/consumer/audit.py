@@ -18,7 +18,7 @@ So the audit compares the source's count with
               lateness horizon, whose event time lies in the hour.
 
 Every file read is checked against its manifest entry (size and sha256).  Records that went
-to the dead-letter area (invalid, ``too_late``, ``future``) are not in the sink and are not
+to the dead-letter area (invalid, ``too_late``, ``future``, ``before_backfill``) are not in the sink and are not
 counted: a mismatch caused by them is a real one (``event-etl deadletter`` shows them).
 For an event type whose event time does not come from the record (``time_attribute`` or
 ``publish_time_fallback``), late records cannot be attributed to their hour: only the

@@ -19,7 +19,10 @@ from event_etl.job.controller import BatchEvent
 from event_etl.rules.manifest import Manifest
 from event_etl.timeutil import HOUR_MS, format_duration, iso
 
-__all__ = ["ProgressPrinter", "GeneratorClock", "format_summary", "lost_text"]
+__all__ = ["ProgressPrinter", "GeneratorClock", "format_summary", "lost_text", "backfill_text", "BACKFILL_RUNBOOK"]
+
+BACKFILL_RUNBOOK = "docs/runbook.md#a-backfill-went-to-the-dead-letters"
+"""Where a user reads how to get a backfill dead-lettered for ``max_backfill`` back in."""
 
 
 def _n(x: int) -> str:
@@ -79,8 +82,13 @@ class ProgressPrinter:
     "now" for lag and marker delay; the lines then add ``(generator clock)``."""
 
     def __init__(self, event_type: str, clock: Callable[[], int], out: TextIO | None = None, quiet: bool = False,
-                 event_clock: Callable[[], int | None] | None = None, clock_name: str = "generator clock") -> None:
+                 event_clock: Callable[[], int | None] | None = None, clock_name: str = "generator clock",
+                 settings_file: str | None = None) -> None:
         self.et = event_type
+        self.settings_file = settings_file
+        """The type's etl.toml, named in the line about a backfill dead-lettered for ``max_backfill``."""
+        self.backfill_said = False
+        """Whether this run said that a batch dead-lettered events for ``max_backfill`` (it says so once)."""
         self.clock = clock
         self.out = out
         self.quiet = quiet
@@ -99,6 +107,9 @@ class ProgressPrinter:
             return
         if kind == "batch":
             line = self.batch_line(payload)
+            said = self.backfill_line(payload)
+            if said is not None:
+                line += "\n" + said
         elif kind == "marker":
             line = self.marker_line(payload)
         elif kind in ("idle", "drain"):
@@ -137,6 +148,17 @@ class ProgressPrinter:
             return "-"
         return format_duration(now - watermark) + self._against()
 
+    def backfill_line(self, ev: BatchEvent) -> str | None:
+        """The line saying that this batch dead-lettered events for ``max_backfill``, the first time in this run one
+        does (None otherwise: the summary counts them all)."""
+        b = ev.result.backfill
+        if self.backfill_said or not b:
+            return None
+        self.backfill_said = True
+        return f"[{self.et}] " + backfill_text(self.et, int(b["events"]), max_backfill=int(b["max_backfill"]),
+                                               oldest=b.get("oldest"), newest=b.get("newest"),
+                                               settings_file=self.settings_file)
+
     def batch_line(self, ev: BatchEvent) -> str:
         r = ev.result
         c = r.counts
@@ -151,6 +173,19 @@ class ProgressPrinter:
             f"marked {len(ev.marked)}  {secs:.2f}s  {r.events_in / secs:,.0f} ev/s"
             + (f"  {lost_text(ev.lost)}" if ev.lost else "")
         )
+
+
+def backfill_text(event_type: str, events: int, *, max_backfill: int | None = None, oldest: int | None = None,
+                  newest: int | None = None, settings_file: str | None = None, what: str = "dead-lettered") -> str:
+    """One line: ``events`` of ``event_type`` went to the dead letters as ``before_backfill`` (the job had no
+    watermark yet and they were more than ``max_backfill`` before their arrival), and how to take them."""
+    times = f" (event times {iso(oldest)} .. {iso(newest)})" if oldest is not None and newest is not None else ""
+    bound = f" ({format_duration(max_backfill)})" if max_backfill else ""
+    where = settings_file or f"{event_type}'s etl.toml"
+    return (f"{_n(events)} event{'s' if events != 1 else ''} {what} as before_backfill{times}: more than "
+            f"max_backfill{bound} before their arrival, with no watermark yet. To take them, set "
+            f'max_backfill = "0" (no bound) or a longer bound in {where}, then replay them from the dead '
+            f"letters: {BACKFILL_RUNBOOK}")
 
 
 def lost_text(lost: dict[int, int]) -> str:
@@ -168,6 +203,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  late           {_n(t.get('late', 0))}",
         f"  too late       {_n(t.get('too_late', 0))}",
         f"  future         {_n(t.get('future', 0))}",
+        *([f"  before backfill {_n(t['before_backfill'])} (more than max_backfill before their arrival, with no "
+           'watermark yet: dead-lettered; set max_backfill = "0" or a longer bound in the type\'s etl.toml, then '
+           f"replay them: {BACKFILL_RUNBOOK})"] if t.get("before_backfill") else []),
         f"  invalid        {_n(t.get('invalid', 0))}",
         f"  duplicates     {_n(t.get('duplicate', 0))} (dropped)",
         f"  dead-lettered  {_n(t.get('deadlettered', 0))}",

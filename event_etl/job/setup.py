@@ -282,7 +282,8 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
     # the generator's clock runs ahead of the wall clock: lag and marker delay are read on it, in the progress lines
     # and in the metrics history alike
     event_clock = GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None
-    printer = ProgressPrinter(et.name, clock, quiet=options.quiet, event_clock=event_clock)
+    printer = ProgressPrinter(et.name, clock, quiet=options.quiet, event_clock=event_clock,
+                              settings_file=et.settings_file)  # named when a backfill goes to the dead letters
     from event_etl.sources.activity import read_activity
 
     log_dir = source_spec["log_dir"]

@@ -13,7 +13,8 @@ from event_etl.storage.lease import LEASE_NAME
 from event_etl.storage.locations import resolve_sink
 from event_etl.timeutil import format_duration, iso, now_millis
 
-__all__ = ["job_status", "job_statuses", "read_status", "seek_time", "seek_fields", "STATUS_FILE"]
+__all__ = ["job_status", "job_statuses", "read_status", "seek_time", "seek_fields", "backfill_deadletters",
+           "STATUS_FILE"]
 
 STATUS_FILE = "status.json"
 """A fleet member's status (state, restarts, last error), in ``<checkpoint>/etl/``: written by
@@ -68,14 +69,45 @@ def seek_fields(state: Any, out_of_orderness: int | None, spool_dir: str | Path 
     return {"seek_to": iso(found[0]), "seek_to_ms": found[0], "seek_to_by": found[1]}
 
 
+def backfill_deadletters(storage: Storage, event_type: str, state: Any, *, max_backfill: int | None = None,
+                         settings_file: str | None = None) -> dict[str, Any] | None:
+    """The events of ``event_type`` the dead letters hold as ``before_backfill`` (more than ``max_backfill`` before
+    their arrival while the job had no watermark), when the job of ``state`` has no watermark yet: everything it
+    read went to the dead letters, and nothing else tells why.  ``{"events", "oldest", "newest", "max_backfill",
+    "line"}`` (``max_backfill``: the type's setting now, when known; ``line``: what to do); None when there are none,
+    or when the job has a watermark (then its run said so, batch by batch, and the dead letters are not read)."""
+    if state is None or state.watermark is not None:
+        return None
+    from event_etl.job.progress import backfill_text
+    from event_etl.rules.reasons import Reason
+    from event_etl.storage.deadletter import iter_deadletters
+
+    n, oldest, newest = 0, None, None
+    for r in iter_deadletters(storage, event_type, reason=Reason.BEFORE_BACKFILL.value):
+        n += 1
+        if r.event_time is not None:
+            oldest = r.event_time if oldest is None else min(oldest, r.event_time)
+            newest = r.event_time if newest is None else max(newest, r.event_time)
+    if not n:
+        return None
+    line = backfill_text(event_type, n, oldest=oldest, newest=newest, settings_file=settings_file,
+                         what="sit in the dead letters")
+    if max_backfill is not None:
+        line += f" (max_backfill is {format_duration(max_backfill) if max_backfill else '0: no bound'} now)"
+    return {"events": n, "oldest": iso(oldest), "newest": iso(newest),
+            "max_backfill": None if max_backfill is None else format_duration(max_backfill) if max_backfill else "0",
+            "line": line}
+
+
 def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: int,
-               out_of_orderness: int | None = None) -> dict[str, Any]:
+               out_of_orderness: int | None = None, max_backfill: int | None = None,
+               settings_file: str | None = None) -> dict[str, Any]:
     """State of one type's job: ``running`` (a valid lease), ``restarting``/``quarantined``/``failed`` (its fleet
     says so), ``stopped`` (a checkpoint, no lease) or ``never run``.
 
     For a Pub/Sub job also ``seek_to``: how far back a seek of its subscription must go (:func:`seek_time`), from
     its checkpoint, or, when the checkpoint is gone, from what the job last wrote into its lease (``seek_to_from``
-    says which)."""
+    says which).  ``before_backfill``: what :func:`backfill_deadletters` finds (None: nothing to say)."""
     ck = Checkpoint(checkpoint_dir)
     state = ck.load_state() if (ck.etl / "state.json").exists() else None
     fleet = read_status(checkpoint_dir) or {}
@@ -119,6 +151,8 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
         "holder": {k: lease.get(k) for k in ("host", "pid", "checkpoint", "started_at")} if live else None,
         "policies": _policies(ck, state),
         "source_down": lease.get("source_down") if live else None,
+        "before_backfill": backfill_deadletters(storage, event_type, state, max_backfill=max_backfill,
+                                                settings_file=settings_file),
         **seek,
     }
 
@@ -146,17 +180,24 @@ def job_statuses(event_types: list[str], *, sink: str, checkpoint_root: str,
                  clock: Callable[[], int] = now_millis, types_dir: str | Path | None = None) -> list[dict[str, Any]]:
     storage = Storage(resolve_sink(sink))
     now = clock()
-    return [job_status(name, storage=storage, checkpoint_dir=Path(checkpoint_root) / name, now=now,
-                       out_of_orderness=_out_of_orderness(types_dir, name)) for name in event_types]
+    out = []
+    for name in event_types:
+        et = _event_type(types_dir, name)
+        out.append(job_status(name, storage=storage, checkpoint_dir=Path(checkpoint_root) / name, now=now,
+                              out_of_orderness=None if et is None else int(et.out_of_orderness),
+                              max_backfill=None if et is None else int(et.max_backfill),
+                              settings_file=None if et is None else et.settings_file))
+    return out
 
 
-def _out_of_orderness(types_dir: str | Path | None, name: str) -> int | None:
-    """The type's ``out_of_orderness`` (ms), or None when its settings cannot be read here."""
+def _event_type(types_dir: str | Path | None, name: str) -> Any:
+    """The type (its settings), or None when they cannot be read here."""
     if types_dir is None:
         return None
     from event_etl.eventtypes import load_event_type
 
     try:
-        return int(load_event_type(Path(types_dir) / name).out_of_orderness)
+        return load_event_type(Path(types_dir) / name)
     except Exception:  # noqa: BLE001 - status shows what it can
         return None
+

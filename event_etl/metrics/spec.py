@@ -69,7 +69,7 @@ _ET = ("event_type",)
 
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("event_etl_events_total", "event_etl.events", MetricKind.COUNTER, "{event}", ("event_type", "outcome"),
-               "Events read, by outcome: timely, late, too_late, future, invalid, duplicate."),
+               "Events read, by outcome: timely, late, too_late, future, before_backfill, invalid, duplicate."),
     MetricSpec("event_etl_deadletter_records_total", "event_etl.deadletter.records", MetricKind.COUNTER, "{record}",
                ("event_type", "reason"), "Records written to the dead-letter area, by reason."),
     MetricSpec("event_etl_written_files_total", "event_etl.written.files", MetricKind.COUNTER, "{file}", _ET,

@@ -13,12 +13,16 @@ outcome        condition                                                  writte
 ``late``       otherwise (its hour is complete)                          the open hour
 =============  ========================================================  =====================
 
+``before_backfill`` (dead-letter) is the outcome of the job's first batches alone, see below.
+
 The open hour is the hour that holds the watermark; it is never complete, since an hour
 is complete exactly when the watermark has reached its end.
 
 A job with no watermark yet (its first batches) has no hour to measure "too late" against:
-there an event is ``too_late`` when it is more than ``max_backfill`` before its arrival
-(``0`` or ``None``: no bound), or, once the batch knows it, when its hour ended more than
+there an event is ``before_backfill`` when it is more than ``max_backfill`` before its arrival
+(``0`` or ``None``: no bound; ``too_late`` before release 0.4, a reason of its own since so that a backfill
+dead-lettered for this setting is told apart and can be found), or ``too_late`` when, once the batch knows it,
+its hour ended more than
 ``allowed_lateness`` before the batch's ``too_late_reference`` (the watermark its own events
 give).  So one stray event stamped 1970 cannot open fifty years of hours, alone in a batch
 or not, while a backfill of events weeks old (within ``max_backfill``) opens its first hour
@@ -48,6 +52,8 @@ class Outcome(str, enum.Enum):
     LATE = "late"
     TOO_LATE = "too_late"
     FUTURE = "future"
+    BEFORE_BACKFILL = "before_backfill"
+    """No watermark yet, and more than ``max_backfill`` before its arrival (dead-lettered)."""
 
     def __str__(self) -> str:
         return self.value
@@ -107,11 +113,14 @@ def make_judge(
     if wm_start is None:
         ref = too_late_reference
         backfill = max_backfill or None
+        before_backfill = Outcome.BEFORE_BACKFILL
 
         def first_batch(event_time: int, arrival: int) -> tuple[Outcome, int | None]:
             if event_time > arrival + max_future_skew:
                 return future, None
-            if too_late_in_first_batch(event_time, ref, allowed_lateness, arrival=arrival, max_backfill=backfill):
+            if beyond_backfill(event_time, arrival, backfill):
+                return before_backfill, None
+            if too_late_in_first_batch(event_time, ref, allowed_lateness):
                 return too_late, None
             return timely, event_time - event_time % HOUR_MS
 
@@ -155,8 +164,10 @@ def judge(
     return Verdict(outcome, hour)
 
 
-OUTCOME_CODES: tuple[Outcome, ...] = (Outcome.TIMELY, Outcome.LATE, Outcome.TOO_LATE, Outcome.FUTURE)
-"""The outcome of each code :func:`judge_array` returns (its index in this tuple)."""
+OUTCOME_CODES: tuple[Outcome, ...] = (Outcome.TIMELY, Outcome.LATE, Outcome.TOO_LATE, Outcome.FUTURE,
+                                      Outcome.BEFORE_BACKFILL)
+"""The outcome of each code :func:`judge_array` returns (its index in this tuple): 0 and 1 are written, 2 and up
+dead-lettered."""
 
 
 def judge_array(
@@ -192,7 +203,7 @@ def judge_array(
         if too_late_reference is not None:
             codes[too_late_reference - hour - HOUR_MS > allowed_lateness] = 2
         if max_backfill:
-            codes[arrivals - t > max_backfill] = 2
+            codes[arrivals - t > max_backfill] = 4
         out_hour = hour
     else:
         open_hour = wm_start - wm_start % HOUR_MS

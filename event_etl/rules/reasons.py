@@ -40,7 +40,13 @@ class Reason(str, enum.Enum):
     FUTURE = "future"
     """The event time is more than ``max_future_skew`` ahead of its arrival."""
     TOO_LATE = "too_late"
-    """The watermark was more than ``allowed_lateness`` past the end of the event's hour."""
+    """The watermark was more than ``allowed_lateness`` past the end of the event's hour (in a job's first batches,
+    with no watermark yet: past the end of the hour by more than that against the watermark the batch's own events
+    give)."""
+    BEFORE_BACKFILL = "before_backfill"
+    """The job had no watermark yet (its first batches) and the event time was more than the type's
+    ``max_backfill`` before its arrival: a backfill older than the bound, or a stray event stamped 1970.  Raise
+    ``max_backfill`` (or ``"0"``: no bound) in the type's ``etl.toml`` and replay these (docs/runbook.md)."""
 
     def __str__(self) -> str:  # so f-strings show "too_late", not "Reason.TOO_LATE"
         return self.value

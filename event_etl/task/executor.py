@@ -252,7 +252,7 @@ def process_split(
             if d > 0:  # early events (within max_future_skew) count in the lowest bucket and add nothing
                 delay_sum[0] += d
         else:
-            reason = Reason.FUTURE if outcome is Outcome.FUTURE else Reason.TOO_LATE
+            reason = _REASON_OF[outcome]
             rejects.append(Rejected(reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
                                     where + str(off), arrival, t))
         counts[outcome.value] += 1
@@ -292,7 +292,7 @@ def process_split(
                 w, fk, pos = g.add_encoded(*rows_buffer(rows), fc.times[idx])
                 written[idx], fks[idx], poss[idx] = w, fk, pos
         counts["duplicate"] += int(len(accepted) - written.sum())
-        for code in range(4):
+        for code in range(len(OUTCOME_CODES)):
             k = int(np.count_nonzero(written & (codes == code))) if code <= 1 else int(np.count_nonzero(codes == code))
             if k:
                 counts[OUTCOME_CODES[code].value] += k
@@ -326,7 +326,7 @@ def process_split(
                 part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], MESSAGE_KEY
                 key_parts.append(part)
         for i in np.flatnonzero(codes >= 2).tolist():
-            reason = Reason.FUTURE if codes[i] == 3 else Reason.TOO_LATE
+            reason = _REASON_OF[OUTCOME_CODES[codes[i]]]
             t = int(fc.times[i])
             a = int(arrival[i]) if isinstance(arrival, np.ndarray) else arrival
             payload = data[fc.starts[i]:fc.ends[i]]
@@ -378,7 +378,7 @@ def process_split(
     rejects = [r for i, r in enumerate(rejects) if i not in dl_skip]
     dl = _write_deadletters(rejects, dl_rel, ctx, storage, fence)
     reasons = Counter(r.reason for r in rejects)
-    counts["invalid"] = sum(n for r, n in reasons.items() if r not in (Reason.FUTURE.value, Reason.TOO_LATE.value))
+    counts["invalid"] = sum(n for r, n in reasons.items() if r not in _JUDGED_REASONS)
     report = SplitReport(shard=shard, counts={k: v for k, v in counts.items() if v}, reasons=dict(reasons), files=files,
                          deadletter=dl, max_event_time=max_t, max_counted_time=counted[0], min_hour=min_hour,
                          max_hour=max_hour, delay_buckets=delays, delay_sum_ms=delay_sum[0])
@@ -386,6 +386,10 @@ def process_split(
     if inputs is not None:
         report.inputs = inputs
     report.part = reader.part(split)  # a partitioned source (Kafka): its watermark is kept per partition
+    backfill = [r.event_time for r in rejects if r.reason == Reason.BEFORE_BACKFILL.value and r.event_time is not None]
+    if backfill:  # said by the run (progress line, summary), so that a backfill is not dead-lettered in silence
+        report.backfill = {"events": len(backfill), "max_backfill": int(et.max_backfill), "oldest": min(backfill),
+                           "newest": max(backfill)}
     rows = np.array(keys, dtype=KEY_DTYPE)
     if key_parts:
         rows = np.concatenate([rows, *key_parts])
@@ -395,6 +399,13 @@ def process_split(
     return out, rows.tobytes()
 
 
+_REASON_OF: dict[Outcome, Reason] = {Outcome.TOO_LATE: Reason.TOO_LATE, Outcome.FUTURE: Reason.FUTURE,
+                                     Outcome.BEFORE_BACKFILL: Reason.BEFORE_BACKFILL}
+"""The dead-letter reason of each outcome the judge dead-letters."""
+_JUDGED_REASONS = frozenset(r.value for r in _REASON_OF.values())
+"""Reasons of records the judge dead-lettered (counted by their outcome); every other reason counts as ``invalid``."""
+
+
 def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: EventType) -> str:
     from event_etl.timeutil import format_duration, iso
 
@@ -402,7 +413,7 @@ def _reject_detail(reason: Reason, t: int, arrival: int, ctx: BatchContext, et: 
         return (f"event time {iso(t)} is {format_duration(t - arrival)} after its arrival "
                 f"(max_future_skew {format_duration(et.max_future_skew)})")
     wm = ctx.wm_start
-    if wm is None and beyond_backfill(t, arrival, et.max_backfill):
+    if reason is Reason.BEFORE_BACKFILL:
         return (f"event time {iso(t)} is {format_duration(arrival - t)} before its arrival and the job has no "
                 f"watermark yet (max_backfill {format_duration(et.max_backfill)})")
     return (f"event time {iso(t)}; watermark {iso(wm) if wm is not None else 'not set'} "

@@ -16,7 +16,7 @@ from typing import Any
 
 from event_etl.rules.manifest import FileEntry, event_hours_of
 
-__all__ = ["REPORT_SCHEMA", "DELAY_BUCKETS_S", "SplitReport", "BatchResult", "summarize"]
+__all__ = ["REPORT_SCHEMA", "DELAY_BUCKETS_S", "SplitReport", "BatchResult", "summarize", "merge_backfill"]
 
 REPORT_SCHEMA = "report string, keys binary"
 
@@ -51,6 +51,10 @@ class SplitReport:
     part: str | None = None
     """The partition the split read, for a source read in partitions (Kafka: the partition number); absent
     otherwise.  The driver keeps each part's largest counted time for the watermark per partition."""
+    backfill: dict[str, int] | None = None
+    """Events dead-lettered as ``before_backfill`` (no watermark yet, more than ``max_backfill`` before their
+    arrival): ``{"events": n, "max_backfill": ms, "oldest": t, "newest": t}`` (their event times); absent when
+    none."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -65,6 +69,8 @@ class SplitReport:
             out["inputs"] = self.inputs
         if self.part is not None:
             out["part"] = self.part
+        if self.backfill is not None:
+            out["backfill"] = self.backfill
         return out
 
     @classmethod
@@ -83,6 +89,7 @@ class SplitReport:
             delay_sum_ms=int(doc.get("delay_sum_ms") or 0),
             inputs=doc.get("inputs"),
             part=doc.get("part"),
+            backfill=doc.get("backfill"),
         )
 
 
@@ -107,6 +114,10 @@ class BatchResult:
     parts: dict[str, int | None] = field(default_factory=dict)
     """The parts (partitions) the batch read, each with its largest counted time (``None``: nothing of it counted);
     empty for a source without parts."""
+    backfill: dict[str, int] | None = None
+    """The events dead-lettered for ``max_backfill`` (``before_backfill``), over the batch's splits: ``events``,
+    ``max_backfill`` (ms, the bound the batch was judged with), ``oldest`` and ``newest`` (their event times); None
+    when there were none."""
 
     @property
     def events_in(self) -> int:
@@ -153,9 +164,22 @@ def summarize(reports: list[dict[str, Any]]) -> BatchResult:
             r.delay_buckets[i] += n
         r.delay_sum_ms += int(rep.get("delay_sum_ms") or 0)
         r.inputs.update(rep.get("inputs") or ())
+        r.backfill = merge_backfill(r.backfill, rep.get("backfill"))
         part = rep.get("part")
         if part is not None:
             had = r.parts.get(str(part))
             r.parts[str(part)] = c if had is None or (c is not None and c > had) else had
     r.counts = Counter({k: v for k, v in r.counts.items() if v})
     return r
+
+
+def merge_backfill(a: dict[str, int] | None, b: dict[str, int] | None) -> dict[str, int] | None:
+    """Two ``backfill`` figures (:attr:`SplitReport.backfill`) as one: events added, the widest event-time range,
+    the larger bound (one batch is judged with one)."""
+    if not b:
+        return a
+    if not a:
+        return dict(b)
+    return {"events": int(a["events"]) + int(b["events"]), "max_backfill": max(int(a["max_backfill"]),
+                                                                             int(b["max_backfill"])),
+            "oldest": min(int(a["oldest"]), int(b["oldest"])), "newest": max(int(a["newest"]), int(b["newest"]))}
