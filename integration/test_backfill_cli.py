@@ -83,6 +83,8 @@ def test_a_backfill_older_than_max_backfill_is_said_and_the_runbook_gets_it_back
     r = _run(*run)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "run finished: 0 batches" in r.stdout, r.stdout
+    assert (f"[page_view] {N:,} events sit in the dead letters as before_backfill (event times ") in r.stdout, r.stdout
+    assert "(max_backfill is 90d now); this checkpoint does not read them again" in r.stdout, r.stdout
     r = _run("status", "--checkpoint-root", str(ckroot), "--json", *common)
     (row,) = [row for row in json.loads(r.stdout) if row["event_type"] == "page_view"]
     assert row["watermark"] is None and row["before_backfill"]["events"] == N

@@ -132,6 +132,27 @@ def test_status_says_how_many_sit_in_the_dead_letters_while_the_job_has_no_water
     assert job_status("click", storage=p.storage, checkpoint_dir=p.ckpt.root, now=NOW)["before_backfill"] is None
 
 
+def test_a_run_on_a_checkpoint_that_sent_them_all_to_the_dead_letters_says_so_at_its_start(tmp_path, capsys):
+    """After raising max_backfill, a run on the same checkpoint reads nothing again (its source consumed the
+    files): its first lines say where the events went and how to take them."""
+    from event_etl.job.setup import say_backfill_held
+
+    p = pipeline(tmp_path)
+    say_backfill_held(p.controller, p.storage)
+    assert capsys.readouterr().out == "", "a new checkpoint: nothing to say"
+    p.batch(sixty_days_old(2))
+    p.et = make_event_type(tmp_path / "types", **{**SETTINGS, "max_backfill": "90d"})
+    p.restart()
+    say_backfill_held(p.controller, p.storage)
+    out = capsys.readouterr().out
+    assert out.startswith("[click] 2 events sit in the dead letters as before_backfill (event times "), out
+    assert out.rstrip().endswith("(max_backfill is 90d now); this checkpoint does not read them again"), out
+    p.clock.now += 60_000
+    p.batch([click("a", p.clock.now - 60_000)])
+    say_backfill_held(p.controller, p.storage)
+    assert capsys.readouterr().out == "", "a job with a watermark said it batch by batch"
+
+
 def test_status_prints_the_line(tmp_path, monkeypatch):
     from click.testing import CliRunner
 

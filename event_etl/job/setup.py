@@ -295,6 +295,8 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         # the source reports at every trigger; a report older than this cannot tell what waits
         activity_stale_ms=max(3 * p.trigger_ms, 30_000),
     )
+    if not options.quiet:
+        say_backfill_held(controller, p.storage)
     if source_kind(p.spec.kind).fetches:  # Pub/Sub
         # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
         if fetcher is None:
@@ -326,6 +328,21 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         job_.policies = start_policies(controller, listeners=metrics.listeners)
         metrics.policy_pending = job_.policies.pending
     return job_, source_spec
+
+
+def say_backfill_held(controller: Controller, storage: Storage) -> None:
+    """At the start of a run on a checkpoint that has read batches but has no watermark (everything it read went to
+    the dead letters): say how many of the type's dead letters are there for ``max_backfill`` and how to take them.
+    Its source consumed them, so this run does not read them again (a ``dir:`` job reads ``0 batches``), even with
+    ``max_backfill`` raised."""
+    from event_etl.job.status import backfill_deadletters
+
+    state, et = controller.state, controller.et
+    if state.watermark is not None or state.last_batch_id < 0:
+        return
+    held = backfill_deadletters(storage, et.name, state, max_backfill=et.max_backfill, settings_file=et.settings_file)
+    if held is not None:
+        say(f"[{et.name}] {held['line']}; this checkpoint does not read them again")
 
 
 def start_policies(controller: Controller, *, listeners=None):
