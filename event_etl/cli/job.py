@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from event_etl.cli.consumer import HOUR
 from event_etl.cli.options import (
     consumer_type,
     event_types_option,
@@ -255,10 +256,31 @@ def _check_status_sink(sink: str, rows: list[dict[str, Any]]) -> None:
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(0), help="At most this many (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per record, payload in base64.")
 @click.option("--counts", is_flag=True, help="Only the number of records per reason.")
+@click.option("--replay-to", "replay_to", default=None, metavar="TARGET",
+              help="Send the selected dead letters back through the live job's source: dir:PATH (a file in the folder "
+              "the job reads), pubsub (the type's topic) or pubsub:projects/P/topics/T, kafka:TOPIC. Selection: "
+              "--reason, --since/--until, --limit (default with --replay-to: all).")
+@click.option("--since", type=HOUR, default=None, help="With --replay-to: only events of this hour or later (UTC).")
+@click.option("--until", type=HOUR, default=None,
+              help="With --replay-to: only events of hours before this one (half-open).")
+@click.option("--again", is_flag=True, help="With --replay-to: send also what an earlier replay sent.")
+@click.option("--too-late", "too_late", is_flag=True,
+              help="With --replay-to: send also the events the live job would dead-letter as too_late again.")
+@click.option("--dry-run", "dry_run", is_flag=True, help="With --replay-to: say what would be sent; send nothing.")
+@click.option("--checkpoint", default=None, metavar="DIR",
+              help="With --replay-to: the live job's checkpoint (its watermark). Default: ./checkpoints/<EVENT_TYPE>.")
 @event_types_option
 @handles_errors
-def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types_dir) -> None:
-    """Show the records of EVENT_TYPE that went to the dead-letter area, with their reasons."""
+def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, replay_to, since, until, again, too_late,
+                   dry_run, checkpoint, event_types_dir) -> None:
+    """Show the records of EVENT_TYPE that went to the dead-letter area, with their reasons.
+
+    With --replay-to, send them back through the live job's source instead (docs/runbook.md, "Replaying dead
+    letters"): the job takes them as new input, through its rules (timely into their hour, late into the open
+    hour). Each replay is recorded in <sink>/<type>/_deadletter/_replays/; what an earlier replay sent is not sent
+    again unless --again. Events whose hours the live job's watermark has passed by more than allowed_lateness
+    would be too late again: counted before sending and left out unless --too-late.
+    """
     import base64
     from collections import Counter
 
@@ -266,9 +288,25 @@ def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types
     from event_etl.storage.deadletter import iter_deadletters
     from event_etl.timeutil import iso
 
-    event_type = type_name(consumer_type(event_types_dir, event_type))
+    et = consumer_type(event_types_dir, event_type)
+    event_type = type_name(et)
     storage = open_sink(sink)
     require_type_data(storage, event_type)
+    replay_only = {"since": since, "until": until, "again": again, "too_late": too_late, "dry_run": dry_run,
+                   "checkpoint": checkpoint}
+    if replay_to is None:
+        given = [n for n, v in replay_only.items() if v not in (None, False)]
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} is an option of a replay",
+                             fix="add --replay-to TARGET, or leave it out to list the dead letters")
+    else:
+        if as_json or counts:
+            raise UsageError("--replay-to sends; --json and --counts list", fix="give one or the other")
+        limit_given = click.get_current_context().get_parameter_source("limit") != click.core.ParameterSource.DEFAULT
+        _replay(storage, et, event_type, replay_to, reason=reason, since=since, until=until,
+                limit=(limit or None) if limit_given else None, again=again, too_late=too_late, dry_run=dry_run,
+                checkpoint=checkpoint)
+        return
     def checked(it):
         with could_not_check():
             yield from it
@@ -298,6 +336,78 @@ def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, event_types
             click.echo(f"    payload ({len(r.payload)} bytes): {preview!r}{'...' if len(r.payload) > 120 else ''}")
     if shown == 0 and not as_json:
         click.echo("no dead-letter records" + (f" with reason {reason}" if reason else ""))
+
+
+def _replay(storage, et, event_type: str, replay_to: str, *, reason, since, until, limit, again, too_late, dry_run,
+            checkpoint) -> None:
+    """``deadletter --replay-to``: plan, say, send (event_etl.consumer.replay)."""
+    from pathlib import Path
+
+    from event_etl.consumer.replay import load_entries, parse_target, plan_replay, replay_records, run_replay
+    from event_etl.consumer.sink import could_not_check
+    from event_etl.eventtypes import EventType
+    from event_etl.job.checkpoint import Checkpoint
+    from event_etl.timeutil import format_duration, iso, now_millis, to_millis
+
+    if not isinstance(et, EventType):
+        raise UsageError(f"--replay-to needs the event type {event_type}'s settings (its allowed_lateness, topic)",
+                         fix="give the folder of the event types: --event-types DIR (or $EVENT_ETL_EVENT_TYPES)")
+    target = parse_target(replay_to, (et.pubsub or {}).get("topic"))
+    ck = Path(checkpoint) if checkpoint else Path("checkpoints") / event_type
+    watermark = Checkpoint(ck).load_state().watermark if (ck / "etl" / "state.json").exists() else None
+    lateness = int(et.allowed_lateness)
+    now = now_millis()
+    with could_not_check():
+        entries = load_entries(storage, event_type)
+        records = replay_records(storage, event_type)
+    plan = plan_replay(entries, records, target, now=now, reasons=[reason] if reason else [],
+                       since=None if since is None else to_millis(since),
+                       until=None if until is None else to_millis(until), limit=limit, again=again,
+                       watermark=watermark, allowed_lateness=lateness, include_too_late=too_late)
+    sel = plan.selection
+    wm = iso(watermark) or f"- (none yet, or no checkpoint at {ck})"
+    click.echo(f"[{event_type}] live job's watermark: {wm}; allowed_lateness {format_duration(lateness)}")
+    for rid in plan.unfinished:
+        click.echo(f"[{event_type}] warning: replay {rid} was cut short (recorded as sending): some of its dead "
+                   "letters may not have been sent; they count as sent (--again sends them once more)")
+    if sel.already_sent:
+        click.echo(f"[{event_type}] {sel.already_sent:,} matching dead letters were sent by an earlier replay: "
+                   "left out (--again sends them again)")
+    if sel.no_event_time:
+        click.echo(f"[{event_type}] {sel.no_event_time:,} matching dead letters have no event time: outside any hour "
+                   "range, left out")
+    if sel.beyond_limit:
+        click.echo(f"[{event_type}] {sel.beyond_limit:,} more match beyond --limit: left for a next replay")
+    if plan.too_late:
+        hours = sorted({e.event_time - e.event_time % 3_600_000 for e in plan.too_late if e.event_time is not None})
+        what = ("sent anyway (--too-late): the job dead-letters them as too_late again" if too_late
+                else "left out (--too-late sends them anyway)")
+        span = f"hour {iso(hours[0])}" if len(hours) == 1 else f"hours {iso(hours[0])} to {iso(hours[-1])}"
+        click.echo(f"[{event_type}] {len(plan.too_late):,} would be too late again ({span}: the live job's watermark "
+                   f"passed their hour's end by more than allowed_lateness): {what}")
+    if plan.not_a_line:
+        click.echo(f"[{event_type}] {len(plan.not_a_line):,} payloads hold a newline and cannot be a line of a dir: "
+                   "file: left out (replay them through pubsub or kafka)")
+    if not plan.send:
+        click.echo(f"[{event_type}] nothing to replay")
+        return
+    by_reason = ", ".join(f"{k} {v:,}" for k, v in sorted(_counts(e.reason for e in plan.send).items()))
+    if dry_run:
+        click.echo(f"[{event_type}] would send {len(plan.send):,} dead letters to {target.url} ({by_reason}); "
+                   "dry run: nothing sent")
+        return
+    with could_not_check():
+        rec = run_replay(storage, event_type, plan, now=now, clock=now_millis)
+    where = storage.display(f"{event_type}/_deadletter/_replays/{rec['replay']}.json")
+    click.echo(f"[{event_type}] replay {rec['replay']}: sent {rec['count']:,} dead letters to {rec['sent_to']} "
+               f"({by_reason}); recorded in {where}")
+
+
+def _counts(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return out
 
 
 @click.command("warmup")

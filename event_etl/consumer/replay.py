@@ -1,0 +1,250 @@
+"""Dead letters sent back through the live job's source: ``event-etl deadletter TYPE --replay-to TARGET``.
+
+The live job takes them as any new input, through its own rules (timely into their hour, late into the open hour,
+too late to the dead letters again): a replay never writes to the sink itself and never runs a second job.
+Targets:
+
+- ``dir:PATH``: a file ``replay-<id>.jsonl`` in the folder the live ``dir:`` job reads, one payload a line, written
+  under a hidden name (``.replay-<id>.jsonl.part``) and renamed, so the job finds it whole, as a new file;
+- ``pubsub`` (the type's topic, ``[pubsub] topic`` in etl.toml) or ``pubsub:projects/P/topics/T``: each payload
+  published as it was, with the attributes ``event_etl_replay`` (the replay's id) and ``event_etl_replay_of``
+  (where the payload first came from);
+- ``kafka:TOPIC`` (the cluster of ``EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS``): each payload produced as the value, with
+  the headers ``event_etl_replay`` and ``event_etl_replay_of``.
+
+The dead letters keep each record's payload, not its Pub/Sub attributes or Kafka key and headers: a type whose
+event time is an attribute (``time_attribute``) cannot take its dead letters back this way.
+
+Each replay is recorded next to the dead letters, ``<type>/_deadletter/_replays/<id>.json``, naming the dead
+letters it sends (their keys, :mod:`event_etl.rules.replay`) before it sends them; a later replay leaves out
+every dead letter an earlier one named (``again`` sends them once more).  The record says ``sending`` until
+everything was handed over, then ``sent``: a replay cut short is named by the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from event_etl.errors import ConfigError, UsageError
+from event_etl.rules.buckets import DEADLETTER_DIR, validate_event_type_name
+from event_etl.rules.replay import Selection, select, split_too_late
+from event_etl.storage import Storage
+from event_etl.storage.deadletter import DeadLetter, iter_deadletters
+from event_etl.timeutil import iso, to_datetime
+
+__all__ = ["REPLAYS_DIR", "REPLAY_ATTRIBUTE", "REPLAY_OF_ATTRIBUTE", "Entry", "Target", "ReplayPlan",
+           "load_entries", "replay_records", "parse_target", "plan_replay", "run_replay"]
+
+REPLAYS_DIR = "_replays"
+REPLAY_ATTRIBUTE = "event_etl_replay"
+"""The Pub/Sub attribute (Kafka header) naming the replay that sent a message."""
+REPLAY_OF_ATTRIBUTE = "event_etl_replay_of"
+"""The Pub/Sub attribute (Kafka header) saying where the payload first came from (its dead letter's ``source``)."""
+RECORD_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A dead letter and its key (``dt=DAY/FILE#N``)."""
+
+    key: str
+    letter: DeadLetter
+
+    @property
+    def reason(self) -> str:
+        return self.letter.reason
+
+    @property
+    def event_time(self) -> int | None:
+        return self.letter.event_time
+
+
+def load_entries(storage: Storage, event_type: str) -> list[Entry]:
+    """Every dead letter of ``event_type``, oldest day and batch first, each with its key."""
+    out, n, last = [], 0, None
+    for dl in iter_deadletters(storage, event_type):
+        n = n + 1 if dl.file == last else 0
+        last = dl.file
+        out.append(Entry(f"{dl.file}#{n}", dl))
+    return out
+
+
+def _replays_dir(event_type: str) -> str:
+    validate_event_type_name(event_type)
+    return f"{event_type}/{DEADLETTER_DIR}/{REPLAYS_DIR}"
+
+
+def replay_records(storage: Storage, event_type: str) -> list[dict[str, Any]]:
+    """The replays of ``event_type`` recorded so far, oldest first."""
+    base = _replays_dir(event_type)
+    return [json.loads(storage.read(f"{base}/{name}"))
+            for name in sorted(storage.list_files(base)) if name.endswith(".json")]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a replay sends: ``kind`` dir, pubsub or kafka; ``where`` the folder or the topic."""
+
+    kind: str
+    where: str
+
+    @property
+    def url(self) -> str:
+        return f"{self.kind}:{self.where}"
+
+
+TARGET_FIX = ("--replay-to dir:PATH (the folder the live dir: job reads), pubsub (the type's topic), "
+              "pubsub:projects/P/topics/T, or kafka:TOPIC")
+
+
+def parse_target(text: str, pubsub_topic: str | None = None) -> Target:
+    """A ``--replay-to`` value; ``pubsub_topic``: the type's topic (``[pubsub] topic``), for a bare ``pubsub``."""
+    kind, sep, rest = text.partition(":")
+    rest = rest.strip()
+    if kind == "dir" and sep and rest:
+        if not os.path.isdir(rest):
+            raise UsageError(f"--replay-to {text}: {rest} is not a folder",
+                             fix="give the folder the live job reads (its --source dir:PATH)")
+        return Target("dir", os.path.abspath(rest))
+    if kind == "pubsub":
+        topic = rest or pubsub_topic
+        if not topic:
+            raise ConfigError("--replay-to pubsub: the event type has no Pub/Sub topic",
+                              fix="name it: --replay-to pubsub:projects/PROJECT/topics/TOPIC, or add [pubsub] topic "
+                                  "to the type's etl.toml")
+        if not topic.startswith("projects/") or "/topics/" not in topic:
+            raise UsageError(f"--replay-to {text}: {topic!r} is not a topic path", fix=TARGET_FIX)
+        return Target("pubsub", topic)
+    if kind == "kafka" and sep and rest and not rest.startswith("//"):
+        return Target("kafka", rest)
+    raise UsageError(f"--replay-to {text}: not a replay target", fix=TARGET_FIX)
+
+
+@dataclass
+class ReplayPlan:
+    """What a replay would do: ``send`` (in order); ``too_late`` (too late again: left out unless asked);
+    ``not_a_line`` (a ``dir:`` target cannot carry a payload holding a newline)."""
+
+    replay_id: str
+    target: Target
+    selection: Selection[Entry]
+    send: list[Entry] = field(default_factory=list)
+    too_late: list[Entry] = field(default_factory=list)
+    too_late_sent: bool = False
+    not_a_line: list[Entry] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    """Earlier replays recorded as ``sending``: cut short, some of their dead letters may not have been sent."""
+
+
+def plan_replay(entries: Sequence[Entry], records: Sequence[dict[str, Any]], target: Target, *, now: int,
+                reasons: Sequence[str] = (), since: int | None = None, until: int | None = None,
+                limit: int | None = None, again: bool = False, watermark: int | None = None,
+                allowed_lateness: int = 0, include_too_late: bool = False) -> ReplayPlan:
+    """The replay of the dead letters ``entries`` matching the selection, given the earlier ``records`` and the
+    live job's ``watermark`` (None: none, or unknown) at ``now``."""
+    sent = {k for r in records for k in r.get("entries", [])}
+    sel = select(entries, reasons=reasons, since=since, until=until, limit=limit, sent=sent, again=again)
+    ok, late = split_too_late(sel.chosen, watermark, allowed_lateness)
+    chosen = sel.chosen if include_too_late else ok
+    not_a_line = [e for e in chosen if target.kind == "dir" and b"\n" in e.letter.payload]
+    bad = {e.key for e in not_a_line}
+    stamp = to_datetime(now).strftime("%Y%m%dT%H%M%S") + f"{now % 1000:03d}Z"  # ids sort as they were made
+    return ReplayPlan(
+        replay_id=f"{stamp}-{uuid.uuid4().hex[:6]}", target=target, selection=sel,
+        send=[e for e in chosen if e.key not in bad], too_late=late, too_late_sent=include_too_late,
+        not_a_line=not_a_line, unfinished=[r["replay"] for r in records if r.get("state") == "sending"],
+    )
+
+
+def _record_bytes(rec: dict[str, Any]) -> bytes:
+    return (json.dumps(rec, indent=1) + "\n").encode()
+
+
+def run_replay(storage: Storage, event_type: str, plan: ReplayPlan, *, now: int,
+               clock: Callable[[], int] | None = None) -> dict[str, Any]:
+    """Record the replay (``sending``), send its dead letters, record it ``sent``.  Returns the record."""
+    rel = posixpath.join(_replays_dir(event_type), f"{plan.replay_id}.json")
+    rec: dict[str, Any] = {
+        "format": RECORD_FORMAT, "replay": plan.replay_id, "event_type": event_type, "target": plan.target.url,
+        "created_at": iso(now), "state": "sending", "count": len(plan.send),
+        "reasons": dict(sorted(_count(e.reason for e in plan.send).items())),
+        "too_late_sent": len(plan.too_late) if plan.too_late_sent else 0,
+        "entries": [e.key for e in plan.send],
+    }
+    if not storage.create_only(rel, _record_bytes(rec)):
+        raise UsageError(f"a replay {plan.replay_id} is recorded already", fix="run the command again")
+    sender = {"dir": _send_dir, "pubsub": _send_pubsub, "kafka": _send_kafka}[plan.target.kind]
+    rec["sent_to"] = sender(plan)
+    rec["state"] = "sent"
+    rec["sent_at"] = iso((clock or (lambda: now))())
+    storage.write_atomic(rel, _record_bytes(rec))
+    return rec
+
+
+def _count(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return out
+
+
+def _send_dir(plan: ReplayPlan) -> str:
+    from event_etl.storage.atomic import fsync_dir
+
+    name = f"replay-{plan.replay_id}.jsonl"
+    final = os.path.join(plan.target.where, name)
+    part = os.path.join(plan.target.where, f".{name}.part")  # a dir: job ignores names starting with "."
+    with open(part, "wb") as fh:
+        for e in plan.send:
+            fh.write(e.letter.payload.rstrip(b"\r") + b"\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(part, final)
+    fsync_dir(plan.target.where)
+    return final
+
+
+def _send_pubsub(plan: ReplayPlan) -> str:
+    from event_etl.sources.pubsub import publisher_client
+
+    client = publisher_client()
+    futures = [client.publish(plan.target.where, e.letter.payload,
+                              **{REPLAY_ATTRIBUTE: plan.replay_id, REPLAY_OF_ATTRIBUTE: e.letter.source})
+               for e in plan.send]
+    for f in futures:
+        f.result(timeout=120)
+    return plan.target.where
+
+
+def _send_kafka(plan: ReplayPlan) -> str:
+    from confluent_kafka import Producer
+
+    from event_etl.sources.kafka import kafka_config
+
+    prod = Producer(kafka_config())
+    failed: list[str] = []
+
+    def delivered(err, _msg) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    for e in plan.send:
+        prod.produce(plan.target.where, value=e.letter.payload, on_delivery=delivered,
+                     headers=[(REPLAY_ATTRIBUTE, plan.replay_id.encode()),
+                              (REPLAY_OF_ATTRIBUTE, e.letter.source.encode())])
+        prod.poll(0)
+    left = prod.flush(60)
+    if left or failed:
+        from event_etl.errors import SourceError
+
+        raise SourceError(f"{left or len(failed)} records not delivered to Kafka topic {plan.target.where}"
+                          + (f": {failed[0]}" if failed else ""),
+                          fix="check EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS and the topic; the replay is recorded as "
+                              "sending: run the command again with --again and the same selection")
+    return plan.target.where

@@ -1,0 +1,185 @@
+"""Issue 50 item 2: dead letters sent back through the live job's source (`event-etl deadletter --replay-to`).
+
+The selection and the "too late again" rule as plain functions (event_etl.rules.replay); the replay record and the
+dir: target over a real sink folder; the command's output and its refusals.  The end to end run with a real job is
+integration/test_replay.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import fastavro
+import pytest
+from click.testing import CliRunner
+
+from event_etl.cli.job import deadletter_cmd
+from event_etl.consumer.replay import load_entries, parse_target, plan_replay, replay_records, run_replay
+from event_etl.errors import UsageError
+from event_etl.job.checkpoint import Checkpoint
+from event_etl.rules.replay import select, split_too_late, too_late_again
+from event_etl.rules.watermark import WatermarkState
+from event_etl.storage import Storage
+from event_etl.storage.deadletter import DEADLETTER_SCHEMA
+from event_etl.timeutil import iso
+
+ROOT = Path(__file__).resolve().parents[1]
+H = 3_600_000
+T0 = 1_795_000_000_000 // H * H  # an hour start (2026-11-18)
+
+
+@dataclass(frozen=True)
+class C:
+    key: str
+    reason: str
+    event_time: int | None
+
+
+def test_too_late_again_is_the_judges_rule_for_a_job_with_a_watermark():
+    lateness = 2 * H
+    # the hour T0 ends at T0 + 1h; too late once the watermark is more than 2h past that end
+    assert not too_late_again(T0 + 10, T0 + 3 * H, lateness)
+    assert too_late_again(T0 + 10, T0 + 3 * H + 1, lateness)
+    assert too_late_again(T0 + H - 1, T0 + 3 * H + 1, lateness)
+    assert not too_late_again(T0 + H, T0 + 3 * H + 1, lateness), "the next hour: not yet"
+    assert not too_late_again(None, T0 + 100 * H, lateness), "no event time: the job decides"
+    assert not too_late_again(T0, None, lateness), "no watermark yet: nothing is too late"
+
+
+def test_select_by_reason_hour_range_count_and_what_was_sent():
+    cs = [C("a#0", "schema_mismatch", T0), C("a#1", "invalid_json", None), C("a#2", "schema_mismatch", T0 + H),
+          C("b#0", "schema_mismatch", T0 + 2 * H), C("b#1", "before_backfill", T0 + 2 * H + 5),
+          C("b#2", "a_reason_added_later", T0 + 3 * H)]
+    assert [c.key for c in select(cs).chosen] == ["a#0", "a#1", "a#2", "b#0", "b#1", "b#2"]
+    assert [c.key for c in select(cs, reasons=["schema_mismatch"]).chosen] == ["a#0", "a#2", "b#0"]
+    assert [c.key for c in select(cs, reasons=["a_reason_added_later"]).chosen] == ["b#2"], "any reason string"
+    s = select(cs, since=T0 + H, until=T0 + 3 * H)
+    assert [c.key for c in s.chosen] == ["a#2", "b#0", "b#1"] and s.no_event_time == 1
+    s = select(cs, reasons=["schema_mismatch"], limit=2)
+    assert [c.key for c in s.chosen] == ["a#0", "a#2"] and s.beyond_limit == 1
+    s = select(cs, reasons=["schema_mismatch"], limit=2, sent={"a#0"})
+    assert [c.key for c in s.chosen] == ["a#2", "b#0"] and s.already_sent == 1 and s.beyond_limit == 0
+    s = select(cs, reasons=["schema_mismatch"], sent={"a#0", "a#2", "b#0"})
+    assert s.chosen == [] and s.already_sent == 3
+    assert len(select(cs, reasons=["schema_mismatch"], sent={"a#0"}, again=True).chosen) == 3
+
+
+def test_split_too_late_keeps_the_order():
+    cs = [C("a", "x", T0), C("b", "x", T0 + 5 * H), C("c", "x", None), C("d", "x", T0 + 1)]
+    ok, late = split_too_late(cs, T0 + 4 * H, H)
+    assert [c.key for c in ok] == ["b", "c"] and [c.key for c in late] == ["a", "d"]
+
+
+def _dead_letters(sink: Path, event_type: str, day: str, name: str, rows: list[tuple[str, int | None, bytes]]):
+    folder = sink / event_type / "_deadletter" / f"dt={day}"
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    fastavro.writer(buf, DEADLETTER_SCHEMA, [
+        {"event_type": event_type, "reason": reason, "detail": "d", "arrived_at": T0 + 10 * H, "event_time": t,
+         "source": f"{name}@{i}", "batch_id": 0, "payload": payload} for i, (reason, t, payload) in enumerate(rows)])
+    (folder / name).write_bytes(buf.getvalue())
+
+
+@pytest.fixture
+def sink(tmp_path):
+    sink = tmp_path / "data"
+    _dead_letters(sink, "page_view", "2026-11-18", "dl-b0000000000-s0000.avro", [
+        ("schema_mismatch", T0, b'{"n": 1}'), ("too_late", T0 - 30 * H, b'{"n": 2}'),
+        ("invalid_json", None, b"{not json"), ("schema_mismatch", T0 + H, b'{"n":\n 4}')])
+    _dead_letters(sink, "page_view", "2026-11-19", "dl-b0000000003-s0001.avro", [
+        ("schema_mismatch", T0 + 2 * H, b'{"n": 5}')])
+    return sink
+
+
+def test_a_dir_replay_writes_one_file_the_job_finds_whole_and_is_recorded(sink, tmp_path):
+    storage = Storage(str(sink))
+    entries = load_entries(storage, "page_view")
+    assert [e.key for e in entries] == ["dt=2026-11-18/dl-b0000000000-s0000.avro#0",
+                                        "dt=2026-11-18/dl-b0000000000-s0000.avro#1",
+                                        "dt=2026-11-18/dl-b0000000000-s0000.avro#2",
+                                        "dt=2026-11-18/dl-b0000000000-s0000.avro#3",
+                                        "dt=2026-11-19/dl-b0000000003-s0001.avro#0"]
+    (tmp_path / "in").mkdir()
+    target = parse_target(f"dir:{tmp_path / 'in'}")
+    plan = plan_replay(entries, [], target, now=T0 + 11 * H, reasons=["schema_mismatch"], watermark=T0 + 3 * H,
+                       allowed_lateness=24 * H)
+    assert [e.letter.payload for e in plan.send] == [b'{"n": 1}', b'{"n": 5}']
+    assert [e.letter.payload for e in plan.not_a_line] == [b'{"n":\n 4}'], "a newline cannot be one line"
+    rec = run_replay(storage, "page_view", plan, now=T0 + 11 * H)
+    files = sorted(p.name for p in (tmp_path / "in").iterdir())
+    assert files == [f"replay-{plan.replay_id}.jsonl"], "no hidden temporary left behind"
+    assert (tmp_path / "in" / files[0]).read_bytes() == b'{"n": 1}\n{"n": 5}\n'
+    assert rec["state"] == "sent" and rec["count"] == 2 and rec["reasons"] == {"schema_mismatch": 2}
+    assert replay_records(storage, "page_view") == [rec]
+    assert len(load_entries(storage, "page_view")) == 5, "the record sits next to the dead letters, not among them"
+    again = plan_replay(load_entries(storage, "page_view"), replay_records(storage, "page_view"), target,
+                        now=T0 + 12 * H, reasons=["schema_mismatch"])
+    assert again.send == [] and again.selection.already_sent == 2
+
+
+def test_targets_are_parsed_with_an_error_and_a_fix(tmp_path):
+    assert parse_target("pubsub", "projects/p/topics/t").url == "pubsub:projects/p/topics/t"
+    assert parse_target("pubsub:projects/p/topics/u", "projects/p/topics/t").where == "projects/p/topics/u"
+    assert parse_target("kafka:views").url == "kafka:views"
+    for bad in ("pubsb:x", "dir:", f"dir:{tmp_path / 'nope'}", "kafka:", "pubsub:topics/x"):
+        with pytest.raises(UsageError) as err:
+            parse_target(bad, "projects/p/topics/t")
+        assert err.value.fix
+
+
+def _types(tmp_path: Path, lateness: str = "24h") -> Path:
+    types = tmp_path / "types"
+    shutil.copytree(ROOT / "event_types" / "page_view", types / "page_view")
+    toml = types / "page_view" / "etl.toml"
+    toml.write_text(toml.read_text().replace('allowed_lateness = "24h"', f'allowed_lateness = "{lateness}"'))
+    return types
+
+
+def test_the_command_says_what_is_too_late_again_before_sending_and_sends_nothing_twice(sink, tmp_path):
+    types, folder, ck = _types(tmp_path), tmp_path / "in", tmp_path / "ck"
+    folder.mkdir()
+    Checkpoint(ck).save_state(WatermarkState(watermark=T0 + 3 * H))  # the live job's: T0 - 30h is past 24h
+    args = ["page_view", "--sink", str(sink), "--event-types", str(types), "--replay-to", f"dir:{folder}",
+            "--checkpoint", str(ck)]
+    r = CliRunner().invoke(deadletter_cmd, [*args, "--dry-run"])
+    assert r.exit_code == 0, r.output
+    assert f"[page_view] 1 would be too late again (hour {iso(T0 - 30 * H)}: the live job's watermark" in r.output
+    assert "left out (--too-late sends them anyway)" in r.output
+    assert "1 payloads hold a newline" in r.output
+    assert "would send 3 dead letters" in r.output and "invalid_json 1, schema_mismatch 2" in r.output
+    assert list(folder.iterdir()) == [] and not (sink / "page_view" / "_deadletter" / "_replays").exists()
+
+    r = CliRunner().invoke(deadletter_cmd, args)
+    assert r.exit_code == 0, r.output
+    assert "sent 3 dead letters to " in r.output and "_replays/" in r.output
+    (sent,) = folder.iterdir()
+    assert sent.read_bytes() == b'{"n": 1}\n{not json\n{"n": 5}\n'
+
+    r = CliRunner().invoke(deadletter_cmd, args)
+    assert r.exit_code == 0, r.output
+    assert "3 matching dead letters were sent by an earlier replay: left out (--again sends them again)" in r.output
+    assert "nothing to replay" in r.output and len(list(folder.iterdir())) == 1
+
+    r = CliRunner().invoke(deadletter_cmd, [*args, "--again", "--too-late", "--limit", "2"])
+    assert r.exit_code == 0, r.output
+    assert "sent anyway (--too-late)" in r.output and "sent 2 dead letters" in r.output
+    assert "more match beyond --limit" in r.output
+    recs = replay_records(Storage(str(sink)), "page_view")
+    assert [r["count"] for r in recs] == [3, 2] and recs[1]["too_late_sent"] == 1
+
+
+def test_the_listing_is_unchanged_and_replay_options_need_replay_to(sink, tmp_path):
+    types = _types(tmp_path)
+    common = ["page_view", "--sink", str(sink), "--event-types", str(types)]
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--counts"])
+    assert r.exit_code == 0 and "schema_mismatch      3" in r.output and "total                5" in r.output
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--json", "--limit", "1"])
+    assert r.exit_code == 0 and json.loads(r.output.splitlines()[0])["reason"] == "schema_mismatch"
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--again"])
+    assert r.exit_code == 2 and "--again is an option of a replay" in r.output and "fix:" in r.output
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--replay-to", "pubsb:projects/x/topics/y"])
+    assert r.exit_code == 2 and "not a replay target" in r.output and "fix:" in r.output
