@@ -110,3 +110,86 @@ def test_dead_letters_replayed_into_the_live_dir_folder_land_once_by_the_rules(t
     assert r.returncode == 0, r.stdout + r.stderr
     assert "30 matching dead letters were sent by an earlier replay" in r.stdout and "nothing to replay" in r.stdout
     assert len(list(folder.iterdir())) == 2
+
+
+def _fixed_schema(types: Path) -> None:
+    schema = types / "page_view" / "schema.avsc"
+    schema.write_text(schema.read_text().replace('"TABLET", "OTHER"]', '"TABLET", "OTHER", "TV"]'))
+    r = _run("schema", "register", "page_view", "--event-types", str(types))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_dead_letters_republished_to_the_types_pubsub_topic_land_once_by_the_rules(tmp_path, pubsub_server):
+    """The same through the Pub/Sub emulator: `--replay-to pubsub` republishes to the type's topic (its etl.toml's
+    [pubsub] topic) the original bytes with the replay's attributes; the job's own subscription delivers them."""
+    from google.cloud import pubsub_v1
+
+    name = f"r{uuid.uuid4().hex[:10]}"
+    topic, sub = f"projects/event-etl-test/topics/{name}", f"projects/event-etl-test/subscriptions/{name}-etl"
+    types = tmp_path / "types"
+    shutil.copytree(ROOT / "event_types" / "page_view", types / "page_view")
+    toml = types / "page_view" / "etl.toml"
+    toml.write_text(toml.read_text().replace('"projects/event-etl-local/topics/page-view"', f'"{topic}"'))
+    env = {**_env(), "PUBSUB_EMULATOR_HOST": pubsub_server.host}
+    os.environ["PUBSUB_EMULATOR_HOST"] = pubsub_server.host
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, timeout=300)
+
+    r = run("setup", "page_view", "--topic", topic, "--subscription", sub, "--ack-deadline", "10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    subscriber = pubsub_v1.SubscriberClient()
+    watch = f"{sub}-watch"  # a second subscription: what the replay published, attributes included
+    subscriber.create_subscription(name=watch, topic=topic)
+    rng = random.Random(503)
+    base = (int(time.time() * 1000) - 3 * HOUR_MS) // HOUR_MS * HOUR_MS
+    hours = [base, base + HOUR_MS]
+    views = [_view(rng, h + i * 60_000, "TV" if i % 10 == 4 else "MOBILE") for h in hours for i in range(30)]
+    tv = {v["event_id"]: json.dumps(v).encode() for v in views if v["device_type"] == "TV"}
+    publisher = pubsub_v1.PublisherClient()
+    for f in [publisher.publish(topic, json.dumps(v).encode()) for v in views]:
+        f.result(timeout=30)
+    sink, ck = tmp_path / "data", tmp_path / "ck"
+    common = ["--sink", str(sink), "--event-types", str(types)]
+    job = ["run", "page_view", "--source", f"pubsub:{sub}", "--checkpoint", str(ck), "--master", "local[2]",
+           "--trigger-interval", "1s", "--once", "--drain", *common]
+
+    r = run(*job)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run("deadletter", "page_view", "--counts", *common)
+    assert "schema_mismatch      6" in r.stdout, r.stdout
+    subscriber.acknowledge(subscription=watch, ack_ids=[m.ack_id for m in _pull(subscriber, watch, len(views))])
+
+    _fixed_schema(types)
+    r = run("deadletter", "page_view", "--replay-to", "pubsub", "--reason", "schema_mismatch", "--checkpoint", str(ck),
+            *common)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"sent 6 dead letters to {topic} (schema_mismatch 6)" in r.stdout, r.stdout
+    replay_id = r.stdout.split("replay ", 1)[1].split(":", 1)[0]
+    got = _pull(subscriber, watch, 6)
+    assert sorted(m.message.data for m in got) == sorted(tv.values()), "the original bytes"
+    assert {m.message.attributes["event_etl_replay"] for m in got} == {replay_id}
+    assert all(m.message.attributes["event_etl_replay_of"].startswith("msg:") for m in got)
+
+    r = run(*job)
+    assert r.returncode == 0, r.stdout + r.stderr
+    content = read_sink(sink, "page_view", "event_id")
+    timely = [i for hc in content.values() for i in hc.timely]
+    late = [i for hc in content.values() for i in hc.late]
+    assert sorted(timely + late) == sorted(v["event_id"] for v in views), "each event once"
+    assert set(late) == set(tv), "the replayed events, late into the open hour (their hours were drained)"
+    for h in hours:
+        r = run("audit", "page_view", iso(h), "--expected", "30", *common)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    r = run("deadletter", "page_view", "--replay-to", "pubsub", "--checkpoint", str(ck), *common)
+    assert "6 matching dead letters were sent by an earlier replay" in r.stdout and "nothing to replay" in r.stdout
+
+
+def _pull(subscriber, subscription: str, n: int) -> list:
+    got: list = []
+    deadline = time.monotonic() + 60
+    while len(got) < n and time.monotonic() < deadline:
+        got += subscriber.pull(subscription=subscription, max_messages=n - len(got), timeout=10).received_messages
+    assert len(got) == n, f"{len(got)} of {n} messages"
+    return got
