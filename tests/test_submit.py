@@ -189,7 +189,8 @@ def test_run_keeps_its_options_in_their_order():
     names = [p.name for p in main.commands["run"].params]
     assert names == ["event_types", "all_types", "source", "sink", "checkpoint", "trigger_interval",
                      "max_files_per_batch",
-                     "max_events_per_batch", "once", "drain", "drain_on_stop", "master", "conf", "quiet", "metrics_port",
+                     "max_events_per_batch", "once", "drain", "drain_on_stop", "master", "conf", "quiet",
+                     "metrics_port",
                      "metrics_host", "otlp_endpoint", "metrics_history", "engine", "checkpoint_root",
                      "event_types_dir"]
 
