@@ -7,6 +7,9 @@ short.  The schema fixed (the symbol added, registered), `event-etl deadletter p
 says the 5 would be too late again and leaves them out, and writes the 30 as a new file of the folder; the same
 job command on the same checkpoint takes them through its rules, as late records into the open hour (its hours
 were drained), each once; `audit` then matches every hour.  The same replay again sends nothing.
+
+The same through the Pub/Sub emulator (`--replay-to pubsub`: the type's topic) and a Kafka-protocol broker
+(`--replay-to kafka:TOPIC`: the original key and headers read back from the topic), each with the job's own source.
 """
 
 from __future__ import annotations
@@ -193,3 +196,75 @@ def _pull(subscriber, subscription: str, n: int) -> list:
         got += subscriber.pull(subscription=subscription, max_messages=n - len(got), timeout=10).received_messages
     assert len(got) == n, f"{len(got)} of {n} messages"
     return got
+
+
+def test_dead_letters_produced_to_the_kafka_topic_land_once_with_their_key_and_headers(tmp_path, kafka_broker):
+    """The same through a Kafka-protocol broker (tansu): `--replay-to kafka:TOPIC` produces the original value with
+    the key and headers of its original record, read back from the topic, and the replay's headers."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = f"page-views-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic, 1)
+    env = {**_env(), "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap}
+    # tansu reports a partition's high watermark as its last record batch's base offset + 1: one record a batch, so
+    # that the job's --once plans every replayed record (a real cluster needs no properties file)
+    props = tmp_path / "producer.properties"
+    props.write_text("linger.ms=0\nbatch.num.messages=1\n")
+
+    def run(*args: str, **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([EXE, *args], capture_output=True, text=True, env={**env, **extra}, timeout=300)
+
+    types = tmp_path / "types"
+    shutil.copytree(ROOT / "event_types" / "page_view", types / "page_view")
+    rng = random.Random(504)
+    base = (int(time.time() * 1000) - 3 * HOUR_MS) // HOUR_MS * HOUR_MS
+    hours = [base, base + HOUR_MS]
+    views = [_view(rng, h + i * 60_000, "TV" if i % 10 == 5 else "MOBILE") for h in hours for i in range(30)]
+    tv = {v["event_id"] for v in views if v["device_type"] == "TV"}
+    kafka_broker.produce(topic, [(0, json.dumps(v).encode(), v["event_id"].encode(), None,
+                                  [("source", b"web"), ("n", str(i).encode())]) for i, v in enumerate(views)])
+    sink, ck = tmp_path / "data", tmp_path / "ck"
+    common = ["--sink", str(sink), "--event-types", str(types)]
+    job = ["run", "page_view", "--source", f"kafka:{topic}", "--checkpoint", str(ck), "--master", "local[2]",
+           "--trigger-interval", "1s", "--once", "--drain", *common]
+
+    r = run(*job)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run("deadletter", "page_view", "--counts", *common)
+    assert "schema_mismatch      6" in r.stdout, r.stdout
+
+    _fixed_schema(types)
+    r = run("deadletter", "page_view", "--replay-to", f"kafka:{topic}", "--checkpoint", str(ck), *common,
+            EVENT_ETL_KAFKA_PROPERTIES=str(props))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"sent 6 dead letters to {topic} (schema_mismatch 6)" in r.stdout and "without" not in r.stdout, r.stdout
+    replay_id = r.stdout.split("replay ", 1)[1].split(":", 1)[0]
+    consumer = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "replay-check",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, len(views))])
+    got: list = []
+    deadline = time.monotonic() + 60
+    while len(got) < 6 and time.monotonic() < deadline:
+        got += [m for m in consumer.consume(6 - len(got), timeout=2) if m.error() is None]
+    consumer.close()
+    assert sorted(m.key().decode() for m in got) == sorted(tv), "each with its original key"
+    by_id = {v["event_id"]: (i, v) for i, v in enumerate(views)}
+    for m in got:
+        i, v = by_id[m.key().decode()]
+        assert m.value() == json.dumps(v).encode(), "the original bytes"
+        assert m.headers() == [("source", b"web"), ("n", str(i).encode()), ("event_etl_replay", replay_id.encode()),
+                               ("event_etl_replay_of", f"kafka:{topic}/0@{i}".encode())]
+
+    r = run(*job)
+    assert r.returncode == 0, r.stdout + r.stderr
+    content = read_sink(sink, "page_view", "event_id")
+    timely = [i for hc in content.values() for i in hc.timely]
+    late = [i for hc in content.values() for i in hc.late]
+    assert sorted(timely + late) == sorted(v["event_id"] for v in views), "each event once"
+    assert set(late) == tv, "the replayed events, late into the open hour (their hours were drained)"
+    for h in hours:
+        r = run("audit", "page_view", iso(h), "--expected", "30", *common)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    r = run("deadletter", "page_view", "--replay-to", f"kafka:{topic}", "--checkpoint", str(ck), *common)
+    assert "6 matching dead letters were sent by an earlier replay" in r.stdout and "nothing to replay" in r.stdout

@@ -398,6 +398,8 @@ def _replay(storage, et, event_type: str, replay_to: str, *, reason, since, unti
         return
     with could_not_check():
         rec = run_replay(storage, event_type, plan, now=now, clock=now_millis)
+    for note in rec.get("notes", []):
+        click.echo(f"[{event_type}] {note}")
     where = storage.display(f"{event_type}/_deadletter/_replays/{rec['replay']}.json")
     click.echo(f"[{event_type}] replay {rec['replay']}: sent {rec['count']:,} dead letters to {rec['sent_to']} "
                f"({by_reason}); recorded in {where}")

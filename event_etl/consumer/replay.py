@@ -10,10 +10,11 @@ Targets:
   published as it was, with the attributes ``event_etl_replay`` (the replay's id) and ``event_etl_replay_of``
   (where the payload first came from);
 - ``kafka:TOPIC`` (the cluster of ``EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS``): each payload produced as the value, with
-  the headers ``event_etl_replay`` and ``event_etl_replay_of``.
+  the key and headers of its original record (read back from the topic and partition its dead letter names, while
+  retention keeps it) and the headers ``event_etl_replay`` and ``event_etl_replay_of``.
 
-The dead letters keep each record's payload, not its Pub/Sub attributes or Kafka key and headers: a type whose
-event time is an attribute (``time_attribute``) cannot take its dead letters back this way.
+The dead letters keep each record's payload, not its Pub/Sub attributes: a type whose event time is a Pub/Sub
+attribute (``time_attribute``) cannot take its dead letters back through Pub/Sub.
 
 Each replay is recorded next to the dead letters, ``<type>/_deadletter/_replays/<id>.json``, naming the dead
 letters it sends (their keys, :mod:`event_etl.rules.replay`) before it sends them; a later replay leaves out
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -140,6 +142,8 @@ class ReplayPlan:
     not_a_line: list[Entry] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)
     """Earlier replays recorded as ``sending``: cut short, some of their dead letters may not have been sent."""
+    notes: list[str] = field(default_factory=list)
+    """What the sending found to say (Kafka: records whose key and headers could not be read back)."""
 
 
 def plan_replay(entries: Sequence[Entry], records: Sequence[dict[str, Any]], target: Target, *, now: int,
@@ -182,6 +186,8 @@ def run_replay(storage: Storage, event_type: str, plan: ReplayPlan, *, now: int,
     sender = {"dir": _send_dir, "pubsub": _send_pubsub, "kafka": _send_kafka}[plan.target.kind]
     rec["sent_to"] = sender(plan)
     rec["state"] = "sent"
+    if plan.notes:
+        rec["notes"] = plan.notes
     rec["sent_at"] = iso((clock or (lambda: now))())
     storage.write_atomic(rel, _record_bytes(rec))
     return rec
@@ -227,6 +233,10 @@ def _send_kafka(plan: ReplayPlan) -> str:
 
     from event_etl.sources.kafka import kafka_config
 
+    originals, missing = kafka_originals([e.letter.source for e in plan.send])
+    if missing:
+        plan.notes.append(f"{missing:,} sent without their original key and headers: their records are no longer in "
+                          "Kafka (retention), or the cluster did not answer")
     prod = Producer(kafka_config())
     failed: list[str] = []
 
@@ -234,10 +244,12 @@ def _send_kafka(plan: ReplayPlan) -> str:
         if err is not None:
             failed.append(str(err))
 
+    ours = (REPLAY_ATTRIBUTE, REPLAY_OF_ATTRIBUTE)
     for e in plan.send:
-        prod.produce(plan.target.where, value=e.letter.payload, on_delivery=delivered,
-                     headers=[(REPLAY_ATTRIBUTE, plan.replay_id.encode()),
-                              (REPLAY_OF_ATTRIBUTE, e.letter.source.encode())])
+        key, headers = originals.get(e.letter.source, (None, []))
+        prod.produce(plan.target.where, value=e.letter.payload, key=key, on_delivery=delivered,
+                     headers=[h for h in headers if h[0] not in ours]
+                     + [(REPLAY_ATTRIBUTE, plan.replay_id.encode()), (REPLAY_OF_ATTRIBUTE, e.letter.source.encode())])
         prod.poll(0)
     left = prod.flush(60)
     if left or failed:
@@ -248,3 +260,48 @@ def _send_kafka(plan: ReplayPlan) -> str:
                           fix="check EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS and the topic; the replay is recorded as "
                               "sending: run the command again with --again and the same selection")
     return plan.target.where
+
+
+KAFKA_POSITION = re.compile(r"kafka:(?P<topic>[^/]+)/(?P<partition>\d+)@(?P<offset>\d+)")
+"""A dead letter's ``source`` when it came from Kafka (:func:`event_etl.sources.kafka.record_payload`)."""
+
+
+def kafka_originals(sources: Sequence[str], *, gap: int = 1000, timeout: float = 10.0
+                    ) -> tuple[dict[str, tuple[bytes | None, list[tuple[str, bytes | None]]]], int]:
+    """The key and headers of the Kafka records ``sources`` name (``kafka:TOPIC/PARTITION@OFFSET``), read back from
+    the cluster: ``{source: (key, headers)}``, and how many could not be read (retention deleted them, the cluster
+    did not answer).  Offsets of a partition less than ``gap`` apart are read as one range."""
+    from event_etl.errors import SourceError
+    from event_etl.sources.kafka import read_messages
+
+    wanted: dict[tuple[str, int], set[int]] = {}
+    for src in sources:
+        m = KAFKA_POSITION.fullmatch(src)
+        if m:
+            wanted.setdefault((m["topic"], int(m["partition"])), set()).add(int(m["offset"]))
+    out: dict[str, tuple[bytes | None, list[tuple[str, bytes | None]]]] = {}
+    missing = 0
+    for (topic, partition), offsets in sorted(wanted.items()):
+        ordered = sorted(offsets)
+        runs: list[list[int]] = [[ordered[0]]]
+        for off in ordered[1:]:
+            if off - runs[-1][-1] < gap:
+                runs[-1].append(off)
+            else:
+                runs.append([off])
+        for run in runs:
+            want = set(run)
+            found = 0
+            try:
+                for msgs in read_messages(topic, partition, run[0], run[-1] + 1, timeout=timeout):
+                    for msg in msgs:
+                        if msg.offset() in want:
+                            out[f"kafka:{topic}/{partition}@{msg.offset()}"] = (msg.key(), list(msg.headers() or []))
+                            found += 1
+            except SourceError:
+                pass
+            except Exception as err:  # noqa: BLE001 - a KafkaException: the cluster did not answer; sent without
+                if type(err).__module__.split(".")[0] != "confluent_kafka":
+                    raise
+            missing += len(want) - found
+    return out, missing
