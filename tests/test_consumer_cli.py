@@ -74,7 +74,7 @@ def test_wait_for_a_complete_hour(run):
     res = run("wait", "click", "2026-11-21T14:00Z")
     assert res.exit_code == 0
     assert "click 2026-11-21T14:00:00Z complete: records 2 (late 1)  files 2" in res.output
-    assert "marker delay 10m" in res.output
+    assert "marker delay (wall clock) 10m" in res.output
 
 
 def test_wait_times_out_with_exit_code_3(run):
@@ -121,7 +121,8 @@ def test_hours_table(run):
     res = run("hours", "click", "--since", "2026-11-21T12", "--until", "2026-11-21T17")
     assert res.exit_code == 0
     lines = res.output.splitlines()
-    assert lines[0].split() == ["hour", "status", "records", "late", "files", "completed", "at", "marker", "delay"]
+    assert lines[0].split() == ["hour", "status", "records", "late", "files", "completed", "at", "marker", "delay",
+                                "(wall", "clock)"]
     rows = {ln.split()[0]: ln for ln in lines[1:]}
     assert rows["2026-11-21T12:00:00Z"].split()[1] == "never"
     assert rows["2026-11-21T14:00:00Z"].split()[1:] == ["complete", "2", "1", "2", "2026-11-21T15:10:00Z", "10m"]
@@ -276,3 +277,83 @@ def test_status_says_ahead_when_the_watermark_runs_ahead_of_the_wall_clock(sc):
     wm = sc.pipeline.ckpt.load_state().watermark
     assert job_status("click", storage=Storage(sc.sink), checkpoint_dir=ck, now=wm + 62_000)["lag"] == "1m02s"
     assert job_status("click", storage=Storage(sc.sink), checkpoint_dir=ck, now=wm - 4 * 3_600_000)["lag"] == "ahead"
+
+
+# -- issue 50 item 4: one marker delay, on the wall clock, never negative; verify says what it left out ---------
+@pytest.fixture
+def drained(sc):
+    """``sc`` drained at 15:10 by the wall clock: the open hour 15 is marked 50 minutes before it ends."""
+    marked = sc.pipeline.controller.drain()
+    assert [(m.extra["closed_by"], m.marker_delay_ms) for m in marked] == [("drain", -50 * 60_000)]
+    return marked[0]
+
+
+def test_a_drained_hour_reads_drained_in_hours_wait_and_the_runs_line_never_a_negative_delay(run, sc, drained):
+    import re
+
+    from event_etl.job.progress import ProgressPrinter
+
+    res = run("hours", "click", "--since", "2026-11-21T13", "--until", "2026-11-21T16")
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[0].split("  ")[-1].strip() == "marker delay (wall clock)", lines[0]
+    rows = {ln.split()[0]: ln.split()[-1] for ln in lines[1:4]}
+    assert rows == {"2026-11-21T13:00:00Z": "10m", "2026-11-21T14:00:00Z": "10m",
+                    "2026-11-21T15:00:00Z": "drained"}
+    assert "drained: 1 hours were marked before they ended by the wall clock, by a drain" in res.output
+    assert "ahead:" not in res.output
+    res = run("wait", "click", "2026-11-21T15", "--timeout", "0")
+    assert res.exit_code == 0 and res.output.rstrip().endswith("marker delay (wall clock) drained"), res.output
+    # the run's own line says the same of the same hour, whatever clock its lag is read on
+    printer = ProgressPrinter("click", sc.clock, event_clock=lambda: drained.hour - 3_600_000)
+    assert printer.marker_line(drained).endswith("  marker delay (wall clock) drained")
+    assert not re.search(r"delay.* -\d", printer.marker_line(drained))
+    # --json keeps its fields (the manifest's figure, negative here) and adds why
+    doc = json.loads(run("wait", "click", "2026-11-21T15", "--timeout", "0", "--json").output)
+    assert doc["marker_delay_seconds"] == -3000 and doc["marked_early"] == "drained"
+    rows_json = json.loads(run("hours", "click", "--since", "2026-11-21T13", "--until", "2026-11-21T16",
+                               "--json").output)
+    assert [(r["marker_delay_seconds"], r["marked_early"]) for r in rows_json] == [(600, None), (600, None),
+                                                                                  (-3000, "drained")]
+
+
+def test_the_runs_marker_line_and_hours_agree_on_the_wall_clock_with_a_generator_clock(run, sc):
+    """The run used to print the marker delay on the generator's clock (`1h45m`, `-45m10s`) where `hours` printed the
+    wall clock's (`4h34m`, `ahead`): one definition now, the manifest's, on the wall clock."""
+    from event_etl.job.progress import ProgressPrinter
+    from event_etl.rules.manifest import Manifest
+
+    path = Path(sc.sink) / "click" / hour_dir("click", hour("14")).split("/", 1)[1] / MARKER_NAME
+    m = Manifest.from_json(json.loads(path.read_text()))
+    generator_ahead = lambda: m.hour + 3_600_000 + 105 * 60_000  # noqa: E731 - its clock 1h45m past the hour's end
+    line = ProgressPrinter("click", sc.clock, event_clock=generator_ahead).marker_line(m)
+    assert line.endswith("  marker delay (wall clock) 10m") and "generator" not in line, line
+    res = run("hours", "click", "--since", "2026-11-21T14", "--until", "2026-11-21T15")
+    assert res.output.splitlines()[1].split()[-1] == "10m"
+    # written before its hour ended by the wall clock, not by a drain: `ahead` in both
+    early = Manifest.from_json({**m.to_json(), "completed_at": "2026-11-21T14:20:00Z"})
+    assert ProgressPrinter("click", sc.clock).marker_line(early).endswith("  marker delay (wall clock) ahead")
+
+
+def test_verify_since_says_which_complete_hours_after_the_wall_clocks_hour_it_left_out(run, sc, monkeypatch):
+    """The sink's event time runs ahead of the wall clock (13:30 here): `verify --since` without --until stops at the
+    wall clock's hour; the complete hours 13 and 14 after it used to be left out in silence."""
+    import event_etl.cli.consumer as consumer_cli
+
+    monkeypatch.setattr(consumer_cli, "now_millis", lambda: hour("13") + 30 * 60_000)
+    res = run("verify", "click", "--since", "2026-11-21T12")
+    assert res.exit_code == 0, res.output
+    assert ("left out: 2 complete hours from 2026-11-21T13:00:00Z on (2026-11-21T13:00:00Z .. 2026-11-21T14:00:00Z), "
+            "not verified") in res.stderr
+    assert "pass --until 2026-11-21T15:00:00Z to verify them" in res.stderr
+    res = run("verify", "click", "--since", "2026-11-21T12", "--json")
+    assert [r["hour"] for r in json.loads(res.stdout)] == ["2026-11-21T12:00:00Z"] and "left out: 2" in res.stderr
+    # --since after the wall clock's hour: nothing in the range, and the hours from --since on named (it was an error)
+    res = run("verify", "click", "--since", "2026-11-21T14")
+    assert res.exit_code == 0 and res.stdout == ""
+    assert "left out: 1 complete hour from 2026-11-21T14:00:00Z on (2026-11-21T14:00:00Z)" in res.stderr
+    # with --until, the range is what was asked: nothing is said
+    res = run("verify", "click", "--since", "2026-11-21T12", "--until", "2026-11-21T13")
+    assert res.exit_code == 0 and "left out" not in res.output
+    res = run("verify", "click", "--since", "2026-11-21T12", "--until", "2026-11-21T15")
+    assert res.exit_code == 0 and res.stdout.count(": ok (") == 2

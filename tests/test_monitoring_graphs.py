@@ -67,7 +67,8 @@ def test_time_range_from_the_options():
     assert rng.start == datetime(2026, 11, 21, 13, tzinfo=UTC) and rng.end.tzinfo is not None
     assert parse_time("-2h", now=NOW) == NOW - timedelta(hours=2)
     assert parse_time("2026-11-21T14:00+01:00", now=NOW) == datetime(2026, 11, 21, 13, tzinfo=UTC)
-    assert "13:00 to 2026-11-21 14:00 UTC, 1m windows every 10s" in rng.describe()
+    assert ("13:00 to 2026-11-21 14:00 UTC, a point every 10s; rates and event delays over the 1m before each point"
+            in rng.describe())
 
 
 @pytest.mark.parametrize("kw, fix", [
@@ -312,7 +313,9 @@ def test_lag_against_the_generator_clock_is_labelled_so(tmp_path):
     charts = history_charts(recs, history_range(recs))
     lag, marker_panel = charts[0].panels[0], charts[4].panels[0]
     assert lag.quantity == "watermark lag (generator clock)" and "generator clock minus watermark" in charts[0].title
-    assert marker_panel.quantity == "marker delay (generator clock)" and "generator clock" in charts[4].title
+    # the marker delay is the manifest's, on the wall clock, as `hours` and `wait` show it (issue 50 item 4)
+    assert marker_panel.quantity == "marker delay (wall clock)" and "wall clock" in charts[4].title
+    assert dict(marker_panel.series[0].points)[marker["t"]] == marker["t"] - marker["hour_end"]
     figs = dict(figures(charts, event_type="page_view", rng=history_range(recs)))
     assert figs["page_view-watermark-lag.png"].axes[0].get_ylabel() == "watermark lag (generator clock, s)"
     # a job on the wall clock: no note
@@ -449,3 +452,105 @@ def test_the_title_names_a_history_in_the_working_folder_by_its_relative_path(tm
     long = "/" + "/".join(["folder"] * 20) + "/metrics-history.jsonl"
     assert _short_path(long).startswith("…") and _short_path(long).endswith("/metrics-history.jsonl")
     assert len(_short_path(long)) == 70
+
+
+# -- issue 50 item 4: graphs after a drain ----------------------------------------------------------
+def drained_history(tmp_path, minutes: int = 30):
+    """``make_history``'s job (a batch a minute, the wall clock at 13:50 + k minutes), then drained: the drain moves
+    the watermark to the end of the open hour 14:00, 15:00, ahead of the clock (~14:19), and marks it."""
+    et = make_event_type(tmp_path / "types")
+    clock = FakeClock(t("13:50"))
+    p = LocalPipeline(tmp_path, et, clock)
+    path = tmp_path / "metrics.jsonl"
+    m = JobMetrics("click", clock=clock, controller_state=lambda: p.controller.state, history=MetricsHistory(str(path)))
+    p.controller.listeners.extend(m.listeners)
+    for k in range(minutes):
+        clock.now = t("13:50") + k * 60_000
+        p.batch([click(f"e{k}-{i}", clock.now - 30_000 - i * 100) for i in range(60)])
+    clock.now += 5_000
+    marked = p.controller.drain()
+    m.shutdown()
+    assert [m.extra["closed_by"] for m in marked] == ["drain"] and marked[0].marker_delay_ms < 0  # the premise
+    return path, marked[0]
+
+
+def test_a_drain_is_an_event_on_the_graphs_not_a_negative_lag_or_marker_delay(tmp_path):
+    path, drained = drained_history(tmp_path)
+    recs = HistorySource(str(path)).of_type("click")
+    drain = next(r for r in recs if r.get("why") == "drain")
+    assert drain["watermark_lag_seconds"] < -30 * 60  # what the history holds: the step ahead of the clock
+    drained_marker = next(r for r in recs if r["kind"] == "marker" and r["hour"] == "2026-11-21T14:00:00Z")
+    assert drained_marker["closed_by"] == "drain"
+    charts = {c.key: c for c in history_charts(recs, history_range(recs))}
+    lag_panel, marker_panel = charts["watermark-lag"].panels[0], charts["marker-delay"].panels[0]
+    lag = [v for s in lag_panel.series for _, v in s.points]
+    assert lag and min(lag) >= 0, "the drain's step is no lag sample"
+    assert drain["t"] not in {ts for s in lag_panel.series for ts, _ in s.points}
+    assert [(e.t, e.name) for e in lag_panel.events] == [(drain["t"], "drain")]
+    markers = [v for s in marker_panel.series for _, v in s.points]
+    assert markers and min(markers) >= 0, "the drained hour's marker is no negative marker delay"
+    assert [(e.t, e.name) for e in marker_panel.events] == [(drain["t"], "drain")]
+    # drawn: a marked point with its name, on the zero line, no point below zero
+    figs = dict(figures(list(charts.values()), event_type="click", rng=history_range(recs)))
+    ax = figs["click-watermark-lag.png"].axes[0]
+    assert "drain" in [t.get_text() for t in ax.texts]
+    assert "drain" in [line.get_label() for line in ax.get_lines()]
+    assert min(float(y) for line in ax.get_lines() for y in line.get_ydata()) >= 0
+
+
+def test_events_of_a_history_without_closed_by_and_of_a_clock_ahead(tmp_path):
+    """Marker lines written before `closed_by` existed: one marked before its hour ended just before a drain line is
+    the drain's; one marked early with no drain near is `ahead`. Neither is a marker-delay sample."""
+    from event_etl.metrics.graphs import MARKED_AHEAD, history_events
+
+    hour_end = t("2026-11-21T15:00") / 1000
+    recs = [
+        {"kind": "batch", "t": hour_end - 7200, "since": hour_end - 7205, "events": {"timely": 1}, "files": 1,
+         "delay": {"bounds": [1], "counts": []}, "watermark_lag_seconds": 60.0},
+        {"kind": "marker", "t": hour_end - 3000, "hour_end": hour_end - 600, "marker_delay_seconds": -2400.0},
+        {"kind": "marker", "t": hour_end - 1800, "hour_end": hour_end - 3600, "marker_delay_seconds": 1800.0},
+        {"kind": "marker", "t": hour_end - 900, "hour_end": hour_end, "marker_delay_seconds": -900.0},
+        {"kind": "watermark", "why": "drain", "t": hour_end - 899, "watermark_lag_seconds": -899.0},
+    ]
+    rng = history_range(recs)
+    events, marker_events = history_events(recs, rng)
+    assert [(e.t, e.name) for e in events] == [(hour_end - 899, "drain")]
+    assert [(e.t, e.name) for e in marker_events] == [(hour_end - 3000, MARKED_AHEAD)]
+    marker = history_charts(recs, rng)[4].panels[0]
+    assert [pt for s in marker.series for pt in s.points] == [(hour_end - 1800, 1800.0)]
+    assert sorted((e.t, e.name) for e in marker.events) == [(hour_end - 3000, MARKED_AHEAD), (hour_end - 899, "drain")]
+
+
+def test_negative_lags_from_prometheus_are_drawn_as_events_not_below_zero():
+    lag = Series("watermark lag", ((1000.0, 30.0), (1010.0, -20.0)))
+    panel = _charts_of(lag=[lag])[0].panels[0]
+    assert panel.series[0].points == ((1000.0, 30.0),)
+    assert [(e.t, e.name) for e in panel.events] == [(1010.0, "watermark ahead of now")]
+
+
+def test_one_title_per_panel_saying_what_it_shows_and_no_jargon(tmp_path):
+    path, end = make_history(tmp_path)
+    rng = parse_range(since=None, until=None, last="40m", step="1m", window="5m", now=end)
+    figs = dict(figures(HistorySource(str(path)).charts("click", rng), event_type="click", rng=rng))
+    titles = [ax.get_title(loc="left") for ax in figs["click-overview.png"].axes]
+    assert titles == ["watermark lag (now minus watermark)", "timely events per second",
+                      "late events per second (arrived after their hour was complete)",
+                      "event delay (arrival minus event time): median, p95, p99", "files written per second",
+                      "marker delay (wall clock): _COMPLETE written after the end of its hour"]
+    assert [ax.get_title(loc="left") for ax in figs["click-events.png"].axes] == titles[1:3]
+    for name, fig in figs.items():
+        sup = fig.get_suptitle()
+        assert "windows every" not in sup and "a point every 1m; rates and event delays over the 5m before each " \
+                                                "point" in sup, (name, sup)
+
+
+def test_the_event_delay_legend_is_beside_its_panel_not_on_its_points(tmp_path):
+    path, end = make_history(tmp_path)
+    rng = parse_range(since=None, until=None, last="40m", step="1m", window="5m", now=end)
+    fig = dict(figures(HistorySource(str(path)).charts("click", rng), event_type="click", rng=rng))[
+        "click-event-delay.png"]
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert legend is not None and [t.get_text() for t in legend.get_texts()] == ["median", "p95", "p99"]
+    assert legend.get_window_extent().x0 >= ax.get_window_extent().x1, "the legend covers the panel's points"

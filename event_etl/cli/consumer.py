@@ -39,7 +39,8 @@ from event_etl.consumer.hours import hour_ms, hour_text, window
 from event_etl.consumer.sink import type_name
 from event_etl.errors import UsageError
 from event_etl.eventtypes import DEFAULT_ALLOWED_LATENESS_MS
-from event_etl.timeutil import DAY_MS, HOUR_MS, format_duration, iso, now_millis, to_datetime, to_millis
+from event_etl.rules.delays import AHEAD, DRAINED, MARKER_DELAY_NAME, marked_early, marker_delay_text
+from event_etl.timeutil import DAY_MS, HOUR_MS, iso, now_millis, to_datetime, to_millis
 
 __all__ = ["wait_cmd", "hours_cmd", "complete_cmd", "verify_cmd", "cat_cmd", "audit_cmd", "late_cmd"]
 
@@ -81,19 +82,33 @@ def _echo_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2))
 
 
+def _marker_delay(m) -> str:
+    """A manifest's marker delay as every command says it (:mod:`event_etl.rules.delays`): ``13m40s``, or
+    ``drained`` / ``ahead`` for an hour marked before it ended by the wall clock; never a negative duration."""
+    return marker_delay_text(m.marker_delay_ms, m.extra.get("closed_by"))
+
+
+def _marked_early(m) -> str | None:
+    """``--json``'s ``marked_early``: ``drained``, ``ahead``, or None (``marker_delay_seconds`` is a delay)."""
+    return None if m is None else marked_early(m.marker_delay_ms, m.extra.get("closed_by"))
+
+
 def manifest_json(m) -> dict[str, Any]:
-    """The summary of a complete hour's manifest, for --json."""
+    """The summary of a complete hour's manifest, for --json.  ``marker_delay_seconds`` is the manifest's figure (wall
+    clock), negative for an hour marked before it ended; ``marked_early`` says why then (``drained``, ``ahead``)."""
     return {"event_type": m.event_type, "hour": iso(m.hour), "state": "complete", "records": m.records,
             "late_records": m.late_records, "bytes": m.bytes, "completed_at": iso(m.completed_at),
-            "marker_delay_seconds": m.marker_delay_ms / 1000, "watermark": iso(m.watermark),
+            "marker_delay_seconds": m.marker_delay_ms / 1000, "marked_early": _marked_early(m),
+            "watermark": iso(m.watermark),
             "files": [{"name": f.name, "records": f.records, "bytes": f.bytes, "late": f.late} for f in m.files]}
 
 
 def status_json(s) -> dict[str, Any]:
-    """One hour's status, for --json."""
+    """One hour's status, for --json (``marker_delay_seconds`` and ``marked_early`` as in :func:`manifest_json`)."""
     return {"event_type": s.event_type, "hour": hour_text(s.hour), "state": str(s.state), "records": s.records,
             "late_records": s.late_records, "data_files": s.data_files, "completed_at": _iso(s.completed_at),
             "marker_delay_seconds": None if s.manifest is None else s.manifest.marker_delay_ms / 1000,
+            "marked_early": _marked_early(s.manifest),
             "audit": None if s.audit is None else s.audit.result.value,
             "first_complete": _iso(s.first_complete)}
 
@@ -164,8 +179,8 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
         _echo_json(manifest_json(m))
         return
     click.echo(f"{name} {hour_text(hour)} complete: records {m.records:,} (late {m.late_records:,})  files "
-               f"{len(m.files)}  completed at {_when(to_datetime(m.completed_at))}  marker delay "
-               f"{format_duration(m.marker_delay_ms)}")
+               f"{len(m.files)}  completed at {_when(to_datetime(m.completed_at))}  {MARKER_DELAY_NAME} "
+               f"{_marker_delay(m)}")
 
 
 @click.command("hours", epilog=EXIT_CODES_HELP)
@@ -183,7 +198,9 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, a
               event_types_dir: str | None) -> None:
     """Show the state of the hours of EVENT_TYPE: complete, audited, mismatch, open, not started or never.
 
-    "never": before the first hour the job marked, so no marker will come. HOUR values are UTC.
+    "never": before the first hour the job marked, so no marker will come. HOUR values are UTC. The marker
+    delay is when the marker was written minus the end of its hour, on the wall clock (as the job's
+    COMPLETE lines and `wait` say it): "drained" or "ahead" for an hour marked before it ended.
     """
     et = consumer_type(event_types_dir, event_type)
     if since is None and until is None:  # the hours that matter: up to the latest holding data, none before the first
@@ -197,22 +214,27 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, a
     if as_json:
         _echo_json([status_json(s) for s in statuses])
         return
-    rows = [("hour", "status", "records", "late", "files", "completed at", "marker delay")]
-    ahead = 0
+    rows = [("hour", "status", "records", "late", "files", "completed at", MARKER_DELAY_NAME)]
+    early: dict[str, int] = {}
     for s in statuses:
-        delay = None if s.manifest is None else s.manifest.marker_delay_ms
-        ahead += delay is not None and delay < 0
+        why = _marked_early(s.manifest)
+        if why is not None:
+            early[why] = early.get(why, 0) + 1
         rows.append((
             hour_text(s.hour), str(s.state), _count(s.records), _count(s.late_records), str(s.data_files),
-            _when(s.completed_at), "-" if delay is None else "ahead" if delay < 0 else format_duration(delay),
+            _when(s.completed_at), "-" if s.manifest is None else _marker_delay(s.manifest),
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                    .rstrip())
-    if ahead:
-        click.echo(f"ahead: {ahead} hours were marked before they ended by the wall clock: their event time runs ahead "
-                   "of it (a generator's clock, as in the demo), so a marker delay says nothing there")
+    if early.get(AHEAD):
+        click.echo(f"ahead: {early[AHEAD]} hours were marked before they ended by the wall clock: their event time "
+                   "runs ahead of it (a generator's clock, as in the demo), so a marker delay says nothing there")
+    if early.get(DRAINED):
+        click.echo(f"drained: {early[DRAINED]} hours were marked before they ended by the wall clock, by a drain (a "
+                   "job stopped for good closes the hours holding data at once); records of them that arrive later "
+                   "are late")
 
 
 @click.command("complete", epilog=EXIT_CODES_HELP)
@@ -276,7 +298,8 @@ def _window(since: datetime | None, until: datetime | None, *, include_current: 
 @click.argument("hour", type=HOUR, required=False)
 @click.option("--since", type=HOUR, default=None, help="Verify the complete hours from this one on (instead of HOUR).")
 @click.option("--until", type=HOUR, default=None,
-              help="With --since: the first hour NOT verified (half-open). Default: the current hour.")
+              help="With --since: the first hour NOT verified (half-open). Default: the current hour by the wall "
+              "clock; complete hours from it on are named on stderr (`left out: ...`), not verified.")
 @JSON_OPTION
 @sink_option
 @event_types_option
@@ -288,7 +311,8 @@ def verify_cmd(event_type: str, hour: datetime | None, since: datetime | None, u
     Sizes, sha256 and record counts of every listed file are recomputed. Give one HOUR (UTC, e.g.
     2026-11-21T13), or a range with --since [--until]. In a range, hours that are not complete are shown
     and not verified; exit code 3 if any of them (other than "never" hours) is still open, 5 if any hour
-    failed.
+    failed. Without --until the range ends at the current hour by the wall clock: complete hours from it
+    on (event time ahead of the wall clock, or a drain) are named in a `left out:` line on stderr.
     """
     if (hour is None) == (since is None):
         raise click.UsageError("give either HOUR or --since (with an optional --until)")
@@ -298,7 +322,15 @@ def verify_cmd(event_type: str, hour: datetime | None, since: datetime | None, u
     if hour is not None:
         reports = [verify_hour(sink, et, hour)]
     else:
-        reports = verify_hours(sink, et, *_window(since, until, include_current=False))
+        from event_etl.consumer.verify import complete_hours_from, left_out_text
+
+        lo, hi = _window(since, until, include_current=False)
+        # without --until the wall clock's hour ends the range: complete hours after it are named, never left out
+        # in silence (a generator's event time runs ahead of the wall clock; a drain marks the open hour)
+        left_out = complete_hours_from(sink, et, max(lo, hi)) if until is None else []
+        reports = verify_hours(sink, et, lo, hi) if hi > lo or not left_out else []
+        if left_out:
+            click.echo(left_out_text(left_out, max(lo, hi)), err=True)
     if as_json:
         _echo_json([{"event_type": r.event_type, "hour": hour_text(r.hour), "state": str(r.state), "checked": r.checked,
                      "ok": r.ok, "files": r.files, "records": r.records, "missing": list(r.missing),

@@ -42,8 +42,10 @@ __all__ = ["graphs_cmd"]
 @handles_errors
 def graphs_cmd(event_type, prometheus_url, history_file, checkpoint, last, since, until, step, window,
                out_dir) -> None:
-    """Draw PNG charts of EVENT_TYPE's job: watermark lag, late vs timely events per second,
-    event delay, files per second and marker delay, with UTC time axes.
+    """Draw PNG charts of EVENT_TYPE's job: watermark lag, timely and late events per second,
+    event delay, files per second and marker delay (on the wall clock, as `event-etl hours` shows
+    it), with UTC time axes. A drain is drawn as an event (a marked point named `drain`), and no
+    lag or delay below zero.
 
     From the metrics history a job keeps in its checkpoint (by default; --checkpoint DIR names
     the checkpoint, ./checkpoints/EVENT_TYPE when nothing is said), from the file a job wrote

@@ -12,7 +12,9 @@ names each difference:
   flag that does not match a ``late-`` name).
 
 :func:`compare_hour` is the rule over plain values; :func:`verify_hour` and
-:func:`verify_hours` read the sink and apply it.
+:func:`verify_hours` read the sink and apply it.  :func:`complete_hours_from` finds the complete
+hours a range left out at its end (``verify --since`` without ``--until`` ends at the wall clock's
+hour, and a generator's event time runs ahead of it): the command says which.
 """
 
 from __future__ import annotations
@@ -26,15 +28,16 @@ from typing import Any
 
 import fastavro
 
-from event_etl.consumer.hours import HourLike, hour_text
-from event_etl.consumer.sink import EventTypeLike, HourFolder, SinkLike, open_sink
+from event_etl.consumer.hours import MAX_RANGE_HOURS, HourLike, hour_ms, hour_text
+from event_etl.consumer.sink import EventTypeLike, HourFolder, SinkLike, last_hour_folder, open_sink, type_name
 from event_etl.consumer.status import HourState, HourStatus, hour_status, hour_statuses, require_complete
 from event_etl.rules.buckets import parse_data_file_name
 from event_etl.rules.manifest import Manifest, compare_listing
 from event_etl.storage import Storage
-from event_etl.timeutil import iso
+from event_etl.timeutil import HOUR_MS, iso
 
-__all__ = ["FileFacts", "FileProblem", "VerifyReport", "compare_hour", "file_facts", "verify_hour", "verify_hours"]
+__all__ = ["FileFacts", "FileProblem", "VerifyReport", "compare_hour", "file_facts", "verify_hour", "verify_hours",
+           "complete_hours_from", "left_out_text"]
 
 
 @dataclass(frozen=True)
@@ -176,3 +179,26 @@ def verify_hours(sink: SinkLike, event_type: EventTypeLike, since: HourLike, unt
     """Verify every complete hour in ``[since, until)``; hours that are not complete are reported unchecked."""
     storage = open_sink(sink)
     return [_check(storage, status) for status in hour_statuses(storage, event_type, since, until)]
+
+
+def complete_hours_from(sink: SinkLike, event_type: EventTypeLike, since: HourLike) -> list[datetime]:
+    """The complete hours of ``event_type`` from ``since`` on (up to the latest hour folder, at most a year of hours):
+    what a range ending at ``since`` leaves out."""
+    storage, name = open_sink(sink), type_name(event_type)
+    start = hour_ms(since, what="since")
+    last = last_hour_folder(storage, name)
+    if last is None or last < start:
+        return []
+    end = min(last + HOUR_MS, start + MAX_RANGE_HOURS * HOUR_MS)
+    return [s.hour for s in hour_statuses(storage, event_type, hour_text(start), hour_text(end)) if s.is_complete]
+
+
+def left_out_text(hours: list[datetime], until: HourLike) -> str:
+    """The line saying which complete hours a range ending at ``until`` (by default: the wall clock's hour) left
+    out, and how to verify them."""
+    first, last = hour_text(hours[0]), hour_text(hours[-1])
+    which = first if len(hours) == 1 else f"{first} .. {last}"
+    return (f"left out: {len(hours)} complete hour{'s' if len(hours) != 1 else ''} from {hour_text(until)} on "
+            f"({which}), not verified: without --until the range ends at the current hour by the wall clock, and "
+            "these were marked before it (their event time runs ahead of the wall clock, or a drain closed them); "
+            f"pass --until {hour_text(hour_ms(hours[-1]) + HOUR_MS)} to verify them")

@@ -1,10 +1,14 @@
 """Progress lines for people watching a job, and the summary of a run.
 
-Lag and marker delay are measured against "now".  For most sources that is the wall
-clock.  The built-in generator runs a clock of its own (event time goes ``speedup`` times
-faster than the wall clock, from a ``start`` in the past): measured against the wall clock
-its lag would be hours, then negative.  For a ``generate:`` source "now" is the generator's
-clock -- the arrival time of the newest event it has made available -- and the lines say so.
+Watermark lag is measured against "now".  For most sources that is the wall clock.  The
+built-in generator runs a clock of its own (event time goes ``speedup`` times faster than the
+wall clock, from a ``start`` in the past): measured against the wall clock its lag would be
+hours, then negative.  For a ``generate:`` source "now" is the generator's clock -- the arrival
+time of the newest event it has made available -- and the lines say so.
+
+Marker delay has one definition for every command, the manifest's, on the wall clock
+(:mod:`event_etl.rules.delays`): the ``COMPLETE`` line says what `event-etl hours` and `wait`
+say of the same hour.  Neither figure is ever printed as a negative duration.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from event_etl.job.controller import BatchEvent
+from event_etl.rules.delays import MARKER_DELAY_NAME, lag_text, marker_delay_text
 from event_etl.rules.manifest import Manifest
-from event_etl.timeutil import HOUR_MS, format_duration, iso
+from event_etl.timeutil import format_duration, iso
 
 __all__ = ["ProgressPrinter", "GeneratorClock", "format_summary", "lost_text", "backfill_text", "BACKFILL_RUNBOOK"]
 
@@ -79,7 +84,8 @@ class ProgressPrinter:
     """A listener for :class:`event_etl.job.controller.Controller` that prints a line per batch and per marker.
 
     ``event_clock`` (e.g. a :class:`GeneratorClock`) replaces the wall clock ``clock`` as
-    "now" for lag and marker delay; the lines then add ``(generator clock)``."""
+    "now" for the watermark lag; the lines then add ``(generator clock)``.  The marker delay is the manifest's, on
+    the wall clock ``clock``."""
 
     def __init__(self, event_type: str, clock: Callable[[], int], out: TextIO | None = None, quiet: bool = False,
                  event_clock: Callable[[], int | None] | None = None, clock_name: str = "generator clock",
@@ -134,19 +140,20 @@ class ProgressPrinter:
             pass
 
     def marker_line(self, m: Manifest) -> str:
-        if self.event_clock is None:
-            delay = format_duration(m.marker_delay_ms)
-        else:
-            now = self.now()
-            delay = "-" if now is None else format_duration(now - (m.hour + HOUR_MS)) + self._against()
+        """The ``COMPLETE`` line of a marker.  Its marker delay is the manifest's, on the wall clock, as `event-etl
+        hours` and `wait` show it (:mod:`event_etl.rules.delays`): ``drained`` or ``ahead`` for an hour marked before
+        it ended by the wall clock, never a negative duration; the generator's clock is not used for it."""
+        delay = marker_delay_text(m.marker_delay_ms, m.extra.get("closed_by"))
         return (f"[{self.et}] COMPLETE {iso(m.hour)}  records {_n(m.records)} (late {_n(m.late_records)})  "
-                f"files {len(m.files)}  marker delay {delay}")
+                f"files {len(m.files)}  {MARKER_DELAY_NAME} {delay}")
 
     def lag_text(self, watermark: int | None) -> str:
+        """Now (the source's clock if it has one) minus the watermark; ``ahead`` for a watermark ahead of now (after
+        a drain): never a negative duration."""
         now = self.now()
         if watermark is None or now is None:
             return "-"
-        return format_duration(now - watermark) + self._against()
+        return lag_text(now - watermark) + self._against()
 
     def backfill_line(self, ev: BatchEvent) -> str | None:
         """The line saying that this batch dead-lettered events for ``max_backfill``, the first time in this run one

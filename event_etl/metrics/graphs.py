@@ -7,10 +7,16 @@
   hundredth of the timely ones and would vanish on a shared scale);
 - **event delay**: arrival minus event time, median, 95th and 99th percentile;
 - **files per second** written into hour folders;
-- **marker delay**: when each hour's ``_COMPLETE`` was written, after the end of the hour;
+- **marker delay**: when each hour's ``_COMPLETE`` was written, after the end of the hour, on the
+  wall clock: the manifest's figure, the one `event-etl hours` and `wait` show (:mod:`event_etl.rules.delays`);
 
-one PNG per chart and ``EVENT_TYPE-overview.png`` with every panel stacked.  Rates and
-percentiles are computed like Spotify's graphs: over a window (default 5 minutes) ending
+one PNG per chart and ``EVENT_TYPE-overview.png`` with every panel stacked, each panel under one
+title saying what it shows.  Lags and delays are never drawn below zero: what happened ahead of
+"now" is an :class:`Event`, a marked point with its name on the panels it concerns -- a drain (its
+last step moves the watermark to the end of the open hour, ahead of the clock: no lag sample), an
+hour marked before it ended by the wall clock (``ahead``), a watermark ahead of now.
+
+Rates and percentiles are computed like Spotify's graphs: over a window (default 5 minutes) ending
 at every step (default 1 minute; about 60 points over a history drawn whole).  Times are
 UTC on every axis; durations are shown in seconds, minutes or hours, whichever reads best.
 
@@ -56,6 +62,7 @@ from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.metrics.history import HISTORY_FILE, default_history_path, history_files, read_history
+from event_etl.rules.delays import MARKER_DELAY_NAME
 from event_etl.timeutil import format_duration, parse_duration
 
 """The format of a ``--metrics-history`` file (:class:`event_etl.metrics.history.MetricsHistory` writes it).
@@ -64,6 +71,7 @@ Here, not in :mod:`event_etl.metrics`, so ``event-etl graphs`` needs matplotlib 
 __all__ = [
     "TimeRange",
     "Series",
+    "Event",
     "Panel",
     "Chart",
     "PROMQL",
@@ -71,6 +79,7 @@ __all__ = [
     "PrometheusSource",
     "HistorySource",
     "history_charts",
+    "history_events",
     "history_range",
     "auto_step",
     "open_source",
@@ -135,8 +144,13 @@ class TimeRange:
     def describe(self) -> str:
         fmt = "%Y-%m-%d %H:%M"
         return (f"{self.start.astimezone(_UTC).strftime(fmt)} to {self.end.astimezone(_UTC).strftime(fmt)} UTC, "
-                f"{format_duration(self.window.total_seconds() * 1000)} windows every "
-                f"{format_duration(self.step.total_seconds() * 1000)}")
+                + self.points_text())
+
+    def points_text(self) -> str:
+        """``a point every 10s; rates and event delays over the 5m before each point``: what a point of a chart is,
+        in words."""
+        return (f"a point every {format_duration(self.step.total_seconds() * 1000)}; rates and event delays over the "
+                f"{format_duration(self.window.total_seconds() * 1000)} before each point")
 
 
 @dataclass(frozen=True)
@@ -148,18 +162,43 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Event:
+    """Something that happened at ``t`` (seconds since the epoch) and is no value of the panel it is drawn on: a
+    marked point on its time axis, with its ``name`` (``drain``; ``ahead``: an hour marked, or a watermark, ahead of
+    the clock), never a negative lag or delay."""
+
+    t: float
+    name: str
+
+
+DRAIN = "drain"
+"""The name of a drain's event: its last step moved the watermark to the end of the open hour and marked it."""
+LAG_AHEAD = "watermark ahead of now"
+"""The name of the event of a watermark ahead of now (its lag would be negative)."""
+MARKED_AHEAD = "marked before its hour ended (ahead of the wall clock)"
+"""The name of the event of an hour marked before it ended by the wall clock, other than by a drain."""
+
+
+@dataclass(frozen=True)
 class Panel:
-    """One pair of axes: a quantity, its unit (``s`` is scaled to min or h when long) and its series."""
+    """One pair of axes: a quantity, its unit (``s`` is scaled to min or h when long), its series and events, and the
+    one ``title`` that says what it shows."""
 
     quantity: str
     unit: str
     series: tuple[Series, ...] = ()
     style: str = "line"  # "line" or "points"
     log: bool = False  # for durations that span orders of magnitude (median 1 s, p99 1 h)
+    title: str = ""
+    events: tuple[Event, ...] = ()
 
     @property
     def has_data(self) -> bool:
-        return any(s.points for s in self.series)
+        return any(s.points for s in self.series) or bool(self.events)
+
+    @property
+    def heading(self) -> str:
+        return self.title or self.quantity
 
 
 @dataclass(frozen=True)
@@ -175,27 +214,46 @@ class Chart:
         return any(p.has_data for p in self.panels)
 
 
+def _not_negative(series: Sequence[Series], ahead: str) -> tuple[tuple[Series, ...], list[Event]]:
+    """``series`` without their negative points, and those points as events named ``ahead``: a lag or a delay is
+    never drawn below zero."""
+    kept, events = [], []
+    for s in series:
+        kept.append(Series(s.label, tuple((t, v) for t, v in s.points if v >= 0)))
+        events.extend(Event(t, ahead) for t, v in s.points if v < 0)
+    return tuple(kept), events
+
+
 def _charts(lag: Sequence[Series], timely: Sequence[Series], late: Sequence[Series], delay: Sequence[Series],
             files: Sequence[Series], marker: Sequence[Series], *, lag_clock: str | None = None,
-            marker_clock: str | None = None) -> list[Chart]:
+            events: Sequence[Event] = (), marker_events: Sequence[Event] = ()) -> list[Chart]:
     """The five charts, in order, from their series (both sources end here).
 
-    ``lag_clock`` / ``marker_clock``: the clock "now" was read on for lag and marker delay when it
-    is not the wall clock (``"generator"``): the panel and the title say so."""
-    on = lambda clock: f" ({clock} clock)" if clock else ""  # noqa: E731
+    ``lag_clock``: the clock "now" was read on for the lag when it is not the wall clock (``"generator"``): the panel
+    and the title say so.  The marker delay is on the wall clock, always (the manifest's figure).  ``events`` (a
+    drain) are drawn on the lag and marker-delay panels, ``marker_events`` (hours marked before they ended) on the
+    marker-delay panel; a negative point of a lag or a delay is drawn as an event, not below zero."""
+    lag_title = f"watermark lag ({lag_clock + ' clock' if lag_clock else 'now'} minus watermark)"
+    lag_series, lag_ahead = _not_negative(lag, LAG_AHEAD)
+    marker_series, marker_ahead = _not_negative(marker, MARKED_AHEAD)
+    marker_title = f"{MARKER_DELAY_NAME}: _COMPLETE written after the end of its hour"
     return [
-        Chart("watermark-lag", f"watermark lag ({lag_clock + ' clock' if lag_clock else 'now'} minus watermark)",
-              (Panel("watermark lag" + on(lag_clock), "s", tuple(lag)),)),
-        Chart("events", "late vs timely events per second", (
-            Panel("timely events", "events/s", tuple(timely)),
-            Panel("late events", "events/s", tuple(late)),
+        Chart("watermark-lag", lag_title,
+              (Panel("watermark lag" + (f" ({lag_clock} clock)" if lag_clock else ""), "s", lag_series,
+                     title=lag_title, events=tuple(sorted([*events, *lag_ahead], key=lambda e: e.t))),)),
+        Chart("events", "events per second, timely and late", (
+            Panel("timely events", "events/s", tuple(timely), title="timely events per second"),
+            Panel("late events", "events/s", tuple(late),
+                  title="late events per second (arrived after their hour was complete)"),
         )),
-        Chart("event-delay", "event delay (arrival minus event time)",
-              (Panel("event delay", "s", tuple(delay), log=True),)),
-        Chart("files", "files written per second", (Panel("files written", "files/s", tuple(files)),)),
-        Chart("marker-delay", "marker delay (_COMPLETE written after the end of its hour"
-              + (f", on the {marker_clock} clock)" if marker_clock else ")"),
-              (Panel("marker delay" + on(marker_clock), "s", tuple(marker), style="points"),)),
+        Chart("event-delay", "event delay (arrival minus event time): median, p95, p99",
+              (Panel("event delay", "s", tuple(delay), log=True,
+                     title="event delay (arrival minus event time): median, p95, p99"),)),
+        Chart("files", "files written per second",
+              (Panel("files written", "files/s", tuple(files), title="files written per second"),)),
+        Chart("marker-delay", marker_title,
+              (Panel(MARKER_DELAY_NAME, "s", marker_series, style="points", title=marker_title,
+                     events=tuple(sorted([*events, *marker_events, *marker_ahead], key=lambda e: e.t))),)),
     ]
 
 
@@ -496,6 +554,44 @@ def _by_clock(points: Iterable[tuple[dict[str, Any], float, float]], label: str)
                                                                                       kv[0] or "")], None
 
 
+_DRAIN_MARKERS_WITHIN_S = 60.0
+"""A marker line without ``closed_by`` (written before it was added) marked before its hour ended and at most this
+long before a drain line: one of the drain's."""
+
+
+def _marker_delay_s(r: dict[str, Any]) -> float | None:
+    """A marker line's marker delay, as every command shows it: its ``t`` (the manifest's ``completed_at``, wall
+    clock) minus the end of its hour; a line without ``hour_end``: its ``marker_delay_seconds`` if on the wall
+    clock."""
+    if r.get("hour_end") is not None:
+        return float(r["t"]) - float(r["hour_end"])
+    v = r.get("marker_delay_seconds")
+    return None if v is None or r.get("clock") else float(v)
+
+
+def history_events(records: Sequence[dict[str, Any]], rng: TimeRange) -> tuple[list[Event], list[Event]]:
+    """``(events, marker_events)`` of one event type's history records in ``rng`` (pure): a drain's step of the
+    watermark (a ``watermark`` line with ``"why": "drain"``) is a :data:`DRAIN` event, not a lag sample; an hour marked
+    before it ended by the wall clock is no marker delay: a drain's (its manifest's ``closed_by``, or a drain line
+    within a minute after it) is the drain's event, any other a :data:`MARKED_AHEAD` event."""
+    a, b = rng.start.timestamp(), rng.end.timestamp()
+    drains = [float(r["t"]) for r in records if r["kind"] == "watermark" and r.get("why") == "drain"]
+    events = [Event(t, DRAIN) for t in sorted(drains) if a <= t <= b]
+    marker_events = []
+    for r in records:
+        if r["kind"] != "marker" or not a <= r["t"] <= b:
+            continue
+        delay = _marker_delay_s(r)
+        if delay is None or delay >= 0:
+            continue
+        by_drain = r.get("closed_by") == "drain" or (
+            r.get("closed_by") is None and any(0 <= d - r["t"] <= _DRAIN_MARKERS_WITHIN_S for d in drains))
+        if by_drain and any(abs(e.t - r["t"]) <= _DRAIN_MARKERS_WITHIN_S for e in events):
+            continue  # the drain's event says it
+        marker_events.append(Event(float(r["t"]), DRAIN if by_drain else MARKED_AHEAD))
+    return events, sorted(marker_events, key=lambda e: e.t)
+
+
 def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Chart]:
     """The charts of one event type's history records (pure)."""
     a, b = rng.start.timestamp(), rng.end.timestamp()
@@ -505,10 +601,11 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
     in_range = lambda t: a <= t <= b  # noqa: E731
     lag, lag_clock = _by_clock(((r, r["t"], r["watermark_lag_seconds"]) for r in recs
                                 if r["kind"] in ("batch", "watermark") and r.get("watermark_lag_seconds") is not None
-                                and in_range(r["t"])), "watermark lag")
-    marker, marker_clock = _by_clock(((r, r["t"], r["marker_delay_seconds"]) for r in recs
-                                      if r["kind"] == "marker" and r.get("marker_delay_seconds") is not None
-                                      and in_range(r["t"])), "marker delay")
+                                and r.get("why") != "drain" and in_range(r["t"])), "watermark lag")
+    events, marker_events = history_events(recs, rng)
+    marker_pts = [(r["t"], d) for r in recs if r["kind"] == "marker" and in_range(r["t"])
+                  and (d := _marker_delay_s(r)) is not None and d >= 0]
+    marker = [Series("marker delay", tuple(marker_pts))]
     timely: tuple[tuple[float, float], ...] = ()
     late: tuple[tuple[float, float], ...] = ()
     files: tuple[tuple[float, float], ...] = ()
@@ -533,11 +630,14 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
                 pts = [(t, histogram_quantile(q, bounds, c)) for t, c in zip(steps, dsums)]
                 delay.append(Series(_quantile_label(q), tuple((t, v) for t, v in pts if v is not None)))
     return _charts(lag=lag, timely=[Series("timely", timely)], late=[Series("late", late)], delay=delay,
-                   files=[Series("files", files)], marker=marker, lag_clock=lag_clock, marker_clock=marker_clock)
+                   files=[Series("files", files)], marker=marker, lag_clock=lag_clock, events=events,
+                   marker_events=marker_events)
 
 
 # -- rendering ------------------------------------------------------------------------------------
 _COLORS = {"timely": "#1f77b4", "late": "#d62728", "median": "#2ca02c", "p95": "#ff7f0e", "p99": "#d62728"}
+_EVENT_STYLE = {DRAIN: ("D", "#9467bd"), LAG_AHEAD: ("^", "#7f7f7f"), MARKED_AHEAD: ("^", "#7f7f7f")}
+_NAMED_EVENTS = 4  # at most this many events of one name are each written beside their point; more: the legend only
 
 
 _DURATION_TICKS_S = (0.01, 0.1, 1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400)
@@ -613,6 +713,7 @@ def _draw_panel(ax, panel: Panel, xlim: tuple[datetime, datetime]) -> None:
             ax.plot(xs, ys, "o", markersize=5, label=s.label, color=color)
         else:
             ax.plot(xs, ys, "-", linewidth=1.6, label=s.label, color=color, marker="." if len(xs) < 40 else None)
+    _draw_events(ax, panel.events)
     ax.set_ylabel(_ylabel(panel.quantity, unit))
     ax.grid(True, alpha=0.3)
     ax.set_xlim(*xlim)
@@ -626,10 +727,11 @@ def _draw_panel(ax, panel: Panel, xlim: tuple[datetime, datetime]) -> None:
         ax.yaxis.set_minor_locator(NullLocator())
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: format_duration(v * 1000)))
     elif panel.has_data:
-        ax.set_ylim(*_linear_ylim([v / divisor for v in values]))
+        ax.set_ylim(*_linear_ylim([v / divisor for v in values] or [0.0]))  # events alone: on the zero line
     if panel.has_data:
-        if len([s for s in panel.series if s.points]) > 1:
-            ax.legend(loc="upper left", fontsize="small")
+        if len([s for s in panel.series if s.points]) + len({e.name for e in panel.events}) > 1:
+            # beside the panel, not on it: inside it, it covered the first points
+            ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, fontsize="small")
     else:
         ax.text(0.5, 0.5, "no data in this range", transform=ax.transAxes, ha="center", va="center", color="gray")
         ax.set_ylim(0, 1)
@@ -640,11 +742,28 @@ def _draw_panel(ax, panel: Panel, xlim: tuple[datetime, datetime]) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: mdates.num2date(x, tz=_UTC).strftime(fmt)))
 
 
+def _draw_events(ax, events: Sequence[Event]) -> None:
+    """Each event a marked point on the zero line, one legend entry per name, the name written beside the point when
+    few events bear it."""
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        by_name.setdefault(e.name, []).append(e.t)
+    for name, ts in by_name.items():
+        marker, color = _EVENT_STYLE.get(name, ("D", "#9467bd"))
+        xs = [datetime.fromtimestamp(t, _UTC) for t in ts]
+        ax.plot(xs, [0.0] * len(xs), marker, linestyle="none", markersize=8, color=color, label=name, zorder=3)
+        if len(xs) <= _NAMED_EVENTS:
+            for x in xs:
+                ax.annotate(name, (x, 0.0), xytext=(4, 6), textcoords="offset points", fontsize="small",
+                            color=color)
+
+
 def drawn_range(charts: Sequence[Chart], rng: TimeRange) -> tuple[datetime, datetime]:
     """The time axis of every PNG, and the range their title states: the span that holds data (all charts share
     it), with a margin (3 % of it, at least half a step and a second) each side, else the whole range; its ends
     on whole seconds (whole minutes from ten minutes on)."""
     ts = [t for c in charts for p in c.panels for s in p.series for t, _ in s.points]
+    ts += [e.t for c in charts for p in c.panels for e in p.events]
     if ts:
         lo, hi = min(ts), max(ts)
         pad = max((hi - lo) * 0.03, rng.step.total_seconds() / 2, 1.0)
@@ -664,8 +783,7 @@ def describe_drawn(xlim: tuple[datetime, datetime], rng: TimeRange) -> str:
 
 
 def _subtitle(xlim: tuple[datetime, datetime], rng: TimeRange, source: str) -> str:
-    return (describe_drawn(xlim, rng) + f"\n{format_duration(rng.window.total_seconds() * 1000)} windows every "
-            + format_duration(rng.step.total_seconds() * 1000) + (f" · {source}" if source else ""))
+    return describe_drawn(xlim, rng) + "\n" + rng.points_text() + (f" · {source}" if source else "")
 
 
 def _figure(panels: Sequence[tuple[str, Panel]], title: str, subtitle: str, xlim: tuple[datetime, datetime]):
@@ -692,9 +810,9 @@ def figures(charts: Sequence[Chart], *, event_type: str, rng: TimeRange, source:
     subtitle = _subtitle(xlim, rng, source)
     out = []
     for c in charts:
-        heads = [(p.quantity if len(c.panels) > 1 else "", p) for p in c.panels]
+        heads = [(p.heading if len(c.panels) > 1 else "", p) for p in c.panels]
         out.append((f"{event_type}-{c.key}.png", _figure(heads, f"{event_type}: {c.title}", subtitle, xlim)))
-    overview = [(f"{c.title}" + (f": {p.quantity}" if len(c.panels) > 1 else ""), p) for c in charts for p in c.panels]
+    overview = [(p.title or c.title, p) for c in charts for p in c.panels]  # one title a panel: what it shows
     out.append((f"{event_type}-overview.png", _figure(overview, f"{event_type}: overview", subtitle, xlim)))
     return out
 

@@ -93,13 +93,19 @@ class MetricsHistory:
       (seconds): when the time its figures cover began, the previous batch's ``t`` or the
       job's start (absent in files written before it was added);
     - ``marker``: ``hour``, ``hour_end`` (seconds), ``marker_delay_seconds``, ``records``,
-      ``late_records``, ``files``;
+      ``late_records``, ``files``, ``closed_by`` (what moved the watermark past the hour:
+      ``watermark``, ``idle`` or ``drain``, as in its manifest; absent in files written before it
+      was added);
     - ``watermark``: ``watermark``, ``watermark_lag_seconds``, ``why`` (``idle`` or ``drain``).
 
     Lag and marker delay are "now" minus the watermark (or the end of the hour).  "Now" is the
     wall clock, except in lines that carry ``clock`` (e.g. ``"clock": "generator"``): the job's
     source has an event clock of its own (the generator's runs ahead of the wall clock), and the
-    figures are measured against it, as the job's progress lines are.  ``t`` is wall time in every line.
+    figures are measured against it, as the job's lag in its progress lines is.  ``t`` is wall time
+    in every line: a marker line's ``t`` is its manifest's ``completed_at``, so ``t - hour_end`` is the
+    marker delay every command shows (the manifest's, on the wall clock: :mod:`event_etl.rules.delays`),
+    and it is what ``event-etl graphs`` draws.  A ``watermark`` line with ``"why": "drain"`` is the
+    drain's step to the end of the hours holding data: the graphs draw it as an event, not as a lag.
 
     The file is rotated past ``max_bytes`` (see the module docstring).  ``what`` names the file in
     an error (``--metrics-history FILE``, or the history in a checkpoint).

@@ -388,6 +388,7 @@ class JobMetrics:
                 "time": iso(m.completed_at), "hour": iso(m.hour), "hour_end": (m.hour + HOUR_MS) / 1000.0,
                 **delay, "records": m.records, "late_records": m.late_records,
                 "files": len(m.files), "written_at": now / 1000.0,
+                "closed_by": (getattr(m, "extra", None) or {}).get("closed_by"),
             })
 
     def _on_watermark(self, why: str, state) -> None:
