@@ -183,3 +183,76 @@ def test_the_listing_is_unchanged_and_replay_options_need_replay_to(sink, tmp_pa
     assert r.exit_code == 2 and "--again is an option of a replay" in r.output and "fix:" in r.output
     r = CliRunner().invoke(deadletter_cmd, [*common, "--replay-to", "pubsb:projects/x/topics/y"])
     assert r.exit_code == 2 and "not a replay target" in r.output and "fix:" in r.output
+
+
+def test_the_replay_goes_where_the_live_job_reads_and_its_checkpoint_is_of_this_sink(sink, tmp_path):
+    types, ck = _types(tmp_path), tmp_path / "ck"
+    (tmp_path / "in").mkdir()
+    (tmp_path / "other").mkdir()
+    Checkpoint(ck).save_state(WatermarkState(watermark=T0 + 3 * H))
+    (ck / "etl" / "job.json").write_text(json.dumps({"event_type": "page_view", "sink": str(sink),
+                                                     "source": f"dir:{tmp_path / 'in'}"}))
+    common = ["page_view", "--sink", str(sink), "--event-types", str(types), "--checkpoint", str(ck)]
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--replay-to", f"dir:{tmp_path / 'other'}"])
+    assert r.exit_code == 2 and f"reads dir:{tmp_path / 'in'}" in r.output, r.output
+    assert f"fix: --replay-to dir:{tmp_path / 'in'}" in r.output
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--replay-to", "kafka:views"])
+    assert r.exit_code == 2 and "not a kafka: source" in r.output, r.output
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--replay-to", f"dir:{tmp_path / 'in'}", "--sink",
+                                            str(tmp_path / "elsewhere")])
+    assert r.exit_code != 0
+    r = CliRunner().invoke(deadletter_cmd, [*common[:-1], str(tmp_path / "nope"), "--replay-to",
+                                            f"dir:{tmp_path / 'in'}"])
+    assert r.exit_code == 2 and "no job's checkpoint there" in r.output, r.output
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--replay-to", f"dir:{tmp_path / 'in'}", "--dry-run"])
+    assert r.exit_code == 0 and "would send 3 dead letters" in r.output, r.output
+
+
+def test_a_replay_cut_short_is_named_by_the_next(sink, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ./checkpoints/page_view: no live job's watermark known
+    types, folder = _types(tmp_path), tmp_path / "in"
+    folder.mkdir()
+    storage = Storage(str(sink))
+    plan = plan_replay(load_entries(storage, "page_view"), [], parse_target(f"dir:{folder}"), now=T0,
+                       reasons=["invalid_json"])
+    rec = {"format": 1, "replay": plan.replay_id, "state": "sending", "entries": [e.key for e in plan.send]}
+    storage.write_atomic(f"page_view/_deadletter/_replays/{plan.replay_id}.json", json.dumps(rec).encode())
+    r = CliRunner().invoke(deadletter_cmd, ["page_view", "--sink", str(sink), "--event-types", str(types),
+                                            "--replay-to", f"dir:{folder}", "--reason", "invalid_json"])
+    assert r.exit_code == 0, r.output
+    assert f"warning: replay {plan.replay_id} was cut short" in r.output and "nothing to replay" in r.output
+    assert "live job's watermark: unknown (no checkpoint at checkpoints/page_view" in r.output
+
+
+def test_kafka_originals_reads_each_partition_in_runs_and_counts_what_is_gone(monkeypatch):
+    import event_etl.sources.kafka as kafka
+    from event_etl.consumer.replay import kafka_originals
+    from event_etl.errors import SourceError
+
+    class Msg:
+        def __init__(self, off):
+            self.off = off
+
+        def offset(self):
+            return self.off
+
+        def key(self):
+            return f"k{self.off}".encode()
+
+        def headers(self):
+            return [("h", b"v")]
+
+    reads = []
+
+    def read_messages(topic, partition, start, end, *, timeout):
+        reads.append((topic, partition, start, end))
+        if partition == 1:
+            raise SourceError("gone", fix="-")
+        yield [Msg(o) for o in range(start, end)]
+
+    monkeypatch.setattr(kafka, "read_messages", read_messages)
+    out, missing = kafka_originals(["kafka:t/0@5", "kafka:t/0@7", "kafka:t/0@5000", "kafka:t/1@3", "msg:123"])
+    assert sorted(reads) == [("t", 0, 5, 8), ("t", 0, 5000, 5001), ("t", 1, 3, 4)]
+    assert out["kafka:t/0@7"] == (b"k7", [("h", b"v")]) and set(out) == {"kafka:t/0@5", "kafka:t/0@7",
+                                                                          "kafka:t/0@5000"}
+    assert missing == 1

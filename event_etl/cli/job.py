@@ -354,6 +354,10 @@ def _replay(storage, et, event_type: str, replay_to: str, *, reason, since, unti
                          fix="give the folder of the event types: --event-types DIR (or $EVENT_ETL_EVENT_TYPES)")
     target = parse_target(replay_to, (et.pubsub or {}).get("topic"))
     ck = Path(checkpoint) if checkpoint else Path("checkpoints") / event_type
+    if checkpoint and not (ck / "etl").is_dir():
+        raise UsageError(f"--checkpoint {checkpoint}: no job's checkpoint there",
+                         fix="give the live job's checkpoint (as `run` was given it), or leave --checkpoint out")
+    _check_live_job(ck, storage, target)
     watermark = Checkpoint(ck).load_state().watermark if (ck / "etl" / "state.json").exists() else None
     lateness = int(et.allowed_lateness)
     now = now_millis()
@@ -365,7 +369,8 @@ def _replay(storage, et, event_type: str, replay_to: str, *, reason, since, unti
                        until=None if until is None else to_millis(until), limit=limit, again=again,
                        watermark=watermark, allowed_lateness=lateness, include_too_late=too_late)
     sel = plan.selection
-    wm = iso(watermark) or f"- (none yet, or no checkpoint at {ck})"
+    wm = (iso(watermark) if watermark is not None else "- (none yet)" if (ck / "etl").is_dir()
+          else f"unknown (no checkpoint at {ck}: --checkpoint DIR names the job's); nothing is counted as too late")
     click.echo(f"[{event_type}] live job's watermark: {wm}; allowed_lateness {format_duration(lateness)}")
     for rid in plan.unfinished:
         click.echo(f"[{event_type}] warning: replay {rid} was cut short (recorded as sending): some of its dead "
@@ -403,6 +408,34 @@ def _replay(storage, et, event_type: str, replay_to: str, *, reason, since, unti
     where = storage.display(f"{event_type}/_deadletter/_replays/{rec['replay']}.json")
     click.echo(f"[{event_type}] replay {rec['replay']}: sent {rec['count']:,} dead letters to {rec['sent_to']} "
                f"({by_reason}); recorded in {where}")
+
+
+def _check_live_job(ck, storage, target) -> None:
+    """The live job of checkpoint ``ck`` (its etl/job.json) writes to ``storage`` and reads what ``target`` feeds:
+    else its watermark is not the one that judges the replay, or the replay goes where no job reads."""
+    from event_etl.errors import ConfigError
+
+    path = ck / "etl" / "job.json"
+    if not path.is_file():
+        return
+    job = json.loads(path.read_text())
+    sink, source = str(job.get("sink") or ""), str(job.get("source") or "")
+    if storage.local and sink and "://" not in sink and os.path.realpath(sink) != os.path.realpath(storage.root):
+        raise ConfigError(f"the checkpoint {ck} is of a job writing to {sink}, not to {storage.url}",
+                          fix="give the live job's checkpoint (--checkpoint DIR) or its sink (--sink)")
+    kind, _, where = source.partition(":")
+    if target.kind == "dir" and kind == "dir" and os.path.realpath(where) != os.path.realpath(target.where):
+        raise UsageError(f"--replay-to dir:{target.where}: the live job (checkpoint {ck}) reads {source}",
+                         fix=f"--replay-to {source}")
+    if target.kind == "kafka" and kind == "kafka" and where != target.where:
+        raise UsageError(f"--replay-to kafka:{target.where}: the live job (checkpoint {ck}) reads {source}",
+                         fix=f"--replay-to {source}")
+    if kind and kind != target.kind:
+        raise UsageError(f"--replay-to {target.url}: the live job (checkpoint {ck}) reads {source}, not a "
+                         f"{target.kind}: source", fix="send them where the live job reads: " + TARGET_FIX_HINT)
+
+
+TARGET_FIX_HINT = "--replay-to dir:PATH (its --source dir:PATH), pubsub (its type's topic) or kafka:TOPIC"
 
 
 def _counts(items) -> dict[str, int]:
