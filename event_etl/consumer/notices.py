@@ -23,10 +23,15 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from event_etl.errors import SourceError
+from event_etl.errors import SourceError, UsageError
 from event_etl.timeutil import parse_hour
 
-__all__ = ["HourMessages"]
+__all__ = ["HourMessages", "PubSubNotInstalledError"]
+
+
+class PubSubNotInstalledError(UsageError, SourceError):
+    """``--subscription`` without the Pub/Sub client (the ``[pubsub]`` extra): a missing extra, exit code 2 as every
+    other (and a :class:`SourceError`, which this error was before: code catching that still catches it)."""
 
 
 class HourMessages:
@@ -61,9 +66,10 @@ class HourMessages:
         try:
             from google.cloud import pubsub_v1  # noqa: F401 - not in the consumers' light install
         except ImportError as err:
-            raise SourceError("--subscription needs the Pub/Sub client, which is not installed",
-                              fix="pip install google-cloud-pubsub (or event_etl[job]), or wait without "
-                                  "--subscription") from err
+            raise PubSubNotInstalledError(
+                "--subscription needs the Pub/Sub client (the Python package 'google-cloud-pubsub'), which is not "
+                "installed (it comes with the [pubsub] extra, and with [job])",
+                fix="pip install 'event_etl[pubsub]', or wait without --subscription (the marker is polled)") from err
         from event_etl.sources.pubsub import check_subscription, subscriber_client
 
         check_subscription(self.subscription)

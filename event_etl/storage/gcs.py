@@ -5,7 +5,8 @@
 - which errors are transient, for the storage's own retries (:func:`is_transient`);
 - the compare-and-swap upload gcsfs does not offer (:func:`upload_if_generation`).
 
-gcsfs is imported only when a ``gs://`` sink is opened: a local sink needs none of it.
+gcsfs is imported only when a ``gs://`` sink is opened: a local sink needs none of it.  Without gcsfs (the light
+install) a ``gs://`` sink is read and written through :mod:`event_etl.storage.gcs_light`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from event_etl.util.thirdparty import gcs_api_location, without_retry_decorator
 
-__all__ = ["prepare_env", "fs_options", "open_fs", "is_transient", "upload_if_generation"]
+__all__ = ["prepare_env", "fs_options", "open_fs", "gcsfs_installed", "is_transient", "upload_if_generation"]
 
 
 def prepare_env() -> None:
@@ -49,13 +50,16 @@ def is_transient(err: BaseException) -> bool:
     status = getattr(err, "status", None)  # aiohttp's answers (their .code is deprecated)
     code = status if isinstance(status, int) else getattr(err, "code", None)  # gcsfs's HttpError
     gcs_retry = sys.modules.get("gcsfs.retry")  # imported with gcsfs, for a gs:// sink only
-    if isinstance(code, int):  # an answer: 429 and 5xx, and what gcsfs retries of its HttpErrors (408, expired token)
-        return code == 429 or code >= 500 or (
+    if isinstance(code, int):  # an answer: 408, 429 and 5xx, and what gcsfs retries of its HttpErrors (expired token)
+        return code in (408, 429) or code >= 500 or (
             gcs_retry is not None and isinstance(err, gcs_retry.HttpError) and gcs_retry.is_retriable(err))
     if gcs_retry is not None and gcs_retry.is_retriable(err):  # e.g. a token's refresh, a checksum mismatch
         return True
+    # aiohttp's (gcsfs), and google-auth's failures to reach the token endpoint (the light file system, without
+    # gcsfs: gcsfs.retry takes a RefreshError as transient too)
     return isinstance(err, (OSError, TimeoutError, ConnectionError)) or type(err).__name__ in (
-        "ClientError", "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError")
+        "ClientError", "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError",
+        "TransportError", "RefreshError")
 
 
 @functools.cache
@@ -79,8 +83,21 @@ def _single_attempt_gcs() -> type[Any]:
     return SingleAttemptGCSFileSystem
 
 
+def gcsfs_installed() -> bool:
+    """Whether gcsfs can be imported (the ``[gcs]`` and ``[job]`` extras bring it; the light install does not)."""
+    import importlib.util
+
+    return importlib.util.find_spec("gcsfs") is not None
+
+
 def open_fs(url: str, options: dict[str, Any]) -> tuple[Any, str]:
-    """The file system of a ``gs://`` sink URL (:func:`_single_attempt_gcs`'s) and the root's path in it."""
+    """The file system of a ``gs://`` sink URL (:func:`_single_attempt_gcs`'s) and the root's path in it; without
+    gcsfs (the light install), the one of :mod:`event_etl.storage.gcs_light`."""
+    if not gcsfs_installed():
+        from event_etl.storage.gcs_light import GCSLightFileSystem
+
+        light = GCSLightFileSystem(**options)
+        return light, light._strip_protocol(url)
     cls = _single_attempt_gcs()
     fs = cls(**{**cls._get_kwargs_from_urls(url), **options})
     return fs, fs._strip_protocol(url)
@@ -90,7 +107,12 @@ def upload_if_generation(fs: Any, path: str, data: bytes, generation: str) -> No
     """Upload ``data`` to ``path`` on GCS only if the object is at ``generation`` (JSON API, ``ifGenerationMatch``).
 
     gcsfs offers create-only uploads (generation 0) but not a match on another generation.  A
-    mismatch is answered 412, which gcsfs raises as ``FileExistsError``."""
+    mismatch is answered 412, which gcsfs raises as ``FileExistsError``.  Without gcsfs, the light file system's
+    own :meth:`~event_etl.storage.gcs_light.GCSLightFileSystem.upload_if_generation` does the same."""
+    light = getattr(fs, "upload_if_generation", None)
+    if light is not None:
+        light(path, data, generation)
+        return
     import json as _json
     from urllib.parse import quote
 
