@@ -91,7 +91,9 @@ def test_the_demo_keeps_a_history_in_its_checkpoint_and_graphs_draw_it_with_no_o
     import json
 
     history = tmp_path / "checkpoints" / "page_view" / "metrics-history.jsonl"
-    proc = subprocess.Popen([EXE, "run", "page_view", "--trigger-interval", "2s", "--master", "local[2]"],
+    # --drain-on-stop: the summary (its rate is compared below) comes with a drain; a plain stop says one line
+    proc = subprocess.Popen([EXE, "run", "page_view", "--trigger-interval", "2s", "--master", "local[2]",
+                             "--drain-on-stop"],
                             cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         batches = lambda: history.read_text().count('"kind":"batch"') if history.exists() else 0  # noqa: E731
