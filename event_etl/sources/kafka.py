@@ -444,12 +444,12 @@ def read_runs(topic: str, partition: int, start: int, end: int, *, timeout: floa
         return
     offset_of, error_of = Message.offset, Message.error
     consumer = Consumer(_reader_config())
-    paused = gc.isenabled()
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         nxt = start
         deadline = time.monotonic() + timeout
         while nxt < end:
+            paused = gc.isenabled()  # a collector the caller paused stays paused
             if paused:
                 gc.disable()
             try:
