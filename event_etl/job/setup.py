@@ -279,8 +279,8 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         "max_events_per_batch": options.max_events_per_batch,
         "event_type": et.name,  # Kafka: the consumer group it commits to
     }
-    # the generator's clock runs ahead of the wall clock: lag and marker delay are read on it, in the progress lines
-    # and in the metrics history alike
+    # the generator's clock runs ahead of the wall clock: the lag is read on it, in the progress lines and in the
+    # metrics history alike (marker delays are on the wall clock everywhere: event_etl.rules.delays)
     event_clock = GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None
     printer = ProgressPrinter(et.name, clock, quiet=options.quiet, event_clock=event_clock,
                               settings_file=et.settings_file)  # named when a backfill goes to the dead letters

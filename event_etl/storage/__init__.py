@@ -2,7 +2,8 @@
 
 :class:`Storage` and :func:`open_storage` (:mod:`event_etl.storage.sink`: atomic and create-only
 writes, compare-and-swap, checked relative paths) over local disk or GCS
-(:mod:`event_etl.storage.gcs`: gcsfs, the emulator, which errors are retried).  Beside them: Avro
+(:mod:`event_etl.storage.gcs`: gcsfs, the emulator, which errors are retried; without gcsfs, the light install's
+client of :mod:`event_etl.storage.gcs_light`).  Beside them: Avro
 I/O, dead letters, the lease, atomic local writes, locations, compaction, temporaries.
 """
 
