@@ -122,8 +122,8 @@ class Storage:
         except (ImportError, ValueError) as err:
             raise StorageError(
                 f"cannot open sink {url!r}: {err}",
-                fix="use a local folder or gs://bucket/prefix (a job reaches gs:// through gcsfs: pip install 'event_etl[gcs]'; "
-                    "the light install reads it without)",
+                fix="use a local folder or gs://bucket/prefix (a job reaches gs:// through gcsfs: pip install "
+                    "'event_etl[gcs]'; the light install reads it without)",
             ) from err
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = os.path.abspath(root) if self.local else root.rstrip("/")
