@@ -40,8 +40,12 @@ ensure_venv() {
     fi
     echo "event_etl: installing event_etl${extras:+ with [$extras]} and its dependencies (first run takes a few minutes)" >&2
     "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2 || true
-    (cd "$ROOT" && "$VENV/bin/python" -m pip install --quiet -e "$spec") >&2 \
-      || die "installing the dependencies failed (see above)" "check the network access to PyPI, then run the command again"
+    # pip's and the build backend's notes (setuptools' "Editable installation" box) go to a log, shown on failure
+    if ! (cd "$ROOT" && "$VENV/bin/python" -m pip install --quiet -e "$spec") >"$VENV/.event_etl-install.log" 2>&1; then
+      cat "$VENV/.event_etl-install.log" >&2
+      die "installing the dependencies failed (see above; also in $VENV/.event_etl-install.log)" \
+        "check the network access to PyPI, then run the command again"
+    fi
     rm -f "$VENV"/.event_etl-installed-*-"${extras:-run}" 2>/dev/null || true
     touch "$stamp"
     ensure_jvm_archive
