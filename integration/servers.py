@@ -251,8 +251,11 @@ class NoidaKafka(KafkaBroker):
     What it does that tansu does not, and that the Kafka source's tests need: partitions added to a topic
     (CreatePartitions), records deleted (DeleteRecords, and ``retention.ms`` lowered: it deletes within ~5 s),
     transactions (a ``read_committed`` consumer sees committed records only), and high watermarks that are what it
-    serves (a ``read_committed`` client is told the last stable offset while a transaction is open).  Unlike Kafka,
-    it does not keep an aborted transaction's records: they take no offsets."""
+    serves (a ``read_committed`` client is told the last stable offset while a transaction is open).  As Kafka, it
+    keeps an aborted transaction's records (they take offsets; ``read_uncommitted`` shows them).  Unlike Kafka, a
+    DeleteRecords that cuts a partition inside an aborted transaction makes it serve the rest of that transaction to
+    ``read_committed`` consumers as committed (reproduced with a bare confluent-kafka consumer, 0.2.3): the kill
+    campaign's deletions can meet it (RELIABILITY.md)."""
 
     name = "noida-db"
 

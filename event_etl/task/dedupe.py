@@ -7,7 +7,10 @@ and the key's kind:
 - an **id key** (``i:<id field value>``): a producer retry carries the same id.  It is
   stamped with the record's event time and forgotten by the *event clock* (the largest
   event time seen, each counted at most up to its arrival, minus the out-of-orderness
-  bound): producer retries are close in event time.
+  bound): producer retries are close in event time.  For a partitioned source (Kafka) the
+  clock is the slowest live partition's: partitions are read by count, each at its own pace
+  in event time, so a retry on a partition behind the others comes after the fastest has
+  passed its original (a partition quiet for ``idle_timeout`` stops holding keys back).
 - a **message key** (``m:<message id>@<publish time>``, Pub/Sub): a redelivery has both
   the same (an emulator that restarts counts message ids from 1 again, hence the publish
   time).  It is stamped with the publish time and forgotten by the *arrival clock* (the
