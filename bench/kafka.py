@@ -669,7 +669,7 @@ def scenario_live(broker, args, work: Path) -> dict:
     env_before = dict(os.environ)
     os.environ.update({"EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap})  # LiveJob passes os.environ on
     try:
-        job = LiveJob(job_command(topic, sink, ckpt, args), log=work / "live-job.log")
+        job = LiveJob(job_command(topic, sink, ckpt, args, "--drain-on-stop"), log=work / "live-job.log")
     finally:
         os.environ.clear()
         os.environ.update(env_before)
