@@ -33,6 +33,12 @@ PER_HOUR = 100
 DAY_MS = 86_400_000
 
 
+def _live_job(source: str, ck: Path, common: list[str]) -> list[str]:
+    """The job of the Pub/Sub and Kafka tests: what the topic holds, read once, then a drain."""
+    return ["run", "page_view", "--source", source, "--checkpoint", str(ck), "--master", "local[2]",
+            "--trigger-interval", "1s", "--once", "--drain", *common]
+
+
 def _env():
     return {**os.environ, "PYSPARK_PYTHON": sys.executable, "EVENT_ETL_SPARK_LOG_LEVEL": "ERROR"}
 
@@ -154,8 +160,7 @@ def test_dead_letters_republished_to_the_types_pubsub_topic_land_once_by_the_rul
         f.result(timeout=30)
     sink, ck = tmp_path / "data", tmp_path / "ck"
     common = ["--sink", str(sink), "--event-types", str(types)]
-    job = ["run", "page_view", "--source", f"pubsub:{sub}", "--checkpoint", str(ck), "--master", "local[2]",
-           "--trigger-interval", "1s", "--once", "--drain", *common]
+    job = _live_job(f"pubsub:{sub}", ck, common)
 
     r = run(*job)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -225,8 +230,7 @@ def test_dead_letters_produced_to_the_kafka_topic_land_once_with_their_key_and_h
                                   [("source", b"web"), ("n", str(i).encode())]) for i, v in enumerate(views)])
     sink, ck = tmp_path / "data", tmp_path / "ck"
     common = ["--sink", str(sink), "--event-types", str(types)]
-    job = ["run", "page_view", "--source", f"kafka:{topic}", "--checkpoint", str(ck), "--master", "local[2]",
-           "--trigger-interval", "1s", "--once", "--drain", *common]
+    job = _live_job(f"kafka:{topic}", ck, common)
 
     r = run(*job)
     assert r.returncode == 0, r.stdout + r.stderr
