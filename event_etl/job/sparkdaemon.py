@@ -38,16 +38,20 @@ from __future__ import annotations
 import gc
 import os
 import signal
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
+from typing import Any
 
 _signal = signal.signal
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 _IGNORED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _keep_ignored(signum, handler):
+def _keep_ignored(signalnum: int | signal.Signals, handler: _Handler) -> _Handler:
     """``signal.signal`` for the daemon's process and its forks: SIGINT, SIGTERM and SIGHUP stay ignored."""
-    if signum in _IGNORED:
+    if signalnum in _IGNORED:
         handler = signal.SIG_IGN
-    return _signal(signum, handler)
+    return _signal(signalnum, handler)
 
 
 WARM_MODULES = ("pyspark.worker", "event_etl.task.executor", "event_etl.sources.spark", "pyarrow", "pyarrow.compute",
@@ -81,7 +85,7 @@ def installed_pyspark(path: list[str]) -> str | None:
     return list(spec.submodule_search_locations)[0]
 
 
-def ready(rows):
+def ready(rows: Iterable[Any]) -> Iterator[int]:
     """A task that does nothing: run once per core when a local job starts (:mod:`event_etl.job.session`),
     so that Spark starts this daemon and forks the workers before the first batch needs them."""
     return iter([os.getpid()])
@@ -95,7 +99,7 @@ def threads() -> int:
         return 1
 
 
-def warm(modules=WARM_MODULES) -> list[str]:
+def warm(modules: Iterable[str] = WARM_MODULES) -> list[str]:
     """Import ``modules`` in the daemon, so that forked workers find them loaded; returns those imported.
 
     Stops at the first module after which the process has more than one thread (it is kept, since it
