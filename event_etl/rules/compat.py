@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -472,80 +473,134 @@ class _Checker:
 
 
 # -- defaults ----------------------------------------------------------------------------------
+# A default is checked against its type (Avro specification, "Complex Types" and "Unions"): a type whose
+# default is one JSON value has a predicate in _DEFAULT_IS_VALID; a type whose default holds others (an array,
+# a map, a record), or that says more than "not valid", has its own function in _DEFAULT_PROBLEMS.
 def _default_problem(t: Any, value: Any, side: _Side, ns: str, depth: int = 0) -> str | None:
     """Why ``value`` is not a valid JSON default of type ``t`` (``None``: it is)."""
     if depth > 32:
         return None
     t, ns = side.deref(t, ns)
     k = _kind(t)
-    shown = _json_text(value)
     if k == "union":
-        if not t:
-            return "a union without branches has no default"
-        first = t[0]
-        if _default_problem(first, value, side, ns, depth + 1) is None:
-            return None
-        others = [b for b in t[1:] if _default_problem(b, value, side, ns, depth + 1) is None]
-        if others:
-            return (f"default {shown} does not match the first branch of its union "
-                    f"({_describe(first, side.names, ns)}); the Avro specification takes a union's default from "
-                    f"its first branch: put {_describe(others[0], side.names, ns)} first")
-        return f"default {shown} is not a valid {_describe(first, side.names, ns)}"
-    what = _describe(t, side.names, ns)
-    bad = f"default {shown} is not a valid {what}"
-    if k == "null":
-        return None if value is None else bad
-    if k == "boolean":
-        return None if isinstance(value, bool) else bad
-    if k in ("int", "long"):
-        lo, hi = _INT_RANGE[k]
-        ok = isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
-        return None if ok else bad
-    if k in ("float", "double"):
-        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
-            isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"))
-        if isinstance(value, float) and math.isnan(value):
-            ok = True
-        return None if ok else bad
-    if k == "string":
-        return None if isinstance(value, str) else bad
-    if k in ("bytes", "fixed"):
-        if not isinstance(value, str) or any(ord(c) > 255 for c in value):
-            return bad + " (write bytes as a string of code points 0-255)"
-        if k == "fixed" and len(value) != t.get("size"):
-            return bad + f" (it needs {t.get('size')} bytes)"
+        return _union_default_problem(t, value, side, ns, depth)
+    bad = f"default {_json_text(value)} is not a valid {_describe(t, side.names, ns)}"
+    is_valid = _DEFAULT_IS_VALID.get(k)
+    if is_valid is not None:
+        return None if is_valid(t, value) else bad
+    problem = _DEFAULT_PROBLEMS.get(k)
+    return None if problem is None else problem(_Default(t, value, side, ns, depth, bad))
+
+
+@dataclass(frozen=True)
+class _Default:
+    """A default being checked against its (dereferenced) type ``t`` in namespace ``ns``; ``bad`` says it is
+    not valid."""
+
+    t: Any
+    value: Any
+    side: _Side
+    ns: str
+    depth: int
+    bad: str
+
+    def inner(self, t: Any, value: Any, ns: str | None = None) -> str | None:
+        """Why ``value``, a part of this default, is not a valid ``t``."""
+        return _default_problem(t, value, self.side, self.ns if ns is None else ns, self.depth + 1)
+
+
+def _union_default_problem(t: Any, value: Any, side: _Side, ns: str, depth: int) -> str | None:
+    if not t:
+        return "a union without branches has no default"
+    shown = _json_text(value)
+    first = t[0]
+    if _default_problem(first, value, side, ns, depth + 1) is None:
         return None
-    if k == "enum":
-        return None if isinstance(value, str) and value in (t.get("symbols") or []) else bad
-    if k == "array":
-        if not isinstance(value, list):
-            return bad
-        for i, x in enumerate(value):
-            why = _default_problem(t.get("items"), x, side, ns, depth + 1)
-            if why is not None:
-                return f"item {i}: {why}"
-        return None
-    if k == "map":
-        if not isinstance(value, dict):
-            return bad
-        for key, x in value.items():
-            why = _default_problem(t.get("values"), x, side, ns, depth + 1)
-            if why is not None:
-                return f"key {key!r}: {why}"
-        return None
-    if k == "record":
-        if not isinstance(value, dict):
-            return bad
-        inner = _full_name(t["name"], t.get("namespace", ns) or None).rpartition(".")[0]
-        for f in t.get("fields", []):
-            if f["name"] in value:
-                why = _default_problem(f["type"], value[f["name"]], side, inner, depth + 1)
-                if why is not None:
-                    return f"{f['name']}: {why}"
-            elif "default" not in f:
-                return f"default {shown} has no value for {f['name']!r}"
-        return None
+    others = [b for b in t[1:] if _default_problem(b, value, side, ns, depth + 1) is None]
+    if others:
+        return (f"default {shown} does not match the first branch of its union "
+                f"({_describe(first, side.names, ns)}); the Avro specification takes a union's default from "
+                f"its first branch: put {_describe(others[0], side.names, ns)} first")
+    return f"default {shown} is not a valid {_describe(first, side.names, ns)}"
+
+
+def _is_integer_in(kind: str) -> Callable[[Any, Any], bool]:
+    lo, hi = _INT_RANGE[kind]
+    return lambda _t, value: isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
+
+
+def _is_floating(_t: Any, value: Any) -> bool:
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+        isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"))
+
+
+_DEFAULT_IS_VALID: dict[str, Callable[[Any, Any], bool]] = {
+    "null": lambda _t, value: value is None,
+    "boolean": lambda _t, value: isinstance(value, bool),
+    "int": _is_integer_in("int"),
+    "long": _is_integer_in("long"),
+    "float": _is_floating,
+    "double": _is_floating,
+    "string": lambda _t, value: isinstance(value, str),
+    "enum": lambda t, value: isinstance(value, str) and value in (t.get("symbols") or []),
+}
+"""Type kind -> whether a JSON value is a valid default of a type ``t`` of that kind."""
+
+
+def _bytes_default_problem(d: _Default) -> str | None:
+    value = d.value
+    if not isinstance(value, str) or any(ord(c) > 255 for c in value):
+        return d.bad + " (write bytes as a string of code points 0-255)"
+    if _kind(d.t) == "fixed" and len(value) != d.t.get("size"):
+        return d.bad + f" (it needs {d.t.get('size')} bytes)"
     return None
+
+
+def _array_default_problem(d: _Default) -> str | None:
+    if not isinstance(d.value, list):
+        return d.bad
+    for i, x in enumerate(d.value):
+        why = d.inner(d.t.get("items"), x)
+        if why is not None:
+            return f"item {i}: {why}"
+    return None
+
+
+def _map_default_problem(d: _Default) -> str | None:
+    if not isinstance(d.value, dict):
+        return d.bad
+    for key, x in d.value.items():
+        why = d.inner(d.t.get("values"), x)
+        if why is not None:
+            return f"key {key!r}: {why}"
+    return None
+
+
+def _record_default_problem(d: _Default) -> str | None:
+    if not isinstance(d.value, dict):
+        return d.bad
+    inner_ns = _full_name(d.t["name"], d.t.get("namespace", d.ns) or None).rpartition(".")[0]
+    for f in d.t.get("fields", []):
+        if f["name"] in d.value:
+            why = d.inner(f["type"], d.value[f["name"]], inner_ns)
+            if why is not None:
+                return f"{f['name']}: {why}"
+        elif "default" not in f:
+            return f"default {_json_text(d.value)} has no value for {f['name']!r}"
+    return None
+
+
+_DEFAULT_PROBLEMS: dict[str, Callable[[_Default], str | None]] = {
+    "bytes": _bytes_default_problem,
+    "fixed": _bytes_default_problem,
+    "array": _array_default_problem,
+    "map": _map_default_problem,
+    "record": _record_default_problem,
+}
+"""Type kind -> why a default of that kind is not valid (``None``: it is); a kind in neither table (an unknown
+type) takes any default."""
 
 
 def _json_text(value: Any) -> str:
