@@ -35,7 +35,7 @@ key                     default          meaning
 fields without a pool get values derived from their Avro type and name.
 
 ``[[commit_policy]]`` (an array of tables, run in order after each hour's ``_COMPLETE``, see
-:mod:`event_etl.job.policies`): ``kind`` (``pubsub`` or ``openlineage``), an optional ``name``
+:mod:`event_etl.job.policies`): ``kind`` (``pubsub``, ``openlineage`` or ``iceberg``), an optional ``name``
 (default: the kind; unique within the type: it names the policy's record in the checkpoint and
 its metric series) and the kind's own keys, :data:`POLICY_KINDS`.
 
@@ -131,6 +131,15 @@ POLICY_KINDS: dict[str, dict[str, tuple[Any, str]]] = {
     "openlineage": {
         "namespace": ("event_etl", "the OpenLineage job namespace of the run events"),
         "job_name": ("", "the OpenLineage job name (default: event_etl.<type>)"),
+    },
+    "iceberg": {  # event_etl/job/policy_iceberg.py (a Parquet type; pip install 'event_etl[iceberg]')
+        "catalog": ("event_etl", "the pyiceberg catalog's name (its other properties may come from .pyiceberg.yaml "
+                                 "or PYICEBERG_CATALOG__<NAME>__* variables: credentials go there)"),
+        "catalog_uri": ("", "the catalog's uri: sqlite:///path/catalog.db (SQL catalog), http(s)://... (REST)"),
+        "catalog_type": ("", "sql, rest, glue, hive...: when catalog_uri does not say"),
+        "warehouse": ("", "where the catalog writes the table's metadata, e.g. file:///data/warehouse"),
+        "table": ("", "<namespace>.<table> (default: event_etl.<type>)"),
+        "partitioning": ("hour", "hour: identity partitions on etl_hour (the hour a file landed in) and etl_late"),
     },
 }
 """Each commit policy kind's keys in ``[[commit_policy]]``: ``key -> (default (None: required), meaning)``."""

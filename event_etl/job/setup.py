@@ -368,6 +368,10 @@ def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage)
         from event_etl.job.policy_openlineage import OpenLineagePolicy
 
         return OpenLineagePolicy(config, event_type, storage)
+    if config["kind"] == "iceberg":
+        from event_etl.job.policy_iceberg import IcebergPolicy
+
+        return IcebergPolicy(config, event_type, storage)
     raise ValueError(f"unknown commit policy kind {config['kind']!r}")  # eventtypes checked it
 
 
