@@ -13,7 +13,9 @@ SDK's instruments.
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.metrics import (
     Counter,
@@ -41,9 +43,12 @@ from event_etl.errors import EventEtlError, UsageError
 from event_etl.metrics.histograms import PreBucketedCollector, PreBucketedHistogram
 from event_etl.metrics.spec import SCOPE
 
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
 __all__ = ["PrometheusEndpoint", "OtlpExport"]
 
-_CUMULATIVE = {
+_CUMULATIVE: dict[type, AggregationTemporality] = {
     Counter: AggregationTemporality.CUMULATIVE,
     UpDownCounter: AggregationTemporality.CUMULATIVE,
     HistogramInstrument: AggregationTemporality.CUMULATIVE,
@@ -61,14 +66,15 @@ class _WithPreBucketed(MetricExporter):
         self.inner = inner
         self.histograms = histograms
 
-    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000,
+               **kwargs: Any) -> MetricExportResult:
         return self.inner.export(_add_metrics(metrics_data, [h.otel_metric() for h in self.histograms]),
                                  timeout_millis=timeout_millis, **kwargs)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self.inner.force_flush(timeout_millis=timeout_millis)
 
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
@@ -102,8 +108,8 @@ class PrometheusEndpoint:
         self.port = port
         self.registry = CollectorRegistry(auto_describe=False)
         self.url: str | None = None
-        self._server = None
-        self._thread = None
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
 
     def open(self, histograms: Sequence[PreBucketedHistogram]) -> MetricReader:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -126,18 +132,19 @@ class PrometheusEndpoint:
         return reader
 
     def serve(self) -> None:
-        """Serve the registry over HTTP on host:port (port 0: any free port; :attr:`url` tells which)."""
+        """Serve the registry over HTTP on host:port (port 0, or None here: any free port; :attr:`url` tells which)."""
         from prometheus_client import start_http_server
 
         try:
-            self._server, self._thread = start_http_server(self.port, addr=self.host, registry=self.registry)
+            server, self._thread = start_http_server(self.port or 0, addr=self.host, registry=self.registry)
         except OSError as err:
             raise UsageError(
                 f"--metrics-port {self.port}: cannot listen on {self.host}:{self.port}: {err.strerror or err}",
                 fix="choose another port (each job needs its own), or --metrics-port 0 for any free port",
             ) from err
+        self._server = server
         host = self.host if ":" not in self.host else f"[{self.host}]"
-        self.url = f"http://{host}:{self._server.server_address[1]}/metrics"
+        self.url = f"http://{host}:{server.server_address[1]}/metrics"
 
     def text(self) -> str:
         """What a scrape returns now (Prometheus text format)."""

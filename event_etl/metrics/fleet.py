@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from event_etl.metrics.exporters import PrometheusEndpoint
 from event_etl.metrics.job import JobMetrics
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Metric
 
 __all__ = ["FleetEndpoint"]
 
@@ -13,13 +17,13 @@ class _MergedCollector:
     """The metric families of several job registries, merged by name (one HELP/TYPE per family)."""
 
     def __init__(self) -> None:
-        self.registries: dict[int, Any] = {}
+        self.registries: dict[int, CollectorRegistry] = {}
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []
 
-    def collect(self):
-        families: dict[str, Any] = {}
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
         for registry in list(self.registries.values()):
             for fam in registry.collect():
                 have = families.get(fam.name)

@@ -54,16 +54,23 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.metrics.history import HISTORY_FILE, default_history_path, history_files, read_history
 from event_etl.rules.delays import MARKER_DELAY_NAME
 from event_etl.timeutil import format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+_Axes = Any
+"""A matplotlib ``Axes``, untyped here: its annotations take numbers for x, where its date converter also takes the
+datetimes drawn here."""
 
 """The format of a ``--metrics-history`` file (:class:`event_etl.metrics.history.MetricsHistory` writes it).
 Here, not in :mod:`event_etl.metrics`, so ``event-etl graphs`` needs matplotlib ([graphs]) only."""
@@ -217,7 +224,8 @@ class Chart:
 def _not_negative(series: Sequence[Series], ahead: str) -> tuple[tuple[Series, ...], list[Event]]:
     """``series`` without their negative points, and those points as events named ``ahead``: a lag or a delay is
     never drawn below zero."""
-    kept, events = [], []
+    kept: list[Series] = []
+    events: list[Event] = []
     for s in series:
         kept.append(Series(s.label, tuple((t, v) for t, v in s.points if v >= 0)))
         events.extend(Event(t, ahead) for t, v in s.points if v < 0)
@@ -501,7 +509,7 @@ class HistorySource:
         return self._records
 
     def event_types(self) -> list[str]:
-        return sorted({r.get("event_type") for r in self.records()} - {None})
+        return sorted({r["event_type"] for r in self.records() if r.get("event_type") is not None})
 
     def of_type(self, event_type: str) -> list[dict[str, Any]]:
         return [r for r in self.records() if r.get("event_type") == event_type]
@@ -598,7 +606,10 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
     window = rng.window.total_seconds()
     recs = sorted(records, key=lambda r: r["t"])
     batches = [r for r in recs if r["kind"] == "batch"]
-    in_range = lambda t: a <= t <= b  # noqa: E731
+
+    def in_range(t: float) -> bool:
+        return a <= t <= b
+
     lag, lag_clock = _by_clock(((r, r["t"], r["watermark_lag_seconds"]) for r in recs
                                 if r["kind"] in ("batch", "watermark") and r.get("watermark_lag_seconds") is not None
                                 and r.get("why") != "drain" and in_range(r["t"])), "watermark lag")
@@ -666,7 +677,7 @@ def _time_ticks(lo: float, hi: float) -> tuple[list[float], float]:
         first = math.ceil(lo / interval) * interval
         if (hi - first) // interval + 1 <= _MAX_TIME_TICKS:
             break
-    ticks = []
+    ticks: list[float] = []
     t = first
     while t <= hi + 1e-9:
         ticks.append(t)
@@ -690,9 +701,13 @@ def span_text(lo: datetime, hi: datetime) -> str:
     return f"{lo.strftime(f'%Y-%m-%d {clock}')} to {end} UTC"
 
 
-def _draw_panel(ax, panel: Panel, xlim: tuple[datetime, datetime]) -> None:
+def _draw_panel(ax: _Axes, panel: Panel, xlim: tuple[datetime, datetime]) -> None:
     import matplotlib.dates as mdates
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    # matplotlib.dates has no type annotations (the rest of matplotlib has): its two converters, typed here
+    date2num: Callable[[datetime], float] = mdates.date2num
+    num2date: Callable[..., datetime] = mdates.num2date
 
     values = [v for s in panel.series for _, v in s.points]
     log = panel.log and any(v > 0 for v in values)
@@ -737,12 +752,12 @@ def _draw_panel(ax, panel: Panel, xlim: tuple[datetime, datetime]) -> None:
         ax.set_ylim(0, 1)
     ticks, interval = _time_ticks(xlim[0].timestamp(), xlim[1].timestamp())
     fmt, _label = _time_format(xlim[0], xlim[1], interval)
-    ax.xaxis.set_major_locator(FixedLocator([mdates.date2num(datetime.fromtimestamp(t, _UTC)) for t in ticks]))
+    ax.xaxis.set_major_locator(FixedLocator([date2num(datetime.fromtimestamp(t, _UTC)) for t in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: mdates.num2date(x, tz=_UTC).strftime(fmt)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: num2date(x, tz=_UTC).strftime(fmt)))
 
 
-def _draw_events(ax, events: Sequence[Event]) -> None:
+def _draw_events(ax: _Axes, events: Sequence[Event]) -> None:
     """Each event a marked point on the zero line, one legend entry per name, the name written beside the point when
     few events bear it."""
     by_name: dict[str, list[float]] = {}
@@ -786,7 +801,8 @@ def _subtitle(xlim: tuple[datetime, datetime], rng: TimeRange, source: str) -> s
     return describe_drawn(xlim, rng) + "\n" + rng.points_text() + (f" · {source}" if source else "")
 
 
-def _figure(panels: Sequence[tuple[str, Panel]], title: str, subtitle: str, xlim: tuple[datetime, datetime]):
+def _figure(panels: Sequence[tuple[str, Panel]], title: str, subtitle: str,
+            xlim: tuple[datetime, datetime]) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -803,12 +819,12 @@ def _figure(panels: Sequence[tuple[str, Panel]], title: str, subtitle: str, xlim
     return fig
 
 
-def figures(charts: Sequence[Chart], *, event_type: str, rng: TimeRange, source: str = "") -> list[tuple[str, Any]]:
+def figures(charts: Sequence[Chart], *, event_type: str, rng: TimeRange, source: str = "") -> list[tuple[str, Figure]]:
     """``(file name, matplotlib Figure)`` of every chart (``EVENT_TYPE-<chart>.png``) and of the overview
     (``EVENT_TYPE-overview.png``), all on the time axis :func:`drawn_range` gives."""
     xlim = drawn_range(charts, rng)
     subtitle = _subtitle(xlim, rng, source)
-    out = []
+    out: list[tuple[str, Figure]] = []
     for c in charts:
         heads = [(p.heading if len(c.panels) > 1 else "", p) for p in c.panels]
         out.append((f"{event_type}-{c.key}.png", _figure(heads, f"{event_type}: {c.title}", subtitle, xlim)))

@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.metrics.export import AggregationTemporality, HistogramDataPoint, Metric
 from opentelemetry.sdk.metrics.export import Histogram as HistogramData
 
 from event_etl.metrics.spec import MetricSpec
+
+if TYPE_CHECKING:
+    from prometheus_client.core import HistogramMetricFamily
 
 __all__ = ["PreBucketedHistogram", "PreBucketedCollector"]
 
@@ -64,14 +68,15 @@ class PreBucketedHistogram:
         with self._lock:
             return tuple(self.counts), self.sum
 
-    def prometheus_family(self):
+    def prometheus_family(self) -> HistogramMetricFamily:
         """The histogram as prometheus_client shows it: ``_bucket{le}`` (cumulative), ``_sum``, ``_count``."""
         from prometheus_client.core import HistogramMetricFamily
 
         counts, total = self.snapshot()
         labels = sorted(self.attributes)
         fam = HistogramMetricFamily(self.spec.name, self.spec.description, labels=labels)
-        cumulative, buckets = 0, []
+        cumulative = 0
+        buckets: list[tuple[str, float]] = []
         for bound, n in zip((*self.bounds, float("inf")), counts):
             cumulative += n
             buckets.append((_le(bound), cumulative))
@@ -84,7 +89,9 @@ class PreBucketedHistogram:
         point = HistogramDataPoint(
             attributes=dict(self.attributes), start_time_unix_nano=self.start_ns, time_unix_nano=_now_ns(),
             count=sum(counts), sum=total, bucket_counts=list(counts), explicit_bounds=list(self.bounds),
-            min=None, max=None,
+            # The data model's min and max are optional (OTLP leaves them out when unset); the SDK's dataclass
+            # annotates them as float, yet its encoders skip None.
+            min=None, max=None,  # type: ignore[arg-type]
         )
         return Metric(name=self.spec.otel_name, description=self.spec.description, unit=self.spec.unit,
                       data=HistogramData(data_points=[point],
@@ -104,9 +111,9 @@ class PreBucketedCollector:
     def __init__(self, histograms: Sequence[PreBucketedHistogram]) -> None:
         self.histograms = histograms
 
-    def describe(self):
+    def describe(self) -> list[HistogramMetricFamily]:
         return []  # names are not known ahead to prometheus_client; nothing collides in a job's own registry
 
-    def collect(self):
+    def collect(self) -> Iterator[HistogramMetricFamily]:
         for h in self.histograms:
             yield h.prometheus_family()

@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from event_etl.errors import UsageError
 from event_etl.storage.locations import is_remote, local_path
@@ -116,7 +116,7 @@ class MetricsHistory:
         self.max_bytes = max_bytes
         self.what = what or f"--metrics-history {path}"
         self._lock = _path_lock(self.path)
-        self._fh = None
+        self._fh: TextIO | None = None
         with self._lock:
             self._open()
 

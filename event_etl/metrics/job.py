@@ -27,9 +27,9 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Counter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
@@ -49,7 +49,9 @@ from event_etl.metrics.spec import (
     SCOPE,
     old_names_exported,
 )
+from event_etl.rules.manifest import Manifest
 from event_etl.rules.reasons import Reason
+from event_etl.rules.watermark import WatermarkState
 from event_etl.settings import current_settings
 from event_etl.sources.kafka_offsets import as_offset
 from event_etl.timeutil import HOUR_MS, iso
@@ -59,6 +61,14 @@ __all__ = ["JobMetrics", "job_metrics", "backlog_from_progress", "kafka_lag_from
 _log = logging.getLogger(__name__)
 
 _HISTORY_IDLE_EVERY_MS = 60_000
+
+
+class _InstrumentArgs(TypedDict):
+    """What a meter's ``create_*`` takes to name an instrument."""
+
+    name: str
+    unit: str
+    description: str
 
 
 _OFFSET_UNITS = (("files", "files"), ("n", "events"))  # directory {"files": n}; generator {"n": n, ...}
@@ -132,8 +142,8 @@ class JobMetrics:
         event_type: str,
         *,
         clock: Callable[[], int],
-        controller_state: Callable[[], Any] | None = None,
-        backlog: Callable[[], dict | None] | None = None,
+        controller_state: Callable[[], WatermarkState | None] | None = None,
+        backlog: Callable[[], dict[str, int] | None] | None = None,
         exports: Sequence[PrometheusEndpoint | OtlpExport] = (),
         history: MetricsHistory | None = None,
         policies: Sequence[str] = (),
@@ -156,7 +166,7 @@ class JobMetrics:
         self.last_batch_at: int | None = None
         self.source_down: str | None = None  # why the source cannot deliver, while it says so
         self.heartbeat_at = self.started_at
-        self._state = None
+        self._state: WatermarkState | None = None
         self._backlog: dict[str, int] | None = None
         self._kafka_lag: dict[tuple[str, int], int] | None = None
         self._last_history_watermark_at: int | None = None
@@ -193,7 +203,7 @@ class JobMetrics:
     def _instruments(self) -> None:
         meter = self.provider.get_meter(SCOPE, __version__)
 
-        def spec(name: str) -> dict[str, str]:
+        def spec(name: str) -> _InstrumentArgs:
             s = BY_OTEL_NAME[name]
             return {"name": s.otel_name, "unit": s.unit, "description": s.description}
 
@@ -211,7 +221,8 @@ class JobMetrics:
         self.lost = meter.create_counter(**spec("event_etl.input.lost.records"))
         self.hours = meter.create_counter(**spec("event_etl.markers.written"))
         self.old_names = old_names_exported()
-        self.hours_old = meter.create_counter(**spec("event_etl.hours.completed")) if self.old_names else None
+        self.hours_old: Counter | None = (meter.create_counter(**spec("event_etl.hours.completed"))
+                                          if self.old_names else None)
         self.policy_runs = meter.create_counter(**spec("event_etl.policy.runs"))
         self.policy_failures = meter.create_counter(**spec("event_etl.policy.failures"))
         for policy in self.policies:
@@ -244,12 +255,12 @@ class JobMetrics:
             self.deadletter.add(0, {**self.attrs, "reason": r.value})
         for flag in ("false", "true"):
             self.batches.add(0, {**self.attrs, "replayed": flag})
-        for c in (self.files, self.bytes, self.hours, self.hours_old, self.lost):
-            if c is not None:
-                c.add(0, self.attrs)
+        for counter in (self.files, self.bytes, self.hours, self.hours_old, self.lost):
+            if counter is not None:
+                counter.add(0, self.attrs)
 
     # -- gauges, computed when collected -------------------------------------------------------
-    def state(self):
+    def state(self) -> WatermarkState | None:
         """The watermark state now: the controller's, else the last one an event carried."""
         if self._controller_state is not None:
             return self._controller_state()
@@ -321,13 +332,15 @@ class JobMetrics:
             if self.errors <= 3:
                 _log.exception("event_etl metrics: could not record a %s event of %s", kind, self.event_type)
 
-    def _on_merged(self, m) -> None:
+    def _on_merged(self, m: Any) -> None:
+        """``m``: a :class:`~event_etl.job.merges.Merge` (of a higher layer: not imported here)."""
         self.files.add(m.files_written, self.attrs)
         self.bytes.add(m.bytes_written, self.attrs)
         self.merged_files.add(m.files_merged, self.attrs)
         self.merged_bytes.add(m.bytes_merged, self.attrs)
 
-    def _on_batch(self, ev) -> None:
+    def _on_batch(self, ev: Any) -> None:
+        """``ev``: a :class:`~event_etl.job.controller.BatchEvent` (of a higher layer: not imported here)."""
         r = ev.result
         now = self.clock()
         self._state = ev.state
@@ -371,7 +384,7 @@ class JobMetrics:
                 "marked": len(ev.marked),
             })
 
-    def _on_marker(self, m) -> None:
+    def _on_marker(self, m: Manifest) -> None:
         self.hours.add(1, self.attrs)
         if self.hours_old is not None:
             self.hours_old.add(1, self.attrs)
@@ -380,7 +393,7 @@ class JobMetrics:
         if self.history is not None:
             now = self.clock()
             if self.event_clock is None:
-                delay = {"marker_delay_seconds": delay_ms / 1000.0}
+                delay: dict[str, Any] = {"marker_delay_seconds": delay_ms / 1000.0}
             else:
                 delay = self._lag_fields("marker_delay_seconds", now, m.hour + HOUR_MS)
             self.history.write({
@@ -391,7 +404,7 @@ class JobMetrics:
                 "closed_by": (getattr(m, "extra", None) or {}).get("closed_by"),
             })
 
-    def _on_watermark(self, why: str, state) -> None:
+    def _on_watermark(self, why: str, state: WatermarkState) -> None:
         now = self.clock()
         self._state = state
         if why == "idle":
@@ -452,7 +465,7 @@ class JobMetrics:
                 self.history.close()
 
 
-def marker_pending_ms(state: Any, now: int) -> int | None:
+def marker_pending_ms(state: WatermarkState | None, now: int) -> int | None:
     """How long ago the oldest hour without a marker ended (0 while it runs); None before any data."""
     if state is None:
         return None
@@ -465,8 +478,10 @@ def marker_pending_ms(state: Any, now: int) -> int | None:
     return max(0, now - (oldest + HOUR_MS))
 
 
-def job_metrics(event_type, options, *, clock: Callable[[], int], controller_state: Callable[[], Any] | None = None,
-                backlog: Callable[[], dict | None] | None = None, serve: bool = True, checkpoint: str | None = None,
+def job_metrics(event_type: Any, options: Any, *, clock: Callable[[], int],
+                controller_state: Callable[[], WatermarkState | None] | None = None,
+                backlog: Callable[[], dict[str, int] | None] | None = None, serve: bool = True,
+                checkpoint: str | None = None,
                 event_clock: Callable[[], int | None] | None = None) -> JobMetrics:
     """Metrics for one job run, configured from ``options`` (``metrics_port``, ``metrics_host``,
     ``otlp_endpoint``, ``metrics_history``); prints where the Prometheus endpoint listens.
@@ -477,7 +492,7 @@ def job_metrics(event_type, options, *, clock: Callable[[], int], controller_sta
 
     ``serve=False`` keeps the Prometheus registry but serves nothing: a :class:`FleetEndpoint`
     serves the registries of several jobs on one port."""
-    name = getattr(event_type, "name", event_type)
+    name: str = getattr(event_type, "name", event_type)
     exports: list[PrometheusEndpoint | OtlpExport] = []
     if getattr(options, "metrics_port", None) is not None:
         exports.append(PrometheusEndpoint(host=getattr(options, "metrics_host", None) or "127.0.0.1",
