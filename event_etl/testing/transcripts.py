@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_data_file_name, parse_hour_dir
 from event_etl.rules.manifest import Manifest
@@ -81,10 +81,11 @@ class HourContent:
     files: dict[str, bytes] = field(default_factory=dict)
 
 
-def read_avro(data: bytes) -> list[dict]:
+def read_avro(data: bytes) -> list[dict[str, Any]]:
     import fastavro
 
-    return list(fastavro.reader(io.BytesIO(data)))
+    # the records of a record schema (every schema here) are dicts; fastavro types them as any Avro value
+    return cast("list[dict[str, Any]]", list(fastavro.reader(io.BytesIO(data))))
 
 
 def read_sink(sink: Path, event_type: str, id_field: str = "id") -> dict[int, HourContent]:
@@ -108,8 +109,8 @@ def read_sink(sink: Path, event_type: str, id_field: str = "id") -> dict[int, Ho
     return out
 
 
-def read_deadletter(sink: Path, event_type: str) -> list[dict]:
-    out = []
+def read_deadletter(sink: Path, event_type: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
     base = Path(sink) / event_type / "_deadletter"
     for f in sorted(base.rglob("*.avro")) if base.is_dir() else []:
         out.extend(read_avro(f.read_bytes()))
@@ -177,7 +178,8 @@ def load_cases(paths: Iterable[Path]) -> list[Case]:
 def payload(ev: dict[str, Any]) -> bytes:
     """The payload of a transcript event: ``raw`` as given, else the JSON of its ``id`` and time ``t``."""
     if "raw" in ev:
-        return ev["raw"].encode()
+        raw: str = ev["raw"]
+        return raw.encode()
     return json.dumps({"id": ev["id"], "ts": t(ev["t"])}).encode()
 
 
@@ -216,6 +218,12 @@ class TranscriptPipeline(Protocol):
     def observe(self) -> Observed: ...
 
 
+class _PartitionedPipeline(TranscriptPipeline, Protocol):
+    """A pipeline that runs cases whose events name a ``part``."""
+
+    def batch(self, payloads: list[bytes], *, at: int, parts: list[str] | None = None) -> None: ...
+
+
 class TranscriptMismatch(AssertionError):
     """What a pipeline did differs from a step's ``expect``; :attr:`what` names the expectation."""
 
@@ -234,34 +242,53 @@ def check(seen: Observed, expect: dict[str, Any], where: str) -> None:
     if "watermark" in expect:
         _same(seen.watermark, None if expect["watermark"] is None else t(expect["watermark"]), where, "watermark")
     content = read_sink(seen.sink, seen.event_type)
-    for h, kinds in expect.get("hours", {}).items():
+    _check_hours(content, expect.get("hours", {}), where)
+    if "complete" in expect:
+        _check_complete(seen, content, expect["complete"], where)
+    for key in ("records", "late_records"):
+        _check_marker_counts(content, key, expect.get(key, {}), where)
+    if "deadletter" in expect:
+        _check_deadletter(read_deadletter(seen.sink, seen.event_type), expect["deadletter"], where)
+
+
+def _check_hours(content: dict[int, HourContent], hours: dict[str, Any], where: str) -> None:
+    """``expect.hours``: each hour's timely and late ids."""
+    for h, kinds in hours.items():
         hc = content.get(hour(h))
         if hc is None:
             raise TranscriptMismatch(where, f"hour {h}", "no folder")
         _same(sorted(hc.timely), sorted(kinds.get("timely", [])), where, f"timely ids of hour {h}")
         _same(sorted(hc.late), sorted(kinds.get("late", [])), where, f"late ids of hour {h}")
-    if "complete" in expect:
-        marked = sorted(h for h, hc in content.items() if hc.marker is not None)
-        _same(marked, sorted(hour(h) for h in expect["complete"]), where, f"hours with {MARKER_NAME}")
-        for h in marked:
-            check_manifest_matches_folder(seen.sink, seen.event_type, h)
-    for key in ("records", "late_records"):
-        for h, n in expect.get(key, {}).items():
-            hc = content.get(hour(h))
-            if hc is None or hc.marker is None:
-                raise TranscriptMismatch(where, f"{key} of hour {h}", "the hour has no marker")
-            _same(getattr(hc.marker, key), n, where, f"{key} of hour {h}")
-    if "deadletter" in expect:
-        dl = read_deadletter(seen.sink, seen.event_type)
-        for reason, want in expect["deadletter"].items():
-            got = [r for r in dl if r["reason"] == reason]
-            if isinstance(want, int):
-                _same(len(got), want, where, f"dead-letter count of {reason}")
-            else:
-                ids = sorted(json.loads(r["payload"])["id"] for r in got)
-                _same(ids, sorted(want), where, f"dead-letter ids with reason {reason}")
-            for r in got:
-                assert r["payload"], "the original bytes are kept"
+
+
+def _check_complete(seen: Observed, content: dict[int, HourContent], complete: list[str], where: str) -> None:
+    """``expect.complete``: exactly these hours have a marker, each true to its folder."""
+    marked = sorted(h for h, hc in content.items() if hc.marker is not None)
+    _same(marked, sorted(hour(h) for h in complete), where, f"hours with {MARKER_NAME}")
+    for h in marked:
+        check_manifest_matches_folder(seen.sink, seen.event_type, h)
+
+
+def _check_marker_counts(content: dict[int, HourContent], key: str, counts: dict[str, int], where: str) -> None:
+    """``expect.records`` or ``expect.late_records`` (``key``): the counts the hours' markers give."""
+    for h, n in counts.items():
+        hc = content.get(hour(h))
+        if hc is None or hc.marker is None:
+            raise TranscriptMismatch(where, f"{key} of hour {h}", "the hour has no marker")
+        _same(getattr(hc.marker, key), n, where, f"{key} of hour {h}")
+
+
+def _check_deadletter(dl: list[dict[str, Any]], expect: dict[str, Any], where: str) -> None:
+    """``expect.deadletter``: by reason, the ids of the dead letters (or their count), each with its payload."""
+    for reason, want in expect.items():
+        got = [r for r in dl if r["reason"] == reason]
+        if isinstance(want, int):
+            _same(len(got), want, where, f"dead-letter count of {reason}")
+        else:
+            ids = sorted(json.loads(r["payload"])["id"] for r in got)
+            _same(ids, sorted(want), where, f"dead-letter ids with reason {reason}")
+        for r in got:
+            assert r["payload"], "the original bytes are kept"
 
 
 def run_case(case: Case, pipeline: TranscriptPipeline) -> None:
@@ -272,8 +299,9 @@ def run_case(case: Case, pipeline: TranscriptPipeline) -> None:
         if "batch" in step:
             payloads = [payload(ev) for ev in step["batch"]]
             if any("part" in ev for ev in step["batch"]):
-                pipeline.batch(payloads, at=t(step["at"]),
-                               parts=[str(ev.get("part", "0")) for ev in step["batch"]])
+                # only a pipeline that takes parts runs such a case (the protocol's docstring)
+                cast(_PartitionedPipeline, pipeline).batch(payloads, at=t(step["at"]),
+                                                           parts=[str(ev.get("part", "0")) for ev in step["batch"]])
             else:
                 pipeline.batch(payloads, at=t(step["at"]))
         elif "idle" in step:
