@@ -24,7 +24,11 @@ key                     default          meaning
                                          job's first hour; ``"0"``: no bound
 ``max_events_per_file`` ``500000``       a larger group is split into several files
 ``max_payload_bytes``   ``1048576``      larger payloads go to dead-letter as ``oversized``
-``codec``               ``"snappy"``     Avro codec of data files: ``null``, ``deflate`` or ``snappy``
+``format``              ``"avro"``       file format of data files: ``avro`` (container files) or
+                                         ``parquet`` (the schema's Arrow columns, see
+                                         :mod:`event_etl.storage.parquetio`)
+``codec``               ``"snappy"``     compression of data files: ``null``, ``deflate`` or ``snappy``
+                                         (Parquet: none, gzip or snappy)
 ``source``              ``"generate:"``  source used when ``run`` gets no ``--source``
 ``description``         ``""``           one line shown by ``event-etl types``
 ``[generator]``                          value pools for synthetic events (see below)
@@ -92,6 +96,8 @@ _VERSION_FILE = re.compile(r"^v([1-9][0-9]{0,5})\.avsc$")
 ENV_EVENT_TYPES = settings.ENV_EVENT_TYPES
 TIME_FORMATS = ("epoch_millis", "epoch_seconds", "iso8601")
 CODECS = ("null", "deflate", "snappy")
+FORMATS = ("avro", "parquet")
+"""The file formats of data files (``format``; :data:`event_etl.rules.buckets.DATA_FORMATS`)."""
 
 _DURATION_KEYS = {
     "out_of_orderness": "2m",
@@ -114,6 +120,7 @@ _STR_KEYS = {
     "time_format": "epoch_millis",
     "id_field": None,
     "codec": "snappy",
+    "format": "avro",
     "source": "generate:",
     "description": "",
     "time_attribute": None,
@@ -179,6 +186,8 @@ class EventType:
     commit_policies: tuple[dict[str, Any], ...] = ()
     """The ``[[commit_policy]]`` tables, checked, in order: ``kind``, ``name`` and the kind's keys (defaults filled
     in, durations in ms).  Not frozen in batch intents: a policy changes nothing a batch writes."""
+    format: str = "avro"
+    """``avro`` or ``parquet``: the format of the data files (the Avro schema is the contract of both)."""
     schema_versions: tuple[tuple[str, dict[str, Any]], ...] = ()
     """The registered versions, ``(name, schema)`` in version order (``schemas/v1.avsc``...): the
     writer schemas whose single-object payloads are accepted besides the current ``schema``.
@@ -251,6 +260,7 @@ class EventType:
             "max_backfill": format_duration(self.max_backfill) if self.max_backfill else "0",
             "max_events_per_file": self.max_events_per_file,
             "codec": self.codec,
+            "format": self.format,
         }
 
 
@@ -543,7 +553,46 @@ def _base_and_logical(t: Any) -> tuple[Any, str | None]:
 def _build(
     name: str, directory: Path, schema: dict[str, Any], schema_path: Path, s: dict[str, Any], settings_path: Path
 ) -> EventType:
+    """An event type from its schema and settings, each setting checked in its own step below."""
     sp = str(settings_path)
+    get_str = _string_getter(s, sp)
+    durations = _durations(s, sp)
+    ints = _ints(s, sp)
+    _check_bools_and_tables(s, sp)
+    fields = _field_types(schema)
+    time_field, time_format, divisor = _time_settings(fields, get_str, sp, schema_path)
+    id_field = _id_field(fields, get_str, sp, schema_path)
+    codec, fmt = _codec_and_format(schema, get_str, sp)
+    return EventType(
+        name=name,
+        directory=str(directory),
+        schema=schema,
+        time_field=time_field,
+        time_format=time_format,
+        time_logical_divisor=divisor,
+        id_field=id_field,
+        out_of_orderness=durations["out_of_orderness"],
+        allowed_lateness=durations["allowed_lateness"],
+        idle_timeout=durations["idle_timeout"],
+        max_future_skew=durations["max_future_skew"],
+        dedupe_window=durations["dedupe_window"],
+        max_backfill=durations["max_backfill"],
+        max_events_per_file=ints["max_events_per_file"],
+        max_payload_bytes=ints["max_payload_bytes"],
+        codec=codec,
+        format=fmt,
+        source=get_str("source") or "generate:",
+        description=get_str("description") or "",
+        time_attribute=get_str("time_attribute"),
+        publish_time_fallback=bool(s.get("publish_time_fallback", False)),
+        generator=dict(s.get("generator", {})),
+        pubsub=dict(s.get("pubsub", {})),
+        commit_policies=_commit_policies(s.get("commit_policy", []), sp),
+    )
+
+
+def _string_getter(s: dict[str, Any], sp: str) -> Callable[[str], str | None]:
+    """``get_str(key)``: a string setting or its default (:data:`_STR_KEYS`); :class:`ConfigError` if not a string."""
 
     def get_str(key: str) -> str | None:
         v = s.get(key, _STR_KEYS[key])
@@ -551,6 +600,10 @@ def _build(
             raise ConfigError(f"must be a string, got {v!r}", file=sp, field=key, fix=f'write {key} = "..."')
         return v
 
+    return get_str
+
+
+def _durations(s: dict[str, Any], sp: str) -> dict[str, int]:
     durations = {}
     for key, default in _DURATION_KEYS.items():
         raw = s.get(key, default)
@@ -559,6 +612,10 @@ def _build(
         except ValueError as err:
             off = f' (or {key} = "0": no bound)' if key == "max_backfill" else ""
             raise ConfigError(str(err), file=sp, field=key, fix=f'write for example {key} = "{default}"{off}') from err
+    return durations
+
+
+def _ints(s: dict[str, Any], sp: str) -> dict[str, int]:
     ints: dict[str, int] = {}
     for key, (int_default, lo, hi) in _INT_KEYS.items():
         v = s.get(key, int_default)
@@ -568,6 +625,10 @@ def _build(
                 fix=f"write {key} = {int_default}"
             )
         ints[key] = v
+    return ints
+
+
+def _check_bools_and_tables(s: dict[str, Any], sp: str) -> None:
     for key, bool_default in _BOOL_KEYS.items():
         if not isinstance(s.get(key, bool_default), bool):
             raise ConfigError("must be true or false", file=sp, field=key,
@@ -576,7 +637,10 @@ def _build(
         if not isinstance(s.get(key, {}), dict):
             raise ConfigError("must be a table", file=sp, field=key, fix=f"write it as a [{key}] section")
 
-    fields = _field_types(schema)
+
+def _time_settings(fields: dict[str, Any], get_str: Callable[[str], str | None], sp: str, schema_path: Path
+                   ) -> tuple[str, str, int | None]:
+    """``(time_field, time_format, divisor of a timestamp logical type or None)``, checked against the schema."""
     time_field = get_str("time_field")
     if not time_field:
         raise ConfigError(
@@ -598,7 +662,6 @@ def _build(
             fix=f"use one of {', '.join(TIME_FORMATS)}"
         )
     base, logical = _base_and_logical(fields[time_field])
-    divisor = None
     if logical in _TIMESTAMP_LOGICAL:
         divisor = _TIMESTAMP_LOGICAL[logical]
         if divisor is None:
@@ -608,62 +671,64 @@ def _build(
                 field=time_field,
                 fix="use logicalType timestamp-millis or timestamp-micros (UTC)",
             )
-    else:
-        wanted = {"epoch_millis": ("long",), "epoch_seconds": ("long", "int", "double", "float"),
-                  "iso8601": ("string",)}[
-            time_format
-        ]
-        if base not in wanted:
-            raise ConfigError(
-                f"time_format {time_format!r} needs the field {time_field!r} to be {' or '.join(wanted)}, "
-                f"but the schema says {json.dumps(fields[time_field])}",
-                file=sp,
-                field="time_format",
-                fix="change time_format, or the field's type in schema.avsc",
-            )
+        return time_field, time_format, divisor
+    wanted = _TIME_FIELD_TYPES[time_format]
+    if base not in wanted:
+        raise ConfigError(
+            f"time_format {time_format!r} needs the field {time_field!r} to be {' or '.join(wanted)}, "
+            f"but the schema says {json.dumps(fields[time_field])}",
+            file=sp,
+            field="time_format",
+            fix="change time_format, or the field's type in schema.avsc",
+        )
+    return time_field, time_format, None
+
+
+_TIME_FIELD_TYPES = {"epoch_millis": ("long",), "epoch_seconds": ("long", "int", "double", "float"),
+                     "iso8601": ("string",)}
+"""The Avro types a time field of each ``time_format`` may have (without a timestamp logical type)."""
+
+
+def _id_field(fields: dict[str, Any], get_str: Callable[[str], str | None], sp: str, schema_path: Path
+              ) -> str | None:
     id_field = get_str("id_field")
-    if id_field is not None:
-        if id_field not in fields:
-            raise ConfigError(
-                f"no field {id_field!r} in {schema_path.name}", file=sp, field="id_field",
-                fix=f"fields are: {', '.join(fields)}"
-            )
-        if _base_and_logical(fields[id_field])[0] not in ("string", "long", "int", "bytes", "fixed"):
-            raise ConfigError(
-                f"field {id_field!r} cannot identify an event: it is {json.dumps(fields[id_field])}",
-                file=sp,
-                field="id_field",
-                fix="point id_field at a string (e.g. a UUID) or integer field",
-            )
+    if id_field is None:
+        return None
+    if id_field not in fields:
+        raise ConfigError(
+            f"no field {id_field!r} in {schema_path.name}", file=sp, field="id_field",
+            fix=f"fields are: {', '.join(fields)}"
+        )
+    if _base_and_logical(fields[id_field])[0] not in ("string", "long", "int", "bytes", "fixed"):
+        raise ConfigError(
+            f"field {id_field!r} cannot identify an event: it is {json.dumps(fields[id_field])}",
+            file=sp,
+            field="id_field",
+            fix="point id_field at a string (e.g. a UUID) or integer field",
+        )
+    return id_field
+
+
+def _codec_and_format(schema: dict[str, Any], get_str: Callable[[str], str | None], sp: str) -> tuple[str, str]:
+    """``(codec, format)``; a Parquet type's schema must map to Parquet columns (no union of two non-null types)."""
     codec = get_str("codec")
     if codec not in CODECS:
         raise ConfigError(f"unknown codec {codec!r}", file=sp, field="codec", fix=f"use one of {', '.join(CODECS)}")
-    source = get_str("source") or "generate:"
-    return EventType(
-        name=name,
-        directory=str(directory),
-        schema=schema,
-        time_field=time_field,
-        time_format=time_format,
-        time_logical_divisor=divisor,
-        id_field=id_field,
-        out_of_orderness=durations["out_of_orderness"],
-        allowed_lateness=durations["allowed_lateness"],
-        idle_timeout=durations["idle_timeout"],
-        max_future_skew=durations["max_future_skew"],
-        dedupe_window=durations["dedupe_window"],
-        max_backfill=durations["max_backfill"],
-        max_events_per_file=ints["max_events_per_file"],
-        max_payload_bytes=ints["max_payload_bytes"],
-        codec=codec,
-        source=source,
-        description=get_str("description") or "",
-        time_attribute=get_str("time_attribute"),
-        publish_time_fallback=bool(s.get("publish_time_fallback", False)),
-        generator=dict(s.get("generator", {})),
-        pubsub=dict(s.get("pubsub", {})),
-        commit_policies=_commit_policies(s.get("commit_policy", []), sp),
-    )
+    fmt = get_str("format")
+    if fmt not in FORMATS:
+        close = difflib.get_close_matches(str(fmt), FORMATS, n=1)
+        raise ConfigError(f"unknown file format {fmt!r}", file=sp, field="format",
+                          fix=(f"did you mean '{close[0]}'? " if close else "") + f"use one of {', '.join(FORMATS)}")
+    if fmt == "parquet":
+        from event_etl.storage.parquetio import parquet_problems
+
+        problems = parquet_problems(schema)
+        if problems:
+            raise ConfigError(
+                f"the schema cannot be written as Parquet: {problems[0]}", file=sp, field="format",
+                fix='keep format = "avro" for this type, or make each union ["null", T] (one non-null branch), '
+                    'e.g. a record with one optional field per branch (docs/schemas.md, "Parquet columns")')
+    return codec, fmt
 
 
 _POLICY_EXAMPLE = '[[commit_policy]]\nkind = "pubsub"\ntopic = "projects/my-project/topics/hours"'

@@ -387,7 +387,7 @@ def _manifest_doc(version, files):
             "bytes": 3, "schema_fingerprint": "crc64avro:aaaaaaaaaaaaaaaa", "files": files}
 
 
-def test_manifests_of_version_1_to_3_read_and_a_newer_one_is_refused():
+def test_manifests_of_version_1_to_4_read_and_a_newer_one_is_refused():
     f1 = {"name": "part-a.avro", "records": 1, "bytes": 3, "sha256": "x", "late": False}
     m1 = Manifest.from_json(_manifest_doc(1, [f1]))
     assert m1.files[0].schema_fingerprint == "" and m1.file_fingerprint(m1.files[0]) == "crc64avro:aaaaaaaaaaaaaaaa"
@@ -402,8 +402,8 @@ def test_manifests_of_version_1_to_3_read_and_a_newer_one_is_refused():
     del doc["manifest_version"]
     assert Manifest.from_json(doc).files == m1.files
     with pytest.raises(CheckpointFormatError) as info:
-        Manifest.from_json(_manifest_doc(4, [f1]))
-    assert "version 4" in str(info.value) and "reads versions 1, 2, 3" in str(info.value)
+        Manifest.from_json(_manifest_doc(5, [f1]))
+    assert "version 5" in str(info.value) and "reads versions 1, 2, 3, 4" in str(info.value)
     assert "upgrade" in info.value.fix
 
 
@@ -411,10 +411,10 @@ def test_a_newer_manifest_stops_a_consumer_with_the_fix(spanning):
     p = spanning
     marker = p.sink / "click/dt=2026-11-21/hour=13/_COMPLETE"
     doc = json.loads(marker.read_text())
-    marker.write_text(json.dumps({**doc, "manifest_version": 4}))
+    marker.write_text(json.dumps({**doc, "manifest_version": 5}))
     res = CliRunner().invoke(main, ["cat", "click", "2026-11-21T13", "--sink", str(p.sink), "--event-types",
                                     str(p.tmp / "types")])
-    assert res.exit_code == 2 and "version 4" in res.output and "upgrade event_etl" in res.output
+    assert res.exit_code == 2 and "version 5" in res.output and "upgrade event_etl" in res.output
 
 
 # -- the commands ------------------------------------------------------------------------------------------

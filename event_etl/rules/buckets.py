@@ -5,6 +5,7 @@ Layout under a sink root (local path or ``gs://bucket/prefix``)::
     <sink>/<event_type>/dt=YYYY-MM-DD/hour=HH/part-YYYYMMDDHH-w<writer>-b<batch>-s<shard>-<seq>.avro
     <sink>/<event_type>/dt=YYYY-MM-DD/hour=HH/late-YYYYMMDDHH-w<writer>-b<batch>-s<shard>-<seq>.avro
     <sink>/<event_type>/dt=YYYY-MM-DD/hour=HH/_COMPLETE
+    (``.parquet`` instead of ``.avro`` for a type of ``format = "parquet"``)
     <sink>/<event_type>/_LEASE
     <sink>/<event_type>/_deadletter/dt=YYYY-MM-DD/dl-w<writer>-b<batch>-s<shard>.avro
 
@@ -26,6 +27,7 @@ from event_etl.timeutil import HOUR_MS, to_millis
 __all__ = [
     "DEADLETTER_DIR",
     "MARKER_NAME",
+    "DATA_FORMATS",
     "DataFileName",
     "data_file_name",
     "deadletter_file_path",
@@ -40,7 +42,9 @@ DEADLETTER_DIR = "_deadletter"
 
 _EVENT_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _HOUR_DIR_RE = re.compile(r"^([a-z][a-z0-9_]{0,62})/dt=(\d{4})-(\d{2})-(\d{2})/hour=(\d{2})$")
-_FILE_RE = re.compile(r"^(part|late)-(\d{10})-(?:w([0-9a-f]{6})-)?b(\d{10})-s(\d{4})-(\d{4})\.avro$")
+_FILE_RE = re.compile(r"^(part|late)-(\d{10})-(?:w([0-9a-f]{6})-)?b(\d{10})-s(\d{4})-(\d{4})\.(avro|parquet)$")
+DATA_FORMATS = ("avro", "parquet")
+"""The file formats of data files (``format`` in etl.toml), each the extension of its files' names."""
 _WRITER_RE = re.compile(r"^[0-9a-f]{6}$")
 
 MAX_BATCH_ID = 10**10 - 1
@@ -99,20 +103,25 @@ class DataFileName:
     seq: int
     late: bool
     writer: str = ""
+    fmt: str = "avro"
 
     @property
     def name(self) -> str:
-        return data_file_name(self.hour_start, self.batch_id, self.shard, self.seq, late=self.late, writer=self.writer)
+        return data_file_name(self.hour_start, self.batch_id, self.shard, self.seq, late=self.late, writer=self.writer,
+                              fmt=self.fmt)
 
 
-def data_file_name(hour_start: int, batch_id: int, shard: int, seq: int, *, late: bool, writer: str = "") -> str:
+def data_file_name(hour_start: int, batch_id: int, shard: int, seq: int, *, late: bool, writer: str = "",
+                   fmt: str = "avro") -> str:
     """Name of a data file: ``part-2026112113-w3fa9c1-b0000000042-s0003-0000.avro`` (``late-`` for late records).
 
     ``hour_start`` is the hour the file is written into (for late records, the open hour
     that received them, not the hour of their event time).  ``writer`` (six hex digits, fixed
     when a job's checkpoint is created) keeps two jobs that write the same sink from ever
-    producing the same name; it may be empty.
+    producing the same name; it may be empty.  ``fmt`` (:data:`DATA_FORMATS`) is the extension.
     """
+    if fmt not in DATA_FORMATS:
+        raise ValueError(f"file format {fmt!r} is not one of {', '.join(DATA_FORMATS)}")
     if writer and not _WRITER_RE.match(writer):
         raise ValueError(f"writer id {writer!r} is not six hex digits")
     if not 0 <= batch_id <= MAX_BATCH_ID:
@@ -124,7 +133,7 @@ def data_file_name(hour_start: int, batch_id: int, shard: int, seq: int, *, late
     day, hh = _hour_parts(hour_start)
     prefix = "late" if late else "part"
     w = f"w{writer}-" if writer else ""
-    return f"{prefix}-{day.replace('-', '')}{hh}-{w}b{batch_id:010d}-s{shard:04d}-{seq:04d}.avro"
+    return f"{prefix}-{day.replace('-', '')}{hh}-{w}b{batch_id:010d}-s{shard:04d}-{seq:04d}.{fmt}"
 
 
 def parse_data_file_name(name: str) -> DataFileName:
@@ -132,14 +141,14 @@ def parse_data_file_name(name: str) -> DataFileName:
     m = _FILE_RE.match(name)
     if not m:
         raise ValueError(f"{name!r} is not an event_etl data file name")
-    kind, stamp, writer, batch, shard, seq = m.groups()
+    kind, stamp, writer, batch, shard, seq, fmt = m.groups()
     try:
         hour = to_millis(
             datetime(int(stamp[:4]), int(stamp[4:6]), int(stamp[6:8]), int(stamp[8:10]), tzinfo=UTC)
         )
     except ValueError as err:
         raise ValueError(f"{name!r} names no real hour: {err}") from err
-    return DataFileName(hour, int(batch), int(shard), int(seq), kind == "late", writer or "")
+    return DataFileName(hour, int(batch), int(shard), int(seq), kind == "late", writer or "", fmt)
 
 
 def deadletter_file_path(event_type: str, day_ms: int, batch_id: int, shard: int, *, writer: str = "") -> str:

@@ -63,8 +63,8 @@ MAX_GENERATION = MAX_SHARD - MERGED_SHARD_BASE
 """Merges an hour can have (the last shard number); an hour past it keeps its files as they are."""
 
 
-def _kind(entry: FileEntry) -> tuple[bool, str]:
-    return entry.late, entry.schema_fingerprint
+def _kind(entry: FileEntry) -> tuple[bool, str, str]:
+    return entry.late, entry.schema_fingerprint, entry.format  # files of two formats merge apart
 
 
 def merge_groups(entries: Iterable[FileEntry], max_events: int, *, final: bool,
@@ -81,7 +81,7 @@ def merge_groups(entries: Iterable[FileEntry], max_events: int, *, final: bool,
     entries = list(entries)
     if final and len(entries) <= file_bound(sum(e.records for e in entries), max_events):
         return []
-    kinds: dict[tuple[bool, str], list[FileEntry]] = {}
+    kinds: dict[tuple[bool, str, str], list[FileEntry]] = {}
     for e in entries:
         # a file without a schema fingerprint in its entry was written by release 0.1.0 (before an upgrade):
         # it stays as it is, byte for byte, as the upgrade promises
@@ -103,10 +103,10 @@ def merged_file_name(members: Sequence[FileEntry], generation: int, seq: int, wr
         raise ValueError(f"merge generation {generation} out of range 0..{MAX_GENERATION}")
     parsed = [parse_data_file_name(e.name) for e in members]
     hours = {p.hour_start for p in parsed}
-    if len(hours) != 1 or len({p.late for p in parsed}) != 1:
+    if len(hours) != 1 or len({(p.late, p.fmt) for p in parsed}) != 1:
         raise ValueError(f"members of a merge must be one hour's files of one kind: {[e.name for e in members]}")
     return data_file_name(hours.pop(), max(p.batch_id for p in parsed), MERGED_SHARD_BASE + generation, seq,
-                          late=parsed[0].late, writer=writer)
+                          late=parsed[0].late, writer=writer, fmt=parsed[0].fmt)
 
 
 def is_merged_name(name: str) -> bool:

@@ -32,8 +32,12 @@ the hour's own ``schema_fingerprint`` is the schema of the job that marked it.  
 ``late_event_hours``: how many of the hour's late records belong to each event hour (the hours
 they were too late for), so that a consumer that processed those hours knows which to revisit
 (``event-etl late``).  Late files written by a release before 3 are not counted there: their
-records are the difference ``late_records - sum(late_event_hours.values())``.  Readers accept
-1 to 3 and refuse a newer version (:class:`~event_etl.errors.CheckpointFormatError`).
+records are the difference ``late_records - sum(late_event_hours.values())``.  4 is the version of a manifest listing a
+Parquet file (a type of ``format = "parquet"``, ``.parquet`` names): each such file's entry says
+``"format": "parquet"`` (an entry without ``format`` is an Avro container file), so that a reader
+of versions 1 to 3, which reads every file as Avro, refuses the hour instead of misreading it; a
+manifest of Avro files only stays version 3, byte for byte as before.  Readers accept 1 to 4 and
+refuse a newer version (:class:`~event_etl.errors.CheckpointFormatError`).
 """
 
 from __future__ import annotations
@@ -48,12 +52,23 @@ from event_etl.errors import CheckpointFormatError
 from event_etl.timeutil import HOUR_MS, iso, parse_hour, to_millis
 
 __all__ = ["FileEntry", "Manifest", "build_manifest", "compare_listing", "MANIFEST_VERSION", "READABLE_VERSIONS",
-           "event_hours_of", "sum_event_hours"]
+           "PARQUET_MANIFEST_VERSION", "DATA_EXTENSIONS", "event_hours_of", "sum_event_hours", "file_format"]
 
 MANIFEST_VERSION = 3
-"""The version of the manifests this release writes."""
-READABLE_VERSIONS = (1, 2, 3)
+"""The version of the manifests of Avro files this release writes."""
+PARQUET_MANIFEST_VERSION = 4
+"""The version of a manifest that lists a Parquet file (its entry says ``"format": "parquet"``)."""
+READABLE_VERSIONS = (1, 2, 3, 4)
 """The versions this release reads."""
+
+
+DATA_EXTENSIONS = (".avro", ".parquet")
+"""The extensions of data files: a folder listing counts these names."""
+
+
+def file_format(name: str) -> str:
+    """A data file's format by its name: ``parquet`` for a ``.parquet`` name, else ``avro``."""
+    return "parquet" if name.endswith(".parquet") else "avro"
 
 
 @dataclass(frozen=True)
@@ -76,9 +91,16 @@ class FileEntry:
     records of one member may end in two outputs): the sum over an hour's files is exact, a merged file's own
     counts may not be."""
 
+    @property
+    def format(self) -> str:
+        """``avro`` or ``parquet`` (by the name's extension: :func:`file_format`)."""
+        return file_format(self.name)
+
     def to_json(self, *, event_hours: bool = True) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "records": self.records, "bytes": self.bytes, "sha256": self.sha256,
                              "late": self.late}
+        if self.format != "avro":  # an Avro file's entry stays as it was (no key): manifests of Avro types unchanged
+            d["format"] = self.format
         if self.schema_fingerprint:
             d["schema_fingerprint"] = self.schema_fingerprint
         if event_hours and self.event_hours:
@@ -160,7 +182,8 @@ class Manifest:
 
     def to_json(self) -> dict[str, Any]:
         doc = {
-            "manifest_version": MANIFEST_VERSION,
+            "manifest_version": (PARQUET_MANIFEST_VERSION if any(f.format != "avro" for f in self.files)
+                                 else MANIFEST_VERSION),
             "event_type": self.event_type,
             "hour": iso(self.hour),
             "hour_end": iso(self.hour + HOUR_MS),
@@ -255,7 +278,7 @@ def build_manifest(
 
 @dataclass(frozen=True)
 class ListingDiff:
-    """How a folder's ``.avro`` files differ from a list of file entries."""
+    """How a folder's data files (``.avro``, ``.parquet``) differ from a list of file entries."""
 
     missing: tuple[str, ...]
     extra: tuple[str, ...]
@@ -277,9 +300,9 @@ class ListingDiff:
 
 
 def compare_listing(files: Iterable[FileEntry], listing: dict[str, int]) -> ListingDiff:
-    """Compare entries with a folder listing ``{name: size}`` (only ``.avro`` names count)."""
+    """Compare entries with a folder listing ``{name: size}`` (only data files count: :data:`DATA_EXTENSIONS`)."""
     want = {f.name: f.bytes for f in files}
-    have = {n: s for n, s in listing.items() if n.endswith(".avro")}
+    have = {n: s for n, s in listing.items() if n.endswith(DATA_EXTENSIONS)}
     return ListingDiff(
         missing=tuple(sorted(set(want) - set(have))),
         extra=tuple(sorted(set(have) - set(want))),

@@ -1,5 +1,7 @@
 """Merging an hour's small Avro files into full ones, block by block (the I/O of :mod:`event_etl.rules.compaction`).
 
+(Parquet files, of a type of ``format = "parquet"``, are merged by :mod:`event_etl.storage.parquetio`.)
+
 Records are not decoded: the members' blocks are copied as they are stored (still compressed), in order,
 into new container files of the same schema and codec, each closed when it holds ``max_events`` records.  The one
 block that straddles a file's end is cut between two records (found by skipping over them
@@ -132,75 +134,100 @@ def _stored(block: _RecordBlock, schema: Schema, codec: str) -> bytes:
 
 def merge_containers(members: Sequence[tuple[str, bytes]], max_events: int, name_of: Callable[[int], str]
                      ) -> list[tuple[str, bytes, int]]:
-    """Merge the container files ``members`` (``(name, bytes)``, in order) into files of ``max_events`` records.
+    """Merge the data files ``members`` (``(name, bytes)``, in order) into files of ``max_events`` records.
 
     ``name_of(seq)`` names the ``seq``-th output.  Returns ``[(name, bytes, records)]``.  Raises
-    :class:`MergeError` when the members do not share one schema and codec.
+    :class:`MergeError` when the members do not share one format, schema and codec.
 
-    A block that fits is copied as it is stored (compressed), never decompressed; only the block that straddles
-    a file's end is decompressed, cut between two records and each part stored again.  A merged file is the
-    members' header, its own sync marker and the blocks."""
+    Avro container files: a block that fits is copied as it is stored (compressed), never decompressed; only the
+    block that straddles a file's end is decompressed, cut between two records and each part stored again.  A
+    merged file is the members' header, its own sync marker and the blocks.  Parquet files (a type of ``format =
+    "parquet"``): their rows are read and written again (:func:`event_etl.storage.parquetio.merge_parquet`)."""
     if not members:
         return []
-    first_header: tuple[str | None, str] | None = None
-    schema: Schema | None = None
-    head = b""
-    out: list[tuple[str, bytes, int]] = []
-    parts: list[bytes] = []
-    filled = 0
-    sync_out = b""
+    parquet = [data[:4] == _PARQUET_MAGIC for _, data in members]
+    if any(parquet):
+        if not all(parquet):
+            raise MergeError(f"{members[parquet.index(not parquet[0])][0]} has another format than {members[0][0]}")
+        from event_etl.storage.parquetio import merge_parquet
 
-    def open_next() -> None:
-        nonlocal parts, filled, sync_out
-        sync_out = sync_marker_for(name_of(len(out)))
-        parts, filled = [head, sync_out], 0
+        return merge_parquet(members, max_events, name_of, MergeError)
+    return _AvroMerge(max_events, name_of).run(members)
 
-    def add(n: int, stored: bytes) -> None:
-        nonlocal filled
-        parts.extend((_long(n), _long(len(stored)), stored, sync_out))
-        filled += n
 
-    def close() -> None:
-        if filled:
-            out.append((name_of(len(out)), b"".join(parts), filled))
+_PARQUET_MAGIC = b"PAR1"  # parquetio.PARQUET_MAGIC, without importing pyarrow for an Avro type's merges
 
-    for mname, data in members:
-        header, member_head, writer_schema, reader = _blocks(data, mname)
-        if first_header is None:
-            first_header, head, schema = header, member_head, writer_schema
-            open_next()
-        elif header != first_header:
-            raise MergeError(f"{mname} has another schema or codec than {members[0][0]}")
-        assert schema is not None  # the first member's, from the first iteration on
-        codec = header[1]
-        sync = avro_sync_marker(reader)
-        try:
-            for index, (n, stored) in enumerate(_raw_blocks(data, len(member_head) + 16, sync)):
-                if n <= max_events - filled:
-                    add(n, stored)
-                else:  # the block straddles the file's end: decompressed and cut between two records
-                    block: _RecordBlock = next(b for i, b in enumerate(cast(Iterable[_RecordBlock], _blocks(
-                        data, mname)[3])) if i == index)
-                    while n:
-                        room = max_events - filled
-                        if n <= room:
-                            add(n, _stored(block, schema, codec))
-                            n = 0
-                        else:
-                            first, rest = _cut(block, schema, room)
-                            if room:
-                                add(room, _stored(_Block(first, room), schema, codec))
-                            block = _Block(rest, n - room)
-                            n -= room
-                        if filled >= max_events:
-                            close()
-                            open_next()
-                if filled >= max_events:
-                    close()
-                    open_next()
-        except MergeError:
-            raise
-        except Exception as err:  # noqa: BLE001 - named with the file
-            raise MergeError(f"{mname}: cannot be read to the end ({err})") from err
-    close()
-    return out
+
+class _AvroMerge:
+    """Avro container files merged block by block into files of ``max_events`` records (:func:`merge_containers`)."""
+
+    def __init__(self, max_events: int, name_of: Callable[[int], str]) -> None:
+        self.max_events, self.name_of = max_events, name_of
+        self.first_header: tuple[str | None, str] | None = None
+        self.schema: Schema | None = None
+        self.head = b""
+        self.out: list[tuple[str, bytes, int]] = []
+        self.parts: list[bytes] = []
+        self.filled = 0
+        self.sync_out = b""
+
+    def run(self, members: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes, int]]:
+        for mname, data in members:
+            header, member_head, writer_schema, reader = _blocks(data, mname)
+            if self.first_header is None:
+                self.first_header, self.head, self.schema = header, member_head, writer_schema
+                self._open_next()
+            elif header != self.first_header:
+                raise MergeError(f"{mname} has another schema or codec than {members[0][0]}")
+            try:
+                self._member(mname, data, len(member_head) + 16, header[1], avro_sync_marker(reader))
+            except MergeError:
+                raise
+            except Exception as err:  # noqa: BLE001 - named with the file
+                raise MergeError(f"{mname}: cannot be read to the end ({err})") from err
+        self._close()
+        return self.out
+
+    def _member(self, mname: str, data: bytes, start: int, codec: str, sync: bytes) -> None:
+        """One member's blocks, in order: copied as stored, or cut where one straddles a file's end."""
+        for index, (n, stored) in enumerate(_raw_blocks(data, start, sync)):
+            if n <= self.max_events - self.filled:
+                self._add(n, stored)
+            else:  # the block straddles the file's end: decompressed and cut between two records
+                block: _RecordBlock = next(b for i, b in enumerate(cast(Iterable[_RecordBlock], _blocks(
+                    data, mname)[3])) if i == index)
+                self._cut_block(block, n, codec)
+            self._roll_if_full()
+
+    def _cut_block(self, block: _RecordBlock, n: int, codec: str) -> None:
+        schema = self.schema
+        assert schema is not None  # the first member's, set before any block
+        while n:
+            room = self.max_events - self.filled
+            if n <= room:
+                self._add(n, _stored(block, schema, codec))
+                n = 0
+            else:
+                first, rest = _cut(block, schema, room)
+                if room:
+                    self._add(room, _stored(_Block(first, room), schema, codec))
+                block = _Block(rest, n - room)
+                n -= room
+            self._roll_if_full()
+
+    def _open_next(self) -> None:
+        self.sync_out = sync_marker_for(self.name_of(len(self.out)))
+        self.parts, self.filled = [self.head, self.sync_out], 0
+
+    def _add(self, n: int, stored: bytes) -> None:
+        self.parts.extend((_long(n), _long(len(stored)), stored, self.sync_out))
+        self.filled += n
+
+    def _close(self) -> None:
+        if self.filled:
+            self.out.append((self.name_of(len(self.out)), b"".join(self.parts), self.filled))
+
+    def _roll_if_full(self) -> None:
+        if self.filled >= self.max_events:
+            self._close()
+            self._open_next()

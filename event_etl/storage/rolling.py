@@ -7,12 +7,18 @@ path) and appends the bytes to the open file of the record's (hour, late) group,
 is named by :func:`event_etl.rules.buckets.data_file_name` and gets the sync marker of its name
 (:func:`event_etl.storage.avroio.sync_marker_for`), so a replay of the batch makes the same
 bytes under the same names.  Storing the files is the task's business (it writes each once).
+
+A type of ``format = "parquet"`` (:class:`ParquetOutput`) fills its files the same way, as
+uncompressed Avro containers of the same records rolled over at the same points, and each is
+turned into a Parquet file as it closes (:mod:`event_etl.storage.parquetio`): the record path and
+the fast path, which make the same Avro bytes, make the same Parquet bytes.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -24,7 +30,7 @@ from event_etl.rules.buckets import data_file_name
 from event_etl.storage.avroio import sync_marker_for
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["BLOCK_BYTES", "EncodedBlock", "OpenAvroFile", "RollingFiles"]
+__all__ = ["BLOCK_BYTES", "EncodedBlock", "OpenAvroFile", "ParquetOutput", "RollingFiles"]
 
 BLOCK_BYTES = 64 * 1024
 """A block is closed after the record that brings its uncompressed bytes to this size."""
@@ -40,15 +46,43 @@ class EncodedBlock:
         self.num_records = n
 
 
+@dataclass(frozen=True)
+class ParquetOutput:
+    """How a type of ``format = "parquet"`` writes its files: the Avro schema without its time logical types (the
+    header of the files being filled: :func:`~event_etl.storage.parquetio.plain_schema`), its Arrow mapping and
+    its ``codec``."""
+
+    plain: Schema
+    converter: Any  # parquetio.AvroArrow (pyarrow is imported only by a type that writes Parquet)
+    codec: str
+
+    @classmethod
+    def of(cls, avro_schema: dict[str, Any], codec: str) -> ParquetOutput:
+        from fastavro import parse_schema
+
+        from event_etl.storage.parquetio import AvroArrow, plain_schema
+
+        return cls(parse_schema(plain_schema(avro_schema)), AvroArrow(avro_schema), codec)
+
+    def convert(self, container: bytes) -> bytes:
+        from event_etl.storage.parquetio import container_to_parquet
+
+        return container_to_parquet(container, self.converter, self.codec)
+
+
 class OpenAvroFile:
     """One Avro container file being filled with pre-encoded records, in memory.
 
     ``block`` holds the encoded datums of the block being filled (``in_block`` of them);
-    ``records`` counts the file's records so far."""
+    ``records`` counts the file's records so far.  With ``parquet``, the container is uncompressed,
+    in the plain schema, and :meth:`close` gives it as a Parquet file."""
 
-    def __init__(self, name: str, schema: Schema, codec: str) -> None:
+    def __init__(self, name: str, schema: Schema, codec: str, parquet: ParquetOutput | None = None) -> None:
         self.name = name
         self.out = io.BytesIO()
+        self.parquet = parquet
+        if parquet is not None:
+            schema, codec = parquet.plain, "null"
         self.writer = Writer(self.out, schema, codec=codec, sync_marker=sync_marker_for(name),
                              compression_level=1 if codec == "deflate" else None)
         self.block = io.BytesIO()
@@ -66,6 +100,8 @@ class OpenAvroFile:
         """The whole file's bytes."""
         self.flush_block()
         self.writer.flush()
+        if self.parquet is not None:
+            return self.parquet.convert(self.out.getvalue())
         return self.out.getvalue()
 
 
@@ -80,8 +116,10 @@ class RollingFiles:
     """
 
     def __init__(self, index: int, hour: int, late: bool, *, batch_id: int, shard: int, writer: str,
-                 schema: Schema, codec: str, max_records: int, drop: Mapping[str, Iterable[int]]) -> None:
+                 schema: Schema, codec: str, max_records: int, drop: Mapping[str, Iterable[int]],
+                 parquet: ParquetOutput | None = None) -> None:
         self.index, self.hour, self.late = index, hour, late
+        self.parquet = parquet
         self.batch_id, self.shard, self.writer = batch_id, shard, writer
         self.schema, self.codec, self.max_records, self.drop = schema, codec, max_records, drop
         self.seq = 0
@@ -94,9 +132,10 @@ class RollingFiles:
         self.current = self._new()
 
     def _new(self) -> OpenAvroFile:
-        name = data_file_name(self.hour, self.batch_id, self.shard, self.seq, late=self.late, writer=self.writer)
+        name = data_file_name(self.hour, self.batch_id, self.shard, self.seq, late=self.late, writer=self.writer,
+                              fmt="avro" if self.parquet is None else "parquet")
         self.skip = frozenset(self.drop.get(name, ()))
-        return OpenAvroFile(name, self.schema, self.codec)
+        return OpenAvroFile(name, self.schema, self.codec, self.parquet)
 
     @property
     def file_key(self) -> int:

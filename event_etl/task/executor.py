@@ -41,7 +41,7 @@ from event_etl.storage import Storage, open_storage
 from event_etl.storage.avroio import encode_container
 from event_etl.storage.deadletter import DEADLETTER_SCHEMA, Rejected
 from event_etl.storage.lease import Fence
-from event_etl.storage.rolling import RollingFiles
+from event_etl.storage.rolling import ParquetOutput, RollingFiles
 from event_etl.task.fastpath import FastChunk, int64_array, offset_message_keys, plan_for, rows_buffer
 from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
 
@@ -101,6 +101,20 @@ def _decoder(et: EventType) -> Decoder:
     if d is None:
         d = _DECODERS[key] = Decoder(et)
     return d
+
+
+_PARQUET: dict[tuple[str, str, str], ParquetOutput] = {}
+
+
+def _parquet_output(et: EventType) -> ParquetOutput | None:
+    """How the type writes Parquet files (None: it writes Avro), one per schema and codec in an executor."""
+    if et.format != "parquet":
+        return None
+    key = (et.name, et.decoder_key, et.codec)
+    out = _PARQUET.get(key)
+    if out is None:
+        out = _PARQUET[key] = ParquetOutput.of(et.schema, et.codec)
+    return out
 
 
 def _message_keys(mids: list[str], arrivals: list[int]) -> np.ndarray:
@@ -198,6 +212,7 @@ def process_split(
     keys: list[tuple[int, int, int, int, int, int]] = []
     key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
     groups: dict[tuple[int, bool], RollingFiles] = {}
+    parquet = _parquet_output(et)
     rejects: list[Rejected] = []
     counts: Counter[str] = Counter()
     delays = [0] * (len(DELAY_BUCKETS_S) + 1)
@@ -212,7 +227,7 @@ def process_split(
         if g is None:
             g = groups[(hour, late)] = RollingFiles(
                 len(groups), hour, late, batch_id=ctx.batch_id, shard=shard, writer=ctx.writer, schema=decoder.schema,
-                codec=et.codec, max_records=et.max_events_per_file, drop=ctx.drop)
+                codec=et.codec, max_records=et.max_events_per_file, drop=ctx.drop, parquet=parquet)
         return g
 
     def one(payload: bytes, arrival: int, where: str, off: Any, msg: Any) -> None:
