@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from event_etl.rules.watermark import SourceActivity
 
@@ -26,7 +27,8 @@ def activity_path(log_dir: str | os.PathLike[str]) -> Path:
     return d.with_name(f"{d.name}.activity.json")
 
 
-def observe(planner, start: dict, end: dict, *, now: int, delivered_at: int | None) -> SourceActivity:
+def observe(planner: Any, start: dict[str, Any], end: dict[str, Any], *, now: int,
+            delivered_at: int | None) -> SourceActivity:
     """What a source planner's answer for offsets (``start`` to ``end``, asked at ``now``) says of it: whether
     input waits beyond ``end``, and when it last delivered (``now`` if it does now, else ``delivered_at``)."""
     if end != start:

@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from event_etl.errors import SourceError
 from event_etl.sources.splits import Split
@@ -32,7 +32,7 @@ from event_etl.storage.atomic import fsync_dir, makedirs_durable, write_json_ato
 __all__ = ["DirectoryPlanner", "align_ranges"]
 
 
-def _next_line_start(fh, pos: int, size: int) -> int:
+def _next_line_start(fh: BinaryIO, pos: int, size: int) -> int:
     """The first line start at or after ``pos`` (``size`` if none)."""
     if pos <= 0:
         return 0
@@ -164,7 +164,7 @@ class DirectoryPlanner:
                 f"cannot list source folder {self.path}: {err}", fix="check that it exists and is readable"
             ) from err
         now = self.clock()
-        new = []
+        new: list[dict[str, Any]] = []
         for name in sorted(names):
             if name in self.seen or name.startswith((".", "_")):
                 continue

@@ -30,7 +30,7 @@ from __future__ import annotations
 import base64
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -147,6 +147,22 @@ class Generated:
     event_time: int | None
 
 
+_PRIMITIVES: dict[str, Callable[[str, random.Random], Any]] = {
+    "string": lambda name, rng: f"{name}-{rng.randint(1, 99999)}",
+    "int": lambda name, rng: rng.randint(0, 100_000),
+    "long": lambda name, rng: rng.randint(0, 100_000),
+    "float": lambda name, rng: round(rng.uniform(0, 1000), 2),
+    "double": lambda name, rng: round(rng.uniform(0, 1000), 2),
+    "boolean": lambda name, rng: rng.random() < 0.5,
+    "null": lambda name, rng: None,
+}
+"""A random value of each Avro primitive type, for a field ``name``."""
+
+
+def _uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
 class _Values:
     """Random values for an Avro type, steered by the type's ``[generator.values]`` pools."""
 
@@ -158,9 +174,7 @@ class _Values:
         if pool:
             v = rng.choice(pool)
             if isinstance(v, str) and "{" in v:
-                return v.replace("{n}", str(rng.randint(1, 99999))).replace(
-                    "{uuid}", str(uuid.UUID(int=rng.getrandbits(128), version=4))
-                )
+                return v.replace("{n}", str(rng.randint(1, 99999))).replace("{uuid}", _uuid(rng))
             return v
         if isinstance(t, list):
             if "null" in t and rng.random() < 0.15:
@@ -168,37 +182,31 @@ class _Values:
             branches = [b for b in t if b != "null"]
             return self.value(branches[0], name, rng, depth) if branches else None
         if isinstance(t, dict):
-            kind, logical = t.get("type"), t.get("logicalType")
-            if logical == "uuid":
-                return str(uuid.UUID(int=rng.getrandbits(128), version=4))
-            if logical in ("timestamp-millis", "timestamp-micros"):
-                return 1_700_000_000_000 + rng.randint(0, 10**10)
-            if kind == "enum":
-                return rng.choice(t["symbols"])
-            if kind == "array":
-                return (
-                    [self.value(t["items"], name, rng, depth + 1) for _ in range(rng.randint(0, 3))]
-                    if depth < 3
-                    else []
-                )
-            if kind == "map":
-                return {
-                    f"{name}_{j}": self.value(t["values"], name, rng, depth + 1) for j in range(rng.randint(1, 3))
-                } if depth < 3 else {}
-            if kind == "record":
-                return {f["name"]: self.value(f["type"], f["name"], rng, depth + 1) for f in t["fields"]}
-            return self.value(kind, name, rng, depth)
-        if t == "string":
-            return f"{name}-{rng.randint(1, 99999)}"
-        if t in ("int", "long"):
-            return rng.randint(0, 100_000)
-        if t in ("float", "double"):
-            return round(rng.uniform(0, 1000), 2)
-        if t == "boolean":
-            return rng.random() < 0.5
-        if t == "null":
-            return None
-        raise ValueError(f"the generator cannot make values of Avro type {t!r} for field {name!r}")
+            return self._complex(t, name, rng, depth)
+        make = _PRIMITIVES.get(t) if isinstance(t, str) else None
+        if make is None:
+            raise ValueError(f"the generator cannot make values of Avro type {t!r} for field {name!r}")
+        return make(name, rng)
+
+    def _complex(self, t: dict[str, Any], name: str, rng: random.Random, depth: int) -> Any:
+        """A value of a type written as an object: a logical type, an enum, an array, a map, a record, or a
+        primitive spelt out (``{"type": "string"}``)."""
+        kind, logical = t.get("type"), t.get("logicalType")
+        if logical == "uuid":
+            return _uuid(rng)
+        if logical in ("timestamp-millis", "timestamp-micros"):
+            return 1_700_000_000_000 + rng.randint(0, 10**10)
+        if kind == "enum":
+            return rng.choice(t["symbols"])
+        if kind == "array":
+            return [self.value(t["items"], name, rng, depth + 1) for _ in range(rng.randint(0, 3))] if depth < 3 else []
+        if kind == "map":
+            return {
+                f"{name}_{j}": self.value(t["values"], name, rng, depth + 1) for j in range(rng.randint(1, 3))
+            } if depth < 3 else {}
+        if kind == "record":
+            return {f["name"]: self.value(f["type"], f["name"], rng, depth + 1) for f in t["fields"]}
+        return self.value(kind, name, rng, depth)
 
 
 class Generator:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from event_etl.errors import SourceError
 from event_etl.sources.splits import Split
@@ -271,8 +271,29 @@ class KafkaPlanner:
 
     def latest_offset(self, start: dict[str, Any], cap: int | None) -> dict[str, Any]:
         self._check_start(start)
-        partitions = self._metadata(start["topic_id"])
         known = {int(p): int(n) for p, n in start["partitions"].items()}
+        partitions, marks = self._partition_marks(start["topic_id"], known)
+        begin, available = self._begin(partitions, known, marks)
+        take = fair_shares(available, cap)
+        ends = {p: (begin.get(p, known.get(p, 0)) + take[p]) for p in partitions}
+        if not self.lost and all(p in known and ends[p] == known[p] for p in partitions):
+            return start  # nothing new: the very same offset
+        lost_all = {int(p): int(n) for p, n in start.get("lost", {}).items()}
+        for p, n in self.lost.items():
+            lost_all[p] = lost_all.get(p, 0) + n
+        end: dict[str, Any] = {"topic": self.topic, "topic_id": start["topic_id"],
+                               "partitions": {str(p): ends[p] for p in partitions}}
+        if lost_all:
+            end["lost"] = {str(p): n for p, n in sorted(lost_all.items())}
+        if begin:
+            end["begin"] = {str(p): n for p, n in sorted(begin.items())}
+        return end
+
+    def _partition_marks(self, topic_id: str | None,
+                         known: dict[int, int]) -> tuple[list[int], dict[int, tuple[int, int]]]:
+        """The partitions to plan (those the start offset ``known`` and those this client sees) and their low and
+        high watermarks; a lost partition is an error (the topic was recreated)."""
+        partitions = self._metadata(topic_id)
         gone = sorted(set(known) - set(partitions))
         if gone:
             raise SourceError(f"Kafka topic {self.topic} has lost partitions {gone} (it has {len(partitions)})",
@@ -285,7 +306,12 @@ class KafkaPlanner:
         for p in partitions:
             if p not in marks:
                 marks[p] = (known[p], known[p])
-        lost_before = {int(p): int(n) for p, n in start.get("lost", {}).items()}
+        return partitions, marks
+
+    def _begin(self, partitions: list[int], known: dict[int, int],
+               marks: dict[int, tuple[int, int]]) -> tuple[dict[int, int], dict[int, int]]:
+        """Where each partition's range begins when not at its start offset (retention deleted records unread, or
+        a partition new since), and how many records each has available; records lost go to :attr:`lost`."""
         begin: dict[int, int] = {}
         available: dict[int, int] = {}
         self.lost = {}
@@ -305,20 +331,7 @@ class KafkaPlanner:
                 b = low  # a partition new since the start offset: from its oldest record
                 begin[p] = b
             available[p] = max(0, high - b)
-        take = fair_shares(available, cap)
-        ends = {p: (begin.get(p, known.get(p, 0)) + take[p]) for p in partitions}
-        if not self.lost and all(p in known and ends[p] == known[p] for p in partitions):
-            return start  # nothing new: the very same offset
-        lost_all = dict(lost_before)
-        for p, n in self.lost.items():
-            lost_all[p] = lost_all.get(p, 0) + n
-        end: dict[str, Any] = {"topic": self.topic, "topic_id": start["topic_id"],
-                               "partitions": {str(p): ends[p] for p in partitions}}
-        if lost_all:
-            end["lost"] = {str(p): n for p, n in sorted(lost_all.items())}
-        if begin:
-            end["begin"] = {str(p): n for p, n in sorted(begin.items())}
-        return end
+        return begin, available
 
     def _check_start(self, start: dict[str, Any]) -> None:
         if start.get("topic") != self.topic or "topic_id" not in start:
@@ -442,7 +455,8 @@ def read_runs(topic: str, partition: int, start: int, end: int, *, timeout: floa
 
     if end <= start:
         return
-    offset_of, error_of = Message.offset, Message.error
+    # a consumed record always has an offset (None only for a message produced and not yet delivered)
+    offset_of, error_of = cast("Callable[[Message], int]", Message.offset), Message.error
     consumer = Consumer(_reader_config())
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
@@ -547,8 +561,9 @@ def record_columns(topic: str, partition: int) -> Callable[[list[Any], bool], Re
     import numpy as np
     from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
-    offset_of, value_of, key_of, headers_of, stamp_of = (Message.offset, Message.value, Message.key,
-                                                         Message.headers, Message.timestamp)
+    # a consumed record always has an offset (None only for a message produced and not yet delivered)
+    offset_of = cast("Callable[[Message], int]", Message.offset)
+    value_of, key_of, headers_of, stamp_of = Message.value, Message.key, Message.headers, Message.timestamp
     kind_of, time_of = itemgetter(0), itemgetter(1)
 
     def take(run: list[Any], consecutive: bool) -> RecordRun:
@@ -564,8 +579,9 @@ def record_columns(topic: str, partition: int) -> Callable[[list[Any], bool], Re
             record_times(run, topic, partition)  # raises, naming the record (a record without one says -1)
         values = list(map(value_of, run))
         if not all(values):
-            values = [v or b"" for v in values]
-        return RecordRun(offsets, times, values, list(map(key_of, run)), list(map(headers_of, run)))
+            values = [v or b"" for v in values]  # a record without a value (a tombstone): empty
+        return RecordRun(offsets, times, cast("list[bytes]", values), list(map(key_of, run)),
+                         list(map(headers_of, run)))
 
     return take
 

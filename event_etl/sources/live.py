@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Protocol
+
+from event_etl.errors import SourceError
 
 __all__ = ["register", "unregister", "live_error"]
 
-_LIVE: dict[str, Any] = {}
+
+class _HasError(Protocol):
+    """A fetcher, as this registry sees it: the error that stopped it, if any."""
+
+    @property
+    def error(self) -> SourceError | None: ...
+
+
+_LIVE: dict[str, _HasError] = {}
 _LOCK = threading.Lock()
 
 
@@ -23,20 +33,20 @@ def _key(spool_dir: str | os.PathLike[str]) -> str:
     return os.path.realpath(spool_dir)
 
 
-def register(spool_dir: str | os.PathLike[str], fetcher: Any) -> None:
+def register(spool_dir: str | os.PathLike[str], fetcher: _HasError) -> None:
     """``fetcher`` (with an ``error`` attribute) pulls into ``spool_dir`` in this process from now on."""
     with _LOCK:
         _LIVE[_key(spool_dir)] = fetcher
 
 
-def unregister(spool_dir: str | os.PathLike[str], fetcher: Any) -> None:
+def unregister(spool_dir: str | os.PathLike[str], fetcher: _HasError) -> None:
     """``fetcher`` has stopped (a later one of the same spool stays registered)."""
     with _LOCK:
         if _LIVE.get(_key(spool_dir)) is fetcher:
             del _LIVE[_key(spool_dir)]
 
 
-def live_error(spool_dir: str | os.PathLike[str]) -> Any:
+def live_error(spool_dir: str | os.PathLike[str]) -> SourceError | None:
     """The error (a :class:`~event_etl.errors.SourceError`) of the fetcher of ``spool_dir`` running in this process,
     or None."""
     with _LOCK:

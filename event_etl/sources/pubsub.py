@@ -37,7 +37,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 
@@ -82,22 +82,22 @@ def parse_subscription(path: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def subscriber_client():
-    from google.cloud import pubsub_v1
+def subscriber_client() -> Any:
+    from google.cloud.pubsub_v1 import SubscriberClient
 
-    return pubsub_v1.SubscriberClient()
-
-
-def publisher_client(**kwargs):
-    from google.cloud import pubsub_v1
-
-    return pubsub_v1.PublisherClient(**kwargs)
+    return SubscriberClient()
 
 
-_TRANSIENT = None
+def publisher_client(**kwargs: Any) -> Any:
+    from google.cloud.pubsub_v1 import PublisherClient
+
+    return PublisherClient(**kwargs)
 
 
-def _transient_errors() -> tuple[type, ...]:
+_TRANSIENT: tuple[type[Exception], ...] | None = None
+
+
+def _transient_errors() -> tuple[type[Exception], ...]:
     global _TRANSIENT
     if _TRANSIENT is None:
         from google.api_core import exceptions as ex
@@ -154,7 +154,7 @@ def read_spool(path: str, start: int, end: int) -> Iterator[tuple[int, dict[str,
             if i >= end:
                 break
             if i >= start:
-                yield i, m
+                yield i, cast("dict[str, Any]", m)  # the spool's schema: a record
 
 
 class PubSubPlanner:

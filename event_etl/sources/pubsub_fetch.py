@@ -112,6 +112,8 @@ def settle_until(seconds: float, leased_at: float | None) -> float:
     return (min(leased_at, now) if leased_at is not None else now) + seconds
 
 
+PAUSE_FIRST, PAUSE_CAP = 0.05, 0.5
+"""Seconds: the shortest and the longest pause of a stream between two empty pulls (doubling while they are)."""
 WAIT_FIRST, WAIT_CAP = 0.5, 10.0
 """Seconds: the shortest and the longest wait before a stream tries again in an outage or on a full disk."""
 
@@ -134,7 +136,7 @@ def subscriber(factory: Callable[[], Any] | None) -> Any:
     return WireSubscriber()
 
 
-def acknowledge_in_bulk(client, subscription: str, ids: list[str], requests: Counter) -> bool:
+def acknowledge_in_bulk(client: Any, subscription: str, ids: list[str], requests: Counter[str]) -> bool:
     """Acknowledge ``ids`` up to :data:`ACK_CHUNK` a request; False if any request failed (those messages come
     again, and dedupe drops them)."""
     ok = True
@@ -149,7 +151,7 @@ def acknowledge_in_bulk(client, subscription: str, ids: list[str], requests: Cou
     return ok
 
 
-def subscription_deadline(client, subscription: str) -> int:
+def subscription_deadline(client: Any, subscription: str) -> int:
     """The subscription's ack deadline in seconds (the lease a pull grants), or :data:`MAX_LEASE_SECONDS` when it
     cannot be learnt: what a killed run may have left leased is then assumed as long as Pub/Sub allows."""
     try:
@@ -346,7 +348,7 @@ class _Held:
     acked: bool = False  # spooled: acknowledged once durable
 
 
-class _HeldSegments(dict):
+class _HeldSegments(dict[str, _Held]):
     """The segments held (by name): their messages and bytes summed as they come and go, so that flow control
     looks at two numbers before every pull instead of adding up thousands of segments."""
 
@@ -388,11 +390,19 @@ class _Stream:
     unclosed: AppendFailed | None = None  # spooled: its open segment's close found no room (it stays open till then)
 
 
-def _transient_errors() -> tuple[type, ...]:
+def _transient_errors() -> tuple[type[Exception], ...]:
     from google.api_core import exceptions as ex
 
     return (ex.ServiceUnavailable, ex.DeadlineExceeded, ex.InternalServerError, ex.Aborted,
             ex.ResourceExhausted, ex.Unknown, ex.RetryError, ex.GatewayTimeout, ex.BadGateway)
+
+
+def _deadline_exceeded(message: str) -> Exception:
+    """api_core's ``DeadlineExceeded`` (what a pull that ran out raises), whose class carries no annotations."""
+    from google.api_core import exceptions as ex
+
+    make: Callable[[str], Exception] = ex.DeadlineExceeded
+    return make(message)
 
 
 class Fetcher:
@@ -413,7 +423,7 @@ class Fetcher:
         if once:
             self.settings.pull_timeout = min(self.settings.pull_timeout, max(1.0, self.settings.once_quiet))
         self._client_factory = client_factory
-        self._client = None
+        self._client: Any = None
         self.clock = clock or now_millis
         self.run = run or secrets.token_hex(4)
         self.lock = threading.Lock()
@@ -424,7 +434,7 @@ class Fetcher:
         self.held = _HeldSegments()
         self.leftover = (0, 0)  # messages and bytes of segments of earlier runs still in the spool
         self.streams = [_Stream(stream_base + i) for i in range(max(1, self.settings.streams))]
-        self.requests: Counter = Counter()
+        self.requests: Counter[str] = Counter()
         self.pulled = 0
         self.acked = 0
         self.delivered_at: int | None = None
@@ -460,7 +470,7 @@ class Fetcher:
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
-    def client(self):
+    def client(self) -> Any:
         if self._client is None:
             self._client = subscriber(self._client_factory)
         return self._client
@@ -719,89 +729,118 @@ class Fetcher:
                 self._watcher = s.index
 
     def _pull_loop(self, s: _Stream) -> None:
-        from google.api_core import exceptions as ex
-
-        from event_etl.sources.pubsub_wire import pull_bytes
-
-        pause = 0.05
+        """Pull, make durable (and, ``spooled``, acknowledge), pull again, while the fetcher pulls."""
+        pause = PAUSE_FIRST
         while self._pulling():
             self._wait_for_room()
             self._park(s)
             if not self._pulling():
                 break
-            sent = time.monotonic()
-            sent_ms = self.clock()
-            try:
-                self.requests["pull"] += 1
-                data, raw = pull_bytes(self.client.pull(subscription=self.subscription, max_messages=PULL_MAX,
-                                                        timeout=self.settings.pull_timeout))
-                if not raw.received_messages and faults.empty_pulls_run_out():
-                    time.sleep(self.settings.pull_timeout)  # as the real service answers a quiet subscription
-                    raise ex.DeadlineExceeded("Deadline Exceeded")
-            except ex.DeadlineExceeded:
-                # the real service lets a pull on a quiet subscription run out: empty, if the service is there.  Its
-                # answer may also have been lost after it leased messages: they may stay leased for a lease
-                self._maybe_served(sent_ms)
-                if not self._reachable():
-                    if self.error is None:
-                        time.sleep(self._outage("pull", ex.DeadlineExceeded("no answer")))
-                    continue
-                raw = None
-            except _transient_errors() as err:
-                self._maybe_served(sent_ms)  # a connection dropped after the service answered leaves messages leased
-                time.sleep(self._outage("pull", err))
+            pulled = self._pull(s)
+            if pulled is None:  # an outage waited for, or an error that stops the job
                 continue
-            except ex.GoogleAPICallError as err:
-                from event_etl.sources.pubsub import permanent_error
-
-                self._fail(permanent_error(self.subscription, err))
-                break
-            self.outage_since = None
+            data, raw, sent, sent_ms = pulled
             n = len(raw.received_messages) if raw is not None else 0
             if n == 0:
-                self._flush(s)
-                with self.lock:
-                    self._empty = True
-                    if self._watcher is None:
-                        self._watcher = s.index
-                    if s.empty_since is None:
-                        s.empty_since = sent  # the pull waited for messages from then on, and none came
-                if self.once:
-                    self._check_drained()
+                self._pulled_none(s, sent)
                 self._stop.wait(pause)
-                pause = min(0.5, pause * 2)
+                pause = min(PAUSE_CAP, pause * 2)
                 continue
-            pause = 0.05
+            pause = PAUSE_FIRST
             ids = [rm.ack_id for rm in raw.received_messages]
-            with self.lock:
-                s.pending, s.pending_sent = ids, sent_ms
-            if self._stop.is_set():  # stopping (a stop whose wait for this pull ran out): hand them back
+            if not self._take(s, data, ids, n, sent_ms) or not self._keep(s, data, raw, ids, n, sent):
                 break
-            faults.point("pulled", str(n))  # pulled, not yet in a segment
-            with self.lock:
-                s.empty_since = None
-                if self._empty:  # messages again: every stream pulls
-                    self._empty, self._watcher = False, None
-                    self.wake.notify_all()
-                self.pulled += n
-                self.delivered_at = self.clock()
-                if not self.spooled:
-                    if not s.buffer:
-                        s.opened = time.monotonic()
-                    s.buffer.append(data)
-                    s.ack_ids.extend(ids)
-                    s.count += n
-                    s.bytes += len(data)
-                    s.pending = []  # held for the batch from here on (and extended)
-            if self.spooled:
-                if not self._spool_pull(s, data, raw, ids, n, sent):  # durable and acknowledged before the next pull
-                    if self.fenced:
-                        break
-                    self._stop.wait(self._disk_full_wait())
-                continue
-            if s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
-                self._flush(s)
         self._flush(s)
+
+    def _pull(self, s: _Stream) -> tuple[bytes, Any, float, int] | None:
+        """One pull: ``(its bytes, the parsed PullResponse or None for an empty pull, when it was sent on the
+        monotonic clock and in ms on the wall clock)``; None when it failed (an outage, waited for before the next
+        try, or a permanent error, which stops the job)."""
+        from google.api_core import exceptions as ex
+
+        from event_etl.sources.pubsub_wire import pull_bytes
+
+        sent = time.monotonic()
+        sent_ms = self.clock()
+        try:
+            self.requests["pull"] += 1
+            data, raw = pull_bytes(self.client.pull(subscription=self.subscription, max_messages=PULL_MAX,
+                                                    timeout=self.settings.pull_timeout))
+            if not raw.received_messages and faults.empty_pulls_run_out():
+                time.sleep(self.settings.pull_timeout)  # as the real service answers a quiet subscription
+                raise _deadline_exceeded("Deadline Exceeded")
+        except ex.DeadlineExceeded:
+            # the real service lets a pull on a quiet subscription run out: empty, if the service is there.  Its
+            # answer may also have been lost after it leased messages: they may stay leased for a lease
+            self._maybe_served(sent_ms)
+            if self._reachable():
+                self.outage_since = None
+                return b"", None, sent, sent_ms
+            if self.error is None:
+                time.sleep(self._outage("pull", _deadline_exceeded("no answer")))
+            return None
+        except _transient_errors() as err:
+            self._maybe_served(sent_ms)  # a connection dropped after the service answered leaves messages leased
+            time.sleep(self._outage("pull", err))
+            return None
+        except ex.GoogleAPICallError as err:
+            from event_etl.sources.pubsub import permanent_error
+
+            self._fail(permanent_error(self.subscription, err))
+            return None
+        self.outage_since = None
+        return data, raw, sent, sent_ms
+
+    def _pulled_none(self, s: _Stream, sent: float) -> None:
+        """A pull sent at ``sent`` (monotonic) brought nothing: the subscription is empty for now (``once``: maybe
+        drained)."""
+        self._flush(s)
+        with self.lock:
+            self._empty = True
+            if self._watcher is None:
+                self._watcher = s.index
+            if s.empty_since is None:
+                s.empty_since = sent  # the pull waited for messages from then on, and none came
+        if self.once:
+            self._check_drained()
+
+    def _take(self, s: _Stream, data: bytes, ids: list[str], n: int, sent_ms: int) -> bool:
+        """The stream holds a pull of ``n`` messages (``committed``: in its buffer, for its next segment); False if
+        the fetcher is stopping (the stream hands them back as it ends)."""
+        with self.lock:
+            s.pending, s.pending_sent = ids, sent_ms
+        if self._stop.is_set():  # stopping (a stop whose wait for this pull ran out): hand them back
+            return False
+        faults.point("pulled", str(n))  # pulled, not yet in a segment
+        with self.lock:
+            s.empty_since = None
+            if self._empty:  # messages again: every stream pulls
+                self._empty, self._watcher = False, None
+                self.wake.notify_all()
+            self.pulled += n
+            self.delivered_at = self.clock()
+            if not self.spooled:
+                if not s.buffer:
+                    s.opened = time.monotonic()
+                s.buffer.append(data)
+                s.ack_ids.extend(ids)
+                s.count += n
+                s.bytes += len(data)
+                s.pending = []  # held for the batch from here on (and extended)
+        return True
+
+    def _keep(self, s: _Stream, data: bytes, raw: Any, ids: list[str], n: int, sent: float) -> bool:
+        """``spooled``: the pull durable and acknowledged before the next one (on a full disk, after a wait);
+        ``committed``: the stream's segment written once full or old.  False: the stream pulls no more (fenced)."""
+        if self.spooled:
+            if not self._spool_pull(s, data, raw, ids, n, sent):
+                if self.fenced:
+                    return False
+                self._stop.wait(self._disk_full_wait())
+            return True
+        if s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
+            self._flush(s)
+        return True
 
     def _age_loop(self) -> None:
         """Write (``committed``) or close (``spooled``) every stream's open segment once it is ``segment_age`` old,
@@ -841,21 +880,7 @@ class Fetcher:
         Any other failure raises (the job stops with it).  The append runs outside the fetcher's lock: one stream's
         sync never waits for another's."""
         try:
-            with self.lock:
-                seg = s.open
-                if seg is not None:
-                    s.inflight += 1  # from here until it is acknowledged, the segment is not closed under it
-            if seg is None:
-                seg = OpenSegment(self.segdir, self.run, s.index, s.seq)
-                with self.lock:
-                    s.open, s.open_acked, s.opened, s.seq = seg, True, time.monotonic(), s.seq + 1
-                    s.inflight += 1
-            try:
-                seg.append(data, n, oldest_of(raw))
-            except BaseException:
-                with self.lock:
-                    s.inflight -= 1
-                raise
+            seg = self._append(s, data, n, raw)
         except AppendFailed as err:
             self._hand_back(s)
             if not err.full:
@@ -881,26 +906,51 @@ class Fetcher:
         with self.lock:
             s.inflight -= 1  # with the flags below set: the segment is closed knowing whether all was acknowledged
             s.pending = []
-            if ok and in_time:
-                self.acked += n
-            elif not ok:  # they come again once their lease runs out: the batch's dedupe keys wait for them
-                self.left_leased = True
-                s.open_acked = False
-            else:
-                # Acknowledged after the lease ran out: on a subscription without exactly-once delivery the service
-                # answers OK all the same, and may have delivered them again meanwhile.  Counted as not received: the
-                # batch keeps their keys until the redelivery has come (event_etl.task.dedupe).
-                self.late_acks += n
-                s.open_acked = False
-                log.warning("%d messages of %s were acknowledged %.1f s after their pull, past the subscription's "
-                            "%d-s lease: they may be delivered again (and dropped as duplicates)", n,
-                            self.subscription, time.monotonic() - sent, self.lease_seconds)
+            self._count_acked(s, n, sent, ok=ok, in_time=in_time)
             if s.open is seg and (seg.count >= self.settings.segment_messages
                                   or time.monotonic() - s.opened >= self.settings.segment_age):
                 self._roll(s)
         if s.unclosed is not None:
             self._disk_full(s.unclosed)
         return True
+
+    def _append(self, s: _Stream, data: bytes, n: int, raw: Any) -> OpenSegment:
+        """Append a pull to the stream's open segment (opened first if it has none), durably; the segment it is in.
+        From here until the pull is acknowledged (or the append fails) the segment is not closed under it
+        (``inflight``)."""
+        with self.lock:
+            seg = s.open
+            if seg is not None:
+                s.inflight += 1
+        if seg is None:
+            seg = OpenSegment(self.segdir, self.run, s.index, s.seq)
+            with self.lock:
+                s.open, s.open_acked, s.opened, s.seq = seg, True, time.monotonic(), s.seq + 1
+                s.inflight += 1
+        try:
+            seg.append(data, n, oldest_of(raw))
+        except BaseException:
+            with self.lock:
+                s.inflight -= 1
+            raise
+        return seg
+
+    def _count_acked(self, s: _Stream, n: int, sent: float, *, ok: bool, in_time: bool) -> None:
+        """How the acknowledgement of a pull of ``n`` messages sent at ``sent`` went (with the lock held)."""
+        if ok and in_time:
+            self.acked += n
+        elif not ok:  # they come again once their lease runs out: the batch's dedupe keys wait for them
+            self.left_leased = True
+            s.open_acked = False
+        else:
+            # Acknowledged after the lease ran out: on a subscription without exactly-once delivery the service
+            # answers OK all the same, and may have delivered them again meanwhile.  Counted as not received: the
+            # batch keeps their keys until the redelivery has come (event_etl.task.dedupe).
+            self.late_acks += n
+            s.open_acked = False
+            log.warning("%d messages of %s were acknowledged %.1f s after their pull, past the subscription's "
+                        "%d-s lease: they may be delivered again (and dropped as duplicates)", n,
+                        self.subscription, time.monotonic() - sent, self.lease_seconds)
 
     def _room_again(self) -> None:
         """An append or a close found room on the spool's disk (with the lock held): pulling goes on."""
@@ -957,6 +1007,8 @@ class Fetcher:
     def _roll(self, s: _Stream) -> None:
         """Close the stream's open segment (with the lock held): a segment from now on, held until a batch saves it."""
         seg = s.open  # still counted as open while it closes: a look at the backlog never misses it
+        if seg is None:
+            return
         try:
             name = seg.close()
         except SegmentFenced:

@@ -46,7 +46,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,8 @@ class PartitionFetcher(Fetcher):
         for s in self.streams:
             s.seq = attempt * ATTEMPT_SEQ
         # an earlier attempt of this task that died left its open segments: acknowledged messages, finished here
-        mine = {s.index for s in self.streams}
-        finish_open_segments(self.segdir, keep=lambda r, stream, seq: r == run and stream in mine
+        streams = {s.index for s in self.streams}
+        finish_open_segments(self.segdir, keep=lambda r, stream, seq: r == run and stream in streams
                              and seq < attempt * ATTEMPT_SEQ)
         self.pulls_done = threading.Event()
         from event_etl.sources.pubsub_fetch import spool_warning
@@ -219,7 +219,8 @@ def _write_status(f: PartitionFetcher) -> None:
         log.warning("fetch partition %d could not report its status: %s", f.partition, err)
 
 
-def acknowledge_segments(client, subscription: str, segdir: Path, names, requests: Counter) -> tuple[int, bool]:
+def acknowledge_segments(client: Any, subscription: str, segdir: Path, names: Iterable[str],
+                         requests: Counter[str]) -> tuple[int, bool]:
     """Acknowledge, in bulk, the messages of the spool segments ``names`` with the ack ids they carry, then
     leave ``<segment>.acked`` beside each, so the partition that pulled them stops extending them.
 
@@ -245,11 +246,11 @@ def acknowledge_segments(client, subscription: str, segdir: Path, names, request
 
 def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str, Any], run: str, once: bool,
           settle_until_ms: int = 0, fence: dict[str, Any] | None = None, sink: str | None = None,
-          lease_seconds: int | None = None):
+          lease_seconds: int | None = None) -> Callable[[int, Iterator[Any]], Iterator[str]]:
     """What Spark runs for each fetch partition (a partition of ``range(N)``).  ``fence`` and ``sink``: the job's
     lease, which the task checks as it pulls (:func:`fetch_partition`'s ``still_ours``)."""
 
-    def run_partition(index, _rows):
+    def run_partition(index: int, _rows: Iterator[Any]) -> Iterator[str]:
         from pyspark import TaskContext
 
         from event_etl.timeutil import now_millis
@@ -276,7 +277,7 @@ class ExecutorFetcher:
     It answers the job as :class:`~event_etl.sources.pubsub_fetch.Fetcher` does (``start``, ``stop``,
     ``ack``, ``activity``, ``stats``, ``summary_line``, ``describe``)."""
 
-    def __init__(self, subscription: str, spool_dir: str | os.PathLike[str], *, spark, settings: FetchSettings,
+    def __init__(self, subscription: str, spool_dir: str | os.PathLike[str], *, spark: Any, settings: FetchSettings,
                  once: bool = False, client_factory: Callable[[], Any] | None = None,
                  clock: Callable[[], int] | None = None) -> None:
         from event_etl.timeutil import now_millis
@@ -291,10 +292,10 @@ class ExecutorFetcher:
         self.spark = spark
         self.clock = clock or now_millis
         self._client_factory = client_factory
-        self._client = None
+        self._client: Any = None
         self.run = secrets.token_hex(4)
         self.group = f"event_etl-pubsub-fetch-{self.run}"
-        self.requests: Counter = Counter()
+        self.requests: Counter[str] = Counter()
         self.acked = 0
         self.error: SourceError | None = None
         self._thread: threading.Thread | None = None
@@ -329,7 +330,7 @@ class ExecutorFetcher:
         self._released = False
 
     @property
-    def client(self):
+    def client(self) -> Any:
         if self._client is None:
             self._client = subscriber(self._client_factory)
         return self._client

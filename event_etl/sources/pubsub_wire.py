@@ -16,7 +16,8 @@ alike; everything else (``GetSubscription``) goes through the library.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 __all__ = ["WireSubscriber", "pull_bytes"]
 
@@ -29,7 +30,7 @@ class WireSubscriber:
     """``pull`` (bytes of a serialized ``PullResponse``), ``acknowledge``, ``modify_ack_deadline`` over gRPC;
     ``get_subscription`` and ``close`` as the library's ``SubscriberClient``."""
 
-    def __init__(self, channel=None) -> None:
+    def __init__(self, channel: Any = None) -> None:
         import grpc
         from google.pubsub_v1.types import AcknowledgeRequest, ModifyAckDeadlineRequest, PullRequest
 
@@ -48,25 +49,28 @@ class WireSubscriber:
         self._ack_request = AcknowledgeRequest.pb()
         self._modify_request = ModifyAckDeadlineRequest.pb()
 
-        def call(name: str):
+        def call(name: str) -> Any:
             return channel.unary_unary(_SERVICE + name, request_serializer=lambda m: m.SerializeToString(),
                                        response_deserializer=None)  # None: the answer's bytes
 
         self._pull, self._ack, self._modify = call("Pull"), call("Acknowledge"), call("ModifyAckDeadline")
-        self._library = None
+        self._library: Any = None  # the library's SubscriberClient, made when first needed
 
     @staticmethod
-    def _raise(err: Exception):
+    def _raise(err: Exception) -> NoReturn:
         from google.api_core import exceptions
 
-        raise exceptions.from_grpc_error(err) from err
+        # api_core's from_grpc_error carries no annotations: typed here as what it is
+        from_grpc_error: Callable[[Exception], Exception] = exceptions.from_grpc_error
+        raise from_grpc_error(err) from err
 
     def pull(self, *, subscription: str, max_messages: int, timeout: float | None = None) -> bytes:
         import grpc
 
         try:
-            return self._pull(self._pull_request(subscription=subscription, max_messages=max_messages),
-                              timeout=timeout)
+            data: bytes = self._pull(self._pull_request(subscription=subscription, max_messages=max_messages),
+                                     timeout=timeout)
+            return data
         except grpc.RpcError as err:
             self._raise(err)
 

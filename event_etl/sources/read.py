@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast, overload
 
 import numpy as np
 
@@ -45,6 +45,29 @@ with 4 MiB.  Output bytes do not depend on it (blocks are cut by size)."""
 
 Payload = tuple[bytes, int, str, Any, Any]
 """``(payload, arrival_ms, where, offset, message)``: see the module docstring."""
+
+
+class Plan(Protocol):
+    """What a reader needs of the task's plan (:class:`event_etl.task.fastpath.FastPlan`): a chunk of JSON lines
+    decoded as columns (a :class:`event_etl.task.fastpath.FastChunk`, with ``n`` lines starting at ``starts``), or
+    ``None`` when it cannot take it."""
+
+    def decode(self, data: bytes) -> Any: ...
+
+
+def _line_position(where: str, base: int, starts: Any) -> Callable[[int], str]:
+    """``position(i)`` of line ``i`` of a chunk read at byte ``base`` of ``where``."""
+    return lambda i: where + str(base + int(starts[i]))
+
+
+def _joined_position(joined: _Joined, starts: Any) -> Callable[[int], str]:
+    """``position(i)`` of line ``i`` of small files' chunks joined."""
+    return lambda i: joined.position(int(starts[i]))
+
+
+def _message_position(mids: Sequence[str]) -> Callable[[int], str]:
+    """``position(i)`` of message ``i`` of a chunk: its id."""
+    return lambda i: "msg:" + mids[i]
 
 
 @dataclass(frozen=True)
@@ -83,7 +106,7 @@ class SplitReader:
         """Whether the payloads of such a split can take the fast path for type ``et`` (:meth:`pieces`)."""
         return False
 
-    def pieces(self, split: Split, plan) -> Iterator[Piece]:
+    def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
         """The payloads of the split, in order, in pieces decoded by ``plan`` (a
         :class:`event_etl.task.fastpath.FastPlan`) where it can; only where :meth:`fast_path` holds."""
         raise SourceError(f"a {self.kind} split has no fast path")
@@ -110,20 +133,18 @@ class FilesReader(SplitReader):
     def fast_path(self, et: EventType) -> bool:
         return True
 
-    def pieces(self, split: Split, plan) -> Iterator[Piece]:
+    def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
         for run in _chunk_runs(split):
             if len(run) > 1:  # several small files' chunks: decoded at once when every line of them is valid
                 joined = _Joined.of(run)
                 fc = plan.decode(joined.data)
                 if fc is not None:
-                    yield Piece(fc, joined.data, joined.arrivals(fc.starts),
-                                lambda i, fc=fc, joined=joined: joined.position(int(fc.starts[i])))
+                    yield Piece(fc, joined.data, joined.arrivals(fc.starts), _joined_position(joined, fc.starts))
                     continue
             for data, base, arrival, where in run:  # as they come: a chunk with an invalid line takes the record path
                 fc = plan.decode(data)
                 if fc is not None:
-                    yield Piece(fc, data, arrival,
-                                lambda i, fc=fc, base=base, where=where: where + str(base + int(fc.starts[i])))
+                    yield Piece(fc, data, arrival, _line_position(where, base, fc.starts))
                 else:
                     yield Piece.undecoded(_chunk_lines(data, base, arrival, where))
 
@@ -158,11 +179,11 @@ class SegmentsReader(SplitReader):
     def fast_path(self, et: EventType) -> bool:
         return et.time_attribute is None
 
-    def pieces(self, split: Split, plan) -> Iterator[Piece]:
+    def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
         for mc in message_chunks(split):
             fc = mc.decode(plan)
             if fc is not None:
-                yield Piece(fc, mc.data, mc.arrivals, lambda i, mids=mc.mids: "msg:" + mids[i], mc.mids)
+                yield Piece(fc, mc.data, mc.arrivals, _message_position(mc.mids), mc.mids)
             else:
                 yield Piece.undecoded(mc.payloads())
 
@@ -209,7 +230,7 @@ class KafkaReader(SplitReader):
     def fast_path(self, et: EventType) -> bool:
         return et.time_attribute is None
 
-    def pieces(self, split: Split, plan) -> Iterator[Piece]:
+    def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
         for kc in kafka_chunks(split.uri, self._partition(split), split.start, split.end):
             fc = kc.decode(plan)
             if fc is not None:
@@ -281,6 +302,9 @@ def _file_lines(uri: str, start: int, end: int, arrival: int) -> Iterator[tuple[
         yield from _chunk_lines(data, offset, arrival, name)
 
 
+_NO_ARRIVALS = np.empty(0, dtype=np.int64)
+
+
 class MessageChunk:
     """Consecutive Pub/Sub messages of a split, about ``READ_BYTES`` of payloads, for the fast path.
 
@@ -296,7 +320,7 @@ class MessageChunk:
         self.messages: list[Any] = []
         self.size = 0
         self.data: bytes | None = None
-        self.arrivals: np.ndarray | None = None
+        self.arrivals: np.ndarray = _NO_ARRIVALS  # set by close()
 
     def close(self) -> MessageChunk:
         data = b"\n".join(self.datas)
@@ -304,7 +328,7 @@ class MessageChunk:
         self.arrivals = np.array(self.published, dtype=np.int64)
         return self
 
-    def decode(self, plan):
+    def decode(self, plan: Plan) -> Any:
         """The fast path's decoding of the chunk, or ``None`` (then every message takes the record path)."""
         if self.data is None:
             return None
@@ -356,7 +380,13 @@ class OffsetIds(Sequence[str]):
     def __init__(self, prefix: str, offsets: Sequence[int]) -> None:  # a list, or an int64 array
         self.prefix, self.offsets = prefix, offsets
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         return f"{self.prefix}{int(self.offsets[i])}"
@@ -386,7 +416,7 @@ class KafkaChunk:
     def position(self, i: int) -> str:
         return f"kafka:{self.topic}/{self.partition}@{int(self.offsets[i])}"
 
-    def decode(self, plan):
+    def decode(self, plan: Plan) -> Any:
         """The fast path's decoding of the chunk, or ``None`` (then every record takes the record path)."""
         if self.data is None:
             return None

@@ -146,7 +146,7 @@ def _parse_kafka(url: str, context: SourceContext) -> SourceSpec:
     return SourceSpec("kafka", {"topic": topic}, f"kafka:{topic}")
 
 
-def _dir_planner(spec: dict[str, Any], clock: Callable[[], int]):
+def _dir_planner(spec: dict[str, Any], clock: Callable[[], int]) -> Any:
     from event_etl.sources.directory import DirectoryPlanner
 
     return DirectoryPlanner(
@@ -160,7 +160,7 @@ def _dir_planner(spec: dict[str, Any], clock: Callable[[], int]):
     )
 
 
-def _generate_planner(spec: dict[str, Any], clock: Callable[[], int]):
+def _generate_planner(spec: dict[str, Any], clock: Callable[[], int]) -> Any:
     from event_etl.sources.generate import GeneratorPlanner
     from event_etl.sources.generator import GeneratorParams
 
@@ -170,7 +170,7 @@ def _generate_planner(spec: dict[str, Any], clock: Callable[[], int]):
     )
 
 
-def _pubsub_planner(spec: dict[str, Any], clock: Callable[[], int]):
+def _pubsub_planner(spec: dict[str, Any], clock: Callable[[], int]) -> Any:
     from event_etl.sources.pubsub import PubSubPlanner
 
     return PubSubPlanner(
@@ -192,7 +192,7 @@ def _pubsub_warning(name: str, spec: SourceSpec, log_dir: str) -> str | None:
     return spool_warning(name, log_dir, FetchSettings.from_env(dict(current_settings().pubsub)))
 
 
-def _pubsub_fetcher(spec: SourceSpec, log_dir: str, *, once: bool, spark=None):
+def _pubsub_fetcher(spec: SourceSpec, log_dir: str, *, once: bool, spark: Any = None) -> Any:
     from event_etl.settings import current_settings
     from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 
@@ -221,7 +221,7 @@ def _kafka_warning(name: str, spec: SourceSpec, log_dir: str) -> str | None:
             "only (read_committed, the default)")
 
 
-def _kafka_planner(spec: dict[str, Any], clock: Callable[[], int]):
+def _kafka_planner(spec: dict[str, Any], clock: Callable[[], int]) -> Any:
     from event_etl.sources.kafka import KafkaPlanner
 
     return KafkaPlanner(spec["params"]["topic"], event_type=spec.get("event_type"), clock=clock)
@@ -240,7 +240,7 @@ def _kafka_lost(spark_dir: str, batch_id: int) -> dict[int, int]:
     return batch_lost(spark_dir, batch_id)
 
 
-def _kafka_group_committer(spec: SourceSpec, event_type: str, spark_dir: str):
+def _kafka_group_committer(spec: SourceSpec, event_type: str, spark_dir: str) -> Any:
     from event_etl.sources.kafka_offsets import GroupCommitter
 
     return GroupCommitter(spec.params["topic"], event_type, spark_dir)
@@ -406,7 +406,7 @@ def source_kind(kind: str) -> SourceKind:
         raise ValueError(f"unknown source kind {kind!r}") from None
 
 
-def make_planner(spec: dict[str, Any], clock: Callable[[], int] | None = None):
+def make_planner(spec: dict[str, Any], clock: Callable[[], int] | None = None) -> Any:
     """The planner for a source spec (``kind``, ``params``, ``log_dir``, limits).
 
     ``clock`` is the job's clock (milliseconds since the epoch, UTC): what the planner finds arrives at its

@@ -33,14 +33,15 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.planner = make_planner(spec)
         self._delivered_at: int | None = None
 
-    def initialOffset(self) -> dict:
-        return self.planner.initial_offset()
+    def initialOffset(self) -> dict[str, Any]:
+        offset: dict[str, Any] = self.planner.initial_offset()
+        return offset
 
     def getDefaultReadLimit(self) -> ReadLimit:
         cap = batch_cap(self.spec)
         return ReadMaxFiles(cap) if batch_unit(self.spec) == "files" else ReadMaxRows(cap)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if isinstance(limit, ReadMaxFiles):
             cap = limit.max_files
         elif isinstance(limit, ReadMaxRows):
@@ -49,11 +50,11 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             cap = None
         else:
             cap = None
-        end = self.planner.latest_offset(start, cap)
+        end: dict[str, Any] = self.planner.latest_offset(start, cap)
         self._report(start, end)
         return end
 
-    def _report(self, start: dict, end: dict) -> None:
+    def _report(self, start: dict[str, Any], end: dict[str, Any]) -> None:
         """Tell the controller whether input waits (see :mod:`event_etl.sources.activity`)."""
         from event_etl.sources.activity import observe, report_activity
         from event_etl.timeutil import now_millis
@@ -62,27 +63,28 @@ class EtlStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._delivered_at = activity.delivered_at
         report_activity(self.spec["log_dir"], activity)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         """The newest offset available (for the backlog metric), or None where the source cannot tell."""
         report = getattr(self.planner, "reported_latest", None)
-        return report() if report is not None else None
+        latest: dict[str, Any] | None = report() if report is not None else None
+        return latest
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.planner.prepare_available_now()
 
-    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         return [SplitPartition([s]) for s in self.planner.splits(start, end)]
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # Spark ships the reader to executors for read(), which needs only the partition: the
         # planner (clients, threads, file logs) stays on the driver side.
         return {"spec": self.spec, "planner": None}
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[int, str, str, int, int, int, str]]:
         for s in partition.splits:  # type: ignore[attr-defined]
             yield s.as_row()
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self.planner.commit(end)
 
     def stop(self) -> None:
@@ -101,5 +103,5 @@ class EtlSource(DataSource):
     def schema(self) -> str:
         return SPLIT_SCHEMA
 
-    def streamReader(self, schema) -> DataSourceStreamReader:
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return EtlStreamReader(json.loads(self.options["spec"]))

@@ -41,5 +41,5 @@ class Split:
     def ranges(self) -> list[tuple[str, int, int, int]]:
         return [(str(p), int(s), int(e), int(a)) for p, s, e, a in json.loads(self.meta)]
 
-    def as_row(self) -> tuple:
+    def as_row(self) -> tuple[int, str, str, int, int, int, str]:
         return (self.shard, self.kind, self.uri, self.start, self.end, self.arrival, self.meta)

@@ -131,7 +131,7 @@ _FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 def _crc(data: bytes, value: int = 0) -> int:
     import google_crc32c
 
-    return google_crc32c.extend(value, data)
+    return int(google_crc32c.extend(value, data))
 
 
 def frame(response: bytes, oldest_ms: int) -> bytes:
