@@ -1,11 +1,12 @@
 """event_etl: hourly event-time buckets from a message bus, on Apache Spark (micro-batches planned in the driver).
 
-One streaming job per event type reads payloads (Pub/Sub, Kafka, a folder of files, or the
-built-in generator), writes each micro-batch as deterministically named Avro files into
-the bucket of each event's UTC hour, and closes an hour with a ``_COMPLETE`` manifest
-once the watermark has passed it.  Several types can share one Spark application: the shared
-engine plans and runs one micro-batch round for all of them (a single type is a round of one).
-See README.md for the semantics and the commands.
+A job reads an event type's payloads (Pub/Sub, Kafka, a folder of files, or the built-in
+generator), writes each micro-batch as deterministically named Avro files into the bucket of
+each event's UTC hour, and closes an hour with a ``_COMPLETE`` manifest once the watermark has
+passed it.  One driver (:mod:`event_etl.job.driver`) runs 1..N types through the shared engine
+(:mod:`event_etl.job.shared`): every trigger it plans each type's batch and runs one Spark job
+for all of them, no streaming query; one type is a round of one, several share one Spark
+application as a fleet.  See README.md for the semantics and the commands.
 
 The rules live in :mod:`event_etl.rules` (pure functions); Spark, storage and sources
 are a thin shell around them.
@@ -27,8 +28,8 @@ nothing but the command line imports :mod:`event_etl.cli`.  Lowest first:
    paths of 0.3, kept until 0.5).
 5. **metrics**: :mod:`event_etl.metrics` (the spec table, histograms, exporters, history, the
    job's metrics, the fleet endpoint, the graphs).
-6. **job**: :mod:`event_etl.job` (runner, controller, fleet, progress, status, checkpoint,
-   Spark session, stopping).
+6. **job**: :mod:`event_etl.job` (the driver, the shared engine, controller, fleet, progress,
+   status, checkpoint, Spark session, stopping).
 7. **cluster**: :mod:`event_etl.cluster` (submit, bundle, preflight, the local cluster).
 8. **testing**: :mod:`event_etl.testing` (the event-time transcripts harness, the load generator
    behind ``event-etl publish``, which stops as a job does).

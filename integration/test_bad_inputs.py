@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from event_etl.eventtypes import load_event_type
-from event_etl.job.runner import RunOptions, run_job
+from event_etl.job.driver import run_job
+from event_etl.job.setup import RunOptions
 from event_etl.storage import Storage
 from event_etl.storage.deadletter import iter_deadletters
 from event_etl.timeutil import HOUR_MS

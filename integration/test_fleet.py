@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from event_etl.job.fleet import read_status, run_fleet
-from event_etl.job.runner import RunOptions
-from event_etl.job.status import job_statuses
+from event_etl.job.driver import run_fleet
+from event_etl.job.setup import RunOptions
+from event_etl.job.status import job_statuses, read_status
 from tests.harness import check_manifest_matches_folder, make_event_type, read_sink
 
 BASE = 1_795_266_000_000  # 2026-11-21T09:00Z

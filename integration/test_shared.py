@@ -7,8 +7,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from event_etl.job.fleet import run_fleet
-from event_etl.job.runner import RunOptions, run_job
+from event_etl.job.driver import run_fleet, run_job
+from event_etl.job.setup import RunOptions
 from tests.harness import check_manifest_matches_folder, make_event_type, read_sink
 
 BASE = 1_795_266_000_000  # 2026-11-21T09:00Z
@@ -74,8 +74,8 @@ def test_a_type_moves_from_a_shared_application_to_a_query_of_its_own_and_back(s
 
 
 def test_a_batch_a_crash_left_unfinished_is_replayed_first_over_the_same_input(spark, tmp_path):
-    from event_etl.job.fleet import FleetMember, _open_shared
-    from event_etl.job.runner import acquire_lease, prepare_job
+    from event_etl.job.setup import acquire_lease, open_shared, prepare_job
+    from event_etl.job.shared import FleetMember
 
     src = tmp_path / "in" / "clicks"
     ids = _add_files(src, "clicks", 0, 2)
@@ -87,7 +87,7 @@ def test_a_batch_a_crash_left_unfinished_is_replayed_first_over_the_same_input(s
     acquire_lease(p)
     m = FleetMember(et, p)
     try:
-        _open_shared(m, spark, options, lambda: BASE + 3_600_000, None)
+        m.job, m.lane = open_shared(p, spark, clock=lambda: BASE + 3_600_000, serve_metrics=False)
         assert m.lane.offer(now=1, conf={}) == (0, {"files": 0}, {"files": 2})
     finally:
         m.job.close()

@@ -13,7 +13,8 @@ import pytest
 
 from event_etl.errors import CheckpointMismatchError
 from event_etl.job.checkpoint import Checkpoint
-from event_etl.job.runner import RunOptions, run_job
+from event_etl.job.driver import run_job
+from event_etl.job.setup import RunOptions
 from event_etl.sources.generator import Generator, GeneratorParams
 from event_etl.timeutil import HOUR_MS
 from tests.harness import (

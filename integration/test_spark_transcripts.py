@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from event_etl.job.checkpoint import Checkpoint
-from event_etl.job.runner import RunOptions, run_job
+from event_etl.job.driver import run_job
+from event_etl.job.setup import RunOptions
 from event_etl.testing.transcripts import Case, Observed, TranscriptMismatch, run_case, t
 from tests.harness import FakeClock, make_event_type
 from tests.test_transcripts import CASES, NEGATIVE

@@ -147,7 +147,8 @@ def run_cli(root: Path, *types_and_flags: str, source: str | None = "dir", env: 
 def run_here(spark, root: Path, event_type: str, **options) -> dict:
     """What ``event-etl run EVENT_TYPE --source dir:IN --sink SINK --checkpoint CK`` does, on the session's Spark."""
     from event_etl.eventtypes import load_event_types
-    from event_etl.job.runner import RunOptions, run_job
+    from event_etl.job.driver import run_job
+    from event_etl.job.setup import RunOptions
 
     et = load_event_types(root / "types")[event_type]
     return run_job(et, RunOptions(source=f"dir:{root / 'in'}", sink=str(root / "sink"), checkpoint=str(root / "ck"),
@@ -481,8 +482,8 @@ def test_fleet_checkpoint_root_is_taken_over(tmp_path, spark):
         drop_file(root / "in" / name, f"{name[0]}9000.jsonl", lines)
     # `event-etl run alpha beta --checkpoint ROOT --sink SINK --drain`, on the session's Spark
     from event_etl.eventtypes import load_event_types
-    from event_etl.job.fleet import run_fleet
-    from event_etl.job.runner import RunOptions
+    from event_etl.job.driver import run_fleet
+    from event_etl.job.setup import RunOptions
 
     types = load_event_types(root / "types")
     summary = run_fleet([types[n] for n in exp["event_types"]],

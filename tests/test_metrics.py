@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from event_etl.errors import UsageError
 from event_etl.job.controller import BatchEvent, BatchResult
-from event_etl.job.runner import RunOptions
+from event_etl.job.setup import RunOptions
 from event_etl.metrics import (
     METRICS,
     OUTCOMES,

@@ -12,8 +12,7 @@ import pytest
 
 from event_etl.errors import UsageError
 from event_etl.job.checkpoint import Checkpoint
-from event_etl.job.runner import RunOptions
-from event_etl.job.setup import open_parts, prepare_job
+from event_etl.job.setup import RunOptions, open_parts, prepare_job
 from event_etl.job.status import job_status
 from event_etl.metrics import MetricsHistory, job_metrics, read_history
 from event_etl.metrics.history import HISTORY_FILE, default_history_path, history_files

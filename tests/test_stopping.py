@@ -199,8 +199,9 @@ def test_the_gate_closes_only_between_batches_and_reports_a_cut_batch_as_spark_e
 
 
 def test_a_fleet_drains_every_type_it_can_and_reports_the_one_it_cannot(tmp_path, capsys):
-    from event_etl.job.fleet import FleetMember, drain_all, summary_lines
-    from event_etl.job.runner import Job
+    from event_etl.job.fleet import drain_all, summary_lines
+    from event_etl.job.setup import Job
+    from event_etl.job.shared import FleetMember
 
     clock = FakeClock(t("13:30"))
     members = []
@@ -257,7 +258,7 @@ def test_a_stop_at_once_fences_the_step_it_left_running_before_releasing_the_loc
     """A second SIGTERM leaves the batch's thread running; releasing the lease and the checkpoint lock at once let a
     restart write beside it.  Now its next write is refused, and the locks go once it has ended."""
     from event_etl.errors import LeaseHeldError
-    from event_etl.job.runner import release_lease
+    from event_etl.job.setup import release_lease
     from event_etl.storage import Storage
     from event_etl.storage.lease import Lease
     from event_etl.timeutil import now_millis
@@ -277,7 +278,7 @@ def test_a_stop_at_once_fences_the_step_it_left_running_before_releasing_the_loc
 def test_a_step_that_does_not_end_keeps_the_locks_until_the_process_ends(tmp_path, monkeypatch):
     from event_etl.errors import LeaseHeldError
     from event_etl.job import stopping
-    from event_etl.job.runner import release_lease
+    from event_etl.job.setup import release_lease
     from event_etl.storage import Storage
     from event_etl.storage.lease import Lease
     from event_etl.timeutil import now_millis
@@ -301,9 +302,8 @@ def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path,
     """After a SIGKILL on an object store, a restart waits out the dead run's lease before it starts: a SIGTERM then
     (a supervisor giving up on a slow start, ``systemctl stop``) must be obeyed as a stop (and a drain under
     ``--drain-on-stop``) once the job runs, not end the process as SIGTERM ends a program that has no handler."""
-    from event_etl.job import fleet as fleet_mod
-    from event_etl.job import runner
-    from event_etl.job.runner import RunOptions, run_job
+    from event_etl.job import driver
+    from event_etl.job.setup import RunOptions
 
     seen: dict = {}
 
@@ -314,7 +314,7 @@ def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path,
         seen["received"] = list(stops.received)
         raise RuntimeError("the test ends the start here")
 
-    monkeypatch.setattr(fleet_mod if fleet else runner, "acquire_lease", acquire)
+    monkeypatch.setattr(driver, "acquire_lease", acquire)
     before = signal.getsignal(signal.SIGTERM)
     stops = StopSignals()
     et = make_event_type(tmp_path / "types")
@@ -322,10 +322,7 @@ def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path,
                          f"dir:{tmp_path / 'in'}", drain_on_stop=True)
     (tmp_path / "in").mkdir()
     with pytest.raises(RuntimeError, match="ends the start here"):
-        if fleet:
-            fleet_mod.run_fleet([et], options, stops=stops)
-        else:
-            run_job(et, options, stops=stops)
+        driver.run([et], options, fleet=fleet, stops=stops)
     assert seen["received"] == [signal.SIGTERM] and stops.drain
     assert signal.getsignal(signal.SIGTERM) == before, "a start that failed puts the previous handlers back"
 

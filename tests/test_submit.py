@@ -35,7 +35,7 @@ from event_etl.cluster.submit import (
 )
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import load_event_types
-from event_etl.job.runner import RunOptions
+from event_etl.job.setup import RunOptions
 from tests.harness import make_event_type
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -110,7 +110,8 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str 
     require_extra("job", "`event-etl run`")
     if job.get("otlp_endpoint"):
         require_extra("otlp", "--otlp-endpoint")
-    from event_etl.job.runner import run_job
+    from event_etl.job.driver import run
+    from event_etl.job.stopping import say
 
     if all_types:
         from event_etl.eventtypes import load_event_types, resolve_event_types_dir
@@ -118,13 +119,11 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str 
         types = list(load_event_types(resolve_event_types_dir(event_types_dir)).values())
     else:
         types = [load_type(event_types_dir, name) for name in event_types]
-    options = job_run_options(**job)
-    if len(types) == 1 and not all_types:
-        run_job(types[0], options)
-        return
-    from event_etl.job.fleet import report_fleet, run_fleet
+    summaries = run(types, job_run_options(**job), fleet=fleet, echo=say)
+    if fleet:
+        from event_etl.job.fleet import report_fleet
 
-    report_fleet(run_fleet(types, options), again="run the fleet again", echo=click.echo)
+        report_fleet(summaries, again="run the fleet again", echo=click.echo)
 
 
 @click.command("drain")

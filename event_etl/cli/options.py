@@ -212,8 +212,8 @@ JOB_OPTIONS: dict[str, Callable] = {
     "engine": click.option("--engine", type=click.Choice(["shared", "queries"]), default="shared", show_default=True,
                            help="How the job runs: shared, one micro-batch loop that plans every trigger in the "
                            "driver and runs one Spark job for all its types (one type included; no Python source "
-                           "processes); queries, one Spark streaming query per type. Both keep the same checkpoint: "
-                           "a type moves between them."),
+                           "processes); queries (deprecated, removed in 0.4), one Spark streaming query per type. "
+                           "Both keep the same checkpoint: a type moves between them."),
 }
 
 
@@ -234,8 +234,8 @@ def job_options(*, master: Callable | None) -> Callable[[Callable], Callable]:
 
 
 def job_run_options(*, conf: tuple[str, ...] = (), **values: Any):
-    """The :class:`~event_etl.job.runner.RunOptions` of the values parsed by :func:`job_options`."""
-    from event_etl.job.runner import RunOptions
+    """The :class:`~event_etl.job.setup.RunOptions` of the values parsed by :func:`job_options`."""
+    from event_etl.job.setup import RunOptions
 
     if values.get("trigger_interval") is not None:
         values["trigger_interval"] = to_duration(values["trigger_interval"]).text  # "5000ms"

@@ -15,7 +15,7 @@ and then:
    ``--py-files``.
 3. **Preflight** (cluster masters only, :mod:`event_etl.cluster.preflight`): the executors must be
    able to import event_etl's dependencies and see the local folders they use.
-4. :func:`event_etl.job.runner.run_job`, exactly as ``run`` calls it: same progress lines,
+4. :func:`event_etl.job.driver.run`, exactly as ``run`` calls it: same progress lines,
    signals, drain and summary.  The signals (forwarded by ``event-etl submit``) are
    recorded from the very start (:mod:`event_etl.job.stopping`), before the pid file tells
    ``event-etl submit`` where to send them; the session is stopped before the driver exits.
@@ -55,8 +55,8 @@ def _expose_bundle_to_planner(spark, archive: Path) -> None:
     Spark runs the streaming source's planner (offsets, partitions) in a Python process on
     the driver and gives it the job's ``--py-files`` from a folder where they are not, so
     it could not import event_etl.  The session's environment reaches that process (and
-    the executors, where a path of the driver's is harmlessly absent); run_job registers
-    the source again after this, with the environment.
+    the executors, where a path of the driver's is harmlessly absent); the driver registers
+    the source again after this (``--engine queries``), with the environment.
     """
     env = spark.sparkContext.environment
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(archive), env.get("PYTHONPATH", "")) if p)
@@ -95,14 +95,6 @@ def _member_options(options, name: str):
     return replace(options, checkpoint=member_checkpoint(options, name))
 
 
-def _run_fleet(types, options, spark, stops) -> None:
-    """A fleet under spark-submit, as `run` runs one: its lines, and exit 1 if a type could not be drained."""
-    from event_etl.job.fleet import report_fleet, run_fleet
-
-    report_fleet(run_fleet(types, options, spark=spark, stops=stops, install_signals=False),
-                 again="submit the fleet again", echo=click.echo)
-
-
 @click.command("event-etl-driver", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("event_types", nargs=-1, metavar="EVENT_TYPE...")
 @click.option("--all", "all_types", is_flag=True, help="Every event type of the bundle (a fleet).")
@@ -114,9 +106,9 @@ def main(event_types: tuple[str, ...], all_types: bool, **job: Any) -> None:
     `event-etl submit`)."""
     from event_etl.cluster.bundle import bundled_event_types, package_archive
     from event_etl.eventtypes import resolve_event_types_dir
-    from event_etl.job.runner import run_job
+    from event_etl.job.driver import run
     from event_etl.job.session import stop_session
-    from event_etl.job.stopping import Interrupted, StopSignals
+    from event_etl.job.stopping import Interrupted, StopSignals, say
 
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it starts
         what = "--all" if all_types else " ".join(event_types)
@@ -152,10 +144,11 @@ def main(event_types: tuple[str, ...], all_types: bool, **job: Any) -> None:
                     print(f"[{label}] on {options.master}: event_etl from "
                           f"{archive.name if archive else 'installed files'}; executors checked on "
                           f"{', '.join(executors)}", flush=True)
-            if fleet:
-                _run_fleet(types, options, spark, stops)
-            else:
-                run_job(types[0], options, spark=spark, stops=stops, install_signals=False)
+            summaries = run(types, options, fleet=fleet, spark=spark, stops=stops, install_signals=False, echo=say)
+            if fleet:  # as `run` ends a fleet: its lines, and exit 1 if a type could not be drained
+                from event_etl.job.fleet import report_fleet
+
+                report_fleet(summaries, again="submit the fleet again", echo=click.echo)
         finally:
             stop_session(spark)
     finally:

@@ -1,5 +1,5 @@
-"""Setting a job up, for one type (:mod:`event_etl.job.runner`) and a fleet (:mod:`event_etl.job.fleet`) alike: its
-options, its checkpoint and lease, its controller, its source's fetcher and lane, its metrics.
+"""Setting a job up, for one type and a fleet alike (:mod:`event_etl.job.driver` runs both): its options, its
+checkpoint and lease, its controller, its source's fetcher and lane, its metrics.
 
 :func:`prepare_job` checks everything that needs no Spark (event type, source, sink, checkpoint) and takes the
 checkpoint's lease; :func:`open_job` / :func:`open_shared` make the :class:`Job` (controller, metrics, progress
@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from event_etl import faults
 from event_etl.errors import UsageError
@@ -22,6 +22,9 @@ from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import Checkpoint
 from event_etl.job.controller import Controller
 from event_etl.job.progress import GeneratorClock, ProgressPrinter
+
+if TYPE_CHECKING:
+    from event_etl.job.shared import Lane
 from event_etl.job.stopping import (
     BatchGate,
     StopSignals,
@@ -82,7 +85,7 @@ def _check_checkpoint_location(path: str) -> None:
 
 @dataclass
 class Prepared:
-    """A job checked and locked, before Spark: what run_job and a fleet share."""
+    """A job checked and locked, before Spark (one per type of a run)."""
 
     event_type: EventType
     options: RunOptions
@@ -130,7 +133,7 @@ def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[
     return Prepared(event_type, options, spec, sink, storage, ckpt, trigger_ms, now)
 
 
-def release_lease(lease, stops: StopSignals | None = None) -> None:
+def release_lease(lease: Any, stops: StopSignals | None = None) -> None:
     """Release a job's lease and checkpoint lock once nothing of the job can write any more.
 
     After a stop at once, a batch or a drain may go on in the thread :func:`run_watched` left it in.  Its writes
@@ -186,7 +189,7 @@ class Job:
     closers: list[Callable[[], None]] = field(default_factory=list)  # e.g. Kafka's group committer (queries)
     policies: Any = None  # the type's commit policies (event_etl.job.policies.PolicyChain), if it has some
 
-    def start(self):
+    def start(self) -> Any:
         if self.fetcher is not None:
             self.fetcher.start()
         return self.writer.start()
@@ -210,23 +213,27 @@ class Job:
                     self.metrics.shutdown()
 
 
-def start_fetcher(p: Prepared):
+def start_fetcher(p: Prepared) -> Any:
     """Pub/Sub: the background puller of a prepared (and leased) job, started at once (once Spark's JVM runs:
-    see :func:`run_job`); ``None`` for other sources."""
+    see :mod:`event_etl.job.driver`); ``None`` for other sources."""
     kind = source_kind(p.spec.kind)
     warning = kind.warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
     if warning:  # what the source says of itself at start (Pub/Sub: a volatile spool; Kafka: read_uncommitted)
         say(warning, err=True)
     if not kind.fetches:
         return None
-    fetcher = kind.fetcher(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once)
+    make = kind.fetcher
+    fetcher = make(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once) if make is not None else None
     if fetcher is not None:
         fetcher.leased_at = p.leased_at
     return fetcher.start() if fetcher is not None else None  # None: it pulls on executors, once Spark runs
 
 
-def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
-             fetcher=None) -> Job:
+Listener = Callable[[str, Any], None]
+
+
+def open_job(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
+             serve_metrics: bool = True, fetcher: Any = None) -> Job:
     """Bind the checkpoint, build the controller, metrics and the (not yet started) query of a prepared job."""
     from event_etl.sources.spark import EtlSource
 
@@ -247,14 +254,14 @@ def open_job(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, se
     job.writer, job.gate = writer, gate
     make_listener = source_kind(p.spec.kind).batch_listener  # Kafka: the group's offsets at each batch's end
     if make_listener is not None:
-        listener = make_listener(p.spec, p.event_type.name, p.ckpt.spark_dir)
+        listener = make_listener(p.spec, p.event_type.name, str(p.ckpt.spark_dir))
         job.controller.listeners.append(listener)
         job.closers.append(listener.close)
     return job
 
 
-def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
-               fetcher=None) -> tuple[Job, dict[str, Any]]:
+def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
+               serve_metrics: bool = True, fetcher: Any = None) -> tuple[Job, dict[str, Any]]:
     """Bind the checkpoint; build the controller, metrics and progress printer of a prepared job, and the spec of
     its source.  The job has no query yet: :func:`open_job` adds one; a shared engine
     (:mod:`event_etl.job.shared`) plans the source itself."""
@@ -268,7 +275,7 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
                      "split_bytes": options.split_bytes, "writer": secrets.token_hex(3),
                      "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism)),
                      **({"split_plan": SPLIT_PLAN} if ckpt.format >= 3 else {})})  # see event_etl.job.checkpoint
-    source_spec = {
+    source_spec: dict[str, Any] = {
         "kind": p.spec.kind,
         "params": p.spec.params,
         "log_dir": str(ckpt.source_dir(p.spec.kind)),
@@ -286,7 +293,7 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
                               settings_file=et.settings_file)  # named when a backfill goes to the dead letters
     from event_etl.sources.activity import read_activity
 
-    log_dir = source_spec["log_dir"]
+    log_dir = str(source_spec["log_dir"])
     controller = Controller(
         event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
         writer=str(job.get("writer", "")), guard=p.lease.guard if p.lease is not None else None,
@@ -299,8 +306,9 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
         say_backfill_held(controller, p.storage)
     if source_kind(p.spec.kind).fetches:  # Pub/Sub
         # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
-        if fetcher is None:
-            fetcher = source_kind(p.spec.kind).fetcher(p.spec, log_dir, once=options.once, spark=spark)
+        make_fetcher = source_kind(p.spec.kind).fetcher
+        if fetcher is None and make_fetcher is not None:
+            fetcher = make_fetcher(p.spec, log_dir, once=options.once, spark=spark)
             fetcher.leased_at = p.leased_at
         if p.lease is not None and hasattr(fetcher, "fence"):  # fetch partitions check the job's lease as they pull
             fetcher.fence, fetcher.sink = p.lease.fence(), p.storage.url
@@ -319,11 +327,11 @@ def open_parts(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, 
     lost_in_batch = source_kind(p.spec.kind).lost_in_batch  # Kafka: records retention deleted unread
     if lost_in_batch is not None:
         spark_dir = ckpt.spark_dir
-        controller.source_lost = lambda batch_id: lost_in_batch(spark_dir, batch_id)
+        controller.source_lost = lambda batch_id: lost_in_batch(str(spark_dir), batch_id)
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics,
                           checkpoint=str(ckpt.root), event_clock=event_clock)
     controller.listeners.extend(metrics.listeners)
-    job_ = Job(p, controller, metrics, source_spec["log_dir"], None, None, printer, fetcher)
+    job_ = Job(p, controller, metrics, log_dir, None, None, printer, fetcher)
     if et.commit_policies:
         job_.policies = start_policies(controller, listeners=metrics.listeners)
         metrics.policy_pending = job_.policies.pending
@@ -345,7 +353,7 @@ def say_backfill_held(controller: Controller, storage: Storage) -> None:
         say(f"[{et.name}] {held['line']}; this checkpoint does not read them again")
 
 
-def start_policies(controller: Controller, *, listeners=None):
+def start_policies(controller: Controller, *, listeners: list[Any] | None = None) -> Any:
     """The type's commit policies (:mod:`event_etl.job.policies`), fed by the controller's saved markers, started."""
     from event_etl.job.policies import PolicyChain
 
@@ -358,7 +366,7 @@ def start_policies(controller: Controller, *, listeners=None):
     return chain.start()
 
 
-def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage):
+def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage) -> Any:
     """The commit policy of one checked ``[[commit_policy]]`` table (its module imported on use)."""
     if config["kind"] == "pubsub":
         from event_etl.job.policy_pubsub import PubSubPolicy
@@ -375,8 +383,8 @@ def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage)
     raise ValueError(f"unknown commit policy kind {config['kind']!r}")  # eventtypes checked it
 
 
-def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None, serve_metrics: bool = True,
-                fetcher=None):
+def open_shared(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
+                serve_metrics: bool = True, fetcher: Any = None) -> tuple[Job, Lane]:
     """A prepared job opened for the shared engine (:mod:`event_etl.job.shared`): its controller, metrics and
     printer (no query), and its source's lane, which the engine plans itself.  Returns ``(job, lane)``."""
     from event_etl.job.shared import Lane, SparkLog
@@ -402,7 +410,7 @@ def open_shared(p: Prepared, spark, *, clock: Callable[[], int], listeners=None,
     return job, lane
 
 
-def close_shared(job: Job, lane) -> None:
+def close_shared(job: Job, lane: Lane | None) -> None:
     """Close a job (and its lane's source, if the shared engine planned it)."""
     try:
         stop = getattr(lane.planner, "stop", None) if lane is not None else None

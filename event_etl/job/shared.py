@@ -1,7 +1,8 @@
-"""A fleet's shared engine: many event types through one micro-batch loop, one Spark job per trigger.
+"""The engine: 1..N event types through one micro-batch loop, one Spark job per trigger.
 
-``event-etl run --all`` (and ``run T1 T2 ...``, ``submit --all``) runs a fleet here unless
-``--engine queries`` asks for one streaming query per type (:mod:`event_etl.job.fleet`).
+Every job runs here (``event-etl run TYPE``, a fleet: ``run T1 T2 ...``, ``--all``, ``submit``), driven by
+:mod:`event_etl.job.driver`; a single type is a round of one.  (The deprecated ``--engine queries`` runs one
+streaming query per type instead: :mod:`event_etl.job.queries`.)
 There is no streaming query and no Python source process per type: every trigger interval
 the driver asks each type's source planner (the planners a type's own query uses,
 :mod:`event_etl.sources.registry`) what is new, writes that type's offsets, and then runs
@@ -18,7 +19,8 @@ commit is replayed -- over the same range, under the same number -- when the typ
 next.  So a type moves between a query of its own (``event-etl run TYPE``) and a shared
 application, both ways, and nothing is read twice or skipped.
 
-**Quarantine.**  A type whose source or batch fails is quarantined: its status says
+**Quarantine** (a fleet's; a single type's run ends with the error).  A type whose source or batch fails is
+quarantined: its status says
 ``quarantined`` with the error, its unfinished batch stays pending, and the other types go
 on.  It is tried again after a backoff (5 s, doubled up to 5 minutes:
 :func:`event_etl.job.fleet.backoff_seconds`); its pending batch is replayed first, so once
@@ -36,10 +38,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -50,17 +53,23 @@ from event_etl import faults
 from event_etl.errors import EventEtlError
 from event_etl.eventtypes import EventType
 from event_etl.job.phases import Phases, Tasks
-from event_etl.job.stopping import POLL_S, Escalated, StopSignals, run_watched, say
+from event_etl.job.stopping import POLL_S, Echo, Escalated, StopSignals, run_watched, say, signal_name
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.activity import observe
 from event_etl.sources.splits import Split
 from event_etl.storage.atomic import write_text_atomic
 from event_etl.timeutil import iso
 
-__all__ = ["SparkLog", "Lane", "SharedEngine", "ENGINES", "run_rounds", "interrupted_line"]
+__all__ = ["SparkLog", "Lane", "SharedEngine", "ENGINES", "run_rounds", "rounds_before_drain", "round_summary",
+           "FleetMember"]
 
 ENGINES = ("shared", "queries")
-"""How a fleet runs: one shared micro-batch loop (this module), or one streaming query per type."""
+"""How a job runs: one shared micro-batch loop (this module), or (deprecated) one streaming query per type."""
+
+Offset = Any
+"""A source's offset, as its planner makes it: JSON-able, read and written whole (None: none yet)."""
+Pending = tuple[int, Offset, Offset]
+"""A batch offered and not committed: ``(batch, start, end)``."""
 
 RETAIN_BATCHES = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
 PLANNERS = 16  # types whose sources are asked for offsets at a time
@@ -85,7 +94,7 @@ class FleetMember:
 
     event_type: EventType
     prepared: Any
-    job: Any = None  # its event_etl.job.runner.Job once opened
+    job: Any = None  # its event_etl.job.setup.Job once opened
     query: Any = None
     state: str = "starting"
     lane: Any = None  # the shared engine's hold on its source (event_etl.job.shared.Lane)
@@ -144,7 +153,7 @@ class SparkLog:
         b = self._batches(self.commits)
         return b[-1] if b else None
 
-    def end_offset(self, batch: int) -> dict[str, Any] | None:
+    def end_offset(self, batch: int) -> Offset:
         """The source's end offset of ``batch`` (the last line of its offset file), or None if there is none."""
         try:
             lines = (self.offsets / str(batch)).read_text(encoding="utf-8").splitlines()
@@ -159,7 +168,7 @@ class SparkLog:
     def _write(path: Path, text: str) -> None:
         write_text_atomic(path, text)
 
-    def write_offset(self, batch: int, end: dict[str, Any], *, now: int, conf: dict[str, str]) -> None:
+    def write_offset(self, batch: int, end: Offset, *, now: int, conf: dict[str, str]) -> None:
         if not (self.root / "metadata").exists():  # the query's id: Spark refuses a log without one
             self._write(self.root / "metadata", json.dumps({"id": str(uuid.uuid4())}, separators=(",", ":")))
         meta = {"batchWatermarkMs": 0, "batchTimestampMs": int(now), "conf": conf}
@@ -191,8 +200,8 @@ class Lane:
     log: SparkLog
     cap: int | None
     next_batch: int = 0
-    start: dict[str, Any] | None = None
-    pending: tuple[int, dict[str, Any], dict[str, Any]] | None = None  # (batch, start, end) offered, not committed
+    start: Offset = None
+    pending: Pending | None = None  # (batch, start, end) offered, not committed
     exhausted: bool = False  # --once: nothing more to read
     delivered_at: int | None = None
     activity: SourceActivity | None = None
@@ -218,7 +227,7 @@ class Lane:
             planner.prepare_available_now()
         return lane
 
-    def offer(self, *, now: int, conf: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, Any]] | None:
+    def offer(self, *, now: int, conf: dict[str, str]) -> Pending | None:
         """The batch to run now: the pending one, or a new one over what arrived (its offset made durable first);
         None when nothing is new."""
         if self.pending is not None:
@@ -244,6 +253,8 @@ class Lane:
 
     def committed(self) -> None:
         """The pending batch's state is saved: commit it, in the log and to the source."""
+        if self.pending is None:
+            raise AssertionError("a lane commits the batch it offered, and has none")
         batch, _, end = self.pending
         self.log.write_commit(batch)
         self.planner.commit(end)
@@ -276,7 +287,7 @@ def _task_error(batch: int, name: str, parts: tuple[str, str, str | None]) -> Ba
 class Round:
     """One trigger's work: the batch each type with input runs (``{name: (batch, start, end, splits)}``)."""
 
-    work: dict[str, tuple[int, dict, dict, list[Split]]] = field(default_factory=dict)
+    work: dict[str, tuple[int, Offset, Offset, list[Split]]] = field(default_factory=dict)
     failed: dict[str, BaseException] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
     timings: dict[str, float] = field(default_factory=dict)  # seconds, by phase (ROUND_PHASES)
@@ -297,7 +308,8 @@ class SharedEngine:
     printer) is open; ``lanes`` their sources, by name.  The fleet loop calls :meth:`run_round`
     once per trigger and :meth:`tick` between rounds."""
 
-    def __init__(self, spark, members: list, lanes: dict[str, Lane], *, clock: Callable[[], int]) -> None:
+    def __init__(self, spark: Any, members: list[FleetMember], lanes: dict[str, Lane], *,
+                 clock: Callable[[], int]) -> None:
         self.spark = spark
         self.members = {m.name: m for m in members}
         self.lanes = lanes
@@ -310,7 +322,7 @@ class SharedEngine:
         self.pool = ThreadPoolExecutor(max_workers=PLANNERS, thread_name_prefix="event_etl-plan")
 
     @staticmethod
-    def _recorded_conf(spark) -> dict[str, str]:
+    def _recorded_conf(spark: Any) -> dict[str, str]:
         out = {}
         for key in _RECORDED_CONFS:
             try:
@@ -451,12 +463,16 @@ class SharedEngine:
             pass
 
 
-def _balance(rows: list[tuple[str, tuple]], parallelism: int) -> list[list[tuple[str, tuple]]]:
+SplitRow = tuple[str, tuple[Any, ...]]
+"""A split of a round's job: its type's name and :meth:`Split.as_row`."""
+
+
+def _balance(rows: list[SplitRow], parallelism: int) -> list[list[SplitRow]]:
     """Deal the splits into about ``2 x parallelism`` tasks of about equal size (largest first, each to the
     lightest task), so that a big type's splits spread over the cores and the small types' share tasks.
     A pure function of the rows: the same round plans the same tasks."""
     n = max(1, min(len(rows), 2 * parallelism))
-    bins: list[list[tuple[str, tuple]]] = [[] for _ in range(n)]
+    bins: list[list[SplitRow]] = [[] for _ in range(n)]
     load = [0] * n
     # a split row is (shard, kind, uri, start, end, arrival, meta): end - start is its size
     for row in sorted(rows, key=lambda r: (-(int(r[1][4]) - int(r[1][3])), r[0], r[1][0])):
@@ -466,44 +482,24 @@ def _balance(rows: list[tuple[str, tuple]], parallelism: int) -> list[list[tuple
     return [b for b in bins if b]
 
 
-def run_rounds(engine: SharedEngine, members: list, options, stops: StopSignals, *, trigger_ms: int,
-               on_failure: Callable[[Any, BaseException], None], on_done: Callable[[Any], None],
-               supervise: Callable[[], None], deadline: float | None, stop_event=None) -> str | None:
-    """The fleet's loop: a round every trigger interval (at once again if one took longer), ticks and
-    quarantine in between.  Returns what stopped it (a signal's name, ``time limit``) or None: input ended."""
-    from event_etl.job.stopping import signal_name
-
+def run_rounds(engine: SharedEngine, members: list[FleetMember], options: Any, stops: StopSignals, *,
+               trigger_ms: int, on_failure: Callable[[Any, BaseException], None], on_done: Callable[[Any], None],
+               supervise: Callable[[], None], deadline: float | None, stop_event: Any = None) -> str | None:
+    """The job's loop: a round every trigger interval (at once again if one took longer), ticks and supervision in
+    between.  Returns what stopped it (a signal's name, ``time limit``) or None: input ended."""
     next_round = time.monotonic()
     next_tick = time.monotonic() + options.tick_seconds
     while True:
-        if stop_event is not None and stop_event.is_set():
-            import signal as _signal
-
-            stops.request(_signal.SIGINT)
-        if stops.first is not None:
-            return signal_name(stops.first)
-        if deadline is not None and time.monotonic() >= deadline:
-            return "time limit"
-        active = [m for m in members if m.state in ("running", "quarantined")]
-        if not active:
+        stopped_by = _stop_reason(stops, deadline, stop_event)
+        if stopped_by is not None:
+            return stopped_by
+        if not any(m.state in ("running", "quarantined") for m in members):
             return None
         now = time.monotonic()
         if now >= next_round:
             next_round = now + (0.0 if options.once else trigger_ms / 1000.0)  # --once: rounds back to back
-            names = [m.name for m in members if m.state == "running"]
-            rnd = engine.plan(names)
-            try:
-                rnd = run_watched(lambda rnd=rnd: engine.run(rnd), stops, name="event_etl-round")
-            except Escalated:
-                engine.cancel()
-                raise
-            for name, err in rnd.failed.items():
-                on_failure(engine.members[name], err)
-            if options.once:
-                for name in names:
-                    lane, m = engine.lanes[name], engine.members[name]
-                    if m.state == "running" and lane.exhausted and lane.pending is None:
-                        on_done(m)
+            _round(engine, [m.name for m in members if m.state == "running"], stops, once=options.once,
+                   on_failure=on_failure, on_done=on_done)
             continue
         if now >= next_tick:
             next_tick = now + options.tick_seconds
@@ -511,8 +507,39 @@ def run_rounds(engine: SharedEngine, members: list, options, stops: StopSignals,
         stops.sleep(min(POLL_S, max(0.0, next_round - time.monotonic())))
 
 
-def rounds_before_drain(engine: SharedEngine, members: list, stops: StopSignals, *,
-                        on_failure: Callable[[Any, BaseException], None], quiet: bool = False) -> None:
+def _stop_reason(stops: StopSignals, deadline: float | None, stop_event: Any) -> str | None:
+    """What stops the loop now: a signal's name (a set ``stop_event`` counts as SIGINT), ``time limit``, or None."""
+    if stop_event is not None and stop_event.is_set() and not stops.requested:
+        stops.request(signal.SIGINT)
+    if stops.first is not None:
+        return signal_name(stops.first)
+    if deadline is not None and time.monotonic() >= deadline:
+        return "time limit"
+    return None
+
+
+def _round(engine: SharedEngine, names: list[str], stops: StopSignals, *, once: bool,
+           on_failure: Callable[[Any, BaseException], None], on_done: Callable[[Any], None]) -> None:
+    """Plan and run one round of ``names``, watched (a second signal cancels its Spark jobs); report each type that
+    failed, and (``--once``) each whose input has ended."""
+    rnd = engine.plan(names)
+    try:
+        rnd = run_watched(lambda: engine.run(rnd), stops, name="event_etl-round")
+    except Escalated:
+        engine.cancel()
+        raise
+    for name, err in rnd.failed.items():
+        on_failure(engine.members[name], err)
+    if once:
+        for name in names:
+            lane, m = engine.lanes[name], engine.members[name]
+            if m.state == "running" and lane.exhausted and lane.pending is None:
+                on_done(m)
+
+
+def rounds_before_drain(engine: SharedEngine, members: list[FleetMember], stops: StopSignals, *,
+                        on_failure: Callable[[Any, BaseException], None], quiet: bool = False,
+                        echo: Echo = say) -> None:
     """What a drain needs done before it closes any hour (issue 47).
 
     Every running type's batch that a crash left unfinished runs first (it is replayed as planned).  A type whose
@@ -523,13 +550,13 @@ def rounds_before_drain(engine: SharedEngine, members: list, stops: StopSignals,
     until the planner has offered, and the job committed, every segment the spool holds."""
     running = [m for m in members if m.state == "running"]
     spooled = [m for m in running if getattr(getattr(m, "job", None), "fetcher", None) is not None]
-    stop_pulling_for_drain([(m.name, m.job.fetcher) for m in spooled], stops, quiet=quiet)
+    stop_pulling_for_drain([(m.name, m.job.fetcher) for m in spooled], stops, quiet=quiet, echo=echo)
     want = {m.name for m in running if m.lane.pending is not None} | {m.name for m in spooled}
     while want:
         names = [n for n in want if engine.members[n].state == "running"]
         if not names:
             return
-        rnd = run_watched(lambda names=names: engine.run(engine.plan(names)), stops, name="event_etl-round")
+        rnd = run_watched(_planned_and_run(engine, names), stops, name="event_etl-round")
         for name, err in rnd.failed.items():
             on_failure(engine.members[name], err)
         # a type whose replay is done is finished unless its spool still holds what no batch has read
@@ -537,7 +564,12 @@ def rounds_before_drain(engine: SharedEngine, members: list, stops: StopSignals,
                 or (n in {m.name for m in spooled} and not engine.lanes[n].exhausted)}
 
 
-def stop_pulling_for_drain(fetchers: list[tuple[str, Any]], stops: StopSignals, *, quiet: bool = False) -> None:
+def _planned_and_run(engine: SharedEngine, names: list[str]) -> Callable[[], Round]:
+    return lambda: engine.run(engine.plan(names))
+
+
+def stop_pulling_for_drain(fetchers: list[tuple[str, Any]], stops: StopSignals, *, quiet: bool = False,
+                           echo: Echo = say) -> None:
     """Before a drain: wait until no fetcher settles any more (what a killed run left leased has had its time to
     come back, and was pulled: one line says how long), then stop them all (their open segments closed, for the
     batches that follow to read).  ``fetchers``: ``(type name, fetcher)``."""
@@ -545,16 +577,19 @@ def stop_pulling_for_drain(fetchers: list[tuple[str, Any]], stops: StopSignals, 
         left = getattr(fetcher, "settle_until", 0.0) - time.monotonic()
         if left > 0 and fetcher.settling():
             if not quiet:
-                say(f"[{name}] before the drain marks hours: waiting {left:.0f} s for messages a killed run left "
-                    "leased to come back")
-
-            def settle(f=fetcher) -> None:
-                while f.settling():
-                    time.sleep(0.1)
-
-            run_watched(settle, stops, name="event_etl-settle")
+                echo(f"[{name}] before the drain marks hours: waiting {left:.0f} s for messages a killed run left "
+                     "leased to come back")
+            run_watched(_settled(fetcher), stops, name="event_etl-settle")
     for _name, fetcher in fetchers:
         fetcher.stop()  # no more pulls; every open segment closed
+
+
+def _settled(fetcher: Any) -> Callable[[], None]:
+    def settle() -> None:
+        while fetcher.settling():
+            time.sleep(0.1)
+
+    return settle
 
 
 def spool_read(fetcher: Any, spark_dir: str | os.PathLike[str] | None = None) -> bool:
@@ -593,7 +628,7 @@ def spool_read(fetcher: Any, spark_dir: str | os.PathLike[str] | None = None) ->
     return last is None or (committed is not None and committed >= last)
 
 
-def round_summary(history) -> str | None:
+def round_summary(history: Iterable[dict[str, float]]) -> str | None:
     """One line on where the rounds' time went (``history``: each round's :attr:`Round.timings`), or None."""
     import numpy as np
 
@@ -610,10 +645,3 @@ def round_summary(history) -> str | None:
     return (f"[fleet] {len(rounds)} rounds with input took {p(total)} s (p50/p99), max {max(total):.2f} s; "
             f"by phase (p50/p99 s): {parts}")
 
-
-def interrupted_line(members: list, signum: int) -> str:
-    """What a stop at once says: which types' batches were cut short (replayed on the next run)."""
-    from event_etl.job.stopping import at_once_line
-
-    return at_once_line("fleet", signum, [(m.name, m.lane.pending[0]) for m in members
-                                          if getattr(m, "lane", None) is not None and m.lane.pending is not None])

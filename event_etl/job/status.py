@@ -18,7 +18,7 @@ __all__ = ["job_status", "job_statuses", "read_status", "seek_time", "seek_field
 
 STATUS_FILE = "status.json"
 """A fleet member's status (state, restarts, last error), in ``<checkpoint>/etl/``: written by
-:mod:`event_etl.job.fleet`, read by :func:`read_status`."""
+:func:`event_etl.job.fleet.write_status`, read by :func:`read_status`."""
 
 
 def read_status(checkpoint_dir: str | Path) -> dict[str, Any] | None:

@@ -49,7 +49,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 __all__ = [
     "EXIT_OK",
@@ -76,6 +76,7 @@ __all__ = [
     "wait_for",
     "run_watched",
     "say",
+    "Echo",
     "at_once_line",
     "with_exit_code",
     "run_finished_line",
@@ -337,7 +338,13 @@ def with_exit_code(line: str, code: int) -> str:
     return line if line.endswith(tail) else line + tail
 
 
-def say(line: str, *, err: bool = False) -> None:
+class Echo(Protocol):
+    """Where a job's lines for people go (:func:`say`, or what the command line passes in)."""
+
+    def __call__(self, line: str, /, *, err: bool = False) -> None: ...
+
+
+def say(line: str, /, *, err: bool = False) -> None:
     """Print a line; a terminal that is gone (SIGHUP) must not turn a clean stop into a traceback."""
     stream = sys.stderr if err else sys.stdout
     try:
@@ -486,16 +493,18 @@ def stop_at_boundary(running: list[tuple[Any, Any]], stops: StopSignals | None, 
     running = [(job, q) for job, q in running if q is not None]
     if drain:
         for job, q in running:
-            c = job.controller
-            if c.pending_batch is not None:
-                wait_for(lambda c=c, q=q: c.pending_batch is None or not q.isActive, stops,
-                         timeout=PENDING_REPLAY_TIMEOUT_S)
+            if job.controller.pending_batch is not None:
+                wait_for(_replayed_or_ended(job.controller, q), stops, timeout=PENDING_REPLAY_TIMEOUT_S)
     closers = [_boundary(job, q) for job, q in running if job.gate is not None]
     wait_for(lambda: all([close() for close in closers]), stops)  # every gate at once (a list: no short cut)
     for job, _q in running:
         job.controller.request_stop()  # no batch runs: does not wait
     for _job, q in running:
         run_watched(q.stop, stops, name="event_etl-stop")
+
+
+def _replayed_or_ended(controller: Any, query: Any) -> Callable[[], bool]:
+    return lambda: controller.pending_batch is None or not query.isActive
 
 
 def _boundary(job: Any, query: Any) -> Callable[[], bool]:
@@ -541,7 +550,7 @@ def _boundary(job: Any, query: Any) -> Callable[[], bool]:
         one_ran = current or len(gate.finished) + len(gate.abandoned) > done_before
         if not one_ran and time.monotonic() < patience and planning():
             return False
-        return gate.close_when_idle(0)
+        return bool(gate.close_when_idle(0))
 
     return close
 
@@ -570,7 +579,7 @@ def stop_at_once(running: list[tuple[Any, Any]], stops: StopSignals, signum: int
     th = threading.Thread(target=stop_all, name="event_etl-stop-now", daemon=True)
     th.start()
     deadline = time.monotonic() + STOP_AT_ONCE_TIMEOUT_S
-    sc = SparkContext._active_spark_context
+    sc: Any = SparkContext._active_spark_context
     while th.is_alive() and len(stops.received) == seen and time.monotonic() < deadline:
         for _, q in running:
             try:

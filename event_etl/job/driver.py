@@ -1,0 +1,334 @@
+"""The one driver of a job: ``event-etl run`` (one type or a fleet), the driver of ``event-etl submit``, the tests.
+
+:func:`run` takes 1..N event types and runs them, top to bottom, in one place:
+
+1. **checks and leases**, before Spark starts: each type is prepared (:func:`event_etl.job.setup.prepare_job`) and
+   its checkpoint lock and sink lease taken; a stop asked for meanwhile is recorded and obeyed once the job runs;
+2. **the session** (unless one is given), watched: a second signal while the JVM starts ends the process at once;
+3. **the engine**, :class:`~event_etl.job.shared.SharedEngine`, for one type as for a hundred: a round per trigger
+   (:func:`~event_etl.job.shared.run_rounds`), ticks, metrics and supervision between rounds, then, for a drain,
+   :func:`~event_etl.job.shared.rounds_before_drain`; a second signal cancels the round (:class:`Escalated`);
+4. **the end**: drain if asked, the summary, the last line saying the exit code; every lease released.
+
+One type is a fleet of one, with one difference, which is a decision, not an engine: **a single type is not
+quarantined**.  A batch that fails ends its run with the error (exit 1, or the error's own code), as it always did:
+a person running one type wants the error now, and a supervisor restarting the process is the backoff.  A fleet
+quarantines a failing type and tries it again after a backoff while the others go on
+(:func:`event_etl.job.fleet.quarantine`).  What a run says differs the same way: a single type ends with its summary
+and ``[TYPE] run finished: exit 0 (...)``; a fleet with a line per type (:func:`event_etl.job.fleet.report_fleet`).
+
+``--engine queries`` (a streaming query per type) is deprecated: it warns, and runs through
+:mod:`event_etl.job.queries` until it is removed (docs/upgrading.md names the release).
+
+Signals follow :mod:`event_etl.job.stopping`: SIGINT, SIGTERM and SIGHUP stop after the round in flight and mark no
+hour the watermark has not passed; SIGUSR1 (``event-etl drain``), and SIGTERM or SIGHUP under ``--drain-on-stop``,
+also drain; a second SIGINT or SIGTERM stops at once (exit 130 or 143).  Every line for people goes through
+``echo``, which the command line passes in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from event_etl.errors import UsageError, unwrap_task_error
+from event_etl.eventtypes import EventType
+from event_etl.job.fleet import (
+    finish,
+    member_checkpoint,
+    quarantine,
+    status_line,
+    write_status,
+)
+from event_etl.job.setup import (
+    RunOptions,
+    acquire_lease,
+    close_shared,
+    open_shared,
+    prepare_job,
+    release_lease,
+    start_fetcher,
+)
+from event_etl.job.shared import FleetMember, SharedEngine, round_summary, rounds_before_drain, run_rounds
+from event_etl.job.stopping import (
+    Echo,
+    Escalated,
+    Interrupted,
+    StopSignals,
+    at_once_line,
+    exit_now,
+    run_watched,
+    say,
+)
+from event_etl.job.summary import end_run
+from event_etl.timeutil import now_millis
+
+__all__ = ["run", "run_job", "run_fleet", "QUERIES_DEPRECATED", "Summaries"]
+
+Summaries = dict[str, dict[str, Any]]
+"""What a run returns: each type's summary, by name."""
+
+QUERIES_DEPRECATED = ("warning: --engine queries is deprecated and is removed in event_etl 0.4 (docs/upgrading.md); "
+                      "the default engine keeps the same checkpoint: drop the option")
+
+
+def run(event_types: list[EventType], options: RunOptions, *, fleet: bool | None = None, spark: Any = None,
+        clock: Callable[[], int] = now_millis, listeners: list[Callable[[str, Any], None]] | None = None,
+        install_signals: bool = True, stops: StopSignals | None = None, stop_event: Any = None,
+        status_every_s: float = 30.0, echo: Echo = say) -> Summaries:
+    """Run ``event_types`` in one Spark application until their input ends (``once``/``drain``), a signal, or
+    ``max_seconds``; returns each type's summary.
+
+    ``fleet`` (default: more than one type) makes it a fleet: each type's checkpoint is ``<checkpoint>/<type>``,
+    a failing type is quarantined, and the end is a line per type (printed by the caller).  ``stops`` is the record
+    of stop signals the job obeys (its handlers installed when ``install_signals``); ``stop_event`` (a
+    ``threading.Event``), when set, stops it as SIGINT does.  A session the driver starts itself (``spark=None``) is
+    stopped, its JVM gone, before it returns."""
+    d = _Driver(event_types, options, fleet=len(event_types) > 1 if fleet is None else fleet, clock=clock,
+                listeners=listeners, install_signals=install_signals, stops=stops, stop_event=stop_event,
+                status_every_s=status_every_s, echo=echo)
+    try:
+        d.lease_all()
+        return d.run(spark)
+    finally:
+        d.release_leases()
+
+
+def run_job(event_type: EventType, options: RunOptions, **kwargs: Any) -> dict[str, Any]:
+    """One type's run (:func:`run` of one): its summary."""
+    return run([event_type], options, fleet=False, **kwargs)[event_type.name]
+
+
+def run_fleet(event_types: list[EventType], options: RunOptions, **kwargs: Any) -> Summaries:
+    """A fleet's run (:func:`run`, even of one type: ``run --all``): each type's summary."""
+    return run(event_types, options, fleet=True, **kwargs)
+
+
+def _check(event_types: list[EventType], options: RunOptions, fleet: bool) -> None:
+    if not event_types:
+        raise UsageError("no event type to run", fix="name one, or give --all with a folder holding some")
+    if fleet and options.source:
+        raise UsageError("--source names one source, but a fleet runs several event types",
+                         fix="set each type's `source` in its etl.toml, or run the types one by one")
+    names = [et.name for et in event_types]
+    if len(set(names)) != len(names):
+        raise UsageError(f"an event type is named twice: {names}", fix="name each type once")
+
+
+class _Driver:
+    """One run's parts and steps (see the module docstring); :func:`run` calls them in order."""
+
+    def __init__(self, event_types: list[EventType], options: RunOptions, *, fleet: bool, clock: Callable[[], int],
+                 listeners: list[Callable[[str, Any], None]] | None, install_signals: bool,
+                 stops: StopSignals | None, stop_event: Any, status_every_s: float, echo: Echo) -> None:
+        _check(event_types, options, fleet)
+        if options.engine == "queries":
+            echo(QUERIES_DEPRECATED, err=True)
+        if options.drain:
+            options.once = True  # drain: process what is available, then close every open hour
+        self.event_types, self.options, self.fleet, self.clock = event_types, options, fleet, clock
+        self.listeners, self.install_signals, self.echo = listeners, install_signals, echo
+        self.stop_event, self.status_every_s = stop_event, status_every_s
+        self.who = "fleet" if fleet else event_types[0].name
+        self.members: list[FleetMember] = []
+        self.spark: Any = None
+        self.endpoint: Any = None
+        self.last_status = time.monotonic()
+        self.stops = stops if stops is not None else StopSignals()
+        self.stops.drain_on_stop = self.stops.drain_on_stop or options.drain_on_stop
+        self.stops.accept_drain_requests()  # SIGUSR1 (event-etl drain): before the locks name this process the job's
+        if install_signals:
+            self.stops.install()  # before the leases: a stop asked for while one is waited for is obeyed later
+
+    # -- 1. checks and leases ---------------------------------------------------------------------
+    def lease_all(self) -> None:
+        """Check and lock every type before Spark starts."""
+        try:
+            for et in self.event_types:
+                ckpt = member_checkpoint(self.options, et.name) if self.fleet else None
+                p = prepare_job(et, self.options, clock=self.clock, checkpoint=ckpt)
+                self.members.append(FleetMember(et, p))
+                acquire_lease(p, self.stops)
+        except Escalated as esc:
+            self.release_leases()
+            what = ("stopped at once while waiting for the leases" if self.fleet
+                    else f"[{self.who}] stopped at once while waiting for the lease")
+            exit_now(128 + esc.signum, f"{what}; nothing was processed")
+        except BaseException:
+            self._restore_signals()
+            raise
+
+    def release_leases(self) -> None:
+        for m in self.members:
+            if m.prepared.lease is not None:
+                release_lease(m.prepared.lease, self.stops)
+                m.prepared.lease = None
+
+    def _restore_signals(self) -> None:
+        if self.install_signals:
+            self.stops.restore()  # a drain request from now on is ignored (SIGUSR1 would end the process)
+
+    # -- 2. the session ---------------------------------------------------------------------------
+    def run(self, spark: Any) -> Summaries:
+        own_spark = spark is None
+        try:
+            self.spark = self._start_session() if own_spark else spark
+            if self.options.engine == "queries":
+                from event_etl.job import queries
+
+                return queries.run(self.members, self.options, spark=self.spark, fleet=self.fleet, clock=self.clock,
+                                   listeners=self.listeners, stops=self.stops, stop_event=self.stop_event,
+                                   status_every_s=self.status_every_s, echo=self.echo)
+            return self._run_shared()
+        finally:
+            try:
+                if own_spark and self.spark is not None:
+                    from event_etl.job.session import stop_session
+
+                    stop_session(self.spark)  # signals still only recorded meanwhile
+            finally:
+                self._restore_signals()
+
+    def _start_session(self) -> Any:
+        from event_etl.job.session import get_session
+
+        app = f"event_etl fleet ({len(self.members)} types)" if self.fleet else f"event_etl:{self.who}"
+        try:
+            spark = run_watched(lambda: get_session(self.options.master, self.options.conf, app_name=app),
+                                self.stops, name="event_etl-spark-start")
+        except Escalated as esc:
+            exit_now(128 + esc.signum, f"[{self.who}] stopped at once while Spark was starting; nothing was processed")
+        if self.install_signals:
+            self.stops.install()  # once more, now that the SparkContext exists
+        return spark
+
+    # -- 3. the engine ----------------------------------------------------------------------------
+    def _run_shared(self) -> Summaries:
+        if self.fleet and self.options.metrics_port is not None:
+            from event_etl.metrics import FleetEndpoint
+
+            self.endpoint = FleetEndpoint(host=self.options.metrics_host, port=self.options.metrics_port)
+        try:
+            for m in self.members:
+                self.open_member(m)
+            engine = SharedEngine(self.spark, self.members, {m.name: m.lane for m in self.members}, clock=self.clock)
+            if self.endpoint is not None:
+                self.endpoint.serve()
+                self.echo(f"[fleet] Prometheus metrics {self.endpoint.url}")
+            started = time.monotonic()
+            for m in self.members:
+                m.state = "running"
+                self._status(m)
+            try:
+                stopped_by, drain = self._rounds(engine, started)
+            finally:
+                engine.close()
+            return self._end(stopped_by, drain, started)
+        finally:
+            self._close_all()
+
+    def open_member(self, m: FleetMember) -> None:
+        """Open a member for the engine: controller, metrics and printer, its source's lane (and fetcher)."""
+        # Pub/Sub: pulling starts once the JVM runs, not while it is launched.  The JVM is forked with a
+        # preexec_fn; a fork while the puller's threads are inside gRPC calls makes gRPC skip its fork
+        # handlers, and the child could die before it ran Java (seen as JAVA_GATEWAY_EXITED at start-up).
+        m.job, m.lane = open_shared(m.prepared, self.spark, clock=self.clock, listeners=self.listeners,
+                                    serve_metrics=not self.fleet, fetcher=start_fetcher(m.prepared))
+        if self.endpoint is not None:
+            self.endpoint.add(m.job.metrics)
+
+    def _close_all(self) -> None:
+        try:
+            for m in self.members:
+                if m.job is not None:
+                    close_shared(m.job, m.lane)
+        finally:
+            if self.endpoint is not None:
+                self.endpoint.close()
+
+    def _rounds(self, engine: SharedEngine, started: float) -> tuple[str | None, bool]:
+        """The rounds, then (for a drain) what a drain needs run first; returns what stopped them, and whether the
+        job drains.  A second signal cancels the round's Spark jobs and raises :class:`Interrupted`."""
+        deadline = None if self.options.max_seconds is None else started + self.options.max_seconds
+        trigger_ms = min(m.prepared.trigger_ms for m in self.members)
+        try:
+            stopped_by = run_rounds(engine, self.members, self.options, self.stops, trigger_ms=trigger_ms,
+                                    on_failure=self.on_failure, on_done=self.on_done,
+                                    supervise=lambda: self.supervise(engine), deadline=deadline,
+                                    stop_event=self.stop_event)
+            line = round_summary(engine.history) if self.fleet else None
+            if line and not self.options.quiet:
+                self.echo(line)
+            drain = self.stops.drain if self.stops.requested else self.options.drain  # decided once it stops reading
+            if drain:  # a drain first finishes what a crash left unfinished, and reads what each spool holds
+                rounds_before_drain(engine, self.members, self.stops, on_failure=self.on_failure,
+                                    quiet=self.options.quiet, echo=self.echo)
+        except Escalated as esc:
+            engine.cancel()
+            cut = [(m.name, m.lane.pending[0]) for m in self.members
+                   if m.lane is not None and m.lane.pending is not None]
+            raise Interrupted(esc.signum, at_once_line(self.who, esc.signum, cut)) from None
+        return stopped_by, drain
+
+    def on_failure(self, m: FleetMember, err: BaseException) -> None:
+        """A type's source, batch or tick failed: a fleet quarantines it; a single type's run ends with the error."""
+        if not self.fleet:
+            raise unwrap_task_error(err)
+        quarantine(m, err, self.clock, echo=self.echo)
+
+    def on_done(self, m: FleetMember) -> None:
+        m.state = "stopped"  # --once: its input ended
+        self._status(m)
+
+    def _status(self, m: FleetMember) -> None:
+        if self.fleet:  # a single type has no status file: `event-etl status` reads its lease and checkpoint
+            write_status(m, self.clock)
+
+    def supervise(self, engine: SharedEngine) -> None:
+        """Between rounds: a quarantined type tried again after its backoff, the backlog metrics, the ticks (idle
+        watermarks), a fleet's status lines."""
+        for m in self.members:
+            if m.state == "quarantined" and time.monotonic() >= (m.restart_at or 0):
+                self._reopen(m)
+            elif m.state == "running":
+                m.job.metrics.observe_progress(m.lane.progress())  # the backlog metric
+        if not self.options.once:
+            self._tick([m for m in self.members if m.state == "running"], engine)
+        if self.fleet and time.monotonic() - self.last_status >= self.status_every_s:
+            self.last_status = time.monotonic()
+            for m in self.members:
+                self.echo(status_line(m.status(self.clock)))
+
+    def _reopen(self, m: FleetMember) -> None:
+        try:
+            close_shared(m.job, m.lane)
+            self.open_member(m)
+            m.state, m.restart_at = "running", None
+            self._status(m)
+        except Exception as err:  # noqa: BLE001 - another failure, tried again later
+            self.on_failure(m, err)
+
+    def _tick(self, running: list[FleetMember], engine: SharedEngine) -> None:
+        """Tick the running members (idle watermark, markers it completes), several at a time: one after the
+        other, a hundred types' ticks would hold the next round back."""
+
+        def tick(m: FleetMember) -> BaseException | None:
+            try:
+                m.job.controller.tick()
+            except Exception as err:  # noqa: BLE001 - e.g. a marker the sink refuses: this type only
+                return err
+            return None
+
+        errors = run_watched(lambda: list(engine.pool.map(tick, running)), self.stops, name="event_etl-tick")
+        for m, err in zip(running, errors, strict=True):
+            if err is not None:
+                self.on_failure(m, err)
+
+    # -- 4. the end -------------------------------------------------------------------------------
+    def _end(self, stopped_by: str | None, drain: bool, started: float) -> Summaries:
+        if not self.fleet:
+            (m,) = self.members
+            return {m.name: end_run(m.job, self.options, self.stops, started=started, stopped_by=stopped_by,
+                                    drain=drain, echo=self.echo)}
+        return finish(self.members, self.stops, self.clock, drain=drain, started=started, echo=self.echo)
