@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import click
 
@@ -61,11 +63,12 @@ def load_command(name: str) -> click.Command:
     return _add_exit_codes(getattr(importlib.import_module(module), attr))
 
 
-class LazyCommands(dict):
+class LazyCommands(dict[str, click.Command]):
     """A group's ``commands``: every name of :data:`COMMANDS` is in it, and its command is imported
     the first time it is looked up (listing the names imports nothing)."""
 
-    def __init__(self, table: dict[str, str], loaded=()) -> None:
+    def __init__(self, table: dict[str, str],
+                 loaded: Mapping[str, click.Command] | Iterable[tuple[str, click.Command]] = ()) -> None:
         super().__init__(loaded)
         self.table = table
 
@@ -76,7 +79,7 @@ class LazyCommands(dict):
         dict.__setitem__(self, name, cmd)
         return cmd
 
-    def get(self, name, default=None):
+    def get(self, name: str, default: Any = None) -> Any:
         try:
             return self[name]
         except KeyError:
@@ -88,19 +91,19 @@ class LazyCommands(dict):
     def __contains__(self, name: object) -> bool:
         return name in self.table or dict.__contains__(self, name)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self._names())
 
     def __len__(self) -> int:
         return len(self._names())
 
-    def keys(self):
+    def keys(self) -> list[str]:  # type: ignore[override]  # a list (dict's own is a view): what click's listing takes
         return self._names()
 
-    def values(self):
+    def values(self) -> list[click.Command]:  # type: ignore[override]  # as keys()
         return [self[n] for n in self._names()]
 
-    def items(self):
+    def items(self) -> list[tuple[str, click.Command]]:  # type: ignore[override]  # as keys()
         return [(n, self[n]) for n in self._names()]
 
 
@@ -108,16 +111,18 @@ class EtlGroup(click.Group):
     """The group of :data:`COMMANDS`, loaded lazily; click's own usage errors, like every other failure,
     as one ``error:`` line and one ``fix:`` line."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.commands = LazyCommands(COMMANDS, self.commands)
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
         """The command, with the ``EVENT_ETL_*`` settings read once as it starts (:func:`settings_in_force`)."""
         with settings_in_force():
             return self._main(args, prog_name, complete_var, standalone_mode, **extra)
 
-    def _main(self, args, prog_name, complete_var, standalone_mode, **extra):
+    def _main(self, args: Sequence[str] | None, prog_name: str | None, complete_var: str | None,
+              standalone_mode: bool, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:
@@ -168,7 +173,7 @@ _MOVED = {name: "event_etl.cli.options" for name in (
 _MOVED.update({attr: module for module, _, attr in (v.partition(":") for v in COMMANDS.values())})
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """The helpers and commands that lived in ``event_etl/cli.py`` before it became this package, imported
     from their modules when asked for (``from event_etl.cli import handles_errors`` keeps working)."""
     module = _MOVED.get(name)

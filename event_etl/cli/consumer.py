@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -37,9 +37,11 @@ from event_etl.consumer import (
 from event_etl.consumer.errors import ExitCode
 from event_etl.consumer.hours import hour_ms, hour_text, window
 from event_etl.consumer.sink import type_name
+from event_etl.consumer.status import HourStatus
 from event_etl.errors import UsageError
-from event_etl.eventtypes import DEFAULT_ALLOWED_LATENESS_MS
+from event_etl.eventtypes import DEFAULT_ALLOWED_LATENESS_MS, EventType
 from event_etl.rules.delays import AHEAD, DRAINED, MARKER_DELAY_NAME, marked_early, marker_delay_text
+from event_etl.rules.manifest import Manifest
 from event_etl.timeutil import DAY_MS, HOUR_MS, iso, now_millis, to_datetime, to_millis
 
 __all__ = ["wait_cmd", "hours_cmd", "complete_cmd", "verify_cmd", "cat_cmd", "audit_cmd", "late_cmd"]
@@ -47,12 +49,18 @@ __all__ = ["wait_cmd", "hours_cmd", "complete_cmd", "verify_cmd", "cat_cmd", "au
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout instead of text.")
 
 
-class HourType(click.ParamType):
+if TYPE_CHECKING:
+    _HourParam = click.ParamType[datetime, Any]
+else:  # click's ParamType is generic only in recent releases (setup.cfg takes click 8.1 on)
+    _HourParam = click.ParamType
+
+
+class HourType(_HourParam):
     """An hour on the command line: ISO-8601 UTC; anything else is a usage error (exit code 2)."""
 
     name = "HOUR"
 
-    def convert(self, value: Any, param, ctx) -> datetime:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
         if isinstance(value, datetime):
             return value
         try:
@@ -66,12 +74,18 @@ class HourType(click.ParamType):
 HOUR = HourType()
 
 
-def _exit(code: ExitCode) -> None:
+def _exit(code: ExitCode) -> NoReturn:
     sys.exit(int(code))
 
 
 def _when(dt: datetime | None) -> str:
-    return "-" if dt is None else iso(to_millis(dt))
+    return "-" if dt is None else _iso_of(dt)
+
+
+def _iso_of(dt: datetime) -> str:
+    text = iso(to_millis(dt))
+    assert text is not None  # iso() is None only for None
+    return text
 
 
 def _iso(dt: datetime | None) -> str | None:
@@ -82,18 +96,18 @@ def _echo_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2))
 
 
-def _marker_delay(m) -> str:
+def _marker_delay(m: Manifest) -> str:
     """A manifest's marker delay as every command says it (:mod:`event_etl.rules.delays`): ``13m40s``, or
     ``drained`` / ``ahead`` for an hour marked before it ended by the wall clock; never a negative duration."""
     return marker_delay_text(m.marker_delay_ms, m.extra.get("closed_by"))
 
 
-def _marked_early(m) -> str | None:
+def _marked_early(m: Manifest | None) -> str | None:
     """``--json``'s ``marked_early``: ``drained``, ``ahead``, or None (``marker_delay_seconds`` is a delay)."""
     return None if m is None else marked_early(m.marker_delay_ms, m.extra.get("closed_by"))
 
 
-def manifest_json(m) -> dict[str, Any]:
+def manifest_json(m: Manifest) -> dict[str, Any]:
     """The summary of a complete hour's manifest, for --json.  ``marker_delay_seconds`` is the manifest's figure (wall
     clock), negative for an hour marked before it ended; ``marked_early`` says why then (``drained``, ``ahead``)."""
     return {"event_type": m.event_type, "hour": iso(m.hour), "state": "complete", "records": m.records,
@@ -103,7 +117,7 @@ def manifest_json(m) -> dict[str, Any]:
             "files": [{"name": f.name, "records": f.records, "bytes": f.bytes, "late": f.late} for f in m.files]}
 
 
-def status_json(s) -> dict[str, Any]:
+def status_json(s: HourStatus) -> dict[str, Any]:
     """One hour's status, for --json (``marker_delay_seconds`` and ``marked_early`` as in :func:`manifest_json`)."""
     return {"event_type": s.event_type, "hour": hour_text(s.hour), "state": str(s.state), "records": s.records,
             "late_records": s.late_records, "data_files": s.data_files, "completed_at": _iso(s.completed_at),
@@ -117,9 +131,9 @@ class _ChangesPrinter:
     """Prints the status of the hour waited for when it changes (to stderr: stdout is for the answer)."""
 
     def __init__(self) -> None:
-        self.last: tuple | None = None
+        self.last: tuple[datetime, HourState] | None = None
 
-    def __call__(self, status) -> None:
+    def __call__(self, status: HourStatus) -> None:
         key = (status.hour, status.state)
         if key != self.last and status.state in (HourState.OPEN, HourState.NOT_STARTED):
             click.echo(f"waiting: {status.describe()}", err=True)
@@ -173,6 +187,7 @@ def wait_cmd(event_type: str, hour: datetime, timeout: float | None, poll_interv
         except _Stopped:
             from event_etl.job.stopping import signal_name
 
+            assert stops.first is not None  # nap() raises _Stopped once a signal is recorded
             raise Interrupted(stops.first, f"interrupted ({signal_name(stops.first)}): {name} {hour_text(hour)} "
                                            "was not complete yet") from None
     if as_json:
@@ -445,7 +460,7 @@ def late_cmd(event_type: str, hour: datetime, allowed_lateness: Duration | None,
 @event_types_option
 @handles_errors
 def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file: str | None, time_field: str | None,
-              time_format: str | None, allowed_lateness: float | None, as_json: bool, sink: str,
+              time_format: str | None, allowed_lateness: Duration | None, as_json: bool, sink: str,
               event_types_dir: str | None) -> None:
     """Compare a complete HOUR of EVENT_TYPE with the source's count and record the result (_AUDIT).
 
@@ -465,6 +480,7 @@ def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file:
                      allowed_lateness)
     if count_file is not None:
         expected = read_count_file(count_file, event_type=et, hour=hour)
+    assert expected is not None  # one of --expected and --count-file, checked above
     rec = audit_hour(sink, et, hour, expected=expected, source=count_file or "--expected")
     if as_json:
         _echo_json({**rec.to_json(), "difference": rec.difference, "recorded": rec.recorded})
@@ -487,8 +503,8 @@ def audit_cmd(event_type: str, hour: datetime, expected: int | None, count_file:
         _exit(ExitCode.FAILED)
 
 
-def _audit_type(et, sink: str, hour: datetime, time_field: str | None, time_format: str | None,
-                allowed_lateness: float | None):
+def _audit_type(et: EventType | str, sink: str, hour: datetime, time_field: str | None, time_format: str | None,
+                allowed_lateness: Duration | None) -> EventType:
     """The loaded event type, or one made of the files' schema and the command's settings."""
     from event_etl.consumer.read import writer_schema
     from event_etl.eventtypes import event_type_from_settings

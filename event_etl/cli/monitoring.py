@@ -12,7 +12,7 @@ import click
 from click.core import ParameterSource
 
 from event_etl.cli.options import handles_errors
-from event_etl.cli.params import DURATION, require_extra
+from event_etl.cli.params import DURATION, Duration, require_extra
 from event_etl.settings import ENV_PROMETHEUS_URL
 
 __all__ = ["graphs_cmd"]
@@ -40,8 +40,9 @@ __all__ = ["graphs_cmd"]
 @click.option("--out", "out_dir", default="./graphs", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the PNG files.")
 @handles_errors
-def graphs_cmd(event_type, prometheus_url, history_file, checkpoint, last, since, until, step, window,
-               out_dir) -> None:
+def graphs_cmd(event_type: str, prometheus_url: str | None, history_file: str | None, checkpoint: str | None,
+               last: Duration | None, since: str | None, until: str | None, step: Duration | None, window: Duration,
+               out_dir: str) -> None:
     """Draw PNG charts of EVENT_TYPE's job: watermark lag, timely and late events per second,
     event delay, files per second and marker delay (on the wall clock, as `event-etl hours` shows
     it), with UTC time axes. A drain is drawn as an event (a marked point named `drain`), and no

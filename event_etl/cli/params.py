@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -26,12 +26,16 @@ from event_etl.timeutil import parse_duration
 __all__ = ["DURATION", "Duration", "DurationType", "EXTRAS", "MissingExtraError", "missing_extra", "require_extra",
            "sink_option", "ENV_SINK"]
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 
 
 class Duration(float):
     """A duration in seconds (a float).  ``str()`` is the text it was given as (``"2s"``, ``"90"``), so it
     passes through a command line unchanged; :attr:`text` is one :func:`~event_etl.timeutil.parse_duration`
     reads (``"2000ms"``).  Equal to a number of seconds, and to a text of the same duration."""
+
+    given: str | None
 
     def __new__(cls, seconds: float, given: str | None = None) -> Duration:
         obj = super().__new__(cls, seconds)
@@ -92,12 +96,18 @@ def to_duration(value: Any) -> Duration:
     return Duration(seconds, given)
 
 
-class DurationType(click.ParamType):
+if TYPE_CHECKING:
+    _DurationParam = click.ParamType[Duration, Any]
+else:  # click's ParamType is generic only in recent releases (setup.cfg takes click 8.1 on)
+    _DurationParam = click.ParamType
+
+
+class DurationType(_DurationParam):
     """Every duration option: ``90s``, ``5m``, ``2h``, ``1h30m``, ``250ms``, or a bare number of seconds."""
 
     name = "DURATION"
 
-    def convert(self, value: Any, param, ctx) -> Duration:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Duration:
         try:
             return to_duration(value)
         except ValueError as err:
@@ -107,7 +117,7 @@ class DurationType(click.ParamType):
 DURATION = DurationType()
 
 
-def sink_option(fn: Callable) -> Callable:
+def sink_option(fn: _F) -> _F:
     """``--sink``: where the hourly buckets are.  Default ``$EVENT_ETL_SINK``, else ``./data``."""
     return click.option(
         "--sink",

@@ -7,7 +7,7 @@ import json
 import click
 
 from event_etl.cli.options import event_types_option, handles_errors, load_type
-from event_etl.cli.params import DURATION, require_extra
+from event_etl.cli.params import DURATION, Duration, require_extra
 
 _PUBSUB = ("google.cloud.pubsub_v1",)
 
@@ -20,7 +20,8 @@ _PUBSUB = ("google.cloud.pubsub_v1",)
               help="Ack deadline of a new subscription (10s to 10m, or seconds).")
 @event_types_option
 @handles_errors
-def setup_cmd(event_type, topic, subscription, ack_deadline, event_types_dir) -> None:
+def setup_cmd(event_type: str, topic: str | None, subscription: str | None, ack_deadline: Duration,
+              event_types_dir: str | None) -> None:
     """Create EVENT_TYPE's Pub/Sub topic and subscription if missing.
 
     Works on a real project (Application Default Credentials) or on the emulator
@@ -51,7 +52,8 @@ def setup_cmd(event_type, topic, subscription, ack_deadline, event_types_dir) ->
               help="Write the number of valid events published per event hour (for `event-etl audit`).")
 @event_types_option
 @handles_errors
-def publish_cmd(event_type, rate, duration, topic, params, count_file, event_types_dir) -> None:
+def publish_cmd(event_type: str, rate: float, duration: Duration, topic: str | None, params: str,
+                count_file: str | None, event_types_dir: str | None) -> None:
     """Publish generated EVENT_TYPE events to Pub/Sub at RATE per second for DURATION seconds.
 
     Events follow the type's schema, with the generator's shares of out-of-order, late,

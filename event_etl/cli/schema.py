@@ -10,10 +10,15 @@ as the next version.  See docs/schemas.md.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from event_etl.cli.options import event_types_option, handles_errors, load_type
+
+if TYPE_CHECKING:
+    from event_etl.eventtypes import EventType
+    from event_etl.rules.compat import Compatibility
 
 __all__ = ["schema_group"]
 
@@ -85,7 +90,6 @@ def check_cmd(event_type: str, new_schema: str | None, required: str, event_type
       2  a broken schema file or event type, or a usage error
     """
     from event_etl.eventtypes import load_schema_file, schema_fingerprint, with_schema
-    from event_etl.rules.compat import compatibility
 
     et = load_type(event_types_dir, event_type)
     if new_schema is None:
@@ -101,41 +105,69 @@ def check_cmd(event_type: str, new_schema: str | None, required: str, event_type
     click.echo(f"{et.name}: {label} ({_fp(new_fp)}) against {len(versions)} "
                f"{'registered version' if not implicit else 'version (no schemas/ folder: the current schema.avsc)'}"
                f"{'s' if len(versions) > 1 else ''}")
-    failed = []
-    notes = []
+    failed: list[str] = []
+    notes: list[str] = []
     for name, old in versions:
-        old_fp = schema_fingerprint(old)
-        c = compatibility(new, old)
-        if old_fp == new_fp:
-            verdict = "the same schema" if old == new else (
-                "the same fingerprint: it differs only in docs, defaults, aliases or logical types")
-        else:
-            verdict = {"full": "FULL: the new schema reads its data, and its readers read new data",
-                       "backward": "BACKWARD only: the new schema reads its data; its readers cannot read new data",
-                       "forward": "FORWARD only: its readers read new data; the new schema cannot read its data",
-                       "none": "NOT compatible either way"}[c.level]
-        click.echo(f"  {name:<11} {_fp(old_fp)}  {verdict}")
-        for p in c.backward:
-            click.echo(f"      new cannot read {name}: {p}")
-        for p in c.forward:
-            click.echo(f"      {name} readers cannot read new: {p}")
+        c = _show_version(name, old, new, new_fp)
         notes.extend(f"{name}: {p}" for p in c.notes)
-        ok = {"backward": c.is_backward, "forward": c.is_forward, "full": c.is_backward and c.is_forward}[required]
-        if not ok:
+        if not _meets(c, required):
             failed.append(name)
     for n in notes:
         click.echo(f"  note: {n}")
     if failed:
-        click.echo(f"incompatible: not {required} compatible with {', '.join(failed)} "
-                   f"(--require {required}: {_LEVELS[required]})", err=True)
-        click.echo("  fix: a new field needs a default; a type may only widen (int to long, float or double; long to "
-                   "float or double; float to double; string to/from bytes); an enum keeps its symbols or gets a "
-                   "default; a renamed record or field lists its old name in \"aliases\". A breaking change is a new "
-                   f"event type or a new major version in the namespace (e.g. event_types/{et.name}_v2 with "
-                   "namespace ...v2): run both during the switch (docs/schemas.md)", err=True)
-        sys.exit(EXIT_INCOMPATIBLE)
+        _incompatible(et.name, required, failed)
     click.echo(f"ok: {required} compatible with every {'registered ' if not implicit else ''}version: "
                f"{_LEVELS[required]}")
+    _say_next(et, new_schema, new_fp, implicit=implicit)
+
+
+_VERDICTS = {
+    "full": "FULL: the new schema reads its data, and its readers read new data",
+    "backward": "BACKWARD only: the new schema reads its data; its readers cannot read new data",
+    "forward": "FORWARD only: its readers read new data; the new schema cannot read its data",
+    "none": "NOT compatible either way",
+}
+"""A compatibility level -> what ``schema check`` says of a version of another fingerprint."""
+
+
+def _show_version(name: str, old: dict[str, Any], new: dict[str, Any], new_fp: str) -> Compatibility:
+    """Print one registered version's verdict and the problems of each direction; return its compatibility."""
+    from event_etl.eventtypes import schema_fingerprint
+    from event_etl.rules.compat import compatibility
+
+    old_fp = schema_fingerprint(old)
+    c = compatibility(new, old)
+    if old_fp == new_fp:
+        verdict = "the same schema" if old == new else (
+            "the same fingerprint: it differs only in docs, defaults, aliases or logical types")
+    else:
+        verdict = _VERDICTS[c.level]
+    click.echo(f"  {name:<11} {_fp(old_fp)}  {verdict}")
+    for p in c.backward:
+        click.echo(f"      new cannot read {name}: {p}")
+    for p in c.forward:
+        click.echo(f"      {name} readers cannot read new: {p}")
+    return c
+
+
+def _meets(c: Compatibility, required: str) -> bool:
+    """Whether ``c`` is the compatibility ``--require`` asks for."""
+    return {"backward": c.is_backward, "forward": c.is_forward, "full": c.is_backward and c.is_forward}[required]
+
+
+def _incompatible(type_name: str, required: str, failed: list[str]) -> NoReturn:
+    click.echo(f"incompatible: not {required} compatible with {', '.join(failed)} "
+               f"(--require {required}: {_LEVELS[required]})", err=True)
+    click.echo("  fix: a new field needs a default; a type may only widen (int to long, float or double; long to "
+               "float or double; float to double; string to/from bytes); an enum keeps its symbols or gets a "
+               "default; a renamed record or field lists its old name in \"aliases\". A breaking change is a new "
+               f"event type or a new major version in the namespace (e.g. event_types/{type_name}_v2 with "
+               "namespace ...v2): run both during the switch (docs/schemas.md)", err=True)
+    sys.exit(EXIT_INCOMPATIBLE)
+
+
+def _say_next(et: EventType, new_schema: str | None, new_fp: str, *, implicit: bool) -> None:
+    """What to do after a successful check: register the schema, or copy the new one in first."""
     if new_schema is None and implicit:
         click.echo(f"  no history is kept: register schema.avsc before changing it (event-etl schema register "
                    f"{et.name})")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 import urllib.error
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -14,13 +16,15 @@ from event_etl.errors import EventEtlError
 
 __all__ = ["main"]
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """A Spark standalone cluster on 127.0.0.1 (master + workers of the pip pyspark), for trying `event-etl submit`."""
 
 
-def _dir_option(fn):
+def _dir_option(fn: _F) -> _F:
     return click.option("--dir", "state_dir", default=DEFAULT_DIR, show_default=True, type=click.Path(file_okay=False),
                         help="Where the cluster keeps its state and logs.")(fn)
 
@@ -36,7 +40,7 @@ def _dir_option(fn):
 @click.option("--webui-port", default=8080, show_default=True, type=click.IntRange(0, 65535),
               help="Master web UI port (0: any free).")
 @handles_errors
-def start_cmd(state_dir, workers, cores, memory, port, webui_port) -> None:
+def start_cmd(state_dir: str, workers: int, cores: int, memory: str, port: int, webui_port: int) -> None:
     """Start a master and --workers workers on 127.0.0.1; return once all are registered."""
     c = LocalCluster(state_dir).start(workers=workers, cores=cores, memory=memory, port=port, webui_port=webui_port)
     click.echo(f"Spark standalone cluster on 127.0.0.1: master {c.master_url}, {workers} workers "
@@ -50,7 +54,7 @@ def start_cmd(state_dir, workers, cores, memory, port, webui_port) -> None:
 @main.command("status")
 @_dir_option
 @handles_errors
-def status_cmd(state_dir) -> None:
+def status_cmd(state_dir: str) -> None:
     """Show the master and its workers (exit code 1 when no cluster runs)."""
     c = LocalCluster(state_dir)
     if not c.state or not c.is_running("master"):
@@ -74,7 +78,7 @@ def status_cmd(state_dir) -> None:
 @main.command("stop")
 @_dir_option
 @handles_errors
-def stop_cmd(state_dir) -> None:
+def stop_cmd(state_dir: str) -> None:
     """Stop the workers (and their executors), then the master."""
     stopped = LocalCluster(state_dir).stop()
     click.echo(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
