@@ -18,6 +18,12 @@ time lies in it.
 Output forms: Python records (fastavro's values: timestamps as aware UTC datetimes), an
 Arrow table (:mod:`event_etl.consumer.arrow`), JSON lines, or one Avro container file.
 
+Both file formats read alike: a type of ``format = "parquet"`` writes Parquet files that carry
+the Avro schema they were written in (:mod:`event_etl.storage.parquetio`); each is read back into
+the same Avro records (and resolved into a reader schema, written out as JSON lines or Avro) as
+an Avro file of the same records would be.  An hour whose files are of both formats (the type's
+format changed within it) reads as one.
+
 Ranges and schema changes: ``until=`` reads every hour of ``[hour, until)`` (each must be
 complete) in one go.  An event type's schema may change between hours, or within one (the
 job restarted with a new compatible schema: the manifest gives each file's
@@ -134,10 +140,28 @@ def _load_reader_schema(reader_schema: ReaderSchemaLike) -> dict[str, Any] | Non
 
 
 def _open(data: bytes, path: str) -> fastavro.reader:
+    """A fastavro reader of a data file's records: an Avro container file as it is, a Parquet file (a type of
+    ``format = "parquet"``) read back into the Avro records it was written from, so that both read alike."""
+    if path.endswith(".parquet"):
+        data = _parquet_records(data, path)
     try:
         return fastavro.reader(io.BytesIO(data))
     except (ValueError, EOFError, TypeError) as err:  # the bytes match the manifest, yet are no Avro file
         raise CorruptHourError(f"{path} is not an Avro container file: {err}", path=path,
+                               fix="the job wrote a damaged file; report it with the file") from err
+
+
+def _parquet_records(data: bytes, path: str) -> bytes:
+    """A Parquet data file as an Avro container of its records (:func:`~.parquetio.parquet_as_container`)."""
+    try:
+        from event_etl.storage.parquetio import parquet_as_container
+    except ModuleNotFoundError as err:  # the light consumer: no pyarrow
+        raise UsageError(f"{path} is a Parquet file: reading it needs the Python package 'pyarrow', which is not "
+                         "installed", fix="pip install 'event_etl[arrow]'") from err
+    try:
+        return parquet_as_container(data)
+    except Exception as err:  # noqa: BLE001 - the bytes match the manifest, yet are no Parquet file of ours
+        raise CorruptHourError(f"{path} is not a Parquet data file: {err}", path=path,
                                fix="the job wrote a damaged file; report it with the file") from err
 
 

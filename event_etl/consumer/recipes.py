@@ -24,6 +24,14 @@ Recipes (docs/consumers.md shows each in full, as the tests run it):
   or ``duckdb.sql("... FROM tbl")`` over ``tbl = read_table(...)`` (Arrow, checked against the manifest).
 - **pandas**: ``read_table(...).to_pandas()`` (``pip install 'event_etl[pandas]'``).
 
+A type of ``format = "parquet"`` lists ``.parquet`` files, read with each tool's Parquet reader:
+:func:`files_format` says which of the two a list holds, :func:`spark_format` gives Spark's
+source (``"parquet"`` or :data:`SPARK_AVRO_FORMAT`), :func:`duckdb_reader` DuckDB's table function
+(``read_parquet`` or ``read_avro``), and :func:`bq_load_command` and :func:`bq_external_table_ddl`
+pick ``PARQUET`` (with list inference, so an Avro array is a REPEATED column) or ``AVRO`` by the
+files they are given.  A list of both (a type whose format changed within the range) is refused:
+list the hours before and after the change apart.
+
 Nothing here imports Spark, BigQuery, DuckDB or pandas at import time (:func:`duckdb_connect`
 imports DuckDB when called).
 """
@@ -43,7 +51,7 @@ from event_etl.errors import UsageError
 from event_etl.rules.buckets import hour_dir
 
 __all__ = ["SPARK_AVRO_FORMAT", "bq_external_table_ddl", "bq_load_command", "duckdb_avro_extension", "duckdb_connect",
-           "hour_uris", "shell", "spark_avro_package", "type_root"]
+           "duckdb_reader", "files_format", "hour_uris", "shell", "spark_avro_package", "spark_format", "type_root"]
 
 SPARK_AVRO_FORMAT = "org.apache.spark.sql.avro.AvroFileFormat"
 """Spark's Avro source by its class name: PySpark 4 has it built in (``format("avro")``, the short name, is only
@@ -82,6 +90,30 @@ def hour_uris(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, unti
     return out
 
 
+def files_format(uris: Sequence[str]) -> str:
+    """``avro`` or ``parquet``: the format of the data files ``uris`` (from :func:`hour_uris`), all of one format
+    (:class:`UsageError` for a list of both, or of anything else)."""
+    formats = {"avro" if u.endswith(".avro") else "parquet" if u.endswith(".parquet") else "" for u in uris}
+    if "" in formats:
+        raise UsageError("the list holds something else than data files (.avro, .parquet)",
+                         fix="pass hour_uris(...): the manifest's files")
+    if len(formats) > 1:
+        raise UsageError("the list holds Avro and Parquet files (the type's format changed within these hours)",
+                         fix="list the hours before and after the change apart: hour_uris(..., until=...) for each")
+    return formats.pop() if formats else "avro"
+
+
+def spark_format(uris: Sequence[str]) -> str:
+    """The Spark source that reads ``uris``: ``"parquet"``, or :data:`SPARK_AVRO_FORMAT` for Avro files."""
+    return "parquet" if files_format(uris) == "parquet" else SPARK_AVRO_FORMAT
+
+
+def duckdb_reader(uris: Sequence[str]) -> str:
+    """The DuckDB table function that reads ``uris``: ``read_parquet`` (built in) or ``read_avro`` (the extension
+    :func:`duckdb_connect` loads)."""
+    return "read_parquet" if files_format(uris) == "parquet" else "read_avro"
+
+
 def spark_avro_package(spark_version: str | None = None, scala: str = "2.13") -> str:
     """The Maven coordinates of ``spark-avro`` for ``--packages`` (default: the installed PySpark's version).
 
@@ -105,9 +137,10 @@ def _check_gs_uris(uris: Sequence[str]) -> None:
     bad = [u for u in uris if not u.startswith("gs://")]
     if bad:
         raise UsageError(f"BigQuery reads Cloud Storage only, not {bad[0]}", fix="read a gs:// sink")
-    if any("/_deadletter/" in u or "*" in u or not u.endswith(".avro") for u in uris):
+    if any("/_deadletter/" in u or "*" in u or not u.endswith((".avro", ".parquet")) for u in uris):
         raise UsageError("the list holds a glob, a marker or dead-letter files",
                          fix="pass hour_uris(...): the manifest's files")
+    files_format(uris)
 
 
 def hive_prefix(uris: Sequence[str]) -> str:
@@ -130,7 +163,9 @@ def bq_load_command(uris: Sequence[str], table: str, *, time_partitioning_field:
                     hour: HourLike | None = None, hive_partitioning: bool = False) -> list[str]:
     """The ``bq load`` command that loads exactly ``uris`` (``gs://``, from :func:`hour_uris`) into ``table``.
 
-    ``--use_avro_logical_types`` makes ``timestamp-millis`` fields TIMESTAMP columns, so the
+    Parquet files (a type of ``format = "parquet"``) load with ``--source_format=PARQUET
+    --parquet_enable_list_inference``; Avro files with ``--use_avro_logical_types``, which makes
+    ``timestamp-millis`` fields TIMESTAMP columns (Parquet's are already), so the
     table can be partitioned by event time (``time_partitioning_field``, a TIMESTAMP field
     such as page_view's ``event_time``).  ``replace_partition`` with ``hour`` writes to the
     hour's partition decorator (``table$YYYYMMDDHH``) with ``--replace``: a retried load of the
@@ -145,7 +180,10 @@ def bq_load_command(uris: Sequence[str], table: str, *, time_partitioning_field:
     """
     _check_gs_uris(uris)
     target = table
-    cmd = ["bq", "load", "--source_format=AVRO", "--use_avro_logical_types"]
+    if files_format(uris) == "parquet":  # Parquet's own timestamp types; arrays as REPEATED columns
+        cmd = ["bq", "load", "--source_format=PARQUET", "--parquet_enable_list_inference"]
+    else:
+        cmd = ["bq", "load", "--source_format=AVRO", "--use_avro_logical_types"]
     if hive_partitioning:
         keys = "/".join(f"{{{k}:{t}}}" for k, t in HIVE_KEYS)
         cmd += ["--hive_partitioning_mode=CUSTOM", f"--hive_partitioning_source_uri_prefix={hive_prefix(uris)}/{keys}"]
@@ -184,11 +222,12 @@ def bq_external_table_ddl(uris: Sequence[str], table: str, *, replace: bool = Tr
     prefix = hive_prefix(uris)
     create = "CREATE OR REPLACE EXTERNAL TABLE" if replace else "CREATE EXTERNAL TABLE"
     listed = ",\n    ".join(_sql_string(u) for u in uris)
+    options = ("  format = 'PARQUET',\n  enable_list_inference = TRUE,\n" if files_format(uris) == "parquet"
+               else "  format = 'AVRO',\n  enable_logical_types = TRUE,\n")
     return (f"{create} `{table}`\n"
             "WITH PARTITION COLUMNS (dt DATE, hour INT64)\n"
             "OPTIONS (\n"
-            "  format = 'AVRO',\n"
-            "  enable_logical_types = TRUE,\n"
+            f"{options}"
             f"  hive_partition_uri_prefix = {_sql_string(prefix)},\n"
             f"  uris = [\n    {listed}\n  ]\n"
             ");")

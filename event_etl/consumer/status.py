@@ -46,7 +46,7 @@ from event_etl.consumer.sink import (
     type_name,
 )
 from event_etl.rules.buckets import MARKER_NAME
-from event_etl.rules.manifest import Manifest
+from event_etl.rules.manifest import DATA_EXTENSIONS, Manifest
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, hour_floor, to_datetime
 
@@ -148,7 +148,7 @@ def _status(storage: Storage, event_type: str, hour: int, first_complete: Callab
                               audit_matched=None if audit is None else audit.result is AuditResult.MATCH,
                               first_complete=None)
         return HourStatus(event_type, to_datetime(hour), state, len(manifest.files), manifest, audit)
-    files = sum(1 for name in listing if name.endswith(".avro"))
+    files = sum(1 for name in listing if name.endswith(DATA_EXTENSIONS))  # .avro, .parquet
     first = first_complete()
     if first is None and not listing:  # nothing marked, nothing here: is there anything at all?
         (has_data or (lambda: require_type_data(storage, event_type)))()

@@ -1,14 +1,15 @@
 """Verifying a complete hour: does the folder still hold exactly what its manifest vouches for?
 
 For every file the manifest lists, the file is read by name and its size, sha256 and
-number of records (counted from the Avro blocks) are recomputed.  The folder listing is
-used for one thing only: finding ``.avro`` files the manifest does not list.  The result
+number of records (counted from the Avro blocks, or a Parquet file's footer) are recomputed.
+The folder listing is used for one thing only: finding data files (``.avro``, ``.parquet``)
+the manifest does not list.  The result
 names each difference:
 
 - **missing**: listed in the manifest, not in the folder;
-- **extra**: an ``.avro`` file in the folder that the manifest does not list;
+- **extra**: an ``.avro`` or ``.parquet`` file in the folder that the manifest does not list;
 - **corrupted**: listed and present, but its size, sha256 or record count differs, it is
-  not a readable Avro file, or its entry contradicts its name (another hour, a ``late``
+  not a readable data file of its format, or its entry contradicts its name (another hour, a ``late``
   flag that does not match a ``late-`` name).
 
 :func:`compare_hour` is the rule over plain values; :func:`verify_hour` and
@@ -32,7 +33,7 @@ from event_etl.consumer.hours import MAX_RANGE_HOURS, HourLike, hour_ms, hour_te
 from event_etl.consumer.sink import EventTypeLike, HourFolder, SinkLike, last_hour_folder, open_sink, type_name
 from event_etl.consumer.status import HourState, HourStatus, hour_status, hour_statuses, require_complete
 from event_etl.rules.buckets import parse_data_file_name
-from event_etl.rules.manifest import Manifest, compare_listing
+from event_etl.rules.manifest import Manifest, compare_listing, file_format
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, iso
 
@@ -50,12 +51,18 @@ class FileFacts:
     error: str | None = None
 
 
-def file_facts(data: bytes) -> FileFacts:
-    """Recompute the facts of a data file from its bytes (records counted per Avro block, without decoding them)."""
+def file_facts(data: bytes, name: str = "") -> FileFacts:
+    """Recompute the facts of a data file from its bytes (records counted per Avro block without decoding them, or
+    from a Parquet file's footer when ``name`` ends with ``.parquet``)."""
     digest = hashlib.sha256(data).hexdigest()
     try:
-        records = sum(block.num_records for block in fastavro.block_reader(io.BytesIO(data)))
-    except Exception as err:  # noqa: BLE001 - any failure to parse means "not a readable Avro file"; it is reported
+        if file_format(name) == "parquet":
+            from event_etl.storage.parquetio import parquet_rows
+
+            records = parquet_rows(data)
+        else:
+            records = sum(block.num_records for block in fastavro.block_reader(io.BytesIO(data)))
+    except Exception as err:  # noqa: BLE001 - any failure to parse means "not a readable data file"; it is reported
         return FileFacts(len(data), digest, None, f"{type(err).__name__}: {err}")
     return FileFacts(len(data), digest, records)
 
@@ -71,7 +78,8 @@ class FileProblem:
 
     def describe(self) -> str:
         if self.what == "unreadable":
-            return f"{self.name}: not a readable Avro file ({self.found})"
+            return f"{self.name}: not a readable {'Parquet' if file_format(self.name) == 'parquet' else 'Avro'} file " \
+                   f"({self.found})"
         return f"{self.name}: {self.what} {self.found}, manifest says {self.expected}"
 
 
@@ -161,7 +169,7 @@ def _check(storage: Storage, status: HourStatus) -> VerifyReport:
     facts = {}
     for f in manifest.files:
         data = folder.read_optional(f.name)
-        facts[f.name] = None if data is None else file_facts(data)
+        facts[f.name] = None if data is None else file_facts(data, f.name)
     missing, extra, corrupted = compare_hour(manifest, listing, facts)
     return VerifyReport(status.event_type, status.hour, status.state, len(manifest.files), manifest.records,
                         missing, extra, corrupted)
@@ -198,7 +206,7 @@ def left_out_text(hours: list[datetime], until: HourLike) -> str:
     out, and how to verify them."""
     first, last = hour_text(hours[0]), hour_text(hours[-1])
     which = first if len(hours) == 1 else f"{first} .. {last}"
-    return (f"left out: {len(hours)} complete hour{'s' if len(hours) != 1 else ''} from {hour_text(until)} on "
+    return (f"left out: {len(hours)} complete hour{'s' if len(hours) != 1 else ''} from {hour_text(hour_ms(until))} on "
             f"({which}), not verified: without --until the range ends at the current hour by the wall clock, and "
             "these were marked before it (their event time runs ahead of the wall clock, or a drain closed them); "
             f"pass --until {hour_text(hour_ms(hours[-1]) + HOUR_MS)} to verify them")

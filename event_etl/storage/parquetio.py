@@ -27,7 +27,10 @@ other fields                            not nullable                            
 A union of several non-null types has no Parquet column: such a schema is refused when the
 type is loaded (:func:`parquet_problems`), as is a recursive record.  No field ids are written
 (an Iceberg table adds the files by name mapping: pyiceberg's ``add_files`` takes only files
-without field ids).
+without field ids).  Each file carries the Avro schema it was written in, as an Avro file does,
+in its footer's key-value metadata under ``avro.schema`` (:data:`AVRO_SCHEMA_KEY`; beside
+``ARROW:schema``): a consumer reads a Parquet file back into the same Avro records
+(:func:`parquet_as_container`) and resolves them into a reader schema as it does an Avro file's.
 
 Deterministic bytes: a file's records are first laid out exactly as for an Avro file (the fast
 path and the record path make the same Avro bytes), then decoded once and written by
@@ -43,6 +46,7 @@ executors while it has batches to replay).
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -50,10 +54,14 @@ import fastavro
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from event_etl.storage.avroio import sync_marker_for
+
 __all__ = ["AvroArrow", "UnsupportedSchema", "ROW_GROUP_ROWS", "PARQUET_MAGIC", "PARQUET_COMPRESSION",
            "encode_parquet", "parquet_problems", "container_to_parquet", "merge_parquet", "plain_schema",
-           "parquet_rows"]
+           "parquet_rows", "parquet_as_container", "AVRO_SCHEMA_KEY"]
 
+AVRO_SCHEMA_KEY = b"avro.schema"
+"""The footer key of the Avro schema a Parquet file was written in (its JSON)."""
 PARQUET_MAGIC = b"PAR1"
 """The first (and last) four bytes of a Parquet file."""
 ROW_GROUP_ROWS = 1_048_576
@@ -85,13 +93,16 @@ class AvroArrow:
     ``schema``: the Arrow schema (decided by the Avro schema, not by the data: every hour's table
     has the same columns and types, also an hour without records)."""
 
-    def __init__(self, avro_schema: dict[str, Any]) -> None:
+    def __init__(self, avro_schema: dict[str, Any], *, with_avro_schema: bool = False) -> None:
+        """``with_avro_schema``: the Arrow schema's metadata carries the Avro schema (:data:`AVRO_SCHEMA_KEY`), as a
+        data file's footer does."""
         self._named: dict[str, tuple[pa.DataType, Convert]] = {}
         self._open: set[str] = set()
         if not isinstance(avro_schema, dict) or avro_schema.get("type") != "record":
             raise UnsupportedSchema("an hour's schema must be an Avro record schema")
         struct, self._convert = self._type(avro_schema, avro_schema.get("namespace", ""))
-        self.schema = pa.schema(list(struct))
+        meta = {AVRO_SCHEMA_KEY: json.dumps(avro_schema, separators=(",", ":")).encode()} if with_avro_schema else None
+        self.schema = pa.schema(list(struct), metadata=meta)
 
     def table(self, records: Iterable[dict[str, Any]]) -> pa.Table:
         """An Arrow table of ``records`` with this converter's schema."""
@@ -236,6 +247,21 @@ def container_to_parquet(container: bytes, converter: AvroArrow, codec: str) -> 
     """An Avro container file (written in :func:`plain_schema` of the type's schema) as a Parquet file."""
     records = fastavro.reader(io.BytesIO(container))
     return encode_parquet(converter.table(records), codec)  # type: ignore[arg-type]  # records of a record schema
+
+
+def parquet_as_container(data: bytes) -> bytes:
+    """A Parquet data file's records as an Avro container file in the Avro schema it was written in (its footer's
+    :data:`AVRO_SCHEMA_KEY`): what a consumer reads an Avro file's records from, so both formats read alike.
+    ``ValueError`` for a file without that schema or not Parquet at all."""
+    f = pq.ParquetFile(io.BytesIO(data))
+    meta = f.schema_arrow.metadata or {}
+    if AVRO_SCHEMA_KEY not in meta:
+        raise ValueError("a Parquet file without the Avro schema it was written in (footer key avro.schema)")
+    schema = json.loads(meta[AVRO_SCHEMA_KEY])
+    rows = f.read().to_pylist(maps_as_pydicts="strict")
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(schema), rows, codec="null", sync_marker=sync_marker_for("parquet"))
+    return buf.getvalue()
 
 
 def parquet_rows(data: bytes) -> int:

@@ -62,7 +62,7 @@ class ParquetOutput:
 
         from event_etl.storage.parquetio import AvroArrow, plain_schema
 
-        return cls(parse_schema(plain_schema(avro_schema)), AvroArrow(avro_schema), codec)
+        return cls(parse_schema(plain_schema(avro_schema)), AvroArrow(avro_schema, with_avro_schema=True), codec)
 
     def convert(self, container: bytes) -> bytes:
         from event_etl.storage.parquetio import container_to_parquet
