@@ -51,7 +51,7 @@ def _package_dir() -> Path:
 
 def _files_under(root: Path) -> list[Path]:
     """Regular files under ``root``, without hidden files, caches and compiled Python."""
-    out = []
+    out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
         out.extend(Path(dirpath) / f for f in filenames if not f.startswith(".") and not f.endswith((".pyc", ".pyo")))

@@ -28,6 +28,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,8 @@ def spark_home() -> Path:
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _port(wanted: int, what: str) -> int:
@@ -109,7 +111,7 @@ class LocalCluster:
 
     def __init__(self, state_dir: str | os.PathLike[str] = DEFAULT_DIR) -> None:
         self.dir = Path(state_dir).resolve()
-        self._procs: dict[int, subprocess.Popen] = {}  # the daemons this object started (to reap them)
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}  # the daemons this object started (to reap them)
         path = self.dir / STATE_FILE
         self.state: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
 
@@ -142,7 +144,8 @@ class LocalCluster:
     def status(self, timeout: float = 5) -> dict[str, Any]:
         """The master's own view (its web UI's JSON): ``aliveworkers``, ``workers``, ``activeapps``..."""
         with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=timeout) as resp:
-            return json.loads(resp.read())
+            state: dict[str, Any] = json.loads(resp.read())
+            return state
 
     # -- start -----------------------------------------------------------------------------
     def start(self, *, workers: int = 2, cores: int = 1, memory: str = "1g", port: int = 7077, webui_port: int = 8080,
@@ -197,7 +200,8 @@ class LocalCluster:
         tmp.write_text(json.dumps(self.state, indent=1))
         os.replace(tmp, self.dir / STATE_FILE)
 
-    def _wait(self, ready, timeout: float, what: str, names: list[str]) -> dict[str, Any]:
+    def _wait(self, ready: Callable[[dict[str, Any]], bool], timeout: float, what: str,
+              names: list[str]) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -206,9 +210,9 @@ class LocalCluster:
                     raise EventEtlError(f"the Spark {name} exited while waiting for {what}; its log ends with:\n"
                                         f"{self._tail(name)}", fix="see the log for the cause (Java 17? memory?)")
             try:
-                last = self.status()
-                if ready(last):
-                    return last
+                state = last = self.status()
+                if ready(state):
+                    return state
             except (urllib.error.URLError, OSError, ValueError) as err:
                 last = err
             time.sleep(0.3)

@@ -28,9 +28,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from event_etl.errors import EventEtlError, UsageError
+
+if TYPE_CHECKING:
+    from event_etl.eventtypes import EventType
 
 __all__ = ["EXECUTOR_MODULES", "SharedFolder", "shared_folders", "executor_report", "preflight"]
 
@@ -63,7 +66,20 @@ class SharedFolder:
         return all(os.path.exists(os.path.join(self.path, n)) for n in self.names)
 
 
-def shared_folders(event_type, options, *, token: str) -> list[SharedFolder]:
+class JobPaths(Protocol):
+    """What preflight reads of a job's options (:class:`event_etl.job.setup.RunOptions`)."""
+
+    @property
+    def source(self) -> str | None: ...
+
+    @property
+    def sink(self) -> str: ...
+
+    @property
+    def checkpoint(self) -> str | None: ...
+
+
+def shared_folders(event_type: EventType, options: JobPaths, *, token: str) -> list[SharedFolder]:
     """The local folders the executors of this job read or write (a gs:// sink is none of them)."""
     from event_etl.sources import parse_source
     from event_etl.sources.registry import source_kind
@@ -71,7 +87,7 @@ def shared_folders(event_type, options, *, token: str) -> list[SharedFolder]:
     from event_etl.timeutil import now_millis
 
     probe = f".event_etl-probe-{token}"
-    out = []
+    out: list[SharedFolder] = []
     sink = resolve_sink(options.sink)
     if not is_remote(sink):
         out.append(SharedFolder("sink", sink, probe=probe,
@@ -96,11 +112,12 @@ def shared_folders(event_type, options, *, token: str) -> list[SharedFolder]:
     return out
 
 
-def executor_report(modules: tuple[str, ...], folders: tuple[SharedFolder, ...], _rows: Any = None) -> Iterator[dict]:
+def executor_report(modules: tuple[str, ...], folders: tuple[SharedFolder, ...],
+                    _rows: Any = None) -> Iterator[dict[str, Any]]:
     """Run on an executor: where it is, which modules it cannot import, which folders it does not see."""
     import importlib
 
-    missing = {}
+    missing: dict[str, str] = {}
     for name in modules:
         try:
             importlib.import_module(name)
@@ -110,7 +127,7 @@ def executor_report(modules: tuple[str, ...], folders: tuple[SharedFolder, ...],
            "missing": missing, "unseen": [f.what for f in folders if not f.seen_here()]}
 
 
-def preflight(spark, event_type, options) -> list[dict]:
+def preflight(spark: Any, event_type: EventType, options: JobPaths) -> list[dict[str, Any]]:
     """Ask the executors running now whether they can run this job; raise with the fix if not.
     Returns their reports."""
     from event_etl.sources.registry import kind_of_url
@@ -118,7 +135,7 @@ def preflight(spark, event_type, options) -> list[dict]:
     folders = shared_folders(event_type, options, token=uuid.uuid4().hex)
     modules = EXECUTOR_MODULES + (("gcsfs",) if options.sink.startswith("gs://") else ())
     modules += kind_of_url(str(options.source or event_type.source)).executor_requires  # Kafka: the client
-    written = []
+    written: list[Path] = []
     try:
         for f in folders:
             if f.probe is not None:
@@ -128,7 +145,7 @@ def preflight(spark, event_type, options) -> list[dict]:
         sc = spark.sparkContext
         tasks = max(2, sc.defaultParallelism) * 2
         try:
-            reports = sc.parallelize(range(tasks), tasks).mapPartitions(
+            reports: list[dict[str, Any]] = sc.parallelize(range(tasks), tasks).mapPartitions(
                 functools.partial(executor_report, modules, tuple(folders))).collect()
         except Exception as err:  # a Py4JJavaError carrying the executors' Python traceback
             raise EventEtlError(
@@ -152,7 +169,7 @@ def _python_error(text: str) -> str:
     return lines[0] if lines else text
 
 
-def _judge(reports: list[dict], folders: list[SharedFolder]) -> None:
+def _judge(reports: list[dict[str, Any]], folders: list[SharedFolder]) -> None:
     missing = {name: err for r in reports for name, err in r["missing"].items()}
     if missing:
         where = sorted({f"{r['host']} ({r['python']})" for r in reports if r["missing"]})

@@ -40,13 +40,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.settings import ENV_DRIVER_PIDFILE, LOCAL_ONLY
+
+if TYPE_CHECKING:
+    from event_etl.eventtypes import EventType
 
 __all__ = [
     "SubmitOptions",
@@ -188,7 +191,8 @@ def _log4j_file() -> Path | None:
     return path if path.is_file() else None
 
 
-def submit_conf(opts: SubmitOptions, conf_pairs, *, env: Mapping[str, str], executable: str) -> dict[str, str]:
+def submit_conf(opts: SubmitOptions, conf_pairs: Iterable[str], *, env: Mapping[str, str],
+                executable: str) -> dict[str, str]:
     """The Spark settings of the submission: event_etl's defaults for a cluster, then the user's ``--conf`` on top."""
     out: dict[str, str] = {}
     python = opts.python or (f"./{ENV_ALIAS}/bin/python" if opts.python_env else None) or (
@@ -276,9 +280,9 @@ def write_entry_script(bundle_dir: str | os.PathLike[str]) -> Path:
     return path
 
 
-def submit_job(event_type, event_types_dir: str | os.PathLike[str], job: Mapping[str, Any], opts: SubmitOptions, *,
-               driver_params: Sequence[Any], dry_run: bool = False, echo: Callable[[str], None] = print,
-               fleet: Sequence[str] | None = None) -> int:
+def submit_job(event_type: EventType | None, event_types_dir: str | os.PathLike[str], job: Mapping[str, Any],
+               opts: SubmitOptions, *, driver_params: Sequence[Any], dry_run: bool = False,
+               echo: Callable[[str], None] = print, fleet: Sequence[str] | None = None) -> int:
     """Bundle the code and types, build the spark-submit command, run it (or only print it).  Returns the exit code.
 
     ``event_type`` is the job's type; for a fleet it is None and ``fleet`` the driver's arguments

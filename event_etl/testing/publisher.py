@@ -63,8 +63,8 @@ def publish_generated(
     total = int(rate * duration)
     client = publisher_client(batch_settings=BatchSettings(max_messages=500, max_latency=0.05))
     futures = []
-    intents: Counter = Counter()
-    by_hour: Counter = Counter()
+    intents: Counter[str] = Counter()
+    by_hour: Counter[str] = Counter()
     seen_ids: set[str] = set()
     t0 = time.monotonic()
     for i in range(total):
@@ -80,9 +80,12 @@ def publish_generated(
             attrs[et.time_attribute] = str(g.event_time)
         futures.append(client.publish(topic, g.payload, **attrs))
         intents[g.intent] += 1
-        if g.intent in ("timely", "out_of_order", "late") and g.event_id not in seen_ids:
+        if (g.intent in ("timely", "out_of_order", "late") and g.event_id is not None and g.event_time is not None
+                and g.event_id not in seen_ids):
             seen_ids.add(g.event_id)
-            by_hour[iso(g.event_time - g.event_time % HOUR_MS)] += 1
+            hour = iso(g.event_time - g.event_time % HOUR_MS)
+            if hour is not None:  # always: the iso time of an int
+                by_hour[hour] += 1
         if progress and (i + 1) % max(1, int(rate)) == 0:
             progress(i + 1, total)
     failures = 0
