@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 __all__ = [
     "HOUR_MS",
@@ -101,6 +102,12 @@ def to_millis(dt: datetime) -> int:
     return (delta.days * 86400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
+@overload
+def iso(ms: int) -> str: ...
+@overload
+def iso(ms: None) -> None: ...
+@overload
+def iso(ms: int | None) -> str | None: ...
 def iso(ms: int | None) -> str | None:
     """ISO-8601 UTC with a ``Z``: ``2026-11-21T13:00:00Z`` (milliseconds shown only when present)."""
     if ms is None:
