@@ -25,8 +25,8 @@ costs only what comes after its kill.  :meth:`Sweep.single` and :meth:`Sweep.dou
 
 Each kill is labelled with its *window*: the last :func:`event_etl.faults.point` reached before it
 (``restart`` while a restarted controller starts: its sweep of temporaries, its marker adoption),
-the function of event_etl that makes the call (after the phase it runs in: ``rolling/_merge_hour``,
-``marker/_merge_hour`` for a final merge, ``adopt/save_state``, ``first batch/_store_once``...),
+the function of event_etl that makes the call (after the phase it runs in: ``rolling/merge_hour``,
+``marker/merge_hour`` for a final merge, ``adopt/save_state``, ``first batch/_store_once``...),
 the kind of call and a short pattern of its path (``replace sink:click/dt=*/hour=*/part-*``,
 ``link sink:click/dt=*/hour=*/_COMPLETE``, ``unlink ckpt:etl/ledger/*/*.json``).
 
@@ -238,8 +238,8 @@ def _from_event_etl() -> bool:
 
 def _site() -> str:
     """The innermost function of event_etl that makes the call (storage helpers left out: their caller says more),
-    after the phase it runs in when that is another: ``marker/_merge_hour`` (a final merge, on a marker's path),
-    ``rolling/_merge_hour``, ``adopt/save_state``..."""
+    after the phase it runs in when that is another: ``marker/merge_hour`` (a final merge, on a marker's path),
+    ``rolling/merge_hour``, ``adopt/save_state``..."""
     f = sys._getframe(3)
     inner = None
     while f is not None:
@@ -267,8 +267,8 @@ def _suspended_phase(frame) -> str | None:
     return phase
 
 
-_PHASES = {"_adopt_markers": "adopt", "_write_marker": "marker", "_rolling_merges": "rolling",
-           "_settle_first_batch": "first batch", "_drop_duplicates": "duplicates"}
+_PHASES = {"_adopt_markers": "adopt", "_write_marker": "marker", "rolling_merges": "rolling",
+           "settle_first_batch": "first batch", "drop_duplicates": "duplicates"}
 """Functions that name the phase of the calls made under them."""
 
 

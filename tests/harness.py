@@ -17,7 +17,8 @@ from typing import Any
 
 from event_etl.eventtypes import EventType, load_event_type
 from event_etl.job.checkpoint import Checkpoint
-from event_etl.job.controller import MARKED, BatchEvent, Controller, Tasks
+from event_etl.job.controller import BatchEvent, Controller
+from event_etl.job.phases import MARKED, Tasks
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage
 from event_etl.task.executor import process_split

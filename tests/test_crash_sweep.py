@@ -29,7 +29,7 @@ from collections import Counter
 import pytest
 
 from event_etl.job.checkpoint import Checkpoint
-from event_etl.job.controller import Controller
+from event_etl.job.merges import Merger
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.rules.compaction import ROLLING_FILES
 from event_etl.rules.manifest import Manifest
@@ -61,25 +61,25 @@ WINDOWS = {
     "a temporary written, not yet renamed": r"\| _store_once: replace sink:click/dt=\*/hour=\*/part-\*$",
     "a late file's temporary, not yet renamed": r"\| _store_once: replace sink:click/dt=\*/hour=\*/late-\*$",
     "a dead-letter file's temporary, not yet renamed": r"_store_once: replace sink:click/_deadletter/dt=\*/dl-\*$",
-    "the first run's files of a first batch deleted": r"^write_file \| _settle_first_batch: unlink sink:.*/part-\*$",
-    "their folders removed": r"^write_file \| _settle_first_batch: rmdir sink:click/dt=\*/hour=\*$",
+    "the first run's files of a first batch deleted": r"^write_file \| settle_first_batch: unlink sink:.*/part-\*$",
+    "their folders removed": r"^write_file \| settle_first_batch: rmdir sink:click/dt=\*/hour=\*$",
     "the first batch's reference saved": r"^first_batch_unwritten \| first batch/save_intent: replace",
     "the splits written again": r"^write_file \| first batch/_store_once: replace sink:.*/part-\*$",
     "the duplicates' drop list saved": r"^write_file \| duplicates/save_drops: replace ckpt:etl/batches/\*\.drop\.json",
     "a split rewritten without its duplicates": r"^write_file \| duplicates/_store_once: replace",
-    "a file the duplicates emptied removed": r"^duplicates_rewritten \| _remove_emptied: unlink sink:",
+    "a file the duplicates emptied removed": r"^duplicates_rewritten \| remove_emptied: unlink sink:",
     "a ledger written": r"^files_written \| write_ledger: replace ckpt:etl/ledger/\*/\*\.json$",
     "between a marker's link and the unlink of its temporary": r"^before_marker \| _write_marker: unlink "
                                                                 r"sink:click/dt=\*/hour=\*/\._COMPLETE\.\*\.tmp$",
     "a marker written, the state not": r"^after_marker \| save_state: replace ckpt:etl/state\.json$",
     "a marked hour's ledger dropped midway": r"^state_saved \| drop_ledger: unlink ckpt:etl/ledger/\*/\*\.merge$",
-    "a rolling merge's file written": r"^merge_write \| rolling/_merge_hour: replace .*/part-merged-\*$",
-    "a rolling merge of late files": r"^merge_write \| rolling/_merge_hour: replace .*/late-merged-\*$",
+    "a rolling merge's file written": r"^merge_write \| rolling/merge_hour: replace .*/part-merged-\*$",
+    "a rolling merge of late files": r"^merge_write \| rolling/merge_hour: replace .*/late-merged-\*$",
     "a merge recorded": r"^merged_written \| rolling/save_merge: replace ckpt:etl/ledger/\*/\*\.merge$",
     "a merge projected into the ledger": r"^merged_written \| rolling/project_merges: (unlink|replace) ckpt:etl/ledger",
-    "a merge's members deleted": r"^merge_recorded \| rolling/_merge_hour: unlink sink:.*/part-\*$",
-    "a final merge, on the marker's path": r"^merge_write \| marker/_merge_hour: replace .*/part-merged-\*$",
-    "a final merge's members deleted": r"^merge_recorded \| marker/_merge_hour: unlink sink:",
+    "a merge's members deleted": r"^merge_recorded \| rolling/merge_hour: unlink sink:.*/part-\*$",
+    "a final merge, on the marker's path": r"^merge_write \| marker/merge_hour: replace .*/part-merged-\*$",
+    "a final merge's members deleted": r"^merge_recorded \| marker/merge_hour: unlink sink:",
     "intents pruned": r"\| prune_intents: unlink ckpt:etl/batches/\*\.json$",
     "dedupe keys evicted": r"\| drop_dedupe_rows: unlink ckpt:etl/dedupe/\*\.k2$",
     "an idle tick's state": r"^idle_advance \| save_state: replace ckpt:etl/state\.json$",
@@ -101,7 +101,7 @@ def test_what_the_scenario_writes(tmp_path, monkeypatch):
     """The clean run: late records in the open hour's late- files, retries once, hours closed by the watermark, the
     idle ticks and the drain, and every kind of merge."""
     merges = []
-    real = Controller._merge_hour
+    real = Merger.merge_hour
 
     def spy(self, h, listing, *, final, per_file=None, max_files=ROLLING_FILES):
         changed = real(self, h, listing, final=final, per_file=per_file, max_files=max_files)
@@ -109,7 +109,7 @@ def test_what_the_scenario_writes(tmp_path, monkeypatch):
             merges.append("final" if final else "closing" if max_files == 2 else "rolling")
         return changed
 
-    monkeypatch.setattr(Controller, "_merge_hour", spy)
+    monkeypatch.setattr(Merger, "merge_hour", spy)
     work = cs._Workdir(str(tmp_path))
     p = cs.make_pipeline(work.fresh(), work.et)
     for step in cs.STEPS:
@@ -153,7 +153,7 @@ def test_a_second_kill_during_the_restart_and_the_replay(swept):
     windows = {r.second_label for r in doubles}
     assert not windows & set(sw.windows()), "only the windows a single kill does not reach"
     for rx in (r"^restart \| sweep_temporaries: unlink ", r"^restart \| adopt/save_state: replace ",
-               r"^state_saved \| adopt/drop_ledger: ", r"_settle_merges: unlink sink:", r"^restart \| _remove_emptied"):
+               r"^state_saved \| adopt/drop_ledger: ", r"_settle_merges: unlink sink:", r"^restart \| remove_emptied"):
         assert any(re.search(rx, w) for w in windows), f"{rx} was not killed again"
     assert not [r for r in doubles if r.failures], _failures(doubles)
 
@@ -194,7 +194,7 @@ def test_a_replay_that_forgets_its_duplicates_is_found(monkeypatch, tmp_path):
     """A replay that does not read the drop list its first attempt saved writes the producer retries again."""
     monkeypatch.setattr(Checkpoint, "load_drops", lambda self, batch_id: {})
     with cs.Sweep(str(tmp_path)) as sw:
-        run = sw.single(_first(sw, r"^duplicates_rewritten \| _remove_emptied: unlink"))
+        run = sw.single(_first(sw, r"^duplicates_rewritten \| remove_emptied: unlink"))
     assert "duplicated" in run.failures and "c x2" in run.failures["duplicated"][0], run.failures
 
 

@@ -46,8 +46,9 @@ def test_a_partitions_lag_is_its_high_watermark_minus_the_committed_offset():
 def test_the_progress_line_and_the_summary_say_lost():
     out = io.StringIO()
     printer = ProgressPrinter("click", lambda: NOW, out=out)
-    from event_etl.job.controller import BatchEvent, BatchResult
+    from event_etl.job.controller import BatchEvent
     from event_etl.rules.watermark import WatermarkState
+    from event_etl.task.report import BatchResult
 
     ev = BatchEvent(3, BatchResult(), WatermarkState(), [], NOW - 1000, NOW, False, 0, {2: 1_500, 0: 7})
     printer("batch", ev)

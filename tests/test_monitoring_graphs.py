@@ -217,9 +217,10 @@ def demo_history(path, *, seconds: int = 90, rate: int = 3325, trigger: int = 5,
     from collections import Counter
     from types import SimpleNamespace
 
-    from event_etl.job.controller import BatchEvent, BatchResult
+    from event_etl.job.controller import BatchEvent
     from event_etl.metrics.spec import DELAY_BUCKETS_S
     from event_etl.rules.watermark import WatermarkState
+    from event_etl.task.report import BatchResult
 
     wall = [DEMO_START]
     gen_start = DEMO_START - DEMO_START % 3_600_000 - 2 * 3_600_000 - 15 * 60_000

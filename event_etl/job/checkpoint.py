@@ -70,12 +70,17 @@ import os
 import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from event_etl.errors import CheckpointFormatError, CheckpointMismatchError
 from event_etl.rules.manifest import FileEntry
 from event_etl.rules.watermark import WatermarkState
 from event_etl.storage.atomic import fsync_dir, makedirs_durable, write_json_atomic
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from event_etl.eventtypes import EventType
 
 __all__ = ["Checkpoint", "BatchIntent", "write_json_atomic", "CHECKPOINT_FORMAT", "FROZEN_SETTINGS"]
 
@@ -101,9 +106,9 @@ existed judged with no bound, and so does its replay."""
 _SLICE_ROWS = 1 << 16  # key rows converted and written at a time (format 1's layout: 1.8 MB)
 
 
-def _buffer(rows) -> memoryview:
+def _buffer(rows: np.ndarray) -> memoryview:
     """The bytes of a contiguous numpy array, without copying them (``tobytes()`` would)."""
-    return memoryview(rows).cast("B") if rows.flags.c_contiguous else memoryview(rows.tobytes())
+    return rows.data.cast("B") if rows.flags.c_contiguous else memoryview(rows.tobytes())
 
 
 def _read_json(path: Path) -> Any:
@@ -135,6 +140,18 @@ class BatchIntent:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BatchIntent:
         return cls(int(d["batch_id"]), d["wm_start"], int(d["started_at"]), d.get("settings"), d.get("reference"))
+
+    def judged_with(self, event_type: EventType) -> EventType:
+        """The event type as the batch was first judged: its frozen settings and schema over ``event_type``'s
+        (today's)."""
+        if not self.settings:
+            return event_type
+        from dataclasses import replace
+
+        frozen = {k: v for k, v in self.settings.items() if k in FROZEN_SETTINGS}
+        frozen.setdefault("schema_versions", ())  # an intent from before schema versions accepted its schema only
+        frozen.setdefault("max_backfill", 0)  # an intent from before max_backfill judged with no bound
+        return replace(event_type, **frozen)
 
 
 class Checkpoint:
@@ -175,10 +192,10 @@ class Checkpoint:
                 fix=f"run the release that wrote it ({by}) or a newer one; the checkpoint was left unchanged",
             )
         if found < MIGRATED_FORMAT:
-            doc: dict[str, Any] = {"format": MIGRATED_FORMAT if found else CHECKPOINT_FORMAT, "written_by": release}
+            new: dict[str, Any] = {"format": MIGRATED_FORMAT if found else CHECKPOINT_FORMAT, "written_by": release}
             if found:
-                doc["migrated_from"] = found
-            write_json_atomic(path, doc)
+                new["migrated_from"] = found
+            write_json_atomic(path, new)
         return found
 
     def _found_format(self) -> int:
@@ -216,7 +233,8 @@ class Checkpoint:
                             "--checkpoint DIR (a new checkpoint starts with no watermark and reads its source "
                             "from the beginning)",
                     )
-            return old
+            bound: dict[str, Any] = old
+            return bound
         write_json_atomic(path, job)
         return job
 
@@ -272,7 +290,7 @@ class Checkpoint:
         """Which records of a batch were found to be duplicates (file name -> positions)."""
         write_json_atomic(self._drops_path(batch_id), {k: list(v) for k, v in drops.items()})
 
-    def save_dropped_keys(self, batch_id: int, rows) -> None:
+    def save_dropped_keys(self, batch_id: int, rows: np.ndarray) -> None:
         """The keys of the records a batch dropped as duplicates (``STORED_DTYPE`` rows), durably."""
         path = self.etl / "batches" / f"{batch_id:010d}.dropkeys"
         makedirs_durable(path.parent)
@@ -284,7 +302,7 @@ class Checkpoint:
         os.replace(tmp, path)
         fsync_dir(path.parent)  # the rename too: a power cut must not take it back once the drops are saved
 
-    def load_dropped_keys(self, batch_id: int):
+    def load_dropped_keys(self, batch_id: int) -> np.ndarray:
         import numpy as np
 
         from event_etl.task.dedupe import STORED_DTYPE
@@ -301,7 +319,7 @@ class Checkpoint:
         p = self._drops_path(batch_id)
         return {k: tuple(v) for k, v in _read_json(p).items()} if p.exists() else {}
 
-    def save_dedupe_rows(self, batch_id: int, rows) -> None:
+    def save_dedupe_rows(self, batch_id: int, rows: np.ndarray) -> None:
         """The keys a batch wrote (``STORED_DTYPE`` rows of :mod:`event_etl.task.dedupe`), durably."""
         from event_etl.task.dedupe import legacy_rows
 
@@ -331,7 +349,7 @@ class Checkpoint:
         """The batch's Pub/Sub messages were acknowledged: their keys follow the arrival clock."""
         (self.etl / "dedupe" / f"{batch_id:010d}.acked").touch()
 
-    def load_dedupe_rows(self):
+    def load_dedupe_rows(self) -> list[tuple[int, np.ndarray, bool]]:
         """``[(batch id, STORED_DTYPE rows, acknowledged)]`` of every batch whose keys are kept.
 
         Batches of format 1 (``.keys``) had no kinds: their keys are all forgotten by the event

@@ -30,6 +30,14 @@ completes and the killed step had not marked yet are marked then, before any bat
 
 Every write checks first that the job still holds its lease (``guard``): a job that lost
 it writes nothing more.
+
+The controller holds its steps as collaborators, each given at construction what it works with and handed the
+batch's intent, context and outputs: :class:`~event_etl.job.rewrites.Rewriter` (a first batch's rewrite, files
+emptied by duplicates), :class:`~event_etl.job.rewrites.Duplicates` (the window of keys: duplicates found and their
+splits rewritten, keys remembered and forgotten), :class:`~event_etl.job.markers.MarkerWriter` (markers, adopted
+markers) and :class:`~event_etl.job.merges.Merger` (rolling and final merges).  The controller keeps the state
+(``state``, saved only by :meth:`Controller._commit_state`), the intent and the idle timers; a batch reads top to
+bottom in :meth:`Controller.batch_phases`.
 """
 
 from __future__ import annotations
@@ -48,10 +56,10 @@ from event_etl import faults
 from event_etl.errors import IntegrityError, unwrap_task_error
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
-from event_etl.job.markers import MarkerSteps
-from event_etl.job.merges import MERGE_REQUESTS, Merge, MergeSteps
-from event_etl.job.phases import MARKED, Phases, Tasks, drive
-from event_etl.job.rewrites import RewriteSteps
+from event_etl.job.markers import MarkerWriter
+from event_etl.job.merges import Merger
+from event_etl.job.phases import MARKED, Outputs, Phases, RunTasks, Tasks, drive
+from event_etl.job.rewrites import Drops, Duplicates, Rewriter
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import Manifest
 from event_etl.rules.watermark import (
@@ -69,8 +77,7 @@ from event_etl.storage.temporaries import sweep_temporaries
 from event_etl.task.executor import REPORT_SCHEMA, BatchContext, make_task
 from event_etl.task.report import BatchResult, summarize
 
-__all__ = ["Controller", "Tasks", "MARKED", "Phases", "drive", "BatchEvent", "BatchResult", "Merge", "summarize",
-           "unwrap_task_error", "MERGE_REQUESTS"]
+__all__ = ["Controller", "BatchEvent"]
 
 
 @dataclass(frozen=True)
@@ -91,10 +98,10 @@ class BatchEvent:
     retention, skipped with ``EVENT_ETL_KAFKA_ON_DATA_LOSS=skip``); empty for other sources."""
 
 
-class Controller(RewriteSteps, MarkerSteps, MergeSteps):
-    """Drives one event type's job on the driver.  See the module docstring; its first-batch and duplicate
-    rewrites, markers and merges are in :mod:`~event_etl.job.rewrites`, :mod:`~event_etl.job.markers` and
-    :mod:`~event_etl.job.merges`."""
+class Controller:
+    """Drives one event type's job on the driver.  See the module docstring; its steps are its collaborators
+    ``rewriter``, ``duplicates``, ``markers`` and ``merger`` (:mod:`~event_etl.job.rewrites`,
+    :mod:`~event_etl.job.markers`, :mod:`~event_etl.job.merges`)."""
 
     def __init__(
         self,
@@ -132,6 +139,15 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         self.ckpt = checkpoint
         self.clock = clock
         self.listeners = list(listeners or [])
+        # the steps, each given what it works with (the guard and the listeners as the controller's own, which
+        # a job may change after construction)
+        self.merger = Merger(event_type=event_type, storage=storage, checkpoint=checkpoint, writer=writer,
+                             guard=self._guard, emit=self._emit)
+        self.markers = MarkerWriter(event_type=event_type, storage=storage, checkpoint=checkpoint,
+                                    merger=self.merger, guard=self._guard)
+        self.rewriter = Rewriter(event_type=event_type, storage=storage, checkpoint=checkpoint, writer=writer,
+                                 guard=self._guard)
+        self.duplicates: Duplicates | None = None  # the window of keys, for a type with a dedupe window (below)
         # before anything is replayed or judged: what a killed run left half written (see event_etl.storage.temporaries)
         self.swept = sweep_temporaries(storage.path(event_type.name), keep_top=True) if storage.local else []
         if self.swept:
@@ -153,28 +169,24 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         self.stopping = False
         self.busy = False
         self.failure: BaseException | None = None
-        self.totals: Counter = Counter()
+        self.totals: Counter[str] = Counter()
         self.batches = 0
         self.hours_marked: list[int] = []
         self.adopted: list[Manifest] = []
         self.last_batch_at: int | None = None
         self._replaying = False
-        # records in small files written to an open hour since its last merge (by hour; a rolling merge is
-        # tried when they could fill a file)
-        self._unmerged: Counter = Counter()
-        self._unmerged_files: Counter = Counter()  # small files batches added to each open hour since its last merge
-        self.merges = 0
         self.held = False  # the watermark was held while the source was settling; it catches up once it is not
         self.source_down: str | None = None  # why the source says it cannot deliver what its input holds
-        self.dedupe = None
         if self.pending_batch is None:
             self.adopted = self._adopt_markers()
-            self._drop_marked_ledgers()
+            self.markers.drop_marked_ledgers(self.state.marked_through)
         if event_type.dedupe_window > 0:
-            from event_etl.task.dedupe import DedupeState
+            self.duplicates = Duplicates.load(event_type.dedupe_window, checkpoint, self._event_clock(self.state))
 
-            self.dedupe = DedupeState.from_batches(event_type.dedupe_window, checkpoint.load_dedupe_rows(),
-                                                   self._event_clock(self.state))
+    @property
+    def merges(self) -> int:
+        """The merges of small files this run did."""
+        return self.merger.merges
 
     # -- listeners -------------------------------------------------------------------------
     def _emit(self, kind: str, payload: Any) -> None:
@@ -186,15 +198,14 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
             self.guard()
 
     # -- micro-batches ---------------------------------------------------------------------
-    def handle_batch(self, df, batch_id: int) -> None:
+    def handle_batch(self, df: Any, batch_id: int) -> None:
         """``foreachBatch`` callback."""
         # A batch that Spark starts after a stop was requested is processed like any other: refusing
         # it would need an exception inside foreachBatch, which Spark logs as a failed query.  The
         # runner stops the query through the API once no batch runs (see event_etl.job.runner).
         self.run_batch_locked(batch_id, self._spark_tasks(df))
 
-    def run_batch_locked(self, batch_id: int,
-                         run_tasks: Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]) -> BatchEvent:
+    def run_batch_locked(self, batch_id: int, run_tasks: RunTasks) -> BatchEvent:
         """:meth:`run_batch` in the batch's turn (:meth:`turn`)."""
         with self.turn():
             return self.run_batch(batch_id, run_tasks)
@@ -215,10 +226,10 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
             raise
 
     @staticmethod
-    def _spark_tasks(df) -> Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]:
+    def _spark_tasks(df: Any) -> RunTasks:
         """How a streaming query's batch runs its tasks: ``mapInArrow`` over the batch's split rows."""
 
-        def run_tasks(ctx: BatchContext, shards: set[int] | None) -> list[tuple[dict, bytes]]:
+        def run_tasks(ctx: BatchContext, shards: set[int] | None) -> Outputs:
             part = df if shards is None else df.filter(df["shard"].isin(sorted(shards)))
             try:
                 # Arrow all the way (not collect(): the key rows are megabytes a batch)
@@ -230,60 +241,52 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
 
         return run_tasks
 
-    def run_batch(self, batch_id: int, run_tasks: Callable[[BatchContext, set[int] | None], list[tuple[dict, bytes]]]
-                  ) -> BatchEvent:
+    def run_batch(self, batch_id: int, run_tasks: RunTasks) -> BatchEvent:
         """One micro-batch, its phases (:meth:`batch_phases`) driven one after the other: ``run_tasks(ctx, shards)``
         runs the executor on all or some splits.  Public so that tests can drive it without Spark."""
-        return drive(self.batch_phases(batch_id), run_tasks)
+        event: BatchEvent = drive(self.batch_phases(batch_id), run_tasks)
+        return event
 
     def batch_phases(self, batch_id: int) -> Phases:
         """One micro-batch as its phases, in order (a generator; :func:`drive` or the shared engine runs it):
 
-        1. **intent**: written, or read back for a replay (:meth:`begin_batch`);
+        1. **intent**: written, or read back for a replay (:meth:`begin_batch`), with the drop list a replay
+           finds; the context of the batch's tasks (:meth:`batch_context`) comes from it;
         2. **tasks**: it yields :class:`Tasks` (all its splits) and is sent their outputs;
-        3. **settle**: a first batch's too-late rewrite and the duplicates' rewrite may yield :class:`Tasks` again
-           (some splits), each decision recorded before (:mod:`~event_etl.job.rewrites`);
-        4. **mark**: ledgers, watermark, markers; then it yields :data:`MARKED` (an engine running several batches
-           lets every one of them write its markers before any goes on);
-        5. **commit**: dedupe keys, the state (the batch is done), then after-commit work: merges, the source told
-           what the batch read, old intents pruned; it returns the :class:`BatchEvent`."""
+        3. **settle**: a first batch's too-late rewrite (``rewriter``) and the duplicates' rewrite (``duplicates``)
+           may yield :class:`Tasks` again (some splits, the same context with their decision), each decision
+           recorded before; then the files duplicates emptied are removed;
+        4. **mark**: ledgers, watermark, markers (``markers``); then it yields :data:`MARKED` (an engine running
+           several batches lets every one of them write its markers before any goes on);
+        5. **commit**: dedupe keys, the state (the batch is done), then after-commit work: merges (``merger``),
+           the source told what the batch read, old keys and intents forgotten; it returns the
+           :class:`BatchEvent`."""
         self._guard()
         self._attempt_started = self.clock()
         intent, replayed = self.begin_batch(batch_id)
         self._replaying = replayed
-        drop = self.ckpt.load_drops(batch_id) if replayed else {}
-        outputs = yield Tasks(self.batch_context(intent, drop), None)
+        drop: Drops = self.ckpt.load_drops(batch_id) if replayed else {}
+        ctx = self.batch_context(intent, drop)
+        outputs = yield Tasks(ctx, None)
+        assert outputs is not None, "a batch's tasks were run"
         if intent.wm_start is None and intent.reference is None:
-            intent, outputs = yield from self._settle_first_batch(intent, drop, outputs)
+            intent, outputs = yield from self.rewriter.settle_first_batch(intent, ctx, outputs)
+            ctx = replace(ctx, reference=intent.reference)  # later tasks of the batch run against it too
         rows = None
-        if self.dedupe is not None:
-            if replayed and self.ckpt.has_drops(batch_id):
-                # decided by an earlier attempt, whose files a marker may list already: the dedupe state as
-                # reloaded can know keys that attempt did not (a redelivery found again only in its memory)
-                from event_etl.task.dedupe import stored_of
-
-                rows = stored_of(keys for _, keys in outputs)
-            else:
-                outputs, rows, drop = yield from self._drop_duplicates(intent, drop, outputs)
-                if not drop:
-                    self.ckpt.save_drops(batch_id, {})  # the decision: nothing dropped (before any ledger or marker)
-            # the keys of the records dropped as duplicates are remembered too: a message dropped here may be
-            # delivered again (its acknowledgement can be lost), and its id key may be gone from the window by then
-            dropped = self.ckpt.load_dropped_keys(batch_id)
-            if len(dropped):
-                from event_etl.task.dedupe import stored
-
-                rows = np.concatenate([stored(rows), dropped])
+        if self.duplicates is not None:
+            outputs, rows, drop = yield from self.duplicates.settle(intent, ctx, drop, outputs, replayed=replayed)
         if drop:
-            self._remove_emptied(intent, drop, [rep for rep, _ in outputs])
+            self.rewriter.remove_emptied(intent, drop, [rep for rep, _ in outputs])
         result = summarize([rep for rep, _ in outputs])
-        return (yield from self._finish_phases(intent, result, replayed=replayed, dedupe_rows=rows))
+        event: BatchEvent = yield from self._finish_phases(intent, result, replayed=replayed, dedupe_rows=rows)
+        return event
 
     def begin_batch(self, batch_id: int) -> tuple[BatchIntent, bool]:
         """Step 1: the batch's intent, new or (for a replay) as first written.  Returns ``(intent, replayed)``.
 
         A job's first batch (no watermark yet) has no "too late" reference in its intent until
-        :meth:`_settle_first_batch` finds that it needs one."""
+        :meth:`Rewriter.settle_first_batch <event_etl.job.rewrites.Rewriter.settle_first_batch>` finds that it
+        needs one."""
         intent = self.ckpt.load_intent(batch_id)
         if intent is not None:
             self.pending_batch = batch_id
@@ -301,16 +304,11 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
 
     def event_type_of(self, intent: BatchIntent) -> EventType:
         """The event type as the batch was first judged: its frozen settings and schema over today's."""
-        if not intent.settings:
-            return self.et
-        frozen = {k: v for k, v in intent.settings.items() if k in FROZEN_SETTINGS}
-        frozen.setdefault("schema_versions", ())  # an intent from before schema versions accepted its schema only
-        frozen.setdefault("max_backfill", 0)  # an intent from before max_backfill judged with no bound
-        return replace(self.et, **frozen)
+        return intent.judged_with(self.et)
 
-    def batch_context(self, intent: BatchIntent, drop: dict[str, tuple[int, ...]] | None = None) -> BatchContext:
+    def batch_context(self, intent: BatchIntent, drop: Drops | None = None) -> BatchContext:
         """What the executor tasks of the batch are handed."""
-        sealed, merged_away = None, frozenset()
+        sealed, merged_away = None, frozenset[str]()
         if self._replaying:
             # A replay (its first attempt died after writing) leaves alone what became of its files since:
             # hours marked complete, and files merged into larger ones (see event_etl.rules.compaction).
@@ -324,17 +322,37 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
     def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False,
                      dedupe_rows: np.ndarray | None = None) -> BatchEvent:
         """Steps 3 to 5 of a batch (the module docstring): its mark and commit phases, at once."""
-        return drive(self._finish_phases(intent, result, replayed=replayed, dedupe_rows=dedupe_rows), None)
+        event: BatchEvent = drive(self._finish_phases(intent, result, replayed=replayed, dedupe_rows=dedupe_rows),
+                                  None)
+        return event
 
     def _finish_phases(self, intent: BatchIntent, result: BatchResult, *, replayed: bool,
                        dedupe_rows: np.ndarray | None) -> Generator[str, None, BatchEvent]:
         """The mark and commit phases of a batch (:meth:`batch_phases`)."""
         batch_id = intent.batch_id
         faults.point("files_written", str(batch_id))
+        new = self._hold_or_catch_up(self._state_after(intent, result))
+        marks = bool(hours_to_mark(new.first_hour, new.marked_through, new.watermark))
+        if not marks:
+            yield MARKED  # it completes no hour: its markers are done before its ledgers
+        self._write_ledgers(batch_id, result)
+        now = self.clock()
+        new, marked = self.markers.mark(new, now)
+        if marks:
+            yield MARKED
+        if self.duplicates is not None and dedupe_rows is not None:
+            self.duplicates.remember(batch_id, dedupe_rows)  # before the state, which relies on them
+        advance = 0 if self.state.watermark is None or new.watermark is None else new.watermark - self.state.watermark
+        self._commit_state(new, marked)
+        self._after_commit(intent, result, advance)
+        return self._batch_done(intent, result, marked, now=now, replayed=replayed)
+
+    def _state_after(self, intent: BatchIntent, result: BatchResult) -> WatermarkState:
+        """The state after the batch (the watermark its events give, before any hold)."""
         mono = self.monotonic()
         self.part_heard.update(dict.fromkeys(result.parts, mono))
-        new = self.state.after_batch(
-            batch_id=batch_id,
+        return self.state.after_batch(
+            batch_id=intent.batch_id,
             wm_start=intent.wm_start,
             batch_max_event_time=result.max_event_time,
             batch_max_counted=result.max_counted_time,
@@ -345,40 +363,43 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
             parts_quiet_for=self._parts_quiet_for(mono),
             idle_timeout=self.et.idle_timeout,
         )
-        new = self._hold_or_catch_up(new)
-        marks = bool(hours_to_mark(new.first_hour, new.marked_through, new.watermark))
-        if not marks:
-            yield MARKED  # it completes no hour: its markers are done before its ledgers
+
+    def _write_ledgers(self, batch_id: int, result: BatchResult) -> None:
+        """The batch's files in the ledger of their hour (not those of hours marked since: a replay)."""
         for hour, entries in sorted(result.files.items()):
             if self.state.marked_through is not None and hour <= self.state.marked_through:
                 continue  # a replay of a batch whose hours were marked: the ledger is gone on purpose
             self.ckpt.write_ledger(hour, batch_id, entries)
-        now = self.clock()
-        new, marked = self._mark(new, now)
-        if marks:
-            yield MARKED
-        if self.dedupe is not None and dedupe_rows is not None:
-            # before the state: a batch whose state is saved must have its keys remembered
-            from event_etl.task.dedupe import STORED_DTYPE, stored
 
-            kept = dedupe_rows if dedupe_rows.dtype == STORED_DTYPE else stored(dedupe_rows)
-            self.ckpt.save_dedupe_rows(batch_id, kept)
-            self.dedupe.add(batch_id, kept, acked=False)
-        advance = 0 if self.state.watermark is None or new.watermark is None else new.watermark - self.state.watermark
-        self._commit_state(new, marked)
-        self._rolling_merges(result, self.event_type_of(intent).max_events_per_file, advance)
+    def _commit_state(self, new: WatermarkState, marked: list[Manifest]) -> None:
+        """Save ``new`` (with the hours ``marked`` for it): from here on it is the controller's state."""
+        self.ckpt.save_state(new)
+        faults.point("state_saved", str(new.last_batch_id))
+        self.state = new
+        for m in marked:
+            self.ckpt.drop_ledger(m.hour)
+            self.hours_marked.append(m.hour)
+            self._emit("marker", m)
+
+    def _after_commit(self, intent: BatchIntent, result: BatchResult, advance: int) -> None:
+        """Once the batch's state is saved: rolling merges, the source told what the batch read, the keys and the
+        intents the job no longer needs forgotten."""
+        batch_id = intent.batch_id
+        self.merger.rolling_merges(result, self.state, self.event_type_of(intent).max_events_per_file, advance)
         if result.inputs and self.source_done is not None:
-            acked = self.source_done(result.inputs)  # Pub/Sub: acknowledged now, not at the next batch
-            if self.dedupe is not None and acked:
-                self.ckpt.mark_dedupe_acked(batch_id)
-                self.dedupe.mark_acked(batch_id, True)
-        elif self.dedupe is not None:
-            self.dedupe.mark_acked(batch_id, True)
-        if self.dedupe is not None:
-            for gone in self.dedupe.evict(self._event_clock(new)):
-                self.ckpt.drop_dedupe_rows(gone)
+            told, acked = True, self.source_done(result.inputs)  # Pub/Sub: acknowledged now, not at the next batch
+        else:
+            told, acked = False, True
+        if self.duplicates is not None:
+            if acked:
+                self.duplicates.acknowledged(batch_id, durable=told)
+            self.duplicates.forget(self._event_clock(self.state))
         if batch_id >= 2:
             self.ckpt.prune_intents(batch_id - 2, sweep=self.batches == 0)  # a full sweep once a run
+
+    def _batch_done(self, intent: BatchIntent, result: BatchResult, marked: list[Manifest], *, now: int,
+                    replayed: bool) -> BatchEvent:
+        """The batch is no longer pending: counted, and told to the listeners."""
         self.pending_batch = None
         if result.events_in:  # any record shows the source is alive: late, invalid and duplicate ones too
             self.last_input = now
@@ -387,11 +408,11 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         self.totals["deadlettered"] += result.deadlettered
         self.totals["files"] += result.files_written
         self.totals["bytes"] += result.bytes_written
-        lost = self.source_lost(batch_id) if self.source_lost is not None else {}
+        lost = self.source_lost(intent.batch_id) if self.source_lost is not None else {}
         if lost:
             self.totals["lost"] += sum(lost.values())
         self.last_batch_at = now
-        event = BatchEvent(batch_id, result, new, marked, intent.started_at, now, replayed,
+        event = BatchEvent(intent.batch_id, result, self.state, marked, intent.started_at, now, replayed,
                            self._attempt_started or intent.started_at, lost)
         self._emit("batch", event)
         return event
@@ -433,6 +454,26 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
             clock = clock if slowest is None else min(clock, slowest)
         return clock - self.et.out_of_orderness
 
+    # -- markers ---------------------------------------------------------------------------
+    def _adopt_markers(self) -> list[Manifest]:
+        """Markers this job wrote after its last saved state (it was killed in between): taken as written, the
+        watermark moves to the one that completed them (see :meth:`MarkerWriter.written_after
+        <event_etl.job.markers.MarkerWriter.written_after>`)."""
+        adopted = self.markers.written_after(self.state)
+        if adopted:
+            new = replace(self.state.with_watermark(max(m.watermark for m in adopted)), marked_through=adopted[-1].hour)
+            # The step that wrote them (a tick or a drain) was killed before it had marked every hour that watermark
+            # completes: finish it now, before a batch judges events by that watermark (late for an hour not marked)
+            new, rest = self.markers.mark(new, self.clock(), adopted[-1].extra.get("closed_by", "watermark"))
+            self._commit_state(new, adopted + rest)
+            self._emit("adopted", adopted)
+        return adopted
+
+    def unmarked_complete_hours(self) -> bool:
+        """Whether hours the watermark has passed still wait for their marker (a jump of event time)."""
+        st = self.state
+        return bool(hours_to_mark(st.first_hour, st.marked_through, st.watermark, limit=1))
+
     # -- between batches -------------------------------------------------------------------
     def tick(self) -> list[Manifest]:
         """Advance the watermark of a quiet source and mark the hours it completes.
@@ -444,61 +485,78 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
                 return []
             now = self.clock()
             mono = self.monotonic()
-            step = clock_step(self._wall_look, self._mono_look, now, mono)
-            if step:  # what this run remembers of the wall clock moves with it (quiet_start bounds the rest)
-                self.clock_steps += 1
-                self.started_at += step
-                self.quiet_since += step
-                self.last_input += step
-                self._emit("clock_step", step)
-            activity = None
-            if self.source_activity is None:  # no source reports (tests driving batches by hand): batches only
-                since = max(self.quiet_since, self.last_input)
-            else:
-                activity = self.source_activity()
-                if activity is not None and activity.updated_at < self.started_at:
-                    activity = None  # a report of the run before this one says nothing about now
-                down = activity.down if activity is not None else None
-                if down != self.source_down:  # said when it changes, not at every tick
-                    self.source_down = down
-                    self._emit("source_down", down)
-                since = max(self.quiet_since,
-                            quiet_since(self.last_input, activity, now=now, stale_after=self.activity_stale_ms))
+            self._follow_clock_step(now, mono)
+            since, activity = self._quiet_since(now)
             if since != self.quiet_since:  # not quiet after all: the idle timer starts again from here
                 self.quiet_since = since
                 self.wm_when_quiet = self.state.watermark
                 self.mono_quiet_start = quiet_start(since, now, mono_now=mono, mono_last_look=self._mono_look)
             self._wall_look, self._mono_look = now, mono
-            # quiet for the monotonic time since then: a step of the wall clock moves nothing
-            wm = idle_advance(
-                self.state.watermark,
-                quiet_for=int((mono - self.mono_quiet_start) * 1000),
-                watermark_when_quiet=self.wm_when_quiet,
-                idle_timeout=self.et.idle_timeout,
-            )
-            if self.state.parts:  # a partition quiet for the idle timeout stops holding the watermark back
-                by_parts = parts_watermark(self.state.parts, self._parts_quiet_for(mono),
-                                           out_of_orderness=self.et.out_of_orderness,
-                                           idle_timeout=self.et.idle_timeout)
-                if by_parts is not None and (wm is None or by_parts > wm):
-                    wm = by_parts
+            wm = self._idle_watermark(mono)
             if activity is not None and activity.settling:
                 self.held = True
                 return []  # a killed run's input may still come back: nothing moves, nothing is marked
-            caught_up = self.held
-            if caught_up:
-                wm = self._hold_or_catch_up(self.state.with_watermark(wm)).watermark
-            if (wm is None or wm == self.state.watermark) and not self.unmarked_complete_hours():
-                return []
-            self._guard()
-            faults.point("idle_advance", str(wm))
-            before = self.state.watermark
-            closed_by = "idle" if wm != before and not caught_up else "watermark"
-            new, marked = self._mark(self.state.with_watermark(wm), now, closed_by)
-            self._commit_state(new, marked)
-            if new.watermark != before or marked:
-                self._emit("idle", new)
-            return marked
+            return self._idle_step(wm, now)
+
+    def _follow_clock_step(self, now: int, mono: float) -> None:
+        """A step of the wall clock since the last look: what this run remembers of the wall clock moves with it
+        (quiet_start bounds the rest)."""
+        step = clock_step(self._wall_look, self._mono_look, now, mono)
+        if step:
+            self.clock_steps += 1
+            self.started_at += step
+            self.quiet_since += step
+            self.last_input += step
+            self._emit("clock_step", step)
+
+    def _quiet_since(self, now: int) -> tuple[int, SourceActivity | None]:
+        """Since when the source has been quiet as this tick sees it, and what it last said in this run."""
+        if self.source_activity is None:  # no source reports (tests driving batches by hand): batches only
+            return max(self.quiet_since, self.last_input), None
+        activity = self.source_activity()
+        if activity is not None and activity.updated_at < self.started_at:
+            activity = None  # a report of the run before this one says nothing about now
+        down = activity.down if activity is not None else None
+        if down != self.source_down:  # said when it changes, not at every tick
+            self.source_down = down
+            self._emit("source_down", down)
+        since = quiet_since(self.last_input, activity, now=now, stale_after=self.activity_stale_ms)
+        return max(self.quiet_since, since), activity
+
+    def _idle_watermark(self, mono: float) -> int | None:
+        """The watermark a quiet source gets at ``mono``: quiet for the monotonic time since it went quiet (a step
+        of the wall clock moves nothing); a partition quiet for the idle timeout stops holding it back."""
+        wm = idle_advance(
+            self.state.watermark,
+            quiet_for=int((mono - self.mono_quiet_start) * 1000),
+            watermark_when_quiet=self.wm_when_quiet,
+            idle_timeout=self.et.idle_timeout,
+        )
+        if self.state.parts:
+            by_parts = parts_watermark(self.state.parts, self._parts_quiet_for(mono),
+                                       out_of_orderness=self.et.out_of_orderness,
+                                       idle_timeout=self.et.idle_timeout)
+            if by_parts is not None and (wm is None or by_parts > wm):
+                wm = by_parts
+        return wm
+
+    def _idle_step(self, wm: int | None, now: int) -> list[Manifest]:
+        """Move the watermark to ``wm`` (caught up with the events if it was held) and mark the hours it
+        completes, or those a jump of event time left waiting."""
+        caught_up = self.held
+        if caught_up:
+            wm = self._hold_or_catch_up(self.state.with_watermark(wm)).watermark
+        if (wm is None or wm == self.state.watermark) and not self.unmarked_complete_hours():
+            return []
+        self._guard()
+        faults.point("idle_advance", str(wm))
+        before = self.state.watermark
+        closed_by = "idle" if wm != before and not caught_up else "watermark"
+        new, marked = self.markers.mark(self.state.with_watermark(wm), now, closed_by)
+        self._commit_state(new, marked)
+        if new.watermark != before or marked:
+            self._emit("idle", new)
+        return marked
 
     def drain(self) -> list[Manifest]:
         """End of input: move the watermark past the last hour holding data and mark every hour up to it."""
@@ -517,7 +575,7 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
             new = st.with_watermark(wm)
             marked: list[Manifest] = []
             while True:  # a step at a time (a jump of event time can complete thousands of hours)
-                new, step = self._mark(new, self.clock(), "drain")
+                new, step = self.markers.mark(new, self.clock(), "drain")
                 self._commit_state(new, step)
                 marked.extend(step)
                 if not step:
@@ -529,5 +587,3 @@ class Controller(RewriteSteps, MarkerSteps, MergeSteps):
         """Note that the job stops; the runner stops the query once no batch runs (see event_etl.job.stopping)."""
         with self.lock:
             self.stopping = True
-
-

@@ -3,30 +3,45 @@ saving the state that records it, and adopting at start the markers a killed ste
 
 A marker is built from the hour's ledger and checked against the folder's listing (:mod:`event_etl.rules.manifest`),
 written create-only, in hour order, each recording the watermark that completed it; which hours a state
-completes is :func:`event_etl.rules.completeness.hours_to_mark`.  :class:`MarkerSteps` is a part of
-:class:`~event_etl.job.controller.Controller` and works on its state: ``et``, ``storage``, ``ckpt``, ``state``,
-``clock``, ``hours_marked``, ``_guard``, ``_emit`` and (before a marker) ``_merge_hour``.
+completes is :func:`event_etl.rules.completeness.hours_to_mark`.  :class:`MarkerWriter` is a collaborator of
+:class:`~event_etl.job.controller.Controller`, given at construction what it works with (the type, the sink, the
+checkpoint, the :class:`~event_etl.job.merges.Merger` that merges an hour before its marker, the lease guard), and
+handed the state whose hours it marks; the controller saves the state that records them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from event_etl import faults
 from event_etl.errors import IntegrityError
+from event_etl.eventtypes import EventType
+from event_etl.job.checkpoint import Checkpoint
+from event_etl.job.merges import Merger
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import Manifest, build_manifest, compare_listing
 from event_etl.rules.watermark import WatermarkState
+from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["MarkerSteps"]
+__all__ = ["MarkerWriter"]
 
 
-class MarkerSteps:
-    """The marking steps of a :class:`~event_etl.job.controller.Controller` (see the module docstring)."""
+class MarkerWriter:
+    """Writes the markers of the hours a state completes, and finds those a killed step wrote (see the module
+    docstring)."""
 
-    def _mark(
+    def __init__(self, *, event_type: EventType, storage: Storage, checkpoint: Checkpoint, merger: Merger,
+                 guard: Callable[[], None]) -> None:
+        self.et = event_type
+        self.storage = storage
+        self.ckpt = checkpoint
+        self.merger = merger
+        self.guard = guard  # raises if this job may no longer write (it lost its lease)
+
+    def mark(
         self, state: WatermarkState, now: int, closed_by: str = "watermark"
     ) -> tuple[WatermarkState, list[Manifest]]:
         """Mark the hours ``state`` completes (at most a step's worth, oldest first).
@@ -35,32 +50,23 @@ class MarkerSteps:
         ``watermark`` (events), ``idle`` (a quiet source, by the clock) or ``drain`` (end of input)."""
         marked = []
         for hour in hours_to_mark(state.first_hour, state.marked_through, state.watermark):
-            self._guard()
+            assert state.watermark is not None  # it passed the hour
+            self.guard()
             faults.point("before_marker", str(hour))
             marked.append(self._write_marker(hour, state.watermark, now, state.last_batch_id, closed_by))
             faults.point("after_marker", str(hour))
             state = replace(state, marked_through=hour)
         return state, marked
 
-    def _commit_state(self, new: WatermarkState, marked: list[Manifest]) -> None:
-        self.ckpt.save_state(new)
-        faults.point("state_saved", str(new.last_batch_id))
-        self.state = new
-        for m in marked:
-            self.ckpt.drop_ledger(m.hour)
-            self.hours_marked.append(m.hour)
-            self._emit("marker", m)
-
-    def _adopt_markers(self) -> list[Manifest]:
-        """Markers this job wrote after its last saved state (it was killed in between): take them as written.
+    def written_after(self, state: WatermarkState) -> list[Manifest]:
+        """Markers this job wrote after ``state`` was saved (it was killed in between), to be taken as written.
 
         Markers are written oldest first, so they are the hours right after ``marked_through``
-        that hold one.  Each must list exactly the files of this job's ledger; the watermark
-        moves to the one that completed them."""
-        st = self.state
-        if st.first_hour is None:
+        that hold one.  Each must list exactly the files of this job's ledger."""
+        if state.first_hour is None:
             return []
-        hour = st.first_hour if st.marked_through is None else max(st.first_hour, st.marked_through + HOUR_MS)
+        hour = state.first_hour if state.marked_through is None else max(state.first_hour,
+                                                                          state.marked_through + HOUR_MS)
         adopted: list[Manifest] = []
         while True:
             rel = f"{hour_dir(self.et.name, hour)}/{MARKER_NAME}"
@@ -78,19 +84,14 @@ class MarkerSteps:
                 )
             adopted.append(m)
             hour += HOUR_MS
-        if adopted:
-            new = replace(st.with_watermark(max(m.watermark for m in adopted)), marked_through=adopted[-1].hour)
-            # The step that wrote them (a tick or a drain) was killed before it had marked every hour that watermark
-            # completes: finish it now, before a batch judges events by that watermark (late for an hour not marked)
-            new, rest = self._mark(new, self.clock(), adopted[-1].extra.get("closed_by", "watermark"))
-            self._commit_state(new, adopted + rest)
-            self._emit("adopted", adopted)
         return adopted
 
-    def _drop_marked_ledgers(self) -> None:
-        """Ledgers of hours marked and saved that a kill left (in the middle of dropping one): nothing reads them."""
-        done = self.state.marked_through
-        for hour in self.ckpt.ledger_hours() if done is not None else []:
+    def drop_marked_ledgers(self, done: int | None) -> None:
+        """Ledgers of hours marked (through ``done``) and saved that a kill left (in the middle of dropping one):
+        nothing reads them."""
+        if done is None:
+            return
+        for hour in self.ckpt.ledger_hours():
             if hour <= done:
                 self.ckpt.drop_ledger(hour)
 
@@ -106,7 +107,7 @@ class MarkerSteps:
                 if name.startswith(".") and name.endswith(".tmp"):
                     self.storage.delete(f"{rel_dir}/{name}")  # leftovers of attempts killed mid-write
                     del listing[name]
-            if self._merge_hour(hour, listing, final=True):
+            if self.merger.merge_hour(hour, listing, final=True):
                 listing = self.storage.list_files(rel_dir)
         entries = self.ckpt.read_ledger(hour)
         if existing is not None:  # written before a crash; the replayed batch must agree with it
@@ -143,8 +144,3 @@ class MarkerSteps:
                 )
             return other
         return manifest
-
-    def unmarked_complete_hours(self) -> bool:
-        """Whether hours the watermark has passed still wait for their marker (a jump of event time)."""
-        st = self.state
-        return bool(hours_to_mark(st.first_hour, st.marked_through, st.watermark, limit=1))

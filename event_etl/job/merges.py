@@ -3,18 +3,23 @@ saved, the final merge before an hour's marker, and finishing what a merge kille
 
 The rules of what to merge are pure (:mod:`event_etl.rules.compaction`); the container surgery is
 :mod:`event_etl.storage.compaction`.  Every merge is recorded in the checkpoint before its members are
-deleted, so a replay or a marker finds the hour's files as the ledger says.  :class:`MergeSteps` is a part
-of :class:`~event_etl.job.controller.Controller` and works on its state: ``et``, ``storage``, ``ckpt``,
-``state``, ``writer``, ``_guard``, ``_emit`` and the counters ``_unmerged``, ``_unmerged_files``, ``merges``.
+deleted, so a replay or a marker finds the hour's files as the ledger says.  :class:`Merger` is a collaborator
+of :class:`~event_etl.job.controller.Controller`, given at construction what it works with (the type, the sink,
+the checkpoint, the writer's name, the lease guard, the event callback); it keeps its own counters (what each open
+hour gathered since its last merge, the merges done) and is handed the state it merges after.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import partial
+from typing import Any, TypeVar
 
 from event_etl import faults
+from event_etl.eventtypes import EventType
+from event_etl.job.checkpoint import Checkpoint
 from event_etl.rules.buckets import hour_dir
 from event_etl.rules.compaction import (
     MAX_GENERATION,
@@ -25,9 +30,11 @@ from event_etl.rules.compaction import (
     merged_file_name,
 )
 from event_etl.rules.manifest import FileEntry, sum_event_hours
+from event_etl.rules.watermark import WatermarkState
+from event_etl.storage import Storage
 from event_etl.task.report import BatchResult
 
-__all__ = ["Merge", "MergeSteps", "MERGE_REQUESTS"]
+__all__ = ["Merge", "Merger", "MERGE_REQUESTS"]
 
 T = TypeVar("T")
 MERGE_REQUESTS = 16  # storage requests at a time while merging an hour's files on an object store
@@ -44,30 +51,46 @@ class Merge:
     bytes_merged: int
 
 
-class MergeSteps:
-    """The merge steps of a :class:`~event_etl.job.controller.Controller` (see the module docstring)."""
+class Merger:
+    """Merges an hour's small files for a :class:`~event_etl.job.controller.Controller` (see the module docstring):
+    :meth:`rolling_merges` (rolling merges of open hours) and :meth:`merge_hour` (the final one, before a marker)."""
 
-    def _rolling_merges(self, result: BatchResult, per_file: int, advance: int = 0) -> None:
+    def __init__(self, *, event_type: EventType, storage: Storage, checkpoint: Checkpoint, writer: str,
+                 guard: Callable[[], None], emit: Callable[[str, Any], None]) -> None:
+        self.et = event_type
+        self.storage = storage
+        self.ckpt = checkpoint
+        self.writer = writer
+        self.guard = guard  # raises if this job may no longer write (it lost its lease)
+        self.emit = emit
+        # records in small files written to an open hour since its last merge (by hour; a rolling merge is
+        # tried when they could fill a file)
+        self.unmerged: Counter[int] = Counter()
+        self.unmerged_files: Counter[int] = Counter()  # small files added to each open hour since its last merge
+        self.merges = 0  # merges done by this run
+
+    def rolling_merges(self, result: BatchResult, state: WatermarkState, per_file: int, advance: int = 0) -> None:
         """After a batch is saved: merge an open hour's small files once they could fill a file (of the batch's
         ``max_events_per_file``: a replay merges as its first attempt did), or are many; and as soon as there
         are two of a kind when the watermark, moving ``advance`` ms a batch, closes the hour within a few
-        batches: so that the hour reaches its marker within the file bound, with no merge on the marker's path."""
+        batches: so that the hour reaches its marker within the file bound, with no merge on the marker's path.
+        ``state`` is the one the batch saved."""
+        done = state.marked_through
         for hour, entries in sorted(result.files.items()):
-            if self.state.marked_through is not None and hour <= self.state.marked_through:
+            if done is not None and hour <= done:
                 continue
             small = [e for e in entries if e.records < per_file]
-            self._unmerged[hour] += sum(e.records for e in small)
-            self._unmerged_files[hour] += len(small)
-            closing = closing_soon(hour, self.state.watermark, advance)
-            if (self._unmerged[hour] >= per_file or self._unmerged_files[hour] >= ROLLING_FILES
+            self.unmerged[hour] += sum(e.records for e in small)
+            self.unmerged_files[hour] += len(small)
+            closing = closing_soon(hour, state.watermark, advance)
+            if (self.unmerged[hour] >= per_file or self.unmerged_files[hour] >= ROLLING_FILES
                     or (closing and small)):
-                self._merge_hour(hour, self.storage.list_files(hour_dir(self.et.name, hour)), final=False,
-                                 per_file=per_file, max_files=2 if closing else ROLLING_FILES)
-                self._unmerged[hour] = self._unmerged_files[hour] = 0
-        for hour in [h for h in self._unmerged if self.state.marked_through is not None
-                     and h <= self.state.marked_through]:
-            del self._unmerged[hour]
-            self._unmerged_files.pop(hour, None)
+                self.merge_hour(hour, self.storage.list_files(hour_dir(self.et.name, hour)), final=False,
+                                per_file=per_file, max_files=2 if closing else ROLLING_FILES)
+                self.unmerged[hour] = self.unmerged_files[hour] = 0
+        for hour in [h for h in self.unmerged if done is not None and h <= done]:
+            del self.unmerged[hour]
+            self.unmerged_files.pop(hour, None)
 
     def _settle_merges(self, hour: int, listing: dict[str, int]) -> bool:
         """Finish what a merge killed midway left: delete merged-away members still there, and merged files no
@@ -78,12 +101,12 @@ class MergeSteps:
         away = {n for members, _ in self.ckpt.read_merges(hour) for n in members}
         gone = [n for n in sorted(listing) if n not in current and (n in away or is_merged_name(n))]
         for name in gone:
-            self._guard()
+            self.guard()
             self.storage.delete(f"{rel_dir}/{name}")
         return bool(gone)
 
-    def _merge_hour(self, hour: int, listing: dict[str, int], *, final: bool, per_file: int | None = None,
-                    max_files: int = ROLLING_FILES) -> bool:
+    def merge_hour(self, hour: int, listing: dict[str, int], *, final: bool, per_file: int | None = None,
+                   max_files: int = ROLLING_FILES) -> bool:
         """Merge the hour's small files (all of them when ``final``, before its marker, if the hour holds more
         files than the bound; else only when they fill a file or are ``max_files``).  True if the hour's files
         changed.  A merge that cannot be done is skipped, never fatal: the hour keeps its files."""
@@ -101,21 +124,20 @@ class MergeSteps:
             datas = []
             for e, data in zip(members, self._each_file(self.storage.read, rel_dir, members)):
                 if len(data) != e.bytes or hashlib.sha256(data).hexdigest() != e.sha256:
-                    self._emit("merge_skipped", (hour, f"{e.name} is not as written"))
+                    self.emit("merge_skipped", (hour, f"{e.name} is not as written"))
                     return changed
                 datas.append((e.name, data))
             try:
                 outputs = merge_containers(datas, per_file,
-                                           lambda seq, members=members, generation=generation: merged_file_name(
-                                               members, generation, seq, self.writer))
+                                           partial(merged_file_name, members, generation, writer=self.writer))
             except MergeError as err:
-                self._emit("merge_skipped", (hour, str(err)))
+                self.emit("merge_skipped", (hour, str(err)))
                 continue
-            merged = []
+            merged: list[FileEntry] = []
             # late files: the group's records by event hour go with its first output (FileEntry.event_hours)
             group_hours = sum_event_hours(members) if members[0].late else ()
             for name, data, n in outputs:
-                self._guard()
+                self.guard()
                 faults.point("merge_write", f"{rel_dir}/{name}")
                 self.storage.write_atomic(f"{rel_dir}/{name}", data)
                 merged.append(FileEntry(name, n, len(data), hashlib.sha256(data).hexdigest(), members[0].late,
@@ -123,14 +145,14 @@ class MergeSteps:
             faults.point("merged_written", str(hour))
             self.ckpt.save_merge(hour, generation, [e.name for e in members], merged)
             faults.point("merge_recorded", str(hour))
-            self._guard()
+            self.guard()
             # not synced one by one: members a power cut brings back are deleted again by the next merge or the
             # marker (whose own sync comes first)
             self._each_file(lambda rel: self.storage.delete(rel, durable=False), rel_dir, members)
             self.merges += 1
             changed = True
-            self._emit("merged", Merge(hour, len(merged), sum(e.bytes for e in merged), len(members),
-                                       sum(e.bytes for e in members)))
+            self.emit("merged", Merge(hour, len(merged), sum(e.bytes for e in merged), len(members),
+                                      sum(e.bytes for e in members)))
         return changed
 
     def _each_file(self, fn: Callable[[str], T], rel_dir: str, entries: Sequence[FileEntry]) -> list[T]:

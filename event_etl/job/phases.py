@@ -14,9 +14,15 @@ from typing import Any, NamedTuple, TypeVar
 
 from event_etl.task.executor import BatchContext
 
-__all__ = ["Tasks", "MARKED", "Phases", "drive"]
+__all__ = ["Tasks", "MARKED", "Phases", "Outputs", "RunTasks", "drive"]
 
 T = TypeVar("T")
+
+Outputs = list[tuple[dict[str, Any], bytes]]
+"""What a batch's tasks hand back: each split's report and its key rows (bytes of ``KEY_DTYPE`` rows)."""
+
+RunTasks = Callable[[BatchContext, "set[int] | None"], Outputs]
+"""What runs a batch's tasks: with ``ctx``, all of its splits (``None``) or those of the shards given."""
 
 
 class Tasks(NamedTuple):
@@ -30,11 +36,11 @@ class Tasks(NamedTuple):
 MARKED = "marked"
 """What a batch's phases yield once its markers are written (or it completes no hour); it is sent nothing back."""
 
-Phases = Generator["Tasks | str", "list[tuple[dict, bytes]] | None", Any]
+Phases = Generator["Tasks | str", "Outputs | None", Any]
 """A batch's phases (:meth:`~event_etl.job.controller.Controller.batch_phases`)."""
 
 
-def drive(phases: Generator[Any, Any, T], run_tasks: Callable[[BatchContext, set[int] | None], Any] | None) -> T:
+def drive(phases: Generator[Any, Any, T], run_tasks: RunTasks | None) -> T:
     """Run a batch's phases to their end on their own: each :class:`Tasks` they ask for with ``run_tasks`` (whose
     error is raised inside them, where they asked), :data:`MARKED` passed by.  Returns what they return."""
     try:
@@ -51,4 +57,5 @@ def drive(phases: Generator[Any, Any, T], run_tasks: Callable[[BatchContext, set
             else:
                 request = phases.send(None)
     except StopIteration as done:
-        return done.value
+        value: T = done.value
+        return value

@@ -5,7 +5,7 @@ link): ``.<name>.<id>.tmp`` (data and dead-letter files, markers, merged files, 
 checkpoint's JSON documents and key files, spool segments).  A process killed between the
 write and the rename leaves the temporary behind.  Nothing ever reads one, but one left in
 an hour folder keeps that folder from being removed when the hour turns out to hold no
-data (a job's first batch writes some splits again: see ``Controller._settle_first_batch``),
+data (a job's first batch writes some splits again: see ``Rewriter.settle_first_batch``),
 and so from ever being marked, and one left in a marked hour is a file its manifest does
 not list.  So a job removes them when it starts, before it replays or judges anything, and
 removes the folders they alone kept.
