@@ -1,5 +1,5 @@
-"""Integration fixtures: one local SparkSession for the whole test session; and the two kill campaigns started first,
-one on each pytest worker (:func:`pytest_collection_modifyitems`)."""
+"""Integration fixtures: one local SparkSession for the whole test session; and the order of the tests under xdist,
+longest first, the two kill campaigns one on each pytest worker (:func:`pytest_collection_modifyitems`)."""
 
 from __future__ import annotations
 
@@ -10,36 +10,61 @@ import pytest
 
 from tests.shared import kafka_broker, noida  # noqa: F401 - fixtures are found by their name in a conftest
 
-LONGEST = ("integration/test_campaign.py::test_campaign_pubsub_to_gcs",
-           "integration/test_campaign.py::test_campaign_directory_source_to_local_disk")
-"""The two longest tests (~530 s and ~340 s on 2 cores, more than a quarter of the suite's time together)."""
+LONGEST = ("integration/test_campaign.py::test_campaign_directory_source_to_local_disk",
+           "integration/test_campaign.py::test_campaign_pubsub_to_gcs")
+"""The two longest tests (~330 s and ~200 s on 2 cores): each starts first on a worker of its own."""
+
+SLOW_MODULES = {
+    "integration/test_pubsub_gcs.py": 150, "integration/test_upgrade.py": 140, "integration/test_signals.py": 130,
+    "integration/test_storage_faults.py": 110, "integration/test_cluster.py": 110,
+    "integration/test_consumer_demo.py": 85, "integration/test_kafka_broker.py": 80, "integration/test_airflow.py": 60,
+}
+"""Integration modules that take a minute or more (seconds of test time, from CI's ``--durations`` on 2 cores on
+2026-11-28; a rough figure is enough: only their order counts).  Every other module of integration/ comes after
+them, in collection order."""
+
+
+def _order(items: list, chunk: int, workers: int) -> list:
+    """Longest first, in the order xdist's load scheduler hands them out: worker ``k`` gets the items ``k * chunk`` to
+    ``(k + 1) * chunk - 1`` first, then each worker that runs low takes the next ones.  So each of :data:`LONGEST`
+    begins a worker's first chunk, the rest of which is quick tests (unit tests; without them, the last integration
+    modules): they do not hold back a worker that could start a long test.  Then come the slow integration modules
+    longest first (:data:`SLOW_MODULES`), the other integration modules, and last the other unit tests, many short
+    ones that even out the workers' ends.  A module's items stay together and in their order: its module-scoped
+    fixtures (a broker, an Airflow) are set up once per worker, as before."""
+    longest = [item for n in LONGEST for item in items if item.nodeid == n][:workers]
+    rest = [item for item in items if item not in longest]
+    unit = [item for item in rest if not item.nodeid.startswith("integration/")]
+    module = {id(item): item.nodeid.split("::", 1)[0] for item in rest}
+    slow = sorted((item for item in rest if module[id(item)] in SLOW_MODULES),
+                  key=lambda item: -SLOW_MODULES[module[id(item)]])  # stable: collection order within a module
+    other = [item for item in rest if module[id(item)].startswith("integration/") and item not in slow]
+    need = (chunk - 1) * len(longest)
+    fill = [*unit[:need], *other[len(other) - max(need - len(unit), 0):]]  # quick ones, in their order
+    used = {id(item) for item in fill}
+    out: list = []
+    for k, first in enumerate(longest):
+        out += [first, *fill[k * (chunk - 1):(k + 1) * (chunk - 1)]]
+    return (out + slow + [item for item in other if id(item) not in used]
+            + [item for item in unit if id(item) not in used])
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Under ``-n N --dist load`` (``bin/test``), put the longest tests where each worker's first chunk begins, so
-    they start at once on different workers while the rest of the suite fills around them.  In collection order
-    they came last, both on one worker, and the other worker sat idle through most of the second.
+    """Under ``-n N --dist load`` (``bin/test``), the longest tests first (:func:`_order`): in collection order the
+    two campaigns came last, both on one worker, the other idle through most of the second, and a slow module could
+    be the last one to start.  Without xdist, nothing moves.
 
     xdist's load scheduler sends worker ``k`` the items ``k * chunk`` to ``(k + 1) * chunk - 1`` first, ``chunk``
-    being a quarter of the items per worker (at least 2); if it ever sends otherwise, only the speed suffers.
-    Without xdist, nothing moves.  The order is made where it counts, in each worker's collection (the scheduler
-    indexes into it; every worker makes the same order)."""
+    being a quarter of the items per worker (at least 2); if it ever sends otherwise, only the speed suffers.  The
+    order is made where it counts, in each worker's collection (the scheduler indexes into it; every worker makes
+    the same order)."""
     workerinput = getattr(config, "workerinput", None)  # set in an xdist worker, whose own options say "no xdist"
     if workerinput is None:
         return
     workers = int(workerinput.get("workercount", 1))
     if workers < 2:
         return
-    by_id = {item.nodeid: item for item in items}
-    longest = [by_id[n] for n in LONGEST if n in by_id]
-    if not longest:
-        return
-    rest = [item for item in items if item.nodeid not in LONGEST]
-    chunk = max(len(items) // workers // 4, 2)
-    for k, item in enumerate(longest[:workers]):
-        rest.insert(min(k * chunk, len(rest)), item)
-    rest.extend(longest[workers:])
-    items[:] = rest
+    items[:] = _order(items, max(len(items) // workers // 4, 2), workers)
 
 
 @pytest.fixture(scope="session")
