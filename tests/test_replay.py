@@ -129,6 +129,9 @@ def test_targets_are_parsed_with_an_error_and_a_fix(tmp_path):
         with pytest.raises(UsageError) as err:
             parse_target(bad, "projects/p/topics/t")
         assert err.value.fix
+    with pytest.raises(UsageError, match="has no Pub/Sub topic") as err:  # was a TypeError (ConfigError needs file=)
+        parse_target("pubsub", None)
+    assert "[pubsub] topic" in (err.value.fix or "")
 
 
 def _types(tmp_path: Path, lateness: str = "24h") -> Path:

@@ -79,13 +79,7 @@ def _exit(code: ExitCode) -> NoReturn:
 
 
 def _when(dt: datetime | None) -> str:
-    return "-" if dt is None else _iso_of(dt)
-
-
-def _iso_of(dt: datetime) -> str:
-    text = iso(to_millis(dt))
-    assert text is not None  # iso() is None only for None
-    return text
+    return "-" if dt is None else iso(to_millis(dt))
 
 
 def _iso(dt: datetime | None) -> str | None:

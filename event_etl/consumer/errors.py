@@ -28,10 +28,14 @@ into "not complete".  :class:`CouldNotCheckError` is a
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from event_etl.errors import EventEtlError, NoDataError, StorageError, UsageError
 from event_etl.exitcodes import EXIT_CODE_MEANINGS as _MEANINGS
 from event_etl.exitcodes import ExitCode as _ExitCode
+
+if TYPE_CHECKING:
+    from event_etl.rules.compat import Problem
 
 __all__ = [
     "EXIT_CODE_MEANINGS",
@@ -79,11 +83,12 @@ class HourNotCompleteError(EventEtlError):
 
 
 class WaitTimeoutError(HourNotCompleteError):
-    """``wait`` gave up: the hour was never seen complete within the timeout.  ``status`` is the last one seen."""
+    """``wait`` gave up: the hour was never seen complete within the timeout.  ``status`` is the last one seen (an
+    :class:`~event_etl.consumer.status.HourStatus`: that module raises these errors, this one does not import it)."""
 
     def __init__(
-        self, message: str, *, event_type: str, hour: datetime, timeout: float, status, fix: str | None = None
-    ):
+        self, message: str, *, event_type: str, hour: datetime, timeout: float, status: Any, fix: str | None = None
+    ) -> None:
         self.timeout = timeout
         self.status = status
         super().__init__(message, event_type=event_type, hour=hour, fix=fix)
@@ -144,7 +149,7 @@ class IncompatibleSchemaError(UsageError):
 
     exit_code = ExitCode.USAGE
 
-    def __init__(self, message: str, *, path: str, problems: tuple = (), fix: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str, problems: tuple[Problem, ...] = (), fix: str | None = None) -> None:
         self.path = path
         self.problems = tuple(problems)
         super().__init__(message, fix=fix)

@@ -29,11 +29,11 @@ import os
 import posixpath
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from event_etl.errors import ConfigError, UsageError
+from event_etl.errors import UsageError
 from event_etl.rules.buckets import DEADLETTER_DIR, validate_event_type_name
 from event_etl.rules.replay import Selection, select, split_too_late
 from event_etl.storage import Storage
@@ -117,9 +117,9 @@ def parse_target(text: str, pubsub_topic: str | None = None) -> Target:
     if kind == "pubsub":
         topic = rest or pubsub_topic
         if not topic:
-            raise ConfigError("--replay-to pubsub: the event type has no Pub/Sub topic",
-                              fix="name it: --replay-to pubsub:projects/PROJECT/topics/TOPIC, or add [pubsub] topic "
-                                  "to the type's etl.toml")
+            raise UsageError("--replay-to pubsub: the event type has no Pub/Sub topic",
+                             fix="name it: --replay-to pubsub:projects/PROJECT/topics/TOPIC, or add [pubsub] topic "
+                                 "to the type's etl.toml")
         if not topic.startswith("projects/") or "/topics/" not in topic:
             raise UsageError(f"--replay-to {text}: {topic!r} is not a topic path", fix=TARGET_FIX)
         return Target("pubsub", topic)
@@ -193,7 +193,7 @@ def run_replay(storage: Storage, event_type: str, plan: ReplayPlan, *, now: int,
     return rec
 
 
-def _count(items) -> dict[str, int]:
+def _count(items: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in items:
         out[i] = out.get(i, 0) + 1
@@ -240,16 +240,16 @@ def _send_kafka(plan: ReplayPlan) -> str:
     prod = Producer(kafka_config())
     failed: list[str] = []
 
-    def delivered(err, _msg) -> None:
+    def delivered(err: object, _msg: object) -> None:
         if err is not None:
             failed.append(str(err))
 
     ours = (REPLAY_ATTRIBUTE, REPLAY_OF_ATTRIBUTE)
     for e in plan.send:
-        key, headers = originals.get(e.letter.source, (None, []))
-        prod.produce(plan.target.where, value=e.letter.payload, key=key, on_delivery=delivered,
-                     headers=[h for h in headers if h[0] not in ours]
-                     + [(REPLAY_ATTRIBUTE, plan.replay_id.encode()), (REPLAY_OF_ATTRIBUTE, e.letter.source.encode())])
+        key, original = originals.get(e.letter.source, (None, []))
+        headers: list[tuple[str, str | bytes | None]] = [h for h in original if h[0] not in ours]
+        headers += [(REPLAY_ATTRIBUTE, plan.replay_id.encode()), (REPLAY_OF_ATTRIBUTE, e.letter.source.encode())]
+        prod.produce(plan.target.where, value=e.letter.payload, key=key, on_delivery=delivered, headers=headers)
         prod.poll(0)
     left = prod.flush(60)
     if left or failed:
@@ -266,42 +266,54 @@ KAFKA_POSITION = re.compile(r"kafka:(?P<topic>[^/]+)/(?P<partition>\d+)@(?P<offs
 """A dead letter's ``source`` when it came from Kafka (:func:`event_etl.sources.kafka.record_payload`)."""
 
 
-def kafka_originals(sources: Sequence[str], *, gap: int = 1000, timeout: float = 10.0
-                    ) -> tuple[dict[str, tuple[bytes | None, list[tuple[str, bytes | None]]]], int]:
+_Originals = dict[str, tuple[bytes | None, list[tuple[str, bytes | None]]]]
+"""A Kafka record's ``kafka:TOPIC/PARTITION@OFFSET`` -> its key and headers."""
+
+
+def kafka_originals(sources: Sequence[str], *, gap: int = 1000, timeout: float = 10.0) -> tuple[_Originals, int]:
     """The key and headers of the Kafka records ``sources`` name (``kafka:TOPIC/PARTITION@OFFSET``), read back from
     the cluster: ``{source: (key, headers)}``, and how many could not be read (retention deleted them, the cluster
     did not answer).  Offsets of a partition less than ``gap`` apart are read as one range."""
-    from event_etl.errors import SourceError
-    from event_etl.sources.kafka import read_messages
-
     wanted: dict[tuple[str, int], set[int]] = {}
     for src in sources:
         m = KAFKA_POSITION.fullmatch(src)
         if m:
             wanted.setdefault((m["topic"], int(m["partition"])), set()).add(int(m["offset"]))
-    out: dict[str, tuple[bytes | None, list[tuple[str, bytes | None]]]] = {}
+    out: _Originals = {}
     missing = 0
     for (topic, partition), offsets in sorted(wanted.items()):
-        ordered = sorted(offsets)
-        runs: list[list[int]] = [[ordered[0]]]
-        for off in ordered[1:]:
-            if off - runs[-1][-1] < gap:
-                runs[-1].append(off)
-            else:
-                runs.append([off])
-        for run in runs:
-            want = set(run)
-            found = 0
-            try:
-                for msgs in read_messages(topic, partition, run[0], run[-1] + 1, timeout=timeout):
-                    for msg in msgs:
-                        if msg.offset() in want:
-                            out[f"kafka:{topic}/{partition}@{msg.offset()}"] = (msg.key(), list(msg.headers() or []))
-                            found += 1
-            except SourceError:
-                pass
-            except Exception as err:  # noqa: BLE001 - a KafkaException: the cluster did not answer; sent without
-                if type(err).__module__.split(".")[0] != "confluent_kafka":
-                    raise
-            missing += len(want) - found
+        for run in _runs(sorted(offsets), gap):
+            missing += len(run) - _read_run(topic, partition, run, timeout, out)
     return out, missing
+
+
+def _runs(ordered: list[int], gap: int) -> list[list[int]]:
+    """Sorted offsets cut where two are ``gap`` or more apart."""
+    runs: list[list[int]] = [[ordered[0]]]
+    for off in ordered[1:]:
+        if off - runs[-1][-1] < gap:
+            runs[-1].append(off)
+        else:
+            runs.append([off])
+    return runs
+
+
+def _read_run(topic: str, partition: int, run: list[int], timeout: float, out: _Originals) -> int:
+    """Read the records of ``run`` (sorted offsets of one partition) into ``out``; how many were found."""
+    from event_etl.errors import SourceError
+    from event_etl.sources.kafka import read_messages
+
+    want = set(run)
+    found = 0
+    try:
+        for msgs in read_messages(topic, partition, run[0], run[-1] + 1, timeout=timeout):
+            for msg in msgs:
+                if msg.offset() in want:
+                    out[f"kafka:{topic}/{partition}@{msg.offset()}"] = (msg.key(), list(msg.headers() or []))
+                    found += 1
+    except SourceError:
+        pass
+    except Exception as err:  # noqa: BLE001 - a KafkaException: the cluster did not answer; sent without
+        if type(err).__module__.split(".")[0] != "confluent_kafka":
+            raise
+    return found

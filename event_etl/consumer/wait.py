@@ -39,6 +39,7 @@ from event_etl.consumer.sink import EventTypeLike, SinkLike, open_sink, type_nam
 from event_etl.consumer.status import HourState, HourStatus, hour_status, require_complete
 from event_etl.errors import UsageError
 from event_etl.rules.manifest import Manifest
+from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, format_duration, to_datetime
 
 __all__ = ["DEFAULT_POLL_INTERVAL", "poke_hour", "wait_for_hour", "wait_for_hours"]
@@ -109,7 +110,7 @@ def wait_for_hours(
     return _wait(storage, name, hours, limit=limit, interval=interval, on_status=on_status, clock=clock, sleep=sleep)
 
 
-def _wait(storage, name: str, hours: list[int], *, limit: float | None, interval: float,
+def _wait(storage: Storage, name: str, hours: list[int], *, limit: float | None, interval: float,
           on_status: Callable[[HourStatus], None] | None, clock: Callable[[], float],
           sleep: Callable[[float], None]) -> list[Manifest]:
     done: dict[int, Manifest] = {}
@@ -127,11 +128,13 @@ def _wait(storage, name: str, hours: list[int], *, limit: float | None, interval
                     require_complete(status)  # raises: no marker will ever come
                 last[:] = [status]
                 return None  # markers come in order: the later hours are not complete either
+            assert status.manifest is not None  # a complete hour's status carries its manifest
             done[h] = status.manifest
         return [done[h] for h in hours]
 
     got = _poll(check, timeout=limit, poll_interval=interval, clock=clock, sleep=sleep)
     if got is None:
+        assert limit is not None  # without a limit, _poll returns only what check() found
         status = last[0]
         raise WaitTimeoutError(
             f"{status.describe()}, still not complete after {format_duration(limit * 1000)}",
