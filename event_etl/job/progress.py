@@ -34,7 +34,8 @@ def _n(x: int) -> str:
     return f"{x:,}"
 
 
-def _size(b: int) -> str:
+def _size(n: int) -> str:
+    b = float(n)
     for unit in ("B", "KB", "MB", "GB"):
         if b < 1024 or unit == "GB":
             return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
