@@ -215,6 +215,8 @@ def test_find_commit_reads_the_summaries():
 # -- schema changes --------------------------------------------------------------------------------
 def test_a_new_column_evolves_the_table_and_an_incompatible_one_is_refused_with_its_field(tmp_path, sink,
                                                                                           two_hours):
+    from pyiceberg.expressions import EqualTo
+
     policy = _policy(tmp_path, sink)
     policy.run(two_hours[0])
     wider = _rows(H1, 10).append_column("country", pa.array(["fr"] * 10))
@@ -226,12 +228,21 @@ def test_a_new_column_evolves_the_table_and_an_incompatible_one_is_refused_with_
     assert sorted((r["etl_hour"], r["country"]) for r in got)[:1] == [(_utc(H0), None)]
     assert sum(r["country"] == "fr" for r in got) == 10
 
-    h2 = H1 + HOUR_MS
-    clash = pa.table({"id": pa.array([1, 2], pa.int64()), "ts": pa.array([h2, h2], pa.int64())})
+    h2 = H1 + HOUR_MS  # a field removed again: the column stays, null for the new rows
+    policy.run(_hour(sink, h2, [_write(sink, h2, "part-0.parquet", _rows(h2, 5))]))
+    on_h2 = EqualTo("etl_hour", _utc(h2).isoformat())
+    assert table.refresh().scan(row_filter=on_h2, selected_fields=("etl_hour", "country")).to_arrow().column(
+        "country").to_pylist() == [None] * 5
+    # pyiceberg 0.12.0: a filter on etl_hour (not in the files) with etl_hour left out of the selection reads
+    # nothing; docs/consumers.md says to select it.  This fails when pyiceberg fixes it: then drop the advice.
+    assert table.scan(row_filter=on_h2, selected_fields=("country",)).to_arrow().num_rows == 0
+
+    h3 = h2 + HOUR_MS
+    clash = pa.table({"id": pa.array([1, 2], pa.int64()), "ts": pa.array([h3, h3], pa.int64())})
     with pytest.raises(IcebergCommitError, match=r"part-0.parquet does not fit table event_etl.click: .*id") as err:
-        policy.run(_hour(sink, h2, [_write(sink, h2, "part-0.parquet", clash)]))
+        policy.run(_hour(sink, h3, [_write(sink, h3, "part-0.parquet", clash)]))
     assert "widens int to long" in (err.value.fix or "")
-    assert len(table.refresh().snapshots()) == 2  # the hour waits, nothing of it is in the table
+    assert len(table.refresh().snapshots()) == 3  # the hour waits, nothing of it is in the table
 
 
 # -- refusals at the start -------------------------------------------------------------------------
