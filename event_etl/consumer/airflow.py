@@ -62,6 +62,7 @@ def poke(sink: str, event_type: str, hour: Any) -> PokeResult:
     if not status.is_complete:
         return PokeResult(False, str(status.state))
     m = status.manifest
+    assert m is not None  # a complete hour's status carries its manifest
     return PokeResult(True, str(status.state), {
         "event_type": m.event_type, "hour": hour_text(m.hour), "records": m.records, "late_records": m.late_records,
         "files": [f.name for f in m.files], "completed_at": iso(m.completed_at),
@@ -129,19 +130,19 @@ def _airflow_error(err: ImportError) -> ImportError:
 
 def _build() -> dict[str, type]:
     try:
-        try:  # Airflow 3
-            from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
-        except ImportError:  # Airflow 2
-            from airflow.exceptions import AirflowException, AirflowSensorTimeout
-        from airflow.triggers.base import BaseTrigger, TriggerEvent
-        try:  # Airflow 3
-            from airflow.sdk.bases.sensor import BaseSensorOperator
-        except ImportError:  # Airflow 2
-            from airflow.sensors.base import BaseSensorOperator
+        trigger = _trigger_class()
+        sensor = _sensor_class(trigger)
     except ImportError as err:
         raise _airflow_error(err) from err
+    return {"HourCompleteSensor": sensor, "HourCompleteTrigger": trigger}
 
-    class HourCompleteTrigger(BaseTrigger):
+
+# Airflow has no types where event_etl is type-checked (it is not installed there): its base classes are Any, hence
+# the two `type: ignore[misc]` (subclassing Any) below.
+def _trigger_class() -> type:
+    from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+    class HourCompleteTrigger(BaseTrigger):  # type: ignore[misc]  # Airflow's class, Any here (see above)
         """Polls the hour's marker in the triggerer (see :func:`watch`)."""
 
         def __init__(self, sink: str, event_type: str, hour: str, poke_interval: float = 60.0,
@@ -155,12 +156,25 @@ def _build() -> dict[str, type]:
                     {"sink": self.sink, "event_type": self.event_type, "hour": self.hour,
                      "poke_interval": self.poke_interval, "deadline": self.deadline})
 
-        async def run(self):
+        async def run(self) -> AsyncIterator[Any]:
             async for event in watch(self.sink, self.event_type, self.hour, poke_interval=self.poke_interval,
                                      deadline=self.deadline):
                 yield TriggerEvent(event)
 
-    class HourCompleteSensor(BaseSensorOperator):
+    return HourCompleteTrigger
+
+
+def _sensor_class(trigger: type) -> type:
+    try:  # Airflow 3
+        from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+    except ImportError:  # Airflow 2
+        from airflow.exceptions import AirflowException, AirflowSensorTimeout
+    try:  # Airflow 3
+        from airflow.sdk.bases.sensor import BaseSensorOperator
+    except ImportError:  # Airflow 2
+        from airflow.sensors.base import BaseSensorOperator
+
+    class HourCompleteSensor(BaseSensorOperator):  # type: ignore[misc]  # Airflow's class, Any here (see above)
         """Waits until ``hour`` of ``event_type`` in ``sink`` is complete; returns the manifest's summary."""
 
         template_fields = ("sink", "event_type", "hour")
@@ -189,20 +203,20 @@ def _build() -> dict[str, type]:
             # keeps it itself, and Airflow's deferral timeout backs it up where a scheduler runs
             seconds = float(self.timeout) if self.timeout is not None else None
             deadline = None if seconds is None else time.time() + seconds
-            self.defer(trigger=HourCompleteTrigger(self.sink, self.event_type, str(self.hour), self.poke_interval,
-                                                   deadline),
+            self.defer(trigger=trigger(self.sink, self.event_type, str(self.hour), self.poke_interval, deadline),
                        method_name="execute_complete",
                        timeout=None if seconds is None else timedelta(seconds=seconds + 60))
 
         def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> Any:
-            status = (event or {}).get("status")
+            got = event or {}
+            status = got.get("status")
             if status == "timeout":  # as a sensor's own timeout: fails the task, no retries
-                raise AirflowSensorTimeout(f"{event.get('message')} (fix: {event.get('fix')})")  # type: ignore[union-attr]
+                raise AirflowSensorTimeout(f"{got.get('message')} (fix: {got.get('fix')})")
             if status != "complete":
-                raise AirflowException(f"{(event or {}).get('message')} (fix: {(event or {}).get('fix')})")
-            return {k: v for k, v in (event or {}).items() if k != "status"}
+                raise AirflowException(f"{got.get('message')} (fix: {got.get('fix')})")
+            return {k: v for k, v in got.items() if k != "status"}
 
-    return {"HourCompleteSensor": HourCompleteSensor, "HourCompleteTrigger": HourCompleteTrigger}
+    return HourCompleteSensor
 
 
 _built: dict[str, type] = {}
