@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +24,9 @@ from event_etl.cli.options import (
 )
 from event_etl.cli.params import require_extra
 from event_etl.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from event_etl.eventtypes import EventType
 
 __all__ = ["types_cmd", "run_cmd", "drain_cmd", "status_cmd", "deadletter_cmd", "warmup_cmd"]
 
@@ -51,7 +56,7 @@ def types_cmd(event_types_dir: str | None, as_json: bool) -> None:
         raise next(iter(broken.values()))
 
 
-def _print_types(root, types, broken) -> None:
+def _print_types(root: Path, types: dict[str, EventType], broken: dict[str, ConfigError]) -> None:
     click.echo(f"event types in {root}:")
     if not types and not broken:
         click.echo("  (none)")
@@ -163,7 +168,7 @@ def drain_cmd(event_types: tuple[str, ...], checkpoint: str | None, checkpoint_r
 
     with StopSignals() as stops:
         while any(lock_holder(ck) is not None for types in asked.values() for _, ck in types):
-            if stops.requested:
+            if stops.first is not None:
                 raise Interrupted(stops.first, f"interrupted ({signal_name(stops.first)}): stopped waiting; the job "
                                   "goes on draining")
             stops.sleep(0.5)
@@ -270,8 +275,9 @@ def _check_status_sink(sink: str, rows: list[dict[str, Any]]) -> None:
               help="With --replay-to: the live job's checkpoint (its watermark). Default: ./checkpoints/<EVENT_TYPE>.")
 @event_types_option
 @handles_errors
-def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, replay_to, since, until, again, too_late,
-                   dry_run, checkpoint, event_types_dir) -> None:
+def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, as_json: bool, counts: bool,
+                   replay_to: str | None, since: Any, until: Any, again: bool, too_late: bool, dry_run: bool,
+                   checkpoint: str | None, event_types_dir: str | None) -> None:
     """Show the records of EVENT_TYPE that went to the dead-letter area, with their reasons.
 
     With --replay-to, send them back through the live job's source instead (docs/runbook.md, "Replaying dead
@@ -306,7 +312,7 @@ def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, replay_to, 
                 limit=(limit or None) if limit_given else None, again=again, too_late=too_late, dry_run=dry_run,
                 checkpoint=checkpoint)
         return
-    def checked(it):
+    def checked(it: Iterable[Any]) -> Iterator[Any]:
         with could_not_check():
             yield from it
 
@@ -337,8 +343,8 @@ def deadletter_cmd(event_type, sink, reason, limit, as_json, counts, replay_to, 
         click.echo("no dead-letter records" + (f" with reason {reason}" if reason else ""))
 
 
-def _replay(storage, et, event_type: str, replay_to: str, *, reason, since, until, limit, again, too_late, dry_run,
-            checkpoint) -> None:
+def _replay(storage: Any, et: Any, event_type: str, replay_to: str, *, reason: str | None, since: Any, until: Any,
+            limit: int | None, again: bool, too_late: bool, dry_run: bool, checkpoint: str | None) -> None:
     """``deadletter --replay-to``: plan, say, send (event_etl.consumer.replay)."""
     from pathlib import Path
 
@@ -409,7 +415,7 @@ def _replay(storage, et, event_type: str, replay_to: str, *, reason, since, unti
                f"({by_reason}); recorded in {where}")
 
 
-def _check_live_job(ck, storage, target) -> None:
+def _check_live_job(ck: Path, storage: Any, target: Any) -> None:
     """The live job of checkpoint ``ck`` (its etl/job.json) writes to ``storage`` and reads what ``target`` feeds:
     else its watermark is not the one that judges the replay, or the replay goes where no job reads."""
     from event_etl.errors import ConfigError
@@ -420,7 +426,7 @@ def _check_live_job(ck, storage, target) -> None:
     job = json.loads(path.read_text())
     sink, source = str(job.get("sink") or ""), str(job.get("source") or "")
     if storage.local and sink and "://" not in sink and os.path.realpath(sink) != os.path.realpath(storage.root):
-        raise ConfigError(f"the checkpoint {ck} is of a job writing to {sink}, not to {storage.url}",
+        raise ConfigError(f"the checkpoint {ck} is of a job writing to {sink}, not to {storage.url}", file=str(path),
                           fix="give the live job's checkpoint (--checkpoint DIR) or its sink (--sink)")
     kind, _, where = source.partition(":")
     if target.kind == "dir" and kind == "dir" and os.path.realpath(where) != os.path.realpath(target.where):
@@ -437,7 +443,7 @@ def _check_live_job(ck, storage, target) -> None:
 TARGET_FIX_HINT = "--replay-to dir:PATH (its --source dir:PATH), pubsub (its type's topic) or kafka:TOPIC"
 
 
-def _counts(items) -> dict[str, int]:
+def _counts(items: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for i in items:
         out[i] = out.get(i, 0) + 1

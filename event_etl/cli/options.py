@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,6 +24,10 @@ from event_etl.errors import ConfigError, EventEtlError, UsageError
 from event_etl.exitcodes import ExitCode, exit_codes_help
 from event_etl.job.session import parse_conf as parse_conf
 from event_etl.settings import ENV_DEBUG, ENV_EVENT_TYPES, current_settings, settings_in_force
+
+if TYPE_CHECKING:
+    from event_etl.eventtypes import EventType
+    from event_etl.job.setup import RunOptions
 
 __all__ = ["ENV_DEBUG", "EXIT_CODES_HELP", "fail", "translate_error", "handles_errors", "quiet_libraries",
            "event_types_option", "sink_option", "type_names", "load_type", "consumer_type", "parse_conf",
@@ -78,12 +82,16 @@ def end_on_closed_pipe() -> None:
     sys.exit(128 + signal.SIGPIPE)
 
 
-def handles_errors(fn: Callable) -> Callable:
+Command = Callable[..., Any]
+"""A click command's function (or a decorator's result)."""
+
+
+def handles_errors(fn: Command) -> Command:
     """Every failure of a command becomes one ``error:`` line and one ``fix:`` line, and an exit code
     of :mod:`event_etl.exitcodes`; ``EVENT_ETL_DEBUG=1`` shows the traceback of an unexpected one."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         from event_etl.job.stopping import Interrupted
 
         try:
@@ -117,7 +125,7 @@ def quiet_libraries() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def event_types_option(fn: Callable) -> Callable:
+def event_types_option(fn: Command) -> Command:
     return click.option(
         "--event-types",
         "event_types_dir",
@@ -138,7 +146,7 @@ def type_names(root: Path) -> list[str]:
     return sorted(c.name for c in root.iterdir() if c.is_dir() and not c.name.startswith((".", "_")))
 
 
-def load_type(event_types_dir: str | None, name: str):
+def load_type(event_types_dir: str | None, name: str) -> EventType:
     """The event type ``name``, loaded alone: a broken type elsewhere in the folder does not matter."""
     from event_etl.eventtypes import load_event_type, resolve_event_types_dir
 
@@ -152,7 +160,7 @@ def load_type(event_types_dir: str | None, name: str):
     return load_event_type(root / name)
 
 
-def consumer_type(event_types_dir: str | None, name: str):
+def consumer_type(event_types_dir: str | None, name: str) -> EventType | str:
     """The event type of a command that only reads a sink: loaded if it can be, else its name.
 
     The manifest and the files carry what such a command needs, so an installation without the
@@ -174,7 +182,7 @@ def consumer_type(event_types_dir: str | None, name: str):
 
 # The options of a streaming job, in the order `run --help` shows them; shared by `run`, `submit`
 # and the driver that `submit` starts on the cluster (event_etl.cli.submitted).
-JOB_OPTIONS: dict[str, Callable] = {
+JOB_OPTIONS: dict[str, Callable[[Command], Command] | None] = {
     "source": click.option("--source", default=None,
                            help="generate:[k=v,...], dir:PATH or a folder, pubsub:..., kafka:TOPIC. Default: the "
                            "type's `source` setting (the built-in generator)."),
@@ -217,7 +225,7 @@ JOB_OPTIONS: dict[str, Callable] = {
 }
 
 
-def job_options(*, master: Callable | None) -> Callable[[Callable], Callable]:
+def job_options(*, master: Callable[[Command], Command] | None) -> Callable[[Command], Command]:
     """Decorate a command with every option of a streaming job (the command adds EVENT_TYPE and --event-types).
 
     ``master`` is the command's own ``--master`` option (optional for `run`, required for
@@ -225,7 +233,7 @@ def job_options(*, master: Callable | None) -> Callable[[Callable], Callable]:
     """
     decorators = [master if name == "master" else opt for name, opt in JOB_OPTIONS.items()]
 
-    def apply(fn: Callable) -> Callable:
+    def apply(fn: Command) -> Command:
         for decorate in reversed([d for d in decorators if d is not None]):
             fn = decorate(fn)
         return fn
@@ -233,7 +241,7 @@ def job_options(*, master: Callable | None) -> Callable[[Callable], Callable]:
     return apply
 
 
-def job_run_options(*, conf: tuple[str, ...] = (), **values: Any):
+def job_run_options(*, conf: tuple[str, ...] = (), **values: Any) -> RunOptions:
     """The :class:`~event_etl.job.setup.RunOptions` of the values parsed by :func:`job_options`."""
     from event_etl.job.setup import RunOptions
 

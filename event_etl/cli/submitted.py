@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from event_etl.cli.options import handles_errors, job_options, job_run_options, load_type, reads_settings_once
 from event_etl.errors import UsageError
 from event_etl.settings import current_settings
+
+if TYPE_CHECKING:
+    from event_etl.job.setup import RunOptions
 
 __all__ = ["main"]
 
@@ -45,11 +48,11 @@ def _write_pidfile() -> None:
         os.replace(tmp, path)
 
 
-def _is_local(master: str) -> bool:
-    return master.startswith("local")
+def _is_local(master: str | None) -> bool:
+    return master is None or master.startswith("local")
 
 
-def _expose_bundle_to_planner(spark, archive: Path) -> None:
+def _expose_bundle_to_planner(spark: Any, archive: Path) -> None:
     """Put the bundle on the PYTHONPATH of the Python processes Spark starts for the source.
 
     Spark runs the streaming source's planner (offsets, partitions) in a Python process on
@@ -62,7 +65,7 @@ def _expose_bundle_to_planner(spark, archive: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(archive), env.get("PYTHONPATH", "")) if p)
 
 
-def _submitted_conf():
+def _submitted_conf() -> Any:
     """What spark-submit configured (master, deploy mode, --conf): the system properties of its JVM."""
     from pyspark import SparkConf, SparkContext
 
@@ -70,7 +73,7 @@ def _submitted_conf():
     return SparkConf()
 
 
-def _session(label: str, options, archive: Path | None, submitted):
+def _session(label: str, options: RunOptions, archive: Path | None, submitted: Any) -> Any:
     from event_etl.job.session import get_session
 
     if archive is not None:
@@ -86,7 +89,7 @@ def _session(label: str, options, archive: Path | None, submitted):
     return spark
 
 
-def _member_options(options, name: str):
+def _member_options(options: RunOptions, name: str) -> RunOptions:
     """A fleet member's options as preflight checks them: its own checkpoint (the fleet's is their folder)."""
     from dataclasses import replace
 

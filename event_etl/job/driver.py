@@ -216,7 +216,7 @@ class _Driver:
             if self.endpoint is not None:
                 self.endpoint.serve()
                 self.echo(f"[fleet] Prometheus metrics {self.endpoint.url}")
-            started = time.monotonic()
+            started = self.last_status = time.monotonic()
             for m in self.members:
                 m.state = "running"
                 self._status(m)

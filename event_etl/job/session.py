@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from event_etl.errors import EventEtlError, UsageError
@@ -69,7 +69,7 @@ It is the collector HotSpot itself picks on a small machine.  Replaced, as :data
 own ``spark.driver.extraJavaOptions``."""
 
 
-def parse_conf(pairs) -> dict[str, str]:
+def parse_conf(pairs: Iterable[str]) -> dict[str, str]:
     """Spark settings given as ``KEY=VALUE`` texts (``--conf``), as a dict; a text without ``=`` is a usage error."""
     out = {}
     for p in pairs:
@@ -94,7 +94,8 @@ def check_java() -> str:
     return java
 
 
-def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, app_name: str = "event_etl"):
+def get_session(master: str | None = None, conf: Mapping[str, str] | None = None,
+                app_name: str = "event_etl") -> Any:
     """The process's SparkSession (created on first call).
 
     event_etl's streaming source is registered by the job that uses it (``--engine queries``):
@@ -178,7 +179,7 @@ def _launch_own_jvm(settings: Mapping[str, str]) -> None:
         if quieted is not None:
             kwargs["stderr"] = quieted.stdin
         try:
-            gateway = launch_gateway(conf, popen_kwargs=kwargs)
+            gateway = launch_gateway(conf, popen_kwargs=kwargs)  # type: ignore[no-untyped-call]  # pyspark's own
         finally:
             if quieted is not None and quieted.stdin is not None:
                 quieted.stdin.close()  # the JVM and its children hold the pipe now; the filter ends with them
@@ -193,7 +194,7 @@ incubating vector module to every JVM it starts, and the JVM announces it).  Spa
 lines are kept out by log4j2.properties instead."""
 
 
-def _quiet_jvm_stderr() -> subprocess.Popen | None:
+def _quiet_jvm_stderr() -> subprocess.Popen[bytes] | None:
     """A filter between the JVM's stderr and this process's: every line passes but :data:`JVM_NOISE`.
 
     ``grep --line-buffered`` in a session of its own, deaf to the stop signals as the JVM is (systemd's
@@ -233,7 +234,7 @@ def _ignore_stop_signals() -> None:  # pragma: no cover - runs in the child betw
         signal.signal(sig, signal.SIG_IGN)
 
 
-class _JvmPopenKwargs(dict):
+class _JvmPopenKwargs(dict[str, Any]):
     """Popen arguments for PySpark's ``launch_gateway``, which replaces ``preexec_fn`` with its own
     (it ignores SIGINT in the JVM): whatever it sets, the child also ignores SIGTERM and SIGHUP."""
 
@@ -248,7 +249,7 @@ class _JvmPopenKwargs(dict):
         super().__setitem__(key, value)
 
 
-def _create(builder, settings: Mapping[str, str], *, start_workers: bool):
+def _create(builder: Any, settings: Mapping[str, str], *, start_workers: bool) -> Any:
     """``builder.getOrCreate()``; with ``start_workers``, the Python workers are started while the session is built.
 
     A job's first Spark job would otherwise start them itself: PySpark's worker daemon and its first
@@ -268,7 +269,7 @@ def _create(builder, settings: Mapping[str, str], *, start_workers: bool):
 WORKERS_GROUP = "event_etl-start-workers"
 
 
-def _start_workers(sc) -> threading.Thread:
+def _start_workers(sc: Any) -> threading.Thread:
     """Run one trivial task per core in a background thread: Spark starts the Python worker daemon and
     forks a worker for each, which later tasks reuse (``spark.python.worker.reuse``).  Its failure is
     not reported: the job's own first task meets the same cause and reports it."""
@@ -306,7 +307,7 @@ def _off_the_main_thread(fn: Callable[[], Any]) -> Any:
     return box["value"]
 
 
-def stop_session(spark, *, timeout: float = 30.0) -> None:
+def stop_session(spark: Any, *, timeout: float = 30.0) -> None:
     """Stop the session; when this process started the JVM, let it exit (stdin closed) and wait for it.
 
     Stopping in this order leaves nothing for the JVM to complain about after the driver is
@@ -315,7 +316,7 @@ def stop_session(spark, *, timeout: float = 30.0) -> None:
 
     from pyspark.core.context import SparkContext
 
-    gateway = SparkContext._gateway
+    gateway: Any = SparkContext._gateway
     proc = getattr(gateway, "proc", None) if gateway is not None else None
     sc = getattr(spark, "sparkContext", None)
     # PySpark's accumulator server reads the JVM's connection with a 1-s poll, and stopping it waits for

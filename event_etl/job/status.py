@@ -54,7 +54,7 @@ def _oldest_open_hour(state: Any) -> int | None:
         return None
     if state.marked_through is not None:
         return int(state.marked_through) + HOUR_MS
-    return state.first_hour
+    return None if state.first_hour is None else int(state.first_hour)
 
 
 def seek_fields(state: Any, out_of_orderness: int | None, spool_dir: str | Path | None) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
     ck = Checkpoint(checkpoint_dir)
     state = ck.load_state() if (ck.etl / "state.json").exists() else None
     fleet = read_status(checkpoint_dir) or {}
-    lease = None
+    lease: dict[str, Any] = {}  # none, or not readable: no job holds the type
     try:
         lease = json.loads(storage.read(f"{event_type}/{LEASE_NAME}"))
     except FileNotFoundError:
