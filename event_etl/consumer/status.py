@@ -222,11 +222,13 @@ def require_complete(status: HourStatus) -> Manifest:
         return status.manifest
     where = f"{status.event_type} {hour_text(status.hour)}"
     if status.state is HourState.NEVER:
+        first = status.first_complete
+        assert first is not None  # an hour is "never" only before the first hour the job marked
         raise HourNeverCompleteError(
-            f"{where} will never be complete: it lies before {hour_text(status.first_complete)}, the first hour the "
+            f"{where} will never be complete: it lies before {hour_text(first)}, the first hour the "
             "job marked (markers are written in order from the job's first hour)",
-            event_type=status.event_type, hour=status.hour, first_complete=status.first_complete,
-            fix=f"ask for {hour_text(status.first_complete)} or a later hour",
+            event_type=status.event_type, hour=status.hour, first_complete=first,
+            fix=f"ask for {hour_text(first)} or a later hour",
         )
     raise HourNotCompleteError(
         f"{where} is not complete: {status.state} ({status.data_files} data files, no {MARKER_NAME} marker)",
