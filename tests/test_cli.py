@@ -106,3 +106,20 @@ def test_a_fleet_ends_with_a_line_per_type():
         "[b] run finished (stopped): 3 batches, 14 events in, 2 hours marked (2026-11-20T13:00:00Z .. "
         "2026-11-20T14:00:00Z), restarts 1",
     ]
+
+
+def test_a_replay_judged_by_a_checkpoint_of_another_sink_is_refused_as_a_usage_error(tmp_path):
+    """`deadletter --replay-to --checkpoint CK` where CK's job writes to another sink: the error and fix, exit 2 (it
+    raised a TypeError, the ConfigError lacking its file)."""
+    from event_etl.cli.job import _check_live_job
+    from event_etl.consumer.replay import parse_target
+    from event_etl.errors import ConfigError
+    from event_etl.storage import Storage
+
+    ck = tmp_path / "ck"
+    (ck / "etl").mkdir(parents=True)
+    (ck / "etl" / "job.json").write_text(json.dumps({"sink": str(tmp_path / "other"), "source": f"dir:{tmp_path}"}))
+    (tmp_path / "sink").mkdir()
+    with pytest.raises(ConfigError, match="is of a job writing to") as caught:
+        _check_live_job(ck, Storage(str(tmp_path / "sink")), parse_target(f"dir:{tmp_path}", None))
+    assert caught.value.exit_code == 2 and "--checkpoint DIR" in (caught.value.fix or "")
