@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -31,13 +31,16 @@ from event_etl.task.executor import BatchContext
 
 __all__ = ["Rewriter", "Duplicates", "Drops", "Rewrite"]
 
+R = TypeVar("R")
+
 _DL_NAME_RE = re.compile(r"^dl-(?:w[0-9a-f]{6}-)?b\d{10}-s(\d{4})\.avro$")
 
 Drops = dict[str, tuple[int, ...]]
 """A batch's drop list: file name -> positions of the records not to write (duplicates)."""
 
-Rewrite = Generator[Tasks, Outputs, Any]
-"""A rewrite step: it may yield :class:`~event_etl.job.phases.Tasks` (some splits again) and is sent their outputs."""
+Rewrite: TypeAlias = Generator[Tasks, Outputs, R]
+"""A rewrite step returning ``R``: it may yield :class:`~event_etl.job.phases.Tasks` (some splits again) and is sent
+their outputs."""
 
 
 class Rewriter:
@@ -52,7 +55,8 @@ class Rewriter:
         self.writer = writer
         self.guard = guard  # raises if this job may no longer write (it lost its lease)
 
-    def settle_first_batch(self, intent: BatchIntent, ctx: BatchContext, outputs: Outputs) -> Rewrite:
+    def settle_first_batch(self, intent: BatchIntent, ctx: BatchContext, outputs: Outputs
+                           ) -> Rewrite[tuple[BatchIntent, Outputs]]:
         """A job's first batch has no watermark: it measures "too late" against the one its own events give,
         the largest counted time over its splits minus the out-of-orderness bound (one reference for
         the whole batch, so that the verdicts do not depend on how the input was split); for a source read in
@@ -155,7 +159,7 @@ class Duplicates:
                    checkpoint=checkpoint)
 
     def settle(self, intent: BatchIntent, ctx: BatchContext, drop: Drops, outputs: Outputs, *, replayed: bool
-               ) -> Rewrite:
+               ) -> Rewrite[tuple[Outputs, np.ndarray, Drops]]:
         """The duplicates of a batch whose tasks ran with ``ctx`` and gave ``outputs``: decided once (a replay reads
         the decision), their splits rewritten.  Returns the final outputs, the key rows to remember for the batch
         (``STORED_DTYPE``, with those of the records dropped as duplicates) and its drop list."""
@@ -177,7 +181,8 @@ class Duplicates:
             rows = np.concatenate([stored(rows), dropped])
         return outputs, rows, drop
 
-    def drop_duplicates(self, intent: BatchIntent, ctx: BatchContext, drop: Drops, outputs: Outputs) -> Rewrite:
+    def drop_duplicates(self, intent: BatchIntent, ctx: BatchContext, drop: Drops, outputs: Outputs
+                        ) -> Rewrite[tuple[Outputs, np.ndarray, Drops]]:
         """Find records whose key was written before (in the window) and rewrite their splits without them.
 
         Returns the final outputs, their key rows (``STORED_DTYPE`` when the batch has no duplicate) and the
