@@ -7,7 +7,8 @@
     .venv/bin/python integration/campaign.py --source kafka      # tansu (Kafka protocol), 4 partitions -> local disk
     .venv/bin/python integration/campaign.py --source kafka --kafka-scenario retention   # noida-db (issue 48)
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
-             --points all|source --kafka-partitions P --idle-partition none|quiet --broker tansu|noida
+             --points all|source --stops all|kills --kafka-partitions P --idle-partition none|quiet
+             --broker tansu|noida
              --kafka-scenario none|grow|retention|transactions|all
 
 The event set spans more than six event-time hours, ending ten minutes before the real
@@ -23,7 +24,10 @@ half of them sent to the whole process group as `systemctl stop`, `timeout` and 
 terminal do; SIGTERMed and then SIGKILLed during the drain, as Kubernetes does when the
 grace period ends; SIGKILLed inside an idle tick; and stopped for longer than the type's
 idle timeout while input piles up, then restarted with that backlog.  Each time it is
-restarted on the same checkpoint; a last run drains.
+restarted on the same checkpoint; a last run drains.  With ``--stops kills`` only the SIGKILLs and the
+SIGTERMs run: no drain cut short, no downtime, no double kill, no kill in an idle tick (those windows are the
+same for every source, and the directory campaign stops at each; ``integration/test_campaign.py`` runs the Pub/Sub
+campaign so).
 
 A watcher takes a snapshot (names and sha256) of every hour folder when its ``_COMPLETE``
 appears.  At the end, by event id:
@@ -123,6 +127,10 @@ PAUSES = ("write_file=0.02,files_written=0.15,duplicates_rewritten=0.3,before_ma
           "spool_acked=0.1,segments_committed=0.2")
 MAX_EVENTS_PER_FILE = 40  # the campaign's type: batches of a few dozen events write small files, merged
 IDLE_TIMEOUT_S = 20  # the campaign's type: longer than a run waits for input, shorter than its downtimes
+# The job's lease (EVENT_ETL_LEASE_TTL): on an object store a run started after a SIGKILL waits until the dead run's
+# lease has expired, ttl + ttl / 4 after its last renewal (75 s at the default 60 s: most of a Pub/Sub -> GCS run's
+# time); 20 s keeps that takeover in every restart, and a renewal every 5 s is still far inside it
+LEASE_TTL = "20s"
 FAST_CLOCK_MS = 8 * MINUTE_MS
 AHEAD = 4  # batches of input made available ahead of the job
 RESERVE_PER_RUN = 4  # batches kept back for every run still planned: the input lasts as long as the kills do
@@ -372,7 +380,7 @@ class Campaign:
         self.fault_log = self.work / "faults.log"
         self.servers: list = []
         self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "EVENT_ETL_FAULT_LOG": str(self.fault_log),
-                    "EVENT_ETL_FAULT_PAUSE": PAUSES}
+                    "EVENT_ETL_FAULT_PAUSE": PAUSES, "EVENT_ETL_LEASE_TTL": LEASE_TTL}
         if getattr(args, "fetch_partitions", 0):
             self.env["EVENT_ETL_PUBSUB_FETCH_PARTITIONS"] = str(args.fetch_partitions)
         self.kills = Counter()
@@ -380,6 +388,8 @@ class Campaign:
         self.runs = 0
         self.current: subprocess.Popen | None = None
         self.runs_left = args.kills + args.sigterms
+        # --stops all: also a drain cut short, a downtime, a double kill and a kill in an idle tick
+        self.every_stop = getattr(args, "stops", "all") == "all"
         self.reserve = RESERVE_PER_RUN  # batches kept back for each run still planned (fewer for a long plan)
         self.event_types_dir: str | None = None
         self.release_lock = threading.Lock()
@@ -878,13 +888,20 @@ class Campaign:
             self._last_committed = (committed, now)
         # A Pub/Sub batch takes whatever the puller gathered, often several waves: when the job has
         # committed nothing for a few seconds while it runs, it waits for input, so one more wave goes out.
-        stalled = self.current is not None and self.current.poll() is None and now - self._last_committed[1] > 3
+        # Not while it starts (its JVM, a dead run's lease to wait out): the waves would pile up, and Pub/Sub
+        # delivers a pile in any order (a too-late event of a late wave judged by the watermark of an early one).
+        stalled = (self.current is not None and self.current.poll() is None and now - self._last_committed[1] > 3
+                   and self._leased(self.current.pid))
         while self.pending and (everything or (released < committed + AHEAD and released < cap)):
             self._release_one(released)
             released += 1
         if stalled and self.pending and released < cap:
             self._release_one(released)
             self._last_committed = (committed, now)
+
+    def _leased(self, pid: int) -> bool:
+        """Has the run of process ``pid`` taken the lease (its fault point ``leased``), so that it reads input?"""
+        return ("leased", pid) in self.faults_seen()
 
     def _release_one(self, k: int) -> None:
         with self.release_lock:
@@ -1308,7 +1325,8 @@ class Campaign:
         # half of the SIGTERMs to the whole process group, half to the event-etl process
         kills += [("SIGTERM_GROUP" if k % 2 == 0 else "SIGTERM", self.rng.choice([None, "write_file", "before_marker"]))
                   for k in range(self.args.sigterms)]
-        kills += [("TERM_THEN_KILL", None), ("DOWNTIME", None), ("REPLAY", "files_written")]
+        if self.every_stop:  # the stops whose windows every source shares (--stops all)
+            kills += [("TERM_THEN_KILL", None), ("DOWNTIME", None), ("REPLAY", "files_written")]
         self.rng.shuffle(kills)
         # Kafka on noida-db: the scenarios' steps at their places in the plan (the input is released as the runs
         # go: a place in the plan is a place in the waves)
@@ -1343,7 +1361,8 @@ class Campaign:
             feeding.set()
             feeder.join(timeout=30)
             self.release_input(everything=True)
-            self.one_fault("IDLE", None)  # every event in, the source quiet: killed inside an idle tick
+            if self.every_stop:
+                self.one_fault("IDLE", None)  # every event in, the source quiet: killed inside an idle tick
             rc = self.finish()
             watcher.stop_event.set()
             watcher.join(timeout=10)
@@ -1395,6 +1414,7 @@ def print_table(result: dict, args) -> None:
     kafka = getattr(args, "kafka_partitions", 4) if args.source == "kafka" else 0
     print(f"\nfault campaign: source {args.source}, {args.events} events, {args.files} batches, seed {args.seed}"
           + (f", {partitions} fetch partitions" if partitions else "")
+          + (", SIGKILLs and SIGTERMs only (--stops kills)" if getattr(args, "stops", "all") == "kills" else "")
           + (f", {kafka} Kafka partitions, broker {kafka_broker_kind(args)}, scenario "
              f"{getattr(args, 'kafka_scenario', 'none') or 'none'}" if kafka else ""))
     width = max(len(k) for k in result if not k.startswith("_"))
@@ -1421,6 +1441,10 @@ def main(argv=None) -> int:
                          "Kafka has none: every SIGKILL at a random point; the batch protocol's points, the same for "
                          "every source, are each killed by the directory campaign)")
     ap.add_argument("--sigterms", type=int, default=2)
+    ap.add_argument("--stops", choices=("all", "kills"), default="all",
+                    help="every kind of stop (all), or only the SIGKILLs and SIGTERMs (kills): no drain cut short by "
+                         "a SIGKILL, no downtime longer than the idle timeout, no double kill, no kill in an idle "
+                         "tick; those windows are the same for every source, and the directory campaign has each")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="also write the figures to this file")
     ap.add_argument("--verbose", action="store_true", help="a line per run")

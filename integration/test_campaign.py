@@ -1,38 +1,62 @@
-"""The fault campaign (integration/campaign.py) at a small size: it must report 0 of every failure."""
+"""The fault campaign (integration/campaign.py) at a small size: it must report 0 of every failure (0 lost, 0
+duplicated, 0 premature or changed markers, every record in its hour, every dead letter with its reason).
+
+Each window is stopped once here, with one source each: the directory campaign kills at each of the batch
+protocol's points (the same for every source) and makes each other kind of stop (SIGTERM to the process and to its
+group, a drain cut short, a downtime, a double kill, a kill in an idle tick); the Pub/Sub campaign kills at each of
+Pub/Sub's own points.  The repeats (the Pub/Sub campaign's random kills and other stops, more kills, other sinks,
+Kafka) are `python -m integration.campaign` (RELIABILITY.md), and the unit sweeps reach every window of the same
+paths far more often than any end-to-end run: tests/crash_sweep.py (a kill before every file-system call of the
+batch protocol, and again during the restart and replay), tests/spool_campaign.py and tests/spool_sweep.py (the
+Pub/Sub fetcher broken at every call from a pull to its acknowledgement: kills, torn writes, full disks).
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from integration.campaign import PUBSUB_POINTS, Campaign, failures, print_table
+from integration.campaign import FAULT_POINTS, PUBSUB_POINTS, Campaign, failures, print_table
 
 
 def _args(tmp_path, source: str, **kw) -> argparse.Namespace:
-    base = dict(source=source, events=3000, files=96, seed=20261121, kills=10, sigterms=2,
+    base = dict(source=source, events=3000, files=64, seed=20261121, kills=len(FAULT_POINTS), sigterms=2,
                 workdir=str(tmp_path / "campaign"), json=None, verbose=True)
     base.update(kw)
     return argparse.Namespace(**base)
 
 
+def _killed_at(result: dict) -> set[str]:
+    return {k.split("@", 1)[1] for k in result["kills by point"] if k.startswith("SIGKILL@")}
+
+
 def test_campaign_directory_source_to_local_disk(tmp_path):
+    """A SIGKILL at each of the batch protocol's points, a SIGTERM to the process and one to its group (both
+    drain), a SIGKILL during a drain, a downtime longer than the idle timeout, a SIGKILL during the replay that
+    follows a SIGKILL, a SIGKILL inside an idle tick (``--stops all``).  64 batches of input over more than six
+    event-time hours (``python -m integration.campaign`` makes 96 by default)."""
     args = _args(tmp_path, "dir")
     result = Campaign(args).run()
     print_table(result, args)
-    assert result["SIGKILL"] >= 10 and result["SIGTERM"] >= 1
+    assert result["SIGKILL"] >= len(FAULT_POINTS) and result["SIGTERM"] >= 2
+    assert set(FAULT_POINTS) <= _killed_at(result), f"a point never reached: {result['kills by point']}"
     assert result["SIGTERM to the process group"] >= 1
+    assert result["SIGKILL during the replay after a SIGKILL"] >= 1
+    assert result["SIGKILL inside an idle tick"] >= 1
     assert result["restarts with a backlog after a downtime > idle_timeout"] >= 1
     assert result["event-time hours"] >= 6
     assert not failures(result), result["_details"]
 
 
 def test_campaign_pubsub_to_gcs(tmp_path):
-    """A SIGKILL at each of Pub/Sub's own points (the batch protocol's are each killed by the directory campaign
-    above; `python -m integration.campaign --source pubsub` kills at every point: RELIABILITY.md), the others at
-    random points, a double kill, a downtime, a SIGTERM."""
-    args = _args(tmp_path, "pubsub", events=2000, files=72, kills=7, sigterms=1, points="source")
+    """A SIGKILL at each of Pub/Sub's own points (pulled, spooled, acknowledging, spool_acked, segments_committed),
+    Pub/Sub emulator -> GCS emulator, then a last run that drains (``--points source --stops kills``).  The batch
+    protocol's points and the other kinds of stop are the directory campaign's (above); ``python -m
+    integration.campaign --source pubsub`` adds random kills at them, SIGTERMs, a drain cut short, a downtime, a
+    double kill and an idle kill (RELIABILITY.md)."""
+    args = _args(tmp_path, "pubsub", events=2000, files=72, kills=len(PUBSUB_POINTS), sigterms=0, points="source",
+                 stops="kills")
     result = Campaign(args).run()
     print_table(result, args)
-    assert result["SIGKILL"] >= 7
-    killed_at = {k.split("@", 1)[1] for k in result["kills by point"] if k.startswith("SIGKILL@")}
-    assert set(PUBSUB_POINTS) <= killed_at, f"a point never reached: {result['kills by point']}"
+    assert result["SIGKILL"] >= len(PUBSUB_POINTS)
+    assert set(PUBSUB_POINTS) <= _killed_at(result), f"a point never reached: {result['kills by point']}"
     assert not failures(result), result["_details"]
