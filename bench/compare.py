@@ -47,6 +47,7 @@ from bench.contenders import (  # noqa: E402
     CONTENDERS,
     RunResult,
     ensure_event_etl_archive,
+    parquet_type_dir,
     run_event_etl,
     run_spark,
     spark_archive_options,
@@ -83,6 +84,9 @@ def run_one(contender: str, inp: Path, work: Path, info: dict, args, *, event_ty
                   files_per_batch=args.files_per_batch, pss=pss)
     if contender == "event_etl":
         return run_event_etl(inp, work, event_type=event_type, event_types_dir=event_types_dir, **common)
+    if contender == "event_etl-parquet":  # the same type, format = "parquet"
+        types = parquet_type_dir(work, event_type, event_types_dir or ROOT / "event_types")
+        return run_event_etl(inp, work, event_type=event_type, event_types_dir=types, contender=contender, **common)
     fmt = contender.split("-", 1)[1]
     return run_spark(inp, work, fmt=fmt, schema=SCHEMAS[event_type],
                      java_options=getattr(args, "spark_java_options", {}).get(fmt, ""), **common)
@@ -188,10 +192,32 @@ def verdict(results: dict[str, list[RunResult]], memory: dict[str, list[RunResul
         out.append(f"vs {name}: throughput {t:.2f}× (target ≥ {target:.1f}), "
                    f"peak memory {m_pss:.2f}× PSS (target ≤ {PSS_TARGET}×; {m_rss:.2f}× RSS): "
                    f"{'MET' if ok else 'NOT MET'}")
+    out += _parquet_verdict(results)
     steady = median(r.steady_rate for r in etl)
     if steady is not None:
         out.append(f"event_etl steady batch: {steady:,.0f} events/s (target ≥ {STEADY_TARGET:,} on 2 cores): "
                    f"{'MET' if steady >= STEADY_TARGET else 'NOT MET'}")
+    return out
+
+
+PARQUET_TARGET = 2.0  # issue 51: event_etl Parquet >= 2x Spark's Parquet sink, as its Avro is against Spark's Avro
+
+
+def _parquet_verdict(results: dict[str, list[RunResult]]) -> list[str]:
+    """Issue 51's goal, whole process and steady batch: event_etl's Parquet files against Spark's Parquet sink (and,
+    beside it, event_etl's Avro against Spark's Avro sink)."""
+    out = []
+    for mine, theirs, target in (("event_etl-parquet", "spark-parquet", PARQUET_TARGET),
+                                 ("event_etl", "spark-avro", None)):
+        a, b = results.get(mine), results.get(theirs)
+        if not a or not b:
+            continue
+        whole = median(r.rate for r in a) / median(r.rate for r in b)
+        sa, sb = median(r.steady_rate for r in a), median(r.steady_rate for r in b)
+        steady = f"{sa / sb:.2f}×" if sa and sb else "-"
+        goal = "" if target is None else (f" (goal ≥ {target:.1f}×): "
+                                          f"{'MET' if whole >= target else 'NOT MET'}")
+        out.append(f"{mine} vs {theirs}: throughput {whole:.2f}× whole process, {steady} steady{goal}")
     return out
 
 
@@ -217,7 +243,8 @@ def report(results, info, args, machine, command, load, memory=None) -> str:
         f"({info['bytes_per_event']:.0f} B/event), {info['files']} files, {info['hours']} hours of event time, "
         f"seed {args.seed}. Master `{args.master}`, at most {args.files_per_batch} files per micro-batch for both "
         "sides (event_etl `--max-files-per-batch`, Spark `maxFilesPerTrigger`). Outputs: event_etl snappy Avro + "
-        "manifests, Spark JSON "
+        "manifests (`event_etl-parquet`: the same type with `format = \"parquet\"`, snappy Parquet + manifests), "
+        "Spark JSON "
         "uncompressed (its default), Spark Parquet snappy (its default), Spark Avro snappy (its default; Spark's "
         "built-in `org.apache.spark.sql.avro.AvroFileFormat`, the same kind of container files as event_etl's). "
         "Spark runs with its defaults plus the "

@@ -3,6 +3,8 @@
 - ``event_etl``: ``event-etl run TYPE --source dir:IN --drain`` (``--drain`` implies
   ``--once``: everything available, then every hour holding data is marked), with all
   its work: validation against the Avro schema, routing, dedupe, Avro files, manifests.
+- ``event_etl-parquet``: the same, with the type's ``format = "parquet"`` (a copy of its folder
+  with that one line added): Parquet files instead of Avro ones (issue 51), the peer of ``spark-parquet``.
 - ``spark-json`` / ``spark-parquet`` / ``spark-avro``: Spark's own streaming file sink
   (:mod:`bench.spark_sink`), partitioned by event date and hour; ``spark-avro`` writes snappy Avro
   with Spark's built-in ``AvroFileFormat``, the like-for-like peer of event_etl's files.
@@ -39,10 +41,10 @@ from bench.procstats import run_measured
 from bench.spark_sink import PROGRESS_PREFIX
 
 __all__ = ["RunResult", "WrongOutput", "run_event_etl", "run_spark", "count_manifests", "count_spark_output",
-           "event_etl_batches", "ensure_event_etl_archive", "spark_archive_options", "CONTENDERS"]
+           "event_etl_batches", "ensure_event_etl_archive", "spark_archive_options", "parquet_type_dir", "CONTENDERS"]
 
 BENCH = Path(__file__).resolve().parent
-CONTENDERS = ("event_etl", "spark-json", "spark-parquet", "spark-avro")
+CONTENDERS = ("event_etl", "event_etl-parquet", "spark-json", "spark-parquet", "spark-avro")
 _BATCH_LINE = re.compile(r"\] batch \d+(?: \(replay\))?: in ([\d,]+) .*?\s([\d.]+)s\s+[\d,]+ ev/s")
 _RUN_LINE = re.compile(r"run finished: \d+ batches in ([\d.]+)s")
 
@@ -160,9 +162,10 @@ def _env() -> dict[str, str]:
 
 def run_event_etl(inp: Path, work: Path, *, events: int, input_bytes: int, master: str, files_per_batch: int,
                   event_type: str = "page_view", event_types_dir: Path | None = None,
-                  extra_args: tuple[str, ...] = (), pss: bool = True) -> RunResult:
+                  extra_args: tuple[str, ...] = (), pss: bool = True, contender: str = "event_etl") -> RunResult:
     """One measured ``event-etl run --drain`` over the folder ``inp``; fails loudly on a wrong record count.
-    ``pss``: sample the tree's PSS too (see :func:`bench.procstats.run_measured`)."""
+    ``pss``: sample the tree's PSS too (see :func:`bench.procstats.run_measured`); ``contender``: its name in the
+    figures (``event_etl-parquet`` for a type of ``format = "parquet"``, from ``event_types_dir``)."""
     sink, ckpt = work / "etl-sink", work / "etl-ckpt"
     _fresh(sink, ckpt)
     cmd = [str(Path(sys.executable).with_name("event-etl")), "run", event_type, "--source", f"dir:{inp}",
@@ -174,16 +177,31 @@ def run_event_etl(inp: Path, work: Path, *, events: int, input_bytes: int, maste
     if r["returncode"] != 0:
         raise _failed("event-etl", r)
     records, files, _ = count_manifests(sink, event_type)
-    _check("event_etl", records, events)
+    _check(contender, records, events)
     batches = event_etl_batches(r["output"])
     steady = max(batches) if batches else (None, None)
     run = _RUN_LINE.search(r["output"])
     _fresh(sink, ckpt)
-    return RunResult("event_etl", events, input_bytes, r["wall"], r["cpu"], r["peak_rss"], r["peak_pss"], records,
+    return RunResult(contender, events, input_bytes, r["wall"], r["cpu"], r["peak_rss"], r["peak_pss"], records,
                      files, len(batches), steady[0], steady[1], float(run.group(1)) if run else None)
 
 
 QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def parquet_type_dir(work: Path, event_type: str, source: Path) -> Path:
+    """A folder of event types holding a copy of ``source/event_type`` with ``format = "parquet"`` in its etl.toml
+    (made in ``work``): the same type, writing Parquet files."""
+    root = work / "types-parquet"
+    dest = root / event_type
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(source / event_type, dest)
+    toml = dest / "etl.toml"
+    lines = [ln for ln in toml.read_text().splitlines() if not ln.strip().startswith("format")]
+    head = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("[")]  # top-level keys go before any table
+    at = head[0] if head else len(lines)
+    toml.write_text("\n".join([*lines[:at], 'format = "parquet"', *lines[at:]]) + "\n")
+    return root
 
 
 def ensure_event_etl_archive() -> str:

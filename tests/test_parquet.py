@@ -19,7 +19,7 @@ from event_etl.storage.compaction import MergeError, merge_containers
 from event_etl.storage.parquetio import AvroArrow, encode_parquet
 from event_etl.storage.rolling import ParquetOutput, RollingFiles
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
-from tests.test_fastpath import SCHEMA, dump, run_both
+from tests.test_fastpath import SCHEMA, count_fast_decodes, dump, run_both
 
 H13 = t("13:00")
 
@@ -166,7 +166,7 @@ def test_a_manifest_of_parquet_files_says_so_and_one_of_avro_files_stays_as_it_w
     assert compare_listing(back.files, {back.files[0].name: 100, "notes.txt": 3}).ok
 
 
-def test_fast_and_record_paths_write_the_same_parquet_bytes_and_a_replay_the_same_files(tmp_path):
+def test_fast_and_record_paths_write_the_same_parquet_bytes_and_a_replay_the_same_files(tmp_path, monkeypatch):
     et = make_event_type(tmp_path / "types", "mixed", SCHEMA, time_field="ts", id_field="id", dedupe_window="10m",
                          max_events_per_file=7, allowed_lateness="1d", format="parquet")
     base = 1_795_225_200_000
@@ -174,7 +174,9 @@ def test_fast_and_record_paths_write_the_same_parquet_bytes_and_a_replay_the_sam
                    "n": i * 2**40, "small": -i, "flag": i % 2 == 0, "kind": "ABC"[i % 3], "text": f"t{i}é",
                    "opt_s": None if i % 3 else "s", "opt_b": None, "opt_i": i}) for i in range(40)]
     data = b"\n".join(lines)
+    taken = count_fast_decodes(monkeypatch)
     first = run_both(tmp_path / "one", et, data, base)
+    assert taken and all(taken), "the fast path took the chunk (columns into the Parquet file)"
     second = run_both(tmp_path / "two", et, data, base)
     (r0, _, f0), (r1, _, f1) = first[False], first[True]
     assert r0 == r1 and f0 == f1, "the fast path writes the record path's bytes"

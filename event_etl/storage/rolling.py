@@ -49,8 +49,8 @@ class EncodedBlock:
 @dataclass(frozen=True)
 class ParquetOutput:
     """How a type of ``format = "parquet"`` writes its files: the Avro schema without its time logical types (the
-    header of the files being filled: :func:`~event_etl.storage.parquetio.plain_schema`), its Arrow mapping and
-    its ``codec``."""
+    header of the records the record path encodes: :func:`~event_etl.storage.parquetio.plain_schema`), its Arrow
+    mapping and its ``codec``."""
 
     plain: Schema
     converter: Any  # parquetio.AvroArrow (pyarrow is imported only by a type that writes Parquet)
@@ -64,27 +64,52 @@ class ParquetOutput:
 
         return cls(parse_schema(plain_schema(avro_schema)), AvroArrow(avro_schema, with_avro_schema=True), codec)
 
-    def convert(self, container: bytes) -> bytes:
-        from event_etl.storage.parquetio import container_to_parquet
+    def encode(self, pieces: list[Any]) -> bytes:
+        """A Parquet file of ``pieces`` in order: Arrow tables of fast-path columns, or ``(encoded datums, count)``
+        of records the record path encoded (decoded once here).  Either way the same values make the same table,
+        so the same file."""
+        import pyarrow as pa
 
-        return container_to_parquet(container, self.converter, self.codec)
+        from event_etl.storage.parquetio import encode_parquet
+
+        target = self.converter.schema
+        tables = []
+        for piece in pieces:
+            if isinstance(piece, tuple):
+                tables.append(self._decoded(*piece))
+            else:
+                arrays = [piece.column(f.name).cast(f.type) for f in target]
+                tables.append(pa.Table.from_arrays(arrays, schema=target))
+        table = pa.concat_tables(tables).combine_chunks() if tables else target.empty_table()
+        return encode_parquet(table, self.codec)
+
+    def _decoded(self, datums: bytes, n: int) -> Any:
+        from fastavro import reader
+
+        out = io.BytesIO()
+        w = Writer(out, self.plain, codec="null", sync_marker=sync_marker_for("parquet-piece"))
+        w.write_block(EncodedBlock(io.BytesIO(datums), n))
+        w.flush()
+        out.seek(0)
+        return self.converter.table(reader(out))
 
 
 class OpenAvroFile:
     """One Avro container file being filled with pre-encoded records, in memory.
 
     ``block`` holds the encoded datums of the block being filled (``in_block`` of them);
-    ``records`` counts the file's records so far.  With ``parquet``, the container is uncompressed,
-    in the plain schema, and :meth:`close` gives it as a Parquet file."""
+    ``records`` counts the file's records so far.  With ``parquet``, a Parquet file is filled
+    instead: its ``pieces`` (see :meth:`ParquetOutput.encode`), the blocks of encoded datums and
+    the tables of columns :meth:`add_columns` gives, in order; :meth:`close` gives the Parquet file."""
 
     def __init__(self, name: str, schema: Schema, codec: str, parquet: ParquetOutput | None = None) -> None:
         self.name = name
         self.out = io.BytesIO()
         self.parquet = parquet
-        if parquet is not None:
-            schema, codec = parquet.plain, "null"
-        self.writer = Writer(self.out, schema, codec=codec, sync_marker=sync_marker_for(name),
-                             compression_level=1 if codec == "deflate" else None)
+        self.pieces: list[Any] = []
+        if parquet is None:
+            self.writer = Writer(self.out, schema, codec=codec, sync_marker=sync_marker_for(name),
+                                 compression_level=1 if codec == "deflate" else None)
         self.block = io.BytesIO()
         self.in_block = 0
         self.records = 0
@@ -92,16 +117,25 @@ class OpenAvroFile:
     def flush_block(self) -> None:
         """Close the block being filled, if it holds anything."""
         if self.in_block:
-            self.writer.write_block(EncodedBlock(self.block, self.in_block))
+            if self.parquet is not None:
+                self.pieces.append((self.block.getvalue(), self.in_block))
+            else:
+                self.writer.write_block(EncodedBlock(self.block, self.in_block))
             self.block = io.BytesIO()
             self.in_block = 0
+
+    def add_columns(self, table: Any) -> None:
+        """Records as a table of columns (a Parquet file's only), after those added before."""
+        self.flush_block()
+        self.pieces.append(table)
+        self.records += table.num_rows
 
     def close(self) -> bytes:
         """The whole file's bytes."""
         self.flush_block()
-        self.writer.flush()
         if self.parquet is not None:
-            return self.parquet.convert(self.out.getvalue())
+            return self.parquet.encode(self.pieces)
+        self.writer.flush()
         return self.out.getvalue()
 
 
@@ -188,7 +222,7 @@ class RollingFiles:
         self.pos = 0
         self.current = self._new()
 
-    def add_encoded(self, offs: np.ndarray, data: memoryview, times: np.ndarray
+    def add_encoded(self, offs: np.ndarray, data: memoryview, times: np.ndarray, *, columns: Any = None
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Append records already Avro-encoded, in order, as :meth:`add` would one by one.
 
@@ -196,8 +230,11 @@ class RollingFiles:
         :func:`event_etl.task.fastpath.rows_buffer`), its event time ``times[i]``.  The files, their
         blocks and their roll-over points come out exactly as from :meth:`add`.  Returns
         ``(written, file_keys, positions)`` per record (``written`` is False for a known duplicate
-        that was skipped).
+        that was skipped).  ``columns``: the same records as a table of columns, which a Parquet file
+        takes instead of the encoded rows.
         """
+        if self.parquet is None:
+            columns = None
         n = len(times)
         written = np.ones(n, dtype=bool)
         fks = np.empty(n, dtype=np.int64)
@@ -214,10 +251,10 @@ class RollingFiles:
                     if self.pos in self.skip:
                         written[j] = False
                     else:
-                        self._write_run(f, offs, data, j, j + 1)
+                        self._write_run(f, offs, data, j, j + 1, columns)
                     self._advance()
             else:
-                self._write_run(f, offs, data, i, i + take)
+                self._write_run(f, offs, data, i, i + take, columns)
                 self.pos += take
                 if self.pos >= per_file:
                     self._roll()
@@ -239,8 +276,12 @@ class RollingFiles:
             mine[h] = mine.get(h, 0) + c
 
     @staticmethod
-    def _write_run(f: OpenAvroFile, offs: np.ndarray, data: memoryview, a: int, b: int) -> None:
-        """Records ``a``..``b`` into ``f``, a block closed after the record that brings it to :data:`BLOCK_BYTES`."""
+    def _write_run(f: OpenAvroFile, offs: np.ndarray, data: memoryview, a: int, b: int, columns: Any = None) -> None:
+        """Records ``a``..``b`` into ``f``, a block closed after the record that brings it to :data:`BLOCK_BYTES`
+        (or, given their ``columns``, those rows of them)."""
+        if columns is not None:
+            f.add_columns(columns.slice(a, b - a))
+            return
         j = a
         while j < b:
             target = offs[j] + (BLOCK_BYTES - f.block.tell())

@@ -302,9 +302,12 @@ def process_split(
                 g = group_for(hour, late)
                 idx = accepted[gkey == key]
                 a = int(idx[0])  # a run of consecutive records (time-ordered input) is a slice, not a copy
-                rows = fc.rows.slice(a, len(idx)) if int(idx[-1]) - a + 1 == len(idx) else fc.rows.take(
-                    int64_array(idx))
-                w, fk, pos = g.add_encoded(*rows_buffer(rows), fc.times[idx])
+                run = int(idx[-1]) - a + 1 == len(idx)
+                rows = fc.rows.slice(a, len(idx)) if run else fc.rows.take(int64_array(idx))
+                columns = None  # a Parquet file is written from the columns, an Avro file from the rows
+                if parquet is not None and fc.columns is not None:
+                    columns = fc.columns.slice(a, len(idx)) if run else fc.columns.take(int64_array(idx))
+                w, fk, pos = g.add_encoded(*rows_buffer(rows), fc.times[idx], columns=columns)
                 written[idx], fks[idx], poss[idx] = w, fk, pos
         counts["duplicate"] += int(len(accepted) - written.sum())
         for code in range(len(OUTCOME_CODES)):

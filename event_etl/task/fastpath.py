@@ -67,6 +67,7 @@ class FastChunk:
     has_id: np.ndarray | None  # whether the record has an id (a nullable id field may be null)
     starts: np.ndarray  # byte offset of each line in the chunk
     ends: np.ndarray  # byte offset of each line's end (its newline) in the chunk
+    columns: Any = None  # pyarrow Table: the records' fields as parsed (what a Parquet file is written from)
 
 
 def _branch(t: Any, enums: dict[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]] | None:
@@ -214,7 +215,8 @@ class FastPlan:
             has_id = _valid_mask(ids, n)
             id_keys = np.zeros(n, dtype=np.uint64)
             id_keys[has_id] = self._id_hashes(ids.drop_null(), pa, pc)
-        return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends)
+        columns = pa.Table.from_arrays([cols[f.name] for f in self.fields], names=[f.name for f in self.fields])
+        return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends, columns)
 
     def _id_hashes(self, ids: Any, pa: ModuleType, pc: ModuleType) -> np.ndarray:
         """:func:`event_etl.task.dedupe.key_hash` ``("i", id)`` of each id of an array without nulls: for
