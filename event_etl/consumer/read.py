@@ -49,7 +49,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, TextIO, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TextIO, Union, cast
 
 import fastavro
 
@@ -62,11 +62,14 @@ from event_etl.eventtypes import EventType
 from event_etl.rules.buckets import parse_data_file_name
 from event_etl.rules.manifest import FileEntry, Manifest
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = ["hour_files", "writer_schema", "read_records", "records_of", "read_table", "record_json", "write_avro",
            "write_jsonl",
            "ReaderSchemaLike"]
 
-ReaderSchemaLike = Union[dict, str, "os.PathLike[str]", None]
+ReaderSchemaLike = Union[dict[str, Any], str, "os.PathLike[str]", None]
 """A reader schema: an Avro record schema (its JSON as a dict), or the path of an ``.avsc`` file."""
 
 
@@ -118,7 +121,8 @@ def writer_schema(sink: SinkLike, event_type: EventTypeLike, hour: HourLike) -> 
         return None
     newest = max(parts, key=_age)
     data = newest.folder.checked_file(newest.entry)
-    return json.loads(_open(data, newest.folder.display(newest.entry.name)).metadata["avro.schema"])
+    schema: dict[str, Any] = json.loads(_open(data, newest.folder.display(newest.entry.name)).metadata["avro.schema"])
+    return schema
 
 
 def _load_reader_schema(reader_schema: ReaderSchemaLike) -> dict[str, Any] | None:
@@ -139,13 +143,27 @@ def _load_reader_schema(reader_schema: ReaderSchemaLike) -> dict[str, Any] | Non
     return reader_schema
 
 
-def _open(data: bytes, path: str) -> fastavro.reader:
+class _AvroFile(Protocol):
+    """What a read takes of a ``fastavro.reader``: the file's header and its records (dicts: every data file holds
+    records of a record schema, where fastavro types them as any Avro value)."""
+
+    metadata: dict[str, str]
+    writer_schema: Any
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+
+def _avro_file(fo: BinaryIO, reader_schema: dict[str, Any] | None = None) -> _AvroFile:
+    return cast(_AvroFile, fastavro.reader(fo, reader_schema=reader_schema))
+
+
+def _open(data: bytes, path: str) -> _AvroFile:
     """A fastavro reader of a data file's records: an Avro container file as it is, a Parquet file (a type of
     ``format = "parquet"``) read back into the Avro records it was written from, so that both read alike."""
     if path.endswith(".parquet"):
         data = _parquet_records(data, path)
     try:
-        return fastavro.reader(io.BytesIO(data))
+        return _avro_file(io.BytesIO(data))
     except (ValueError, EOFError, TypeError) as err:  # the bytes match the manifest, yet are no Avro file
         raise CorruptHourError(f"{path} is not an Avro container file: {err}", path=path,
                                fix="the job wrote a damaged file; report it with the file") from err
@@ -177,7 +195,7 @@ class _Reading:
         data = self.cache.pop(id(part), None)
         return data if data is not None else part.folder.checked_file(part.entry)
 
-    def open(self, part: _Part, data: bytes | None = None) -> fastavro.reader:
+    def open(self, part: _Part, data: bytes | None = None) -> _AvroFile:
         """A fastavro reader of the file, resolving its records into the reader schema if it has another one."""
         data = self.bytes_of(part) if data is None else data
         path = part.folder.display(part.entry.name)
@@ -196,7 +214,7 @@ class _Reading:
                 fix="pass a reader schema that reads every version (reader_schema= or cat --reader-schema FILE), "
                 "e.g. the event type's current schema; `event-etl schema check` compares schemas",
             )
-        return fastavro.reader(io.BytesIO(data), reader_schema=self.reader)
+        return _avro_file(io.BytesIO(data), reader_schema=self.reader)
 
 
 def _same_schema(a: Any, b: Any) -> bool:
@@ -227,7 +245,7 @@ def _age(part: _Part) -> tuple[int, int, str]:
     return part.folder.hour, batch, part.entry.name
 
 
-def _readers(folder: HourFolder, files: tuple[FileEntry, ...]) -> Iterator[fastavro.reader]:
+def _readers(folder: HourFolder, files: tuple[FileEntry, ...]) -> Iterator[_AvroFile]:
     for entry in files:
         yield _open(folder.checked_file(entry), folder.display(entry.name))
 
@@ -258,7 +276,7 @@ def read_records(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, i
 
 
 def read_table(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, include_late: bool = True,
-               until: HourLike | None = None, reader_schema: ReaderSchemaLike = None):
+               until: HourLike | None = None, reader_schema: ReaderSchemaLike = None) -> pa.Table:
     """The records of a complete hour (or of every hour of ``[hour, until)``) as one ``pyarrow.Table``.
 
     Column types come from the reader schema (see :func:`read_records`), so hours written
