@@ -70,6 +70,7 @@ from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
 from event_etl.settings import current_settings
 from event_etl.sources import live
+from event_etl.sources.pubsub_stalls import WAIT_CAP, WAIT_FIRST, Stalls, waited_since
 from event_etl.sources.spool import (
     AppendFailed,
     OpenSegment,
@@ -82,7 +83,8 @@ from event_etl.sources.spool import (
 )
 
 __all__ = ["Fetcher", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
-           "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning"]
+           "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning",
+           "waited_since", "WAIT_FIRST", "WAIT_CAP"]
 
 log = logging.getLogger(__name__)
 
@@ -114,16 +116,6 @@ def settle_until(seconds: float, leased_at: float | None) -> float:
 
 PAUSE_FIRST, PAUSE_CAP = 0.05, 0.5
 """Seconds: the shortest and the longest pause of a stream between two empty pulls (doubling while they are)."""
-WAIT_FIRST, WAIT_CAP = 0.5, 10.0
-"""Seconds: the shortest and the longest wait before a stream tries again in an outage or on a full disk."""
-
-
-def waited_since(since: float, now: float) -> float:
-    """How long to wait before trying again when trying has failed since ``since`` (monotonic): as long as it has
-    failed so far, at least :data:`WAIT_FIRST` and at most :data:`WAIT_CAP`.  Each wait doubles the failure's age,
-    so the tries come about 0.5, 1, 2, 4 and 8 s into it, then every 10 s: a backoff by the time the outage (or the
-    full disk) has lasted, the same however many streams try meanwhile."""
-    return min(WAIT_CAP, max(WAIT_FIRST, now - since))
 
 
 def subscriber(factory: Callable[[], Any] | None) -> Any:
@@ -438,7 +430,7 @@ class Fetcher:
         self.pulled = 0
         self.acked = 0
         self.delivered_at: int | None = None
-        self.outage_since: float | None = None
+        self.stalls = Stalls(self.settings.outage_timeout)  # an outage, a full disk: since when, how long to wait
         self.error: SourceError | None = None
         self.drained = False
         self._stop = threading.Event()  # everything: pulling and extending deadlines
@@ -458,8 +450,6 @@ class Fetcher:
         # the subscription's ack deadline (the lease a pull grants), learnt when the run begins (a fetch partition is
         # told it); until then the longest Pub/Sub grants
         self.lease_seconds = MAX_LEASE_SECONDS
-        self.disk_full_since: float | None = None  # monotonic: the spool's disk had no room for a pull since then
-        self.disk_error: str | None = None  # what the full disk answered
         self.fenced = False  # another writer finished one of its open segments: it pulls no more
         self.late_acks = 0  # messages acknowledged after their lease ran out (they may come again)
         if fresh:  # a fetch partition leaves this to the driver's coordinator
@@ -661,10 +651,8 @@ class Fetcher:
         The wait grows with the outage, not with one stream's tries (:func:`waited_since`): the outage is the
         fetcher's (any stream's pull that succeeds ends it), and between two tries a stream goes back through its
         loop (room in the spool, parking), so this is no one call to retry."""
-        now = time.monotonic()
-        if self.outage_since is None:
-            self.outage_since = now
-        if now - self.outage_since > self.settings.outage_timeout:
+        wait = self.stalls.outage(time.monotonic())
+        if wait is None:
             self._fail(SourceError(
                 f"Pub/Sub was unreachable for {self.settings.outage_timeout:.0f}s while trying to {what} "
                 f"({self.subscription}): {err}",
@@ -672,7 +660,7 @@ class Fetcher:
                     "loses nothing Pub/Sub still holds"))
             return 0.0
         log.warning("Pub/Sub %s failed (%s); retrying", what, type(err).__name__)
-        return waited_since(self.outage_since, now)
+        return wait
 
     def _reachable(self) -> bool:
         """After a pull ran out: is the service there (the subscription quiet), or is this an outage?"""
@@ -729,8 +717,13 @@ class Fetcher:
                 self._watcher = s.index
 
     def _pull_loop(self, s: _Stream) -> None:
-        """Pull, make durable (and, ``spooled``, acknowledge), pull again, while the fetcher pulls."""
-        pause = PAUSE_FIRST
+        """Pull, make durable (and, ``spooled``, acknowledge), pull again, while the fetcher pulls.
+
+        What touches the spool or Pub/Sub is called from here, as the spool sweep names its windows
+        (``_spool_pull > acknowledge_in_bulk: acknowledge``, tests/spool_sweep.py): the pull itself and its failures
+        (:meth:`_pull`), the segment written (:meth:`_flush`, ``committed``) or appended to and acknowledged
+        (:meth:`_spool_pull`, ``spooled``)."""
+        pause, segment_age = PAUSE_FIRST, self.settings.segment_age
         while self._pulling():
             self._wait_for_room()
             self._park(s)
@@ -742,14 +735,26 @@ class Fetcher:
             data, raw, sent, sent_ms = pulled
             n = len(raw.received_messages) if raw is not None else 0
             if n == 0:
+                self._flush(s)
                 self._pulled_none(s, sent)
                 self._stop.wait(pause)
                 pause = min(PAUSE_CAP, pause * 2)
                 continue
             pause = PAUSE_FIRST
             ids = [rm.ack_id for rm in raw.received_messages]
-            if not self._take(s, data, ids, n, sent_ms) or not self._keep(s, data, raw, ids, n, sent):
+            with self.lock:
+                s.pending, s.pending_sent = ids, sent_ms
+            if self._stop.is_set():  # stopping (a stop whose wait for this pull ran out): hand them back
                 break
+            faults.point("pulled", str(n))  # pulled, not yet in a segment
+            self._take(s, data, ids, n)
+            if not self.spooled:
+                if s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= segment_age:
+                    self._flush(s)  # the stream's segment, once full or old
+            elif not self._spool_pull(s, data, raw, ids, n, sent):  # durable and acknowledged before the next pull
+                if self.fenced:
+                    break
+                self._stop.wait(self._disk_full_wait())
         self._flush(s)
 
     def _pull(self, s: _Stream) -> tuple[bytes, Any, float, int] | None:
@@ -774,7 +779,7 @@ class Fetcher:
             # answer may also have been lost after it leased messages: they may stay leased for a lease
             self._maybe_served(sent_ms)
             if self._reachable():
-                self.outage_since = None
+                self.stalls.answered()
                 return b"", None, sent, sent_ms
             if self.error is None:
                 time.sleep(self._outage("pull", _deadline_exceeded("no answer")))
@@ -788,13 +793,12 @@ class Fetcher:
 
             self._fail(permanent_error(self.subscription, err))
             return None
-        self.outage_since = None
+        self.stalls.answered()
         return data, raw, sent, sent_ms
 
     def _pulled_none(self, s: _Stream, sent: float) -> None:
         """A pull sent at ``sent`` (monotonic) brought nothing: the subscription is empty for now (``once``: maybe
         drained)."""
-        self._flush(s)
         with self.lock:
             self._empty = True
             if self._watcher is None:
@@ -804,14 +808,8 @@ class Fetcher:
         if self.once:
             self._check_drained()
 
-    def _take(self, s: _Stream, data: bytes, ids: list[str], n: int, sent_ms: int) -> bool:
-        """The stream holds a pull of ``n`` messages (``committed``: in its buffer, for its next segment); False if
-        the fetcher is stopping (the stream hands them back as it ends)."""
-        with self.lock:
-            s.pending, s.pending_sent = ids, sent_ms
-        if self._stop.is_set():  # stopping (a stop whose wait for this pull ran out): hand them back
-            return False
-        faults.point("pulled", str(n))  # pulled, not yet in a segment
+    def _take(self, s: _Stream, data: bytes, ids: list[str], n: int) -> None:
+        """The stream holds a pull of ``n`` messages (``committed``: in its buffer, for its next segment)."""
         with self.lock:
             s.empty_since = None
             if self._empty:  # messages again: every stream pulls
@@ -827,20 +825,6 @@ class Fetcher:
                 s.count += n
                 s.bytes += len(data)
                 s.pending = []  # held for the batch from here on (and extended)
-        return True
-
-    def _keep(self, s: _Stream, data: bytes, raw: Any, ids: list[str], n: int, sent: float) -> bool:
-        """``spooled``: the pull durable and acknowledged before the next one (on a full disk, after a wait);
-        ``committed``: the stream's segment written once full or old.  False: the stream pulls no more (fenced)."""
-        if self.spooled:
-            if not self._spool_pull(s, data, raw, ids, n, sent):
-                if self.fenced:
-                    return False
-                self._stop.wait(self._disk_full_wait())
-            return True
-        if s.count >= self.settings.segment_messages or time.monotonic() - s.opened >= self.settings.segment_age:
-            self._flush(s)
-        return True
 
     def _age_loop(self) -> None:
         """Write (``committed``) or close (``spooled``) every stream's open segment once it is ``segment_age`` old,
@@ -880,7 +864,21 @@ class Fetcher:
         Any other failure raises (the job stops with it).  The append runs outside the fetcher's lock: one stream's
         sync never waits for another's."""
         try:
-            seg = self._append(s, data, n, raw)
+            with self.lock:
+                seg = s.open
+                if seg is not None:
+                    s.inflight += 1  # from here until it is acknowledged, the segment is not closed under it
+            if seg is None:
+                seg = OpenSegment(self.segdir, self.run, s.index, s.seq)
+                with self.lock:
+                    s.open, s.open_acked, s.opened, s.seq = seg, True, time.monotonic(), s.seq + 1
+                    s.inflight += 1
+            try:
+                seg.append(data, n, oldest_of(raw))
+            except BaseException:
+                with self.lock:
+                    s.inflight -= 1
+                raise
         except AppendFailed as err:
             self._hand_back(s)
             if not err.full:
@@ -891,7 +889,7 @@ class Fetcher:
             self._hand_back(s)
             self._was_fenced(s, str(err))
             return False
-        if self.disk_full_since is not None:
+        if self.stalls.disk_full_since is not None:
             with self.lock:
                 self._room_again()
         faults.point("spooled", seg.path.name)  # durable, not yet acknowledged nor offered to Spark
@@ -914,27 +912,6 @@ class Fetcher:
             self._disk_full(s.unclosed)
         return True
 
-    def _append(self, s: _Stream, data: bytes, n: int, raw: Any) -> OpenSegment:
-        """Append a pull to the stream's open segment (opened first if it has none), durably; the segment it is in.
-        From here until the pull is acknowledged (or the append fails) the segment is not closed under it
-        (``inflight``)."""
-        with self.lock:
-            seg = s.open
-            if seg is not None:
-                s.inflight += 1
-        if seg is None:
-            seg = OpenSegment(self.segdir, self.run, s.index, s.seq)
-            with self.lock:
-                s.open, s.open_acked, s.opened, s.seq = seg, True, time.monotonic(), s.seq + 1
-                s.inflight += 1
-        try:
-            seg.append(data, n, oldest_of(raw))
-        except BaseException:
-            with self.lock:
-                s.inflight -= 1
-            raise
-        return seg
-
     def _count_acked(self, s: _Stream, n: int, sent: float, *, ok: bool, in_time: bool) -> None:
         """How the acknowledgement of a pull of ``n`` messages sent at ``sent`` went (with the lock held)."""
         if ok and in_time:
@@ -954,24 +931,19 @@ class Fetcher:
 
     def _room_again(self) -> None:
         """An append or a close found room on the spool's disk (with the lock held): pulling goes on."""
-        if self.disk_full_since is not None:
+        if self.stalls.room_again():
             log.warning("the spool's disk has room again: pulling %s goes on", self.subscription)
-            self.disk_full_since, self.disk_error = None, None
 
     def _disk_full(self, err: AppendFailed) -> None:
         """The spool's disk had no room for a pull (handed back already): wait for room, as in an outage (the
         watermark does not follow the clock, no hour is marked by the idle rule), and stop the job with the cause
         once it lasts ``outage_timeout``."""
-        now = time.monotonic()
         with self.lock:
-            first = self.disk_full_since is None
-            if first:
-                self.disk_full_since = now
-            self.disk_error = err.cause.strerror or str(err.cause)
+            first, too_long = self.stalls.disk_full(time.monotonic(), err.cause.strerror or str(err.cause))
         if first:
             log.warning("the spool's disk is full (%s at %s): pulling %s waits for room; no hour is marked meanwhile",
                         err.cause.strerror, self.segdir, self.subscription)
-        if now - (self.disk_full_since or now) > self.settings.outage_timeout:
+        if too_long:
             self._fail(SourceError(
                 f"the disk of the checkpoint's spool {self.segdir} has had no room for "
                 f"{self.settings.outage_timeout:.0f}s ({err.cause.strerror}): {self.subscription} cannot be pulled",
@@ -981,8 +953,7 @@ class Fetcher:
 
     def _disk_full_wait(self) -> float:
         """How long a stream waits before it tries a pull again on a full disk (:func:`waited_since`)."""
-        since = self.disk_full_since
-        return waited_since(since, time.monotonic()) if since is not None else WAIT_FIRST
+        return self.stalls.disk_full_wait(time.monotonic())
 
     def _was_fenced(self, s: _Stream, why: str) -> None:
         """Another writer finished the stream's open segment (a retried or speculative attempt of a fetch
@@ -1165,11 +1136,9 @@ class Fetcher:
         a full disk, an outage, a pull stream that is not running.  Never taken for a quiet subscription."""
         if self.error is not None:
             return f"stopped: {self.error.message}"
-        if self.disk_full_since is not None:
-            return (f"the spool's disk is full ({self.disk_error}) for {time.monotonic() - self.disk_full_since:.0f}s: "
-                    "pulling waits for room")
-        if self.outage_since is not None:
-            return f"Pub/Sub unreachable for {time.monotonic() - self.outage_since:.0f}s: retrying"
+        stalled = self.stalls.down(time.monotonic())
+        if stalled is not None:
+            return stalled
         if self._threads and self._pulling() and not self.fenced:
             dead = [t.name for t in self._threads if t.name.startswith("pubsub-pull-") and not t.is_alive()]
             if dead:

@@ -154,7 +154,7 @@ class PartitionFetcher(Fetcher):
                 "fenced": self.fenced, "down": self.down(), "late_acks": self.late_acks, "warning": self.warning,
                 "pulled": self.pulled, "acked": self.acked, "held_messages": msgs, "held_bytes": size,
                 "requests": dict(self.requests), "delivered_at": self.delivered_at,
-                "outage": self.outage_since is not None, "error": self.error.message if self.error else None,
+                "outage": self.stalls.outage_since is not None, "error": self.error.message if self.error else None,
                 "at": self.clock()}
 
     def write_status(self) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from event_etl.errors import SourceError, UsageError
 from event_etl.eventtypes import EventType
 from event_etl.job.stopping import Interrupted, StopSignals, signal_name
-from event_etl.sources.generator import Generator, parse_generator_params
+from event_etl.sources.generator import Generated, Generator, parse_generator_params
 from event_etl.timeutil import HOUR_MS, iso, now_millis
 
 __all__ = ["publish_generated", "write_count_file"]
@@ -62,7 +62,7 @@ def publish_generated(
     gen = Generator(et, p)
     total = int(rate * duration)
     client = publisher_client(batch_settings=BatchSettings(max_messages=500, max_latency=0.05))
-    futures = []
+    futures: list[Any] = []
     intents: Counter[str] = Counter()
     by_hour: Counter[str] = Counter()
     seen_ids: set[str] = set()
@@ -80,14 +80,34 @@ def publish_generated(
             attrs[et.time_attribute] = str(g.event_time)
         futures.append(client.publish(topic, g.payload, **attrs))
         intents[g.intent] += 1
-        if (g.intent in ("timely", "out_of_order", "late") and g.event_id is not None and g.event_time is not None
-                and g.event_id not in seen_ids):
-            seen_ids.add(g.event_id)
-            hour = iso(g.event_time - g.event_time % HOUR_MS)
-            if hour is not None:  # always: the iso time of an int
-                by_hour[hour] += 1
+        _count_valid(g, seen_ids, by_hour)
         if progress and (i + 1) % max(1, int(rate)) == 0:
             progress(i + 1, total)
+    failures = _unpublished(futures, stops)
+    sent = len(futures)
+    if failures:
+        raise SourceError(f"{failures} of {sent} messages could not be published to {topic}",
+                          fix="check the topic exists (`event-etl setup`) and the network")
+    stopped_by = None
+    if stops is not None and stops.first is not None:
+        stopped_by = signal_name(stops.first)
+    return {"event_type": et.name, "topic": topic, "published": sent, "seconds": time.monotonic() - t0,
+            "intents": dict(intents), "counts": dict(sorted(by_hour.items())), "stopped_by": stopped_by}
+
+
+def _count_valid(g: Generated, seen_ids: set[str], by_hour: Counter[str]) -> None:
+    """Count a valid event (timely, out of order or late) in its event hour, once whatever the producer's retries."""
+    if (g.intent in ("timely", "out_of_order", "late") and g.event_id is not None and g.event_time is not None
+            and g.event_id not in seen_ids):
+        seen_ids.add(g.event_id)
+        hour = iso(g.event_time - g.event_time % HOUR_MS)
+        if hour is not None:  # always: the iso time of an int
+            by_hour[hour] += 1
+
+
+def _unpublished(futures: list[Any], stops: StopSignals | None) -> int:
+    """Wait for Pub/Sub to acknowledge each publish (up to 60 s each); how many failed.  A second signal raises
+    :class:`~event_etl.job.stopping.Interrupted`."""
     failures = 0
     for f in futures:
         deadline = time.monotonic() + 60
@@ -100,15 +120,7 @@ def publish_generated(
             f.result(timeout=max(0.0, deadline - time.monotonic()))
         except Exception:  # noqa: BLE001 - counted and reported
             failures += 1
-    sent = len(futures)
-    if failures:
-        raise SourceError(f"{failures} of {sent} messages could not be published to {topic}",
-                          fix="check the topic exists (`event-etl setup`) and the network")
-    stopped_by = None
-    if stops is not None and stops.first is not None:
-        stopped_by = signal_name(stops.first)
-    return {"event_type": et.name, "topic": topic, "published": sent, "seconds": time.monotonic() - t0,
-            "intents": dict(intents), "counts": dict(sorted(by_hour.items())), "stopped_by": stopped_by}
+    return failures
 
 
 def write_count_file(path: str, result: dict[str, Any]) -> None:
