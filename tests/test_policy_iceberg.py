@@ -259,6 +259,21 @@ def test_an_avro_type_is_refused_at_the_start(tmp_path, sink):
     assert err.value.fix is not None and 'format = "parquet"' in err.value.fix
 
 
+def test_a_parquet_type_s_policy_is_built_from_its_etl_toml(tmp_path, sink):
+    from event_etl.job.setup import make_policy
+
+    d = tmp_path / "types" / "click"
+    d.mkdir(parents=True)
+    (d / "schema.avsc").write_text(json.dumps(ParquetType().schema))
+    (d / "etl.toml").write_text(f'time_field = "ts"\nformat = "parquet"\n[[commit_policy]]\nkind = "iceberg"\n'
+                                f'catalog = "events"\ncatalog_uri = "sqlite:///{tmp_path}/catalog.db"\n'
+                                f'warehouse = "file://{tmp_path}/warehouse"\ntable = "web.clicks"\n')
+    et = load_event_type(d)
+    policy = make_policy(dict(et.commit_policies[0]), et, Storage(str(sink)))
+    assert isinstance(policy, IcebergPolicy) and policy.config.table == "web.clicks"
+    assert policy.table() is None  # created by the first hour with files, not at the start
+
+
 @pytest.mark.parametrize("keys, field_, fix", [
     ({"table": "clicks"}, "commit_policy iceberg.table", "<namespace>.<table>"),
     ({"partitioning": "day"}, "commit_policy iceberg.partitioning", 'partitioning = "hour"'),
