@@ -35,6 +35,10 @@ snapshot's summary carries ``event_etl.event_type``, ``event_etl.hour``, ``event
 policy that restarts (a kill after the catalog's commit, before its record) finds the hour there and does not add
 it again.  The catalog's commit is atomic (a compare-and-swap of the table's metadata pointer): a kill inside it
 leaves the hour committed or not, never half.  An hour with no files changes the property only (no snapshot).
+
+**The table's data files are the sink's files**: a table maintenance that deletes files (expiring snapshots after a
+delete or an overwrite, ``remove_orphan_files`` over a location that covers the sink) deletes them from the sink
+(docs/runbook.md, "An Iceberg commit waits").
 """
 
 from __future__ import annotations
