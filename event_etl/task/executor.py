@@ -182,239 +182,315 @@ def process_split(
     """Process one split; returns its report (JSON-able) and its dedupe key rows (``KEY_DTYPE`` bytes).
 
     ``fast``: let chunks of valid JSON lines take the columnar path (:mod:`event_etl.task.fastpath`);
-    the output is the same either way (``False`` is for tests that compare both).
+    the output is the same either way (``False`` is for tests that compare both).  The steps, in
+    order: read and judge every payload into its group's files (:meth:`_SplitRun.read`), store the
+    files and the dead letters, then the report (:meth:`_SplitRun.finish`).
     """
-    from event_etl.task.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY, key_hash
+    run = _SplitRun(split, ctx, fast=fast)
+    run.read()
+    return run.finish(storage)
 
-    et = ctx.event_type
-    decoder = _decoder(et)
-    decode, decode_message = decoder.decode, decoder.decode_message
-    reader = split_reader(split.kind)
-    plan = plan_for(decoder) if fast and reader.fast_path(et) else None
-    reference = ctx.reference if ctx.wm_start is None else None
-    measuring = ctx.wm_start is None and reference is None  # a first batch's first run: measures its reference
-    # largest counted time, earliest event time of the split's acceptable events
-    acceptable: list[int | None] = [None, None]
 
-    def note(counted_time: int, earliest: int) -> None:
-        if acceptable[0] is None or counted_time > acceptable[0]:
-            acceptable[0] = counted_time
-        if acceptable[1] is None or earliest < acceptable[1]:
-            acceptable[1] = earliest
+class _SplitRun:
+    """One split being processed: what the record path (:meth:`record_path`) and the fast path (:meth:`chunk`)
+    add to, and what :meth:`finish` turns into the split's files, dead letters and report."""
 
-    judge = make_judge(
-        ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
-        too_late_reference=reference, max_backfill=et.max_backfill,
-    )
-    dedupe = et.dedupe_window > 0
-    id_field = et.id_field if dedupe else None
-    shard = split.shard
-    keys: list[tuple[int, int, int, int, int, int]] = []
-    key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
-    groups: dict[tuple[int, bool], RollingFiles] = {}
-    parquet = _parquet_output(et)
-    rejects: list[Rejected] = []
-    counts: Counter[str] = Counter()
-    delays = [0] * (len(DELAY_BUCKETS_S) + 1)
-    delay_sum = [0]
-    # the largest counted time (event time, at most its arrival) of the records written
-    counted: list[int | None] = [None]
-    timely_o, late_o = Outcome.TIMELY, Outcome.LATE
+    def __init__(self, split: Split, ctx: BatchContext, *, fast: bool) -> None:
+        et = ctx.event_type
+        self.split, self.ctx, self.et = split, ctx, et
+        self.decoder = _decoder(et)
+        self.reader = split_reader(split.kind)
+        self.plan = plan_for(self.decoder) if fast and self.reader.fast_path(et) else None
+        self.reference = ctx.reference if ctx.wm_start is None else None
+        self.measuring = ctx.wm_start is None and self.reference is None  # a first batch's first run: measures
+        # largest counted time, earliest event time of the split's acceptable events
+        self.acceptable: list[int | None] = [None, None]
+        self.judge = make_judge(
+            ctx.wm_start, allowed_lateness=et.allowed_lateness, max_future_skew=et.max_future_skew,
+            too_late_reference=self.reference, max_backfill=et.max_backfill,
+        )
+        self.dedupe = et.dedupe_window > 0
+        self.id_field = et.id_field if self.dedupe else None
+        self.shard = split.shard
+        self.keys: list[tuple[int, int, int, int, int, int]] = []
+        self.key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
+        self.groups: dict[tuple[int, bool], RollingFiles] = {}
+        self.parquet = _parquet_output(et)
+        self.rejects: list[Rejected] = []
+        self.counts: Counter[str] = Counter()
+        self.delays = [0] * (len(DELAY_BUCKETS_S) + 1)
+        self.delay_sum = 0
+        # the largest counted time (event time, at most its arrival) of the records written
+        self.counted: int | None = None
 
-    def group_for(hour: int, late: bool) -> RollingFiles:
+    def note(self, counted_time: int, earliest: int) -> None:
+        acc = self.acceptable
+        if acc[0] is None or counted_time > acc[0]:
+            acc[0] = counted_time
+        if acc[1] is None or earliest < acc[1]:
+            acc[1] = earliest
+
+    def count_written(self, c: int) -> None:
+        """A written record's counted time ``c`` (event time, at most its arrival)."""
+        if self.counted is None or c > self.counted:
+            self.counted = c
+
+    def group_for(self, hour: int, late: bool) -> RollingFiles:
         """The group of (hour, late), opened at its first record (its index orders the file keys)."""
-        g = groups.get((hour, late))
+        g = self.groups.get((hour, late))
         if g is None:
-            g = groups[(hour, late)] = RollingFiles(
-                len(groups), hour, late, batch_id=ctx.batch_id, shard=shard, writer=ctx.writer, schema=decoder.schema,
-                codec=et.codec, max_records=et.max_events_per_file, drop=ctx.drop, parquet=parquet)
+            ctx, et = self.ctx, self.et
+            g = self.groups[(hour, late)] = RollingFiles(
+                len(self.groups), hour, late, batch_id=ctx.batch_id, shard=self.shard, writer=ctx.writer,
+                schema=self.decoder.schema, codec=et.codec, max_records=et.max_events_per_file, drop=ctx.drop,
+                parquet=self.parquet)
         return g
 
-    def one(payload: bytes, arrival: int, where: str, off: Any, msg: Any) -> None:
-        """The record path: one payload."""
-        ok, rec, t = decode(payload) if msg is None else decode_message(payload, msg[1], arrival)
-        if not ok:
-            rejects.append(Rejected(rec.value, t, payload, where + str(off), arrival, None))
+    # -- reading ------------------------------------------------------------------------------------------
+    def read(self) -> None:
+        """Every payload of the split: pieces of JSON lines decoded at once where the plan takes them, else (and a
+        piece the plan cannot take) one by one."""
+        one = self.record_path()
+        if self.plan is None:
+            for item in self.reader.payloads(self.split, self.et):
+                one(*item)
             return
-        outcome, hour = judge(t, arrival)
-        if measuring and outcome is timely_o:  # accepted (not future, within max_backfill): as split_reference counts
-            note(t if t <= arrival else arrival, t)
-        if outcome is timely_o or outcome is late_o:
-            assert hour is not None  # the judge gives timely and late records their hour
-            late = outcome is late_o
-            g = group_for(hour, late)
-            problem = g.add(rec, t)
-            if problem is not None:
-                if problem == -1:
-                    counts["duplicate"] += 1
-                else:
-                    rejects.append(Rejected(Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off), arrival,
-                                            t))
-                return
-            if dedupe:
-                fk, pos = g.last
-                if id_field is not None:
-                    v = rec.get(id_field)
-                    if v is not None:
-                        keys.append((key_hash("i", v), t, shard, fk, pos, ID_KEY))
-                if msg is not None:  # stamped with its publish time: forgotten by the arrival clock
-                    keys.append((key_hash("m", f"{msg[0]}@{arrival}"), arrival, shard, fk, pos, MESSAGE_KEY))
-            c = t if t <= arrival else arrival
-            if counted[0] is None or c > counted[0]:
-                counted[0] = c
-            d = arrival - t
-            delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
-            if d > 0:  # early events (within max_future_skew) count in the lowest bucket and add nothing
-                delay_sum[0] += d
-        else:
-            reason = _REASON_OF[outcome]
-            rejects.append(Rejected(reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
-                                    where + str(off), arrival, t))
-        counts[outcome.value] += 1
+        for piece in self.reader.pieces(self.split, self.plan):
+            if piece.decoded is not None:
+                assert piece.data is not None and piece.position is not None  # a decoded piece carries both
+                self.chunk(piece.decoded, piece.data, piece.arrival, piece.position, piece.mids)
+            else:
+                assert piece.records is not None  # a piece the plan could not take carries its payloads
+                for item in piece.records:
+                    one(*item)
 
-    def chunk(fc: FastChunk, data: bytes, arrival: int | np.ndarray, position: Callable[[int], str],
+    def record_path(self) -> Callable[[bytes, int, str, Any, Any], None]:
+        """The record path: a function of one payload (a closure over this run's parts, for speed)."""
+        from event_etl.task.dedupe import ID_KEY, MESSAGE_KEY, key_hash
+
+        ctx, et = self.ctx, self.et
+        decode, decode_message = self.decoder.decode, self.decoder.decode_message
+        judge, measuring, dedupe, id_field, shard = self.judge, self.measuring, self.dedupe, self.id_field, self.shard
+        rejects, counts, keys, delays, group_for = self.rejects, self.counts, self.keys, self.delays, self.group_for
+        timely_o, late_o = Outcome.TIMELY, Outcome.LATE
+
+        def one(payload: bytes, arrival: int, where: str, off: Any, msg: Any) -> None:
+            ok, rec, t = decode(payload) if msg is None else decode_message(payload, msg[1], arrival)
+            if not ok:
+                rejects.append(Rejected(rec.value, t, payload, where + str(off), arrival, None))
+                return
+            outcome, hour = judge(t, arrival)
+            if measuring and outcome is timely_o:  # accepted (not future, within max_backfill): as split_reference
+                self.note(t if t <= arrival else arrival, t)
+            if outcome is timely_o or outcome is late_o:
+                assert hour is not None  # the judge gives timely and late records their hour
+                g = group_for(hour, outcome is late_o)
+                problem = g.add(rec, t)
+                if problem is not None:
+                    if problem == -1:
+                        counts["duplicate"] += 1
+                    else:
+                        rejects.append(Rejected(Reason.SCHEMA_MISMATCH.value, problem, payload, where + str(off),
+                                                arrival, t))
+                    return
+                if dedupe:
+                    fk, pos = g.last
+                    if id_field is not None:
+                        v = rec.get(id_field)
+                        if v is not None:
+                            keys.append((key_hash("i", v), t, shard, fk, pos, ID_KEY))
+                    if msg is not None:  # stamped with its publish time: forgotten by the arrival clock
+                        keys.append((key_hash("m", f"{msg[0]}@{arrival}"), arrival, shard, fk, pos, MESSAGE_KEY))
+                self.count_written(t if t <= arrival else arrival)
+                d = arrival - t
+                delays[bisect_left(_DELAY_BOUNDS_MS, d)] += 1
+                if d > 0:  # early events (within max_future_skew) count in the lowest bucket and add nothing
+                    self.delay_sum += d
+            else:
+                reason = _REASON_OF[outcome]
+                rejects.append(Rejected(reason.value, _reject_detail(reason, t, arrival, ctx, et), payload,
+                                        where + str(off), arrival, t))
+            counts[outcome.value] += 1
+
+        return one
+
+    def chunk(self, fc: FastChunk, data: bytes, arrival: int | np.ndarray, position: Callable[[int], str],
               mids: Sequence[str] | None = None) -> None:
-        """The fast path: a chunk of valid JSON lines (:mod:`event_etl.task.fastpath`), the same outcome as
-        :func:`one` on each.
+        """The fast path: a chunk of valid JSON lines (:mod:`event_etl.task.fastpath`), the same outcome as the
+        record path on each.
 
         ``arrival``: one arrival for the chunk (the lines of a file) or one per line (Pub/Sub
         messages: their publish times); ``position(i)``: the position of line ``i`` (``where + offset``);
         ``mids``: the message id of each line (Pub/Sub), for the message dedupe keys."""
-
-        codes, hours = judge_array(fc.times, arrival, ctx.wm_start, allowed_lateness=et.allowed_lateness,
-                                   max_future_skew=et.max_future_skew, too_late_reference=reference,
+        et = self.et
+        codes, hours = judge_array(fc.times, arrival, self.ctx.wm_start, allowed_lateness=et.allowed_lateness,
+                                   max_future_skew=et.max_future_skew, too_late_reference=self.reference,
                                    max_backfill=et.max_backfill)
-        if measuring:
+        if self.measuring:
             ok = codes == 0  # accepted (not future, within max_backfill): as split_reference counts them
             if ok.any():
                 times_ok = fc.times[ok]
                 arrival_ok = arrival[ok] if isinstance(arrival, np.ndarray) else arrival
-                note(int(np.minimum(times_ok, arrival_ok).max()), int(times_ok.min()))
+                self.note(int(np.minimum(times_ok, arrival_ok).max()), int(times_ok.min()))
         accepted = np.flatnonzero(codes <= 1)
-        written = np.zeros(fc.n, dtype=bool)
-        fks = np.zeros(fc.n, dtype=np.int64)
-        poss = np.zeros(fc.n, dtype=np.int64)
-        if len(accepted):
-            gkey = hours[accepted] * 2 + codes[accepted]  # hour (a multiple of 2) and late
-            uniq, first = np.unique(gkey, return_index=True)
-            for key in uniq[np.argsort(first, kind="stable")].tolist():  # groups open in order of first record
-                hour, late = key // 2, bool(key & 1)
-                g = group_for(hour, late)
-                idx = accepted[gkey == key]
-                a = int(idx[0])  # a run of consecutive records (time-ordered input) is a slice, not a copy
-                run = int(idx[-1]) - a + 1 == len(idx)
-                rows = fc.rows.slice(a, len(idx)) if run else fc.rows.take(int64_array(idx))
-                columns = None  # a Parquet file is written from the columns, an Avro file from the rows
-                if parquet is not None and fc.columns is not None:
-                    columns = fc.columns.slice(a, len(idx)) if run else fc.columns.take(int64_array(idx))
-                w, fk, pos = g.add_encoded(*rows_buffer(rows), fc.times[idx], columns=columns)
-                written[idx], fks[idx], poss[idx] = w, fk, pos
-        counts["duplicate"] += int(len(accepted) - written.sum())
+        written, fks, poss = self._write_chunk(fc, codes, hours, accepted)
+        self.counts["duplicate"] += int(len(accepted) - written.sum())
         for code in range(len(OUTCOME_CODES)):
             k = int(np.count_nonzero(written & (codes == code))) if code <= 1 else int(np.count_nonzero(codes == code))
             if k:
-                counts[OUTCOME_CODES[code].value] += k
+                self.counts[OUTCOME_CODES[code].value] += k
         wi = np.flatnonzero(written)
         if len(wi):
             arr = arrival[wi] if isinstance(arrival, np.ndarray) else arrival
-            c = int(np.minimum(fc.times[wi], arr).max())
-            if counted[0] is None or c > counted[0]:
-                counted[0] = c
-            d = arr - fc.times[wi]
-            per_bucket = np.bincount(np.searchsorted(_DELAY_BOUNDS_MS, d, side="left"), minlength=len(delays))
-            for b, c in enumerate(per_bucket.tolist()):
-                delays[b] += c
-            delay_sum[0] += int(d[d > 0].sum())
-            if dedupe and id_field is not None and fc.id_keys is not None:
-                assert fc.has_id is not None  # the fast path sets it with id_keys
-                wid = wi[fc.has_id[wi]]
-                part = np.empty(len(wid), dtype=KEY_DTYPE)
-                part["key"] = fc.id_keys[wid]
-                part["time"], part["shard"] = fc.times[wid], shard
-                part["file"], part["rec"], part["kind"] = fks[wid], poss[wid], ID_KEY
-                key_parts.append(part)
-            if dedupe and mids is not None:  # stamped with its publish time: forgotten by the arrival clock
-                assert isinstance(arr, np.ndarray)  # messages (with their ids) come with one arrival each
-                part = np.empty(len(wi), dtype=KEY_DTYPE)
-                if isinstance(mids, OffsetIds):  # Kafka's topic/partition/offset: made and hashed as columns
-                    part["key"] = offset_message_keys(mids.prefix, mids.offsets, wi, arr)
-                else:
-                    part["key"] = _message_keys([mids[i] for i in wi.tolist()], arr.tolist())
-                part["time"], part["shard"] = arr, shard
-                part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], MESSAGE_KEY
-                key_parts.append(part)
+            self._chunk_delays(fc.times[wi], arr)
+            self._chunk_keys(fc, wi, arr, fks, poss, mids)
+        self._chunk_rejects(fc, codes, data, arrival, position)
+
+    def _write_chunk(self, fc: FastChunk, codes: np.ndarray, hours: np.ndarray, accepted: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The chunk's accepted records into their groups' files: ``(written, file keys, positions)`` per line."""
+        written = np.zeros(fc.n, dtype=bool)
+        fks = np.zeros(fc.n, dtype=np.int64)
+        poss = np.zeros(fc.n, dtype=np.int64)
+        if not len(accepted):
+            return written, fks, poss
+        gkey = hours[accepted] * 2 + codes[accepted]  # hour (a multiple of 2) and late
+        uniq, first = np.unique(gkey, return_index=True)
+        for key in uniq[np.argsort(first, kind="stable")].tolist():  # groups open in order of first record
+            hour, late = key // 2, bool(key & 1)
+            g = self.group_for(hour, late)
+            idx = accepted[gkey == key]
+            a = int(idx[0])  # a run of consecutive records (time-ordered input) is a slice, not a copy
+            run = int(idx[-1]) - a + 1 == len(idx)
+            rows = fc.rows.slice(a, len(idx)) if run else fc.rows.take(int64_array(idx))
+            columns = None  # a Parquet file is written from the columns, an Avro file from the rows
+            if self.parquet is not None and fc.columns is not None:
+                columns = fc.columns.slice(a, len(idx)) if run else fc.columns.take(int64_array(idx))
+            w, fk, pos = g.add_encoded(*rows_buffer(rows), fc.times[idx], columns=columns)
+            written[idx], fks[idx], poss[idx] = w, fk, pos
+        return written, fks, poss
+
+    def _chunk_delays(self, times: np.ndarray, arr: int | np.ndarray) -> None:
+        """The counted time and the delay histogram of a chunk's written records."""
+        self.count_written(int(np.minimum(times, arr).max()))
+        d = arr - times
+        per_bucket = np.bincount(np.searchsorted(_DELAY_BOUNDS_MS, d, side="left"), minlength=len(self.delays))
+        for b, c in enumerate(per_bucket.tolist()):
+            self.delays[b] += c
+        self.delay_sum += int(d[d > 0].sum())
+
+    def _chunk_keys(self, fc: FastChunk, wi: np.ndarray, arr: int | np.ndarray, fks: np.ndarray, poss: np.ndarray,
+                    mids: Sequence[str] | None) -> None:
+        """The dedupe key rows of a chunk's written records: by id, and by message (Pub/Sub, Kafka)."""
+        from event_etl.task.dedupe import ID_KEY, KEY_DTYPE, MESSAGE_KEY
+
+        if not self.dedupe:
+            return
+        if self.id_field is not None and fc.id_keys is not None:
+            assert fc.has_id is not None  # the fast path sets it with id_keys
+            wid = wi[fc.has_id[wi]]
+            part = np.empty(len(wid), dtype=KEY_DTYPE)
+            part["key"] = fc.id_keys[wid]
+            part["time"], part["shard"] = fc.times[wid], self.shard
+            part["file"], part["rec"], part["kind"] = fks[wid], poss[wid], ID_KEY
+            self.key_parts.append(part)
+        if mids is not None:  # stamped with its publish time: forgotten by the arrival clock
+            assert isinstance(arr, np.ndarray)  # messages (with their ids) come with one arrival each
+            part = np.empty(len(wi), dtype=KEY_DTYPE)
+            if isinstance(mids, OffsetIds):  # Kafka's topic/partition/offset: made and hashed as columns
+                part["key"] = offset_message_keys(mids.prefix, mids.offsets, wi, arr)
+            else:
+                part["key"] = _message_keys([mids[i] for i in wi.tolist()], arr.tolist())
+            part["time"], part["shard"] = arr, self.shard
+            part["file"], part["rec"], part["kind"] = fks[wi], poss[wi], MESSAGE_KEY
+            self.key_parts.append(part)
+
+    def _chunk_rejects(self, fc: FastChunk, codes: np.ndarray, data: bytes, arrival: int | np.ndarray,
+                       position: Callable[[int], str]) -> None:
+        """The chunk's records the judge dead-letters (future, too late, before the backfill bound)."""
         for i in np.flatnonzero(codes >= 2).tolist():
             reason = _REASON_OF[OUTCOME_CODES[codes[i]]]
             t = int(fc.times[i])
             a = int(arrival[i]) if isinstance(arrival, np.ndarray) else arrival
             payload = data[fc.starts[i]:fc.ends[i]]
-            rejects.append(Rejected(reason.value, _reject_detail(reason, t, a, ctx, et), payload, position(i), a, t))
+            self.rejects.append(Rejected(reason.value, _reject_detail(reason, t, a, self.ctx, self.et), payload,
+                                         position(i), a, t))
 
-    if plan is not None:  # pieces of JSON lines decoded at once, or (a piece the plan cannot take) one by one
-        for piece in reader.pieces(split, plan):
-            if piece.decoded is not None:
-                assert piece.data is not None and piece.position is not None  # a decoded piece carries both
-                chunk(piece.decoded, piece.data, piece.arrival, piece.position, piece.mids)
-            else:
-                assert piece.records is not None  # a piece the plan could not take carries its payloads
-                for item in piece.records:
-                    one(*item)
-    else:
-        for item in reader.payloads(split, et):
-            one(*item)
-    files: list[dict[str, Any]] = []
-    max_t = min_hour = max_hour = None
-    fence = Fence.of(ctx.fence, storage)
-    for (hour, late), g in sorted(groups.items()):
-        written = g.finish()
-        if g.max_t is not None:
-            max_t = g.max_t if max_t is None else max(max_t, g.max_t)
-            # every hour that receives a file counts, the open hour of late records too: markers
-            # start at the earliest hour that received data, and a drain closes up to the latest
-            min_hour = hour if min_hour is None else min(min_hour, hour)
-            max_hour = hour if max_hour is None else max(max_hour, hour)
-        rel_dir = hour_dir(et.name, hour)
-        for name, data, n, fk in written:
-            files.append({
-                "hour": hour, "name": name, "records": n, "bytes": len(data), "file_key": fk,
-                "sha256": hashlib.sha256(data).hexdigest(), "late": late,
-                "schema_fingerprint": f"crc64avro:{et.fingerprint}",  # the schema the file is written in
-                **({"event_hours": {str(h): c for h, c in sorted(g.event_hours.get(name, {}).items())}}
-                   if late else {}),  # where a late file's records came from (the manifest says it)
-                "written": _store_once(storage, f"{rel_dir}/{name}", data, hour, fence,
-                                       check_only=ctx.written_since(hour, name)),
-            })
-    dl_rel = deadletter_file_path(et.name, ctx.started_at, ctx.batch_id, shard, writer=ctx.writer)
-    dl_skip = frozenset(ctx.drop.get(os.path.basename(dl_rel), ()))
-    if dl_skip:  # redelivered messages an earlier attempt found in the dead-letter area already
-        counts["duplicate"] += len(dl_skip)
-    if dedupe:
-        for i, r in enumerate(rejects):
-            if r.position.startswith("msg:") and i not in dl_skip:
-                keys.append((key_hash("m", f"{r.position[4:]}@{r.arrival}"), r.arrival, shard, DEADLETTER_FILE_KEY, i,
-                             MESSAGE_KEY))
-    rejects = [r for i, r in enumerate(rejects) if i not in dl_skip]
-    dl = _write_deadletters(rejects, dl_rel, ctx, storage, fence)
-    reasons = Counter(r.reason for r in rejects)
-    counts["invalid"] = sum(n for r, n in reasons.items() if r not in _JUDGED_REASONS)
-    report = SplitReport(shard=shard, counts={k: v for k, v in counts.items() if v}, reasons=dict(reasons), files=files,
-                         deadletter=dl, max_event_time=max_t, max_counted_time=counted[0], min_hour=min_hour,
-                         max_hour=max_hour, delay_buckets=delays, delay_sum_ms=delay_sum[0])
-    inputs = reader.inputs(split)  # Pub/Sub's segments or 0.1.0 spool file: acknowledged once the batch is saved
-    if inputs is not None:
-        report.inputs = inputs
-    report.part = reader.part(split)  # a partitioned source (Kafka): its watermark is kept per partition
-    backfill = [r.event_time for r in rejects if r.reason == Reason.BEFORE_BACKFILL.value and r.event_time is not None]
-    if backfill:  # said by the run (progress line, summary), so that a backfill is not dead-lettered in silence
-        report.backfill = {"events": len(backfill), "max_backfill": int(et.max_backfill), "oldest": min(backfill),
-                           "newest": max(backfill)}
-    rows = np.array(keys, dtype=KEY_DTYPE)
-    if key_parts:
-        rows = np.concatenate([rows, *key_parts])
-    out = report.to_json()
-    if measuring:
-        out["reference"], out["earliest"] = acceptable
-    return out, rows.tobytes()
+    # -- finishing ----------------------------------------------------------------------------------------
+    def finish(self, storage: Storage) -> tuple[dict[str, Any], bytes]:
+        """Store the files and the dead letters; the report and the dedupe key rows."""
+        from event_etl.task.dedupe import KEY_DTYPE
+
+        fence = Fence.of(self.ctx.fence, storage)
+        files, max_t, min_hour, max_hour = self._store_files(storage, fence)
+        dl = self._store_deadletters(storage, fence)
+        reasons = Counter(r.reason for r in self.rejects)
+        self.counts["invalid"] = sum(n for r, n in reasons.items() if r not in _JUDGED_REASONS)
+        report = SplitReport(shard=self.shard, counts={k: v for k, v in self.counts.items() if v},
+                             reasons=dict(reasons), files=files, deadletter=dl, max_event_time=max_t,
+                             max_counted_time=self.counted, min_hour=min_hour, max_hour=max_hour,
+                             delay_buckets=self.delays, delay_sum_ms=self.delay_sum)
+        inputs = self.reader.inputs(self.split)  # Pub/Sub's segments or 0.1.0 spool file: acked once saved
+        if inputs is not None:
+            report.inputs = inputs
+        report.part = self.reader.part(self.split)  # a partitioned source (Kafka): its watermark is kept per part
+        backfill = [r.event_time for r in self.rejects
+                    if r.reason == Reason.BEFORE_BACKFILL.value and r.event_time is not None]
+        if backfill:  # said by the run (progress line, summary), so that a backfill is not dead-lettered in silence
+            report.backfill = {"events": len(backfill), "max_backfill": int(self.et.max_backfill),
+                               "oldest": min(backfill), "newest": max(backfill)}
+        rows = np.array(self.keys, dtype=KEY_DTYPE)
+        if self.key_parts:
+            rows = np.concatenate([rows, *self.key_parts])
+        out = report.to_json()
+        if self.measuring:
+            out["reference"], out["earliest"] = self.acceptable
+        return out, rows.tobytes()
+
+    def _store_files(self, storage: Storage, fence: Fence | None
+                     ) -> tuple[list[dict[str, Any]], int | None, int | None, int | None]:
+        """Every group's files stored (each once): their report entries, the largest event time, the first and last
+        hour that received a file."""
+        et, ctx = self.et, self.ctx
+        files: list[dict[str, Any]] = []
+        max_t = min_hour = max_hour = None
+        for (hour, late), g in sorted(self.groups.items()):
+            written = g.finish()
+            if g.max_t is not None:
+                max_t = g.max_t if max_t is None else max(max_t, g.max_t)
+                # every hour that receives a file counts, the open hour of late records too: markers
+                # start at the earliest hour that received data, and a drain closes up to the latest
+                min_hour = hour if min_hour is None else min(min_hour, hour)
+                max_hour = hour if max_hour is None else max(max_hour, hour)
+            rel_dir = hour_dir(et.name, hour)
+            for name, data, n, fk in written:
+                files.append({
+                    "hour": hour, "name": name, "records": n, "bytes": len(data), "file_key": fk,
+                    "sha256": hashlib.sha256(data).hexdigest(), "late": late,
+                    "schema_fingerprint": f"crc64avro:{et.fingerprint}",  # the schema the file is written in
+                    **({"event_hours": {str(h): c for h, c in sorted(g.event_hours.get(name, {}).items())}}
+                       if late else {}),  # where a late file's records came from (the manifest says it)
+                    "written": _store_once(storage, f"{rel_dir}/{name}", data, hour, fence,
+                                           check_only=ctx.written_since(hour, name)),
+                })
+        return files, max_t, min_hour, max_hour
+
+    def _store_deadletters(self, storage: Storage, fence: Fence | None) -> dict[str, Any] | None:
+        """The split's dead-letter file, without the records an earlier attempt found there already."""
+        from event_etl.task.dedupe import MESSAGE_KEY, key_hash
+
+        ctx = self.ctx
+        dl_rel = deadletter_file_path(self.et.name, ctx.started_at, ctx.batch_id, self.shard, writer=ctx.writer)
+        dl_skip = frozenset(ctx.drop.get(os.path.basename(dl_rel), ()))
+        if dl_skip:  # redelivered messages an earlier attempt found in the dead-letter area already
+            self.counts["duplicate"] += len(dl_skip)
+        if self.dedupe:
+            for i, r in enumerate(self.rejects):
+                if r.position.startswith("msg:") and i not in dl_skip:
+                    self.keys.append((key_hash("m", f"{r.position[4:]}@{r.arrival}"), r.arrival, self.shard,
+                                      DEADLETTER_FILE_KEY, i, MESSAGE_KEY))
+        self.rejects = [r for i, r in enumerate(self.rejects) if i not in dl_skip]
+        return _write_deadletters(self.rejects, dl_rel, ctx, storage, fence)
 
 
 _REASON_OF: dict[Outcome, Reason] = {Outcome.TOO_LATE: Reason.TOO_LATE, Outcome.FUTURE: Reason.FUTURE,
