@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from event_etl.errors import UsageError
-from event_etl.job.controller import BatchEvent, BatchResult
+from event_etl.job.controller import BatchEvent
 from event_etl.job.setup import RunOptions
 from event_etl.metrics import (
     METRICS,
@@ -31,6 +31,7 @@ from event_etl.metrics import (
 from event_etl.rules.reasons import Reason
 from event_etl.rules.watermark import WatermarkState
 from event_etl.task.executor import DELAY_BUCKETS_S
+from event_etl.task.report import BatchResult
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, read_sink, t
 
 POLICY_SERIES = ("event_etl_policy_runs_total", "event_etl_policy_failures_total", "event_etl_policy_backlog_markers")
