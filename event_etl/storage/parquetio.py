@@ -101,7 +101,10 @@ class AvroArrow:
         if not isinstance(avro_schema, dict) or avro_schema.get("type") != "record":
             raise UnsupportedSchema("an hour's schema must be an Avro record schema")
         struct, self._convert = self._type(avro_schema, avro_schema.get("namespace", ""))
-        meta = {AVRO_SCHEMA_KEY: json.dumps(avro_schema, separators=(",", ":")).encode()} if with_avro_schema else None
+        # keys sorted: a replay's type comes back from its batch intent (JSON) with its keys in another order, and
+        # must write the same bytes
+        meta = ({AVRO_SCHEMA_KEY: json.dumps(avro_schema, separators=(",", ":"), sort_keys=True).encode()}
+                if with_avro_schema else None)
         self.schema = pa.schema(list(struct), metadata=meta)
 
     def table(self, records: Iterable[dict[str, Any]]) -> pa.Table:
