@@ -100,53 +100,71 @@ def compile_checker(schema: Any, named: dict[str, Check] | None = None) -> Check
     if isinstance(schema, list):
         return _union(schema, named)
     kind = schema["type"]
-    logical = schema.get("logicalType")
-    if kind == "record" or kind == "error":
-        return _record(schema, named)
-    if kind == "enum":
-        symbols = frozenset(schema["symbols"])
-        shown = sorted(symbols)[:6]
-
-        def check_enum(v: Any) -> str | None:
-            return None if type(v) is str and v in symbols else f"{_describe(v)} is not one of {shown}"
-
-        named[schema["name"]] = check_enum
-        return check_enum
-    if kind == "array":
-        item = compile_checker(schema["items"], named)
-
-        def check_array(v: Any) -> str | None:
-            if type(v) is not list and type(v) is not tuple:
-                return f"{_describe(v)} is not an array"
-            for i, x in enumerate(v):
-                why = item(x)
-                if why is not None:
-                    return f"[{i}]: {why}"
-            return None
-
-        return check_array
-    if kind == "map":
-        value = compile_checker(schema["values"], named)
-
-        def check_map(v: Any) -> str | None:
-            if type(v) is not dict:
-                return f"{_describe(v)} is not a map"
-            for k, x in v.items():
-                if type(k) is not str:
-                    return f"key {_describe(k)} is not a string"
-                why = value(x)
-                if why is not None:
-                    return f"[{k!r}]: {why}"
-            return None
-
-        return check_map
-    if kind == "fixed":
-        c = _primitive("fixed", logical, schema["size"])
-        named[schema["name"]] = c
-        return c
+    complex_kind = _COMPLEX.get(kind) if isinstance(kind, str) else None
+    if complex_kind is not None:
+        return complex_kind(schema, named)
     if isinstance(kind, (dict, list)):
         return compile_checker(kind, named)
-    return _primitive(kind, logical)
+    return _primitive(kind, schema.get("logicalType"))
+
+
+def _enum(schema: dict[str, Any], named: dict[str, Check]) -> Check:
+    symbols = frozenset(schema["symbols"])
+    shown = sorted(symbols)[:6]
+
+    def check_enum(v: Any) -> str | None:
+        return None if type(v) is str and v in symbols else f"{_describe(v)} is not one of {shown}"
+
+    named[schema["name"]] = check_enum
+    return check_enum
+
+
+def _array(schema: dict[str, Any], named: dict[str, Check]) -> Check:
+    item = compile_checker(schema["items"], named)
+
+    def check_array(v: Any) -> str | None:
+        if type(v) is not list and type(v) is not tuple:
+            return f"{_describe(v)} is not an array"
+        for i, x in enumerate(v):
+            why = item(x)
+            if why is not None:
+                return f"[{i}]: {why}"
+        return None
+
+    return check_array
+
+
+def _map(schema: dict[str, Any], named: dict[str, Check]) -> Check:
+    value = compile_checker(schema["values"], named)
+
+    def check_map(v: Any) -> str | None:
+        if type(v) is not dict:
+            return f"{_describe(v)} is not a map"
+        for k, x in v.items():
+            if type(k) is not str:
+                return f"key {_describe(k)} is not a string"
+            why = value(x)
+            if why is not None:
+                return f"[{k!r}]: {why}"
+        return None
+
+    return check_map
+
+
+def _fixed(schema: dict[str, Any], named: dict[str, Check]) -> Check:
+    c = _primitive("fixed", schema.get("logicalType"), schema["size"])
+    named[schema["name"]] = c
+    return c
+
+
+def _record_kind(schema: dict[str, Any], named: dict[str, Check]) -> Check:
+    return _record(schema, named)
+
+
+_COMPLEX: dict[str, Callable[[dict[str, Any], dict[str, Check]], Check]] = {
+    "record": _record_kind, "error": _record_kind, "enum": _enum, "array": _array, "map": _map, "fixed": _fixed,
+}
+"""The check compiler of each named or complex Avro type."""
 
 
 def _union(branches: list[Any], named: dict[str, Check]) -> Check:

@@ -155,25 +155,31 @@ def split_reference(split: Split, et: EventType, *, fast: bool = True) -> int | 
         if good:
             consider(t, arrival)
 
-    if plan is not None:
-        for piece in reader.pieces(split, plan):
-            fc, arrivals = piece.decoded, piece.arrival
-            if fc is not None:
-                ok = fc.times <= arrivals + skew
-                if backfill:
-                    ok &= arrivals - fc.times <= backfill
-                if ok.any():
-                    arrivals_ok = arrivals[ok] if isinstance(arrivals, np.ndarray) else arrivals
-                    c = int(np.minimum(fc.times[ok], arrivals_ok).max())
-                    consider(c, c)
-                continue
-            assert piece.records is not None  # a piece the plan could not take carries its payloads
-            for payload, arrival, _, _, msg in piece.records:
-                consider_payload(payload, arrival, msg)
+    if plan is None:
+        for payload, arrival, _, _, msg in reader.payloads(split, et):
+            consider_payload(payload, arrival, msg)
         return best
-    for payload, arrival, _, _, msg in reader.payloads(split, et):
-        consider_payload(payload, arrival, msg)
+    for piece in reader.pieces(split, plan):
+        if piece.decoded is not None:
+            c = _chunk_reference(piece.decoded, piece.arrival, skew, backfill)
+            if c is not None:
+                consider(c, c)
+            continue
+        assert piece.records is not None  # a piece the plan could not take carries its payloads
+        for payload, arrival, _, _, msg in piece.records:
+            consider_payload(payload, arrival, msg)
     return best
+
+
+def _chunk_reference(fc: FastChunk, arrivals: int | np.ndarray, skew: int, backfill: int | None) -> int | None:
+    """:func:`split_reference` of a fast-path chunk: the largest counted time of its acceptable events."""
+    ok = fc.times <= arrivals + skew
+    if backfill:
+        ok &= arrivals - fc.times <= backfill
+    if not ok.any():
+        return None
+    arrivals_ok = arrivals[ok] if isinstance(arrivals, np.ndarray) else arrivals
+    return int(np.minimum(fc.times[ok], arrivals_ok).max())
 
 
 def process_split(

@@ -191,13 +191,9 @@ class FastPlan:
         n = table.num_rows
         if n != len(starts):
             return None  # a line held two objects
-        cols = {}
-        for f in self.fields:
-            c = table.column(f.name)
-            c = c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)
-            if not f.nullable and c.null_count:
-                return None
-            cols[f.name] = c
+        cols = self._columns(table)
+        if cols is None:
+            return None
         tcol = cols.get(self.time_field)
         if tcol is None or tcol.null_count or tcol.type != pa.int64():
             return None
@@ -217,6 +213,17 @@ class FastPlan:
             id_keys[has_id] = self._id_hashes(ids.drop_null(), pa, pc)
         columns = pa.Table.from_arrays([cols[f.name] for f in self.fields], names=[f.name for f in self.fields])
         return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends, columns)
+
+    def _columns(self, table: Any) -> dict[str, Any] | None:
+        """The parsed table's columns as single arrays, by field; ``None`` if a required one holds a null."""
+        cols = {}
+        for f in self.fields:
+            c = table.column(f.name)
+            c = c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)
+            if not f.nullable and c.null_count:
+                return None
+            cols[f.name] = c
+        return cols
 
     def _id_hashes(self, ids: Any, pa: ModuleType, pc: ModuleType) -> np.ndarray:
         """:func:`event_etl.task.dedupe.key_hash` ``("i", id)`` of each id of an array without nulls: for
