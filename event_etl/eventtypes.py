@@ -742,46 +742,67 @@ def _commit_policies(raw: Any, sp: str) -> tuple[dict[str, Any], ...]:
     out: list[dict[str, Any]] = []
     for i, table in enumerate(raw):
         where = f"commit_policy[{i}]"
-        kind = table.get("kind")
-        if kind not in POLICY_KINDS:
-            close = difflib.get_close_matches(str(kind), list(POLICY_KINDS), n=1)
-            raise ConfigError(f"unknown policy kind {kind!r}" if kind is not None else "kind missing", file=sp,
-                              field=f"{where}.kind", fix=(f"did you mean '{close[0]}'? " if close else "")
-                              + f'write kind = "..." with one of: {", ".join(POLICY_KINDS)}')
-        keys = POLICY_KINDS[kind]
-        name = table.get("name", kind)
-        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", name):
-            raise ConfigError(f"policy name {name!r} is not a lower-case identifier", file=sp, field=f"{where}.name",
-                              fix='name it with lower-case letters, digits and _, e.g. name = "hours_topic"')
-        if any(p["name"] == name for p in out):
-            raise ConfigError(f"two policies are named {name!r}", file=sp, field=f"{where}.name",
-                              fix=f'give the second one its own name: name = "{name}_2" (the name keys its record '
-                                  "in the checkpoint: renaming a policy starts it afresh)")
-        for key in table:
-            if key not in keys and key not in ("kind", "name"):
-                close = difflib.get_close_matches(key, list(keys), n=1)
-                raise ConfigError(f"unknown key for a {kind} policy", file=sp, field=f"{where}.{key}",
-                                  fix=(f"did you mean '{close[0]}'? " if close else "")
-                                  + f"a {kind} policy knows: kind, name, {', '.join(keys)}")
-        policy: dict[str, Any] = {"kind": kind, "name": name}
-        for key, (default, meaning) in keys.items():
-            value = table.get(key, default)
-            if value is None:
-                raise ConfigError("missing", file=sp, field=f"{where}.{key}", fix=f"add {key} = \"...\": {meaning}")
-            if not isinstance(value, str):
-                raise ConfigError(f"must be a string, got {value!r}", file=sp, field=f"{where}.{key}",
-                                  fix=f'write {key} = "..." ({meaning})')
-            policy[key] = value
+        kind = _policy_kind(table, where, sp)
+        name = _policy_name(table, kind, [p["name"] for p in out], where, sp)
+        policy: dict[str, Any] = {"kind": kind, "name": name, **_policy_values(table, kind, where, sp)}
         if kind == "pubsub":
-            if not _TOPIC_RE.match(policy["topic"]):
-                raise ConfigError(f"not a topic path: {policy['topic']!r}", file=sp, field=f"{where}.topic",
-                                  fix='write topic = "projects/<project>/topics/<topic>"')
-            try:
-                policy["timeout"] = parse_duration(policy["timeout"])
-            except ValueError as err:
-                raise ConfigError(str(err), file=sp, field=f"{where}.timeout",
-                                  fix='write for example timeout = "30s"') from err
-            if policy["timeout"] <= 0:
-                raise ConfigError("must be more than 0", file=sp, field=f"{where}.timeout", fix='write timeout = "30s"')
+            _check_pubsub_policy(policy, where, sp)
         out.append(policy)
     return tuple(out)
+
+
+def _policy_kind(table: dict[str, Any], where: str, sp: str) -> str:
+    kind = table.get("kind")
+    if kind not in POLICY_KINDS:
+        close = difflib.get_close_matches(str(kind), list(POLICY_KINDS), n=1)
+        raise ConfigError(f"unknown policy kind {kind!r}" if kind is not None else "kind missing", file=sp,
+                          field=f"{where}.kind", fix=(f"did you mean '{close[0]}'? " if close else "")
+                          + f'write kind = "..." with one of: {", ".join(POLICY_KINDS)}')
+    return str(kind)
+
+
+def _policy_name(table: dict[str, Any], kind: str, taken: list[str], where: str, sp: str) -> str:
+    name = table.get("name", kind)
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,39}", name):
+        raise ConfigError(f"policy name {name!r} is not a lower-case identifier", file=sp, field=f"{where}.name",
+                          fix='name it with lower-case letters, digits and _, e.g. name = "hours_topic"')
+    if name in taken:
+        raise ConfigError(f"two policies are named {name!r}", file=sp, field=f"{where}.name",
+                          fix=f'give the second one its own name: name = "{name}_2" (the name keys its record '
+                              "in the checkpoint: renaming a policy starts it afresh)")
+    return name
+
+
+def _policy_values(table: dict[str, Any], kind: str, where: str, sp: str) -> dict[str, Any]:
+    """The kind's keys of a policy's table, defaults filled in; :class:`ConfigError` for an unknown or missing key."""
+    keys = POLICY_KINDS[kind]
+    for key in table:
+        if key not in keys and key not in ("kind", "name"):
+            close = difflib.get_close_matches(key, list(keys), n=1)
+            raise ConfigError(f"unknown key for a {kind} policy", file=sp, field=f"{where}.{key}",
+                              fix=(f"did you mean '{close[0]}'? " if close else "")
+                              + f"a {kind} policy knows: kind, name, {', '.join(keys)}")
+    values: dict[str, Any] = {}
+    for key, (default, meaning) in keys.items():
+        value = table.get(key, default)
+        if value is None:
+            raise ConfigError("missing", file=sp, field=f"{where}.{key}", fix=f"add {key} = \"...\": {meaning}")
+        if not isinstance(value, str):
+            raise ConfigError(f"must be a string, got {value!r}", file=sp, field=f"{where}.{key}",
+                              fix=f'write {key} = "..." ({meaning})')
+        values[key] = value
+    return values
+
+
+def _check_pubsub_policy(policy: dict[str, Any], where: str, sp: str) -> None:
+    """A pubsub policy's topic path and timeout (made milliseconds)."""
+    if not _TOPIC_RE.match(policy["topic"]):
+        raise ConfigError(f"not a topic path: {policy['topic']!r}", file=sp, field=f"{where}.topic",
+                          fix='write topic = "projects/<project>/topics/<topic>"')
+    try:
+        policy["timeout"] = parse_duration(policy["timeout"])
+    except ValueError as err:
+        raise ConfigError(str(err), file=sp, field=f"{where}.timeout",
+                          fix='write for example timeout = "30s"') from err
+    if policy["timeout"] <= 0:
+        raise ConfigError("must be more than 0", file=sp, field=f"{where}.timeout", fix='write timeout = "30s"')
