@@ -65,6 +65,17 @@ def test_a_parquet_hour_reads_as_the_same_records_as_an_avro_hour(both):
     assert any("/late-" in u for u in uris) and all(u.endswith(".parquet") for u in uris)
 
 
+def test_a_parquet_hour_reads_into_another_reader_schema_as_an_avro_hour(both):
+    """A reader schema that differs from the files' (a field added with a default) resolves Parquet files too."""
+    outs = {}
+    for fmt, p in both.items():
+        schema = {**p.et.schema, "fields": [*p.et.schema["fields"], {"name": "added", "type": "string",
+                                                                        "default": "x"}]}
+        outs[fmt] = list(read_records(str(p.sink), "click", HOUR, reader_schema=schema))
+    assert outs["avro"] and outs["parquet"] == outs["avro"]
+    assert {r["added"] for r in outs["parquet"]} == {"x"}
+
+
 def test_cat_prints_a_parquet_hour_as_it_prints_an_avro_hour(both):
     outs = []
     for fmt in ("avro", "parquet"):

@@ -160,8 +160,15 @@ def _avro_file(fo: BinaryIO, reader_schema: dict[str, Any] | None = None) -> _Av
 def _open(data: bytes, path: str) -> _AvroFile:
     """A fastavro reader of a data file's records: an Avro container file as it is, a Parquet file (a type of
     ``format = "parquet"``) read back into the Avro records it was written from, so that both read alike."""
-    if path.endswith(".parquet"):
-        data = _parquet_records(data, path)
+    return _open_container(_container(data, path), path)
+
+
+def _container(data: bytes, path: str) -> bytes:
+    """A data file as an Avro container file: itself, or a Parquet file's records in one."""
+    return _parquet_records(data, path) if path.endswith(".parquet") else data
+
+
+def _open_container(data: bytes, path: str) -> _AvroFile:
     try:
         return _avro_file(io.BytesIO(data))
     except (ValueError, EOFError, TypeError) as err:  # the bytes match the manifest, yet are no Avro file
@@ -197,9 +204,9 @@ class _Reading:
 
     def open(self, part: _Part, data: bytes | None = None) -> _AvroFile:
         """A fastavro reader of the file, resolving its records into the reader schema if it has another one."""
-        data = self.bytes_of(part) if data is None else data
         path = part.folder.display(part.entry.name)
-        r = _open(data, path)
+        data = _container(self.bytes_of(part) if data is None else data, path)  # read again below, resolved
+        r = _open_container(data, path)
         if self.reader is None or _same_schema(r.writer_schema, self.parsed):
             return r
         from event_etl.rules.compat import reader_problems
