@@ -22,7 +22,8 @@ record saved); Pub/Sub: ``pulled`` (messages pulled,
 not yet in a spool segment), ``spooled`` (a segment is durable, not yet acknowledged nor offered to Spark),
 ``acknowledging`` (some of a segment's or a saved batch's messages are acknowledged, not all), ``spool_acked`` (a
 segment's messages are acknowledged, the segment not yet offered) and ``segments_committed`` (Spark committed the
-batches that read some segments, which are not yet deleted).
+batches that read some segments, which are not yet deleted); the ``iceberg`` commit policy: ``iceberg_commit`` (an
+hour's snapshot built, the catalog not yet told) and ``iceberg_committed`` (committed, the policy's record not saved).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@
     .venv/bin/python integration/campaign.py --source pubsub --sink local
     .venv/bin/python integration/campaign.py --source kafka      # tansu (Kafka protocol), 4 partitions -> local disk
     .venv/bin/python integration/campaign.py --source kafka --kafka-scenario retention   # noida-db (issue 48)
+    .venv/bin/python -m integration.campaign --iceberg  # Parquet, an Iceberg snapshot per complete hour (issue 51)
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
              --points all|source --stops all|kills --kafka-partitions P --idle-partition none|quiet
              --broker tansu|noida
@@ -122,6 +123,11 @@ FAULT_POINTS = ("write_file", "files_written", "duplicates_rewritten", "before_m
 # pulled, not spooled; durable, not acknowledged; during an acknowledgement; acknowledged, not offered; Spark committed
 # a batch, its segments not yet deleted
 PUBSUB_POINTS = ("pulled", "spooled", "acknowledging", "spool_acked", "segments_committed")
+# --iceberg: a marker durable and read back, the policy not run; inside the commit (the snapshot built, the catalog not
+# told); committed, the chain's record not saved
+ICEBERG_POINTS = ("before_policy", "iceberg_commit", "iceberg_committed")
+ICEBERG_PAUSES = ",before_policy=0.1,iceberg_commit=0.3,iceberg_committed=0.3"
+DATA_SUFFIXES = (".avro", ".parquet")
 PAUSES = ("write_file=0.02,files_written=0.15,duplicates_rewritten=0.3,before_marker=0.25,after_marker=0.25,"
           "state_saved=0.1,merge_write=0.05,merged_written=0.2,merge_recorded=0.2,drain=0.5,idle_advance=0.5,pulled=0.05,spooled=0.1,acknowledging=0.2,"
           "spool_acked=0.1,segments_committed=0.2")
@@ -334,6 +340,17 @@ class Watcher(threading.Thread):
                 continue
 
 
+def _event_ids(name: str, data: bytes) -> list[str]:
+    """The ``event_id`` of every record of a data file, Avro or Parquet (``--iceberg``)."""
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return [str(i) for i in pq.read_table(io.BytesIO(data), columns=["event_id"]).column("event_id").to_pylist()]
+    import fastavro
+
+    return [str(r["event_id"]) for r in fastavro.reader(io.BytesIO(data))]
+
+
 class LineageTail(threading.Thread):
     """``--policies``: reads the OpenLineage events the job's ``openlineage`` policy appends to its file, as they come,
     and notes for each whether its hour's marker was in the sink at that moment (a notice must never come first)."""
@@ -427,6 +444,11 @@ class Campaign:
             config.write_text(f"transport:\n  type: file\n  log_file_path: {self.lineage_log}\n  append: true\n")
             self.env["OPENLINEAGE_CONFIG"] = str(config)
             self.env.pop("OPENLINEAGE_URL", None)
+        if getattr(self.args, "iceberg", False):  # Parquet files, and an Iceberg snapshot per complete hour
+            extra += 'format = "parquet"\n'
+            text += (f'\n[[commit_policy]]\nkind = "iceberg"\ncatalog = "campaign"\n'
+                     f'catalog_uri = "sqlite:///{self.work}/catalog.db"\nwarehouse = "file://{self.work}/warehouse"\n')
+            self.env["EVENT_ETL_FAULT_PAUSE"] += ICEBERG_PAUSES
         toml.write_text(extra + text)  # top-level keys: before any table
         self.et = load_event_type(types / "page_view")
         self.event_types_dir = str(types)
@@ -1131,8 +1153,6 @@ class Campaign:
 
     # -- reading the result ----------------------------------------------------------------
     def read_sink(self):
-        import fastavro
-
         st = Storage(self.sink)
         content = {}
         for day in st.list_dirs("page_view"):
@@ -1145,12 +1165,12 @@ class Campaign:
                 for name in sorted(files):
                     if name == MARKER_NAME:
                         entry["marker"] = Manifest.from_bytes(st.read(f"{rel}/{name}"))
-                    elif name.endswith(".avro"):
+                    elif name.endswith(DATA_SUFFIXES):
                         data = st.read(f"{rel}/{name}")
                         entry["data"][name] = data
                         meta = parse_data_file_name(name)
-                        for r in fastavro.reader(io.BytesIO(data)):
-                            entry["records"].append((str(r["event_id"]), meta.batch_id, meta.late))
+                        for i in _event_ids(name, data):
+                            entry["records"].append((i, meta.batch_id, meta.late))
                 content[parse_hour_dir(rel)[1]] = entry
         return content, st
 
@@ -1233,7 +1253,7 @@ class Campaign:
             m = entry["marker"]
             if m is None:
                 continue
-            names = sorted(n for n in entry["files"] if n.endswith(".avro"))
+            names = sorted(n for n in entry["files"] if n.endswith(DATA_SUFFIXES))
             good = [f.name for f in m.files] == names and all(
                 f.bytes == len(entry["data"][f.name]) and f.sha256 == hashlib.sha256(entry["data"][f.name]).hexdigest()
                 for f in m.files) and m.records == len(entry["records"]) and m.late_records == sum(
@@ -1242,9 +1262,9 @@ class Campaign:
                 bad_manifests.append(iso(h))
         # few files per complete hour: at most ceil(records / max_events_per_file) + 2
         too_many_files = [
-            (iso(h), len([n for n in entry["files"] if n.endswith(".avro")]), len(entry["records"]))
+            (iso(h), len([n for n in entry["files"] if n.endswith(DATA_SUFFIXES)]), len(entry["records"]))
             for h, entry in content.items() if entry["marker"] is not None
-            and len([n for n in entry["files"] if n.endswith(".avro")])
+            and len([n for n in entry["files"] if n.endswith(DATA_SUFFIXES)])
             > -(-len(entry["records"]) // MAX_EVENTS_PER_FILE) + 2]
         # markers never written twice: create-only; folders never changed after their marker
         changed = [rel for rel, snap in watcher.snapshots.items() if watcher.snapshot(rel) != snap]
@@ -1288,7 +1308,7 @@ class Campaign:
             "hours changed after their marker (premature markers)": len(changed),
             "complete hours with more than ceil(records / max_events_per_file) + 2 files": len(too_many_files),
             "data files in complete hours (of them merged)": "{} ({})".format(
-                sum(1 for e in content.values() if e["marker"] for n in e["files"] if n.endswith(".avro")),
+                sum(1 for e in content.values() if e["marker"] for n in e["files"] if n.endswith(DATA_SUFFIXES)),
                 sum(1 for e in content.values() if e["marker"] for n in e["files"] if is_merged_name(n))),
             "hours marked before the real clock passed their end": len(early),
             "temporary files left": len(leftovers),
@@ -1311,9 +1331,54 @@ class Campaign:
                          "dead letters": dl_detail},
         }
 
+    def check_iceberg(self) -> dict:
+        """``--iceberg``: the hours the policy's record says are done each have exactly one snapshot, from their
+        marker's bytes, none committed before its marker was written; then the hours a stop left pending are
+        committed as the next start would, and the table's rows must equal the manifests'."""
+        from event_etl.job.policies import CompleteHour
+        from event_etl.job.policy_iceberg import IcebergPolicy
+        from event_etl.timeutil import parse_hour
+
+        st = Storage(self.sink)
+        record = json.loads((Path(self.checkpoint) / "etl" / "policies" / "iceberg.json").read_text())
+        done = record.get("done_through")
+        markers = {}
+        for rel in st.list_dirs("page_view"):
+            for h in (st.list_dirs(f"page_view/{rel}") if rel.startswith("dt=") else ()):
+                folder = f"page_view/{rel}/{h}"
+                if MARKER_NAME in st.list_files(folder):
+                    data = st.read(f"{folder}/{MARKER_NAME}")
+                    mtime = os.stat(st.path(f"{folder}/{MARKER_NAME}")).st_mtime * 1000
+                    markers[parse_hour_dir(folder)[1]] = (folder, data, mtime)
+        policy = IcebergPolicy(dict(self.et.commit_policies[-1]), self.et, st)
+        table = policy.table()
+        early = [s for s in (table.snapshots() if table else [])
+                 if s.timestamp_ms < markers[parse_hour(s.summary.additional_properties["event_etl.hour"])][2] - 1]
+        pending = [h for h in sorted(markers) if done is None or h > int(done)]
+        for h in pending:  # what the next start does
+            folder, data, _ = markers[h]
+            policy.run(CompleteHour("page_view", h, data, st.display(f"{folder}/{MARKER_NAME}"), st.display(folder),
+                                    Manifest.from_bytes(data)))
+        table = policy.table()
+        props = [s.summary.additional_properties for s in (table.snapshots() if table else [])]
+        by_hour = Counter((parse_hour(p["event_etl.hour"]), p["event_etl.marker_sha256"]) for p in props)
+        wrong = [iso(h) for h, (_, data, _) in markers.items() if Manifest.from_bytes(data).files
+                 and by_hour[(h, hashlib.sha256(data).hexdigest())] != 1]
+        wrong += [iso(h) for h, _ in by_hour if h not in markers]
+        rows = table.scan(selected_fields=("event_id",)).to_arrow().num_rows if table else 0
+        records = sum(Manifest.from_bytes(data).records for _, data, _ in markers.values())
+        self._iceberg_details = {"not exactly once": wrong, "early": [s.snapshot_id for s in early]}
+        return {"iceberg: snapshots (of them committed after the last stop, pending then)":
+                f"{len(props)} ({len(pending)})",
+                "iceberg: complete hours not committed exactly once": len(wrong),
+                "iceberg: snapshots before their marker": len(early),
+                "iceberg: rows (manifests' records)": f"{rows} ({records})",
+                "iceberg: rows not equal to the manifests'": abs(rows - records)}
+
     # -- the campaign ----------------------------------------------------------------------
     def plan(self) -> list[tuple[str, str | None]]:
-        points = FAULT_POINTS + (PUBSUB_POINTS if self.args.source == "pubsub" else ())
+        points = FAULT_POINTS + (PUBSUB_POINTS if self.args.source == "pubsub" else ()) + (
+            ICEBERG_POINTS if getattr(self.args, "iceberg", False) else ())
         # "source": a SIGKILL at each of the source's own points only (the batch protocol's points are the same for
         # every source: the directory campaign kills at each), the rest of --kills at random points
         # (Kafka has no points of its own: with "source", every SIGKILL is at a random point of the batch protocol)
@@ -1382,6 +1447,8 @@ class Campaign:
                 result["policy: notices (of them repeated after a kill)"] = (
                     f"{len(lineage.events)} ({sum(n - 1 for n in notified.values())})")
                 result["_details"]["never notified"] = sorted(marked - set(notified))
+            if getattr(self.args, "iceberg", False):
+                result.update(self.check_iceberg())
             result["final run exit code"] = rc
             result["seconds"] = round(time.monotonic() - t0, 1)
             return result
@@ -1401,6 +1468,8 @@ FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "mis
                 "complete hours with more than ceil(records / max_events_per_file) + 2 files",
                 "timely events judged late (an hour closed early)", "final run exit code", "temporary files left",
                 "policy: complete hours never notified", "policy: notices before their marker",
+                "iceberg: complete hours not committed exactly once", "iceberg: snapshots before their marker",
+                "iceberg: rows not equal to the manifests'",
                 "deleted records in the sink", "aborted records in the sink or dead letters", KEY_LOST_WRONG,
                 KEY_FAIL_RUNS_WRONG, KEY_DELETIONS_MISSED)
 
@@ -1451,6 +1520,10 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", action="store_true",
                     help="an openlineage commit policy on the type (file transport): every complete hour notified "
                     "at least once, none before its marker")
+    ap.add_argument("--iceberg", action="store_true",
+                    help="the type in Parquet with an iceberg commit policy (SQL catalog on SQLite): every complete "
+                    "hour one snapshot, none before its marker, the table's rows equal to the manifests'; SIGKILLs "
+                    "also at the policy's points (inside the commit)")
     ap.add_argument("--fetch-partitions", type=int, default=0,
                     help="Pub/Sub: pull in N executor tasks (EVENT_ETL_PUBSUB_FETCH_PARTITIONS); 0: in the driver")
     ap.add_argument("--kafka-partitions", type=int, default=4, help="Kafka: partitions of the topic (default 4)")
@@ -1464,6 +1537,8 @@ def main(argv=None) -> int:
                          "unread by DeleteRecords and by retention.ms, each first with fail then skip (retention), "
                          "waves in transactions with aborted ones among them (transactions), or all three")
     args = ap.parse_args(argv)
+    if args.iceberg and (args.sink == "gcs" or (args.sink is None and args.source == "pubsub")):
+        ap.error("--iceberg is for a local sink (--sink local)")
     if args.source != "kafka" and (args.kafka_scenario != "none" or args.broker):
         ap.error("--broker and --kafka-scenario are for --source kafka")
     result = Campaign(args).run()
