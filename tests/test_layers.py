@@ -100,9 +100,9 @@ def test_only_the_command_line_imports_the_cli(module):
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     """The test itself: an import inside a function, and a relative one, are seen."""
     path = tmp_path / "mod.py"
-    path.write_text("def f():\n    from event_etl.job.runner import run_job\n\nfrom ..cli import options\n")
+    path.write_text("def f():\n    from event_etl.job.driver import run\n\nfrom ..cli import options\n")
     found = imports_of("event_etl.storage.mod", path)
-    assert "event_etl.job.runner" in found and "event_etl.cli.options" in found
+    assert "event_etl.job.driver" in found and "event_etl.cli.options" in found
 
 
 def test_every_package_has_an_init():

@@ -108,6 +108,8 @@ def run_fleet(event_types: list[EventType], options: RunOptions, **kwargs: Any) 
 def _check(event_types: list[EventType], options: RunOptions, fleet: bool) -> None:
     if not event_types:
         raise UsageError("no event type to run", fix="name one, or give --all with a folder holding some")
+    if not fleet and len(event_types) > 1:
+        raise UsageError(f"{len(event_types)} event types to run as one", fix="run them as a fleet (fleet=True)")
     if fleet and options.source:
         raise UsageError("--source names one source, but a fleet runs several event types",
                          fix="set each type's `source` in its etl.toml, or run the types one by one")
