@@ -17,21 +17,23 @@ LONGEST = ("integration/test_campaign.py::test_campaign_directory_source_to_loca
 SLOW_MODULES = {
     "integration/test_pubsub_gcs.py": 150, "integration/test_upgrade.py": 140, "integration/test_signals.py": 130,
     "integration/test_storage_faults.py": 110, "integration/test_cluster.py": 110,
-    "integration/test_consumer_demo.py": 85, "integration/test_kafka_broker.py": 80, "integration/test_airflow.py": 60,
+    "integration/test_airflow.py": 150, "integration/test_consumer_demo.py": 85, "integration/test_kafka_broker.py": 80,
 }
 """Integration modules that take a minute or more (seconds of test time, from CI's ``--durations`` on 2 cores on
-2026-11-28; a rough figure is enough: only their order counts).  Every other module of integration/ comes after
-them, in collection order."""
+2026-11-28, test_airflow.py's since its installs are uv's; a rough figure is enough: only their order counts).
+Every other module of integration/ comes after them, in collection order."""
 
 
 def _order(items: list, chunk: int, workers: int) -> list:
-    """Longest first, in the order xdist's load scheduler hands them out: worker ``k`` gets the items ``k * chunk`` to
-    ``(k + 1) * chunk - 1`` first, then each worker that runs low takes the next ones.  So each of :data:`LONGEST`
-    begins a worker's first chunk, the rest of which is quick tests (unit tests; without them, the last integration
-    modules): they do not hold back a worker that could start a long test.  Then come the slow integration modules
-    longest first (:data:`SLOW_MODULES`), the other integration modules, and last the other unit tests, many short
-    ones that even out the workers' ends.  A module's items stay together and in their order: its module-scoped
-    fixtures (a broker, an Airflow) are set up once per worker, as before."""
+    """The longest first where it counts, for xdist's load scheduler, which sends worker ``k`` the items ``k * chunk``
+    to ``(k + 1) * chunk - 1`` first, then, to each worker that runs low, the next items in batches of up to a quarter
+    of those still pending (the first to ask takes the front of the queue by the hundred).  So each of
+    :data:`LONGEST` begins a worker's first chunk, the rest of which is quick tests (unit tests; without them, the
+    last integration modules); the queue is the other unit tests first (shared out in big batches while the
+    campaigns run), then the integration modules, the slow ones longest first (:data:`SLOW_MODULES`), so that the
+    last, small batches are short tests that even out the workers' ends.  Put first in the queue, the slow modules
+    would all go to the worker that ran low first (simulated: ~2,000 s instead of ~1,320 s).  A module's items stay
+    together and in their order: its module-scoped fixtures (a broker, a cluster) are set up once per worker."""
     longest = [item for n in LONGEST for item in items if item.nodeid == n][:workers]
     rest = [item for item in items if item not in longest]
     unit = [item for item in rest if not item.nodeid.startswith("integration/")]
@@ -45,14 +47,14 @@ def _order(items: list, chunk: int, workers: int) -> list:
     out: list = []
     for k, first in enumerate(longest):
         out += [first, *fill[k * (chunk - 1):(k + 1) * (chunk - 1)]]
-    return (out + slow + [item for item in other if id(item) not in used]
-            + [item for item in unit if id(item) not in used])
+    return (out + [item for item in unit if id(item) not in used] + slow
+            + [item for item in other if id(item) not in used])
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Under ``-n N --dist load`` (``bin/test``), the longest tests first (:func:`_order`): in collection order the
-    two campaigns came last, both on one worker, the other idle through most of the second, and a slow module could
-    be the last one to start.  Without xdist, nothing moves.
+    """Under ``-n N --dist load`` (``bin/test``), the longest tests first where it counts (:func:`_order`): in
+    collection order the two campaigns came last, both on one worker, the other idle through most of the second, and
+    the last integration module (test_upgrade.py, ~140 s) could start last.  Without xdist, nothing moves.
 
     xdist's load scheduler sends worker ``k`` the items ``k * chunk`` to ``(k + 1) * chunk - 1`` first, ``chunk``
     being a quarter of the items per worker (at least 2); if it ever sends otherwise, only the speed suffers.  The

@@ -23,7 +23,7 @@ def _chunks(order: list[str], chunk: int, workers: int) -> list[list[str]]:
     return [order[k * chunk:(k + 1) * chunk] for k in range(workers)]
 
 
-def test_each_campaign_begins_a_workers_first_chunk_and_slow_modules_come_next_longest_first():
+def test_each_campaign_begins_a_workers_first_chunk_then_unit_tests_then_slow_modules_longest_first():
     items = _items(UNIT + INTEGRATION)
     chunk = len(items) // 2 // 4
     order = [i.nodeid for i in _order(items, chunk, 2)]
@@ -31,10 +31,14 @@ def test_each_campaign_begins_a_workers_first_chunk_and_slow_modules_come_next_l
     first = _chunks(order, chunk, 2)
     assert [c[0] for c in first] == list(LONGEST)
     assert all(n.startswith("tests/") for c in first for n in c[1:]), "quick tests behind a campaign"
-    rest = order[2 * chunk:]
-    modules = [n.split("::")[0] for n in rest if n.split("::")[0] in SLOW_MODULES]
+    queue = order[2 * chunk:]
+    # the unit tests first: xdist hands the front of the queue out in big batches, and the slow modules would all
+    # go to one worker
+    units = [k for k, n in enumerate(queue) if n.startswith("tests/")]
+    assert units == list(range(len(units)))
+    modules = [n.split("::")[0] for n in queue if n.split("::")[0] in SLOW_MODULES]
     assert modules == [m for m in sorted(SLOW_MODULES, key=lambda m: -SLOW_MODULES[m]) for _ in range(2)]
-    assert rest[-1].startswith("tests/"), "short unit tests even out the workers' ends"
+    assert queue[-1] == "integration/test_zzz.py::test_1", "short integration tests even out the workers' ends"
 
 
 def test_without_enough_unit_tests_the_campaigns_still_start_on_different_workers():
