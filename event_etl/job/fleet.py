@@ -93,9 +93,13 @@ def drain_all(members: list[FleetMember], stops: StopSignals | None, clock: Cloc
     """Drain every member, one after the other; one that cannot drain does not keep the others from it."""
     for m in members:
         try:
-            run_watched(lambda m=m: _drain(m, echo), stops, name="event_etl-drain")  # type: ignore[misc]
+            run_watched(_drainer(m, echo), stops, name="event_etl-drain")
         except Escalated as esc:
             exit_now(128 + esc.signum, cut_short_line(m.name, esc.signum))
+
+
+def _drainer(m: FleetMember, echo: Echo) -> Callable[[], None]:
+    return lambda: _drain(m, echo)
 
 
 def _drain(m: FleetMember, echo: Echo) -> None:
