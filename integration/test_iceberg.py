@@ -19,7 +19,6 @@ from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.rules.manifest import Manifest
 from event_etl.timeutil import HOUR_MS, iso, to_millis
 
-pytest.importorskip("pyiceberg")
 pytestmark = pytest.mark.slow  # one run of the job (~40 s on 2 busy cores), shared by the module
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +99,6 @@ def test_pyiceberg_reads_an_hour_and_a_range_as_their_manifests(job):
 
 
 def test_duckdb_reads_the_table_offline_as_the_manifests(job):
-    pytest.importorskip("duckdb_extension_iceberg")
     table = _table(job["work"])
     # -- the recipe (docs/consumers.md, Iceberg: DuckDB) --
     from event_etl.consumer.iceberg import duckdb_iceberg_connect

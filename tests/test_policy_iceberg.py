@@ -10,27 +10,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
-pytest.importorskip("pyiceberg")
-
-from event_etl.consumer.iceberg import duckdb_iceberg_connect, hour_counts  # noqa: E402
-from event_etl.errors import ConfigError  # noqa: E402
-from event_etl.eventtypes import load_event_type  # noqa: E402
-from event_etl.job.policies import CompleteHour  # noqa: E402
-from event_etl.job.policy_iceberg import (  # noqa: E402
+from event_etl.consumer.iceberg import duckdb_iceberg_connect, hour_counts
+from event_etl.errors import ConfigError
+from event_etl.eventtypes import load_event_type
+from event_etl.job.policies import CompleteHour
+from event_etl.job.policy_iceberg import (
     COMMITTED_THROUGH,
     IcebergCommitError,
     IcebergPolicy,
     find_commit,
     snapshot_properties,
 )
-from event_etl.rules.buckets import MARKER_NAME, hour_dir  # noqa: E402
-from event_etl.rules.manifest import FileEntry, build_manifest  # noqa: E402
-from event_etl.storage.sink import Storage  # noqa: E402
-from event_etl.timeutil import HOUR_MS, iso  # noqa: E402
+from event_etl.rules.buckets import MARKER_NAME, hour_dir
+from event_etl.rules.manifest import FileEntry, build_manifest
+from event_etl.storage.sink import Storage
+from event_etl.timeutil import HOUR_MS, iso
 
 H0 = 1_764_324_000_000  # 2025-11-28T10:00:00Z
 H1 = H0 + HOUR_MS
@@ -140,7 +138,6 @@ def test_readers_see_every_hour_as_its_manifest(tmp_path, sink, two_hours):
                                      LessThan("etl_hour", _utc(H1 + HOUR_MS).isoformat()))).to_arrow()
     assert both.num_rows == 207
 
-    pytest.importorskip("duckdb_extension_iceberg")
     con = duckdb_iceberg_connect()  # offline: the extensions by path, avro first
     rows = con.execute(f"SELECT etl_hour, etl_late, count(*) FROM iceberg_scan('{table.metadata_location}') "
                        "GROUP BY ALL ORDER BY ALL").fetchall()
