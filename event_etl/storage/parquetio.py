@@ -32,8 +32,9 @@ in its footer's key-value metadata under ``avro.schema`` (:data:`AVRO_SCHEMA_KEY
 ``ARROW:schema``): a consumer reads a Parquet file back into the same Avro records
 (:func:`parquet_as_container`) and resolves them into a reader schema as it does an Avro file's.
 
-Deterministic bytes: a file's records are first laid out exactly as for an Avro file (the fast
-path and the record path make the same Avro bytes), then decoded once and written by
+Deterministic bytes: a file holds the same records, rolled over at the same points, as an Avro
+file would; the fast path hands over its Arrow columns and the record path its Avro-encoded
+records (decoded once when the file closes), which make the same table, written by
 :func:`encode_parquet` with every setting pinned (compression from the type's ``codec``: ``null``
 none, ``snappy`` snappy, ``deflate`` gzip level 6; one row group per :data:`ROW_GROUP_ROWS`
 rows; dictionary encoding, statistics, format version 2.6, data page version 1, the Arrow schema
@@ -57,7 +58,7 @@ import pyarrow.parquet as pq
 from event_etl.storage.avroio import sync_marker_for
 
 __all__ = ["AvroArrow", "UnsupportedSchema", "ROW_GROUP_ROWS", "PARQUET_MAGIC", "PARQUET_COMPRESSION",
-           "encode_parquet", "parquet_problems", "container_to_parquet", "merge_parquet", "plain_schema",
+           "encode_parquet", "parquet_problems", "merge_parquet", "plain_schema",
            "parquet_rows", "parquet_as_container", "AVRO_SCHEMA_KEY"]
 
 AVRO_SCHEMA_KEY = b"avro.schema"
@@ -244,12 +245,6 @@ def encode_parquet(table: pa.Table, codec: str) -> bytes:
         write_page_index=False, write_page_checksum=False,
     )
     return buf.getvalue()
-
-
-def container_to_parquet(container: bytes, converter: AvroArrow, codec: str) -> bytes:
-    """An Avro container file (written in :func:`plain_schema` of the type's schema) as a Parquet file."""
-    records = fastavro.reader(io.BytesIO(container))
-    return encode_parquet(converter.table(records), codec)  # type: ignore[arg-type]  # records of a record schema
 
 
 def parquet_as_container(data: bytes) -> bytes:
