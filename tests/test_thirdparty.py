@@ -15,6 +15,8 @@ from event_etl.util.thirdparty import (
     avro_sync_marker,
     detach_accumulator_server,
     gcs_api_location,
+    iceberg_arrow_fits,
+    iceberg_schema_of_arrow,
     without_retry_decorator,
 )
 
@@ -112,3 +114,24 @@ def test_detaching_from_a_context_without_a_server_is_none():
         pass
 
     assert detach_accumulator_server(None) is None and detach_accumulator_server(Context()) is None
+
+
+def test_pyiceberg_maps_an_arrow_schema_and_checks_files_against_a_table():
+    """The iceberg commit policy's two reaches into pyiceberg: an Arrow schema (Parquet columns without field ids)
+    becomes an Iceberg schema, and a file's columns fit a table of that schema, not one whose column changed type."""
+    import pyarrow as pa
+    import pyiceberg
+    from pyiceberg.schema import Schema, assign_fresh_schema_ids
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    arrow = pa.schema([pa.field("id", pa.string()), pa.field("n", pa.int64())])
+    try:
+        schema = assign_fresh_schema_ids(iceberg_schema_of_arrow(arrow))
+    except (ImportError, AttributeError, TypeError) as err:
+        raise AssertionError(_changed("pyiceberg", pyiceberg.__version__, "pyiceberg.io.pyarrow."
+                                      "_pyarrow_to_schema_without_ids", "iceberg_schema_of_arrow", err)) from err
+    assert [(f.name, f.field_type) for f in schema.fields] == [("id", StringType()), ("n", LongType())]
+    assert iceberg_arrow_fits(schema, arrow, format_version=2)
+    other = assign_fresh_schema_ids(Schema(NestedField(-1, "id", LongType(), required=False),
+                                           NestedField(-1, "n", LongType(), required=False)))
+    assert not iceberg_arrow_fits(other, arrow, format_version=2)

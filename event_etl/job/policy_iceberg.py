@@ -53,6 +53,7 @@ from event_etl.errors import ConfigError, EventEtlError
 from event_etl.job.policies import CompleteHour
 from event_etl.rules.buckets import hour_dir
 from event_etl.timeutil import iso, parse_hour
+from event_etl.util.thirdparty import iceberg_arrow_fits, iceberg_schema_of_arrow
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -213,7 +214,6 @@ class IcebergPolicy:
         """The table, created from the columns of an hour's first Parquet file (all optional), with ours."""
         import pyarrow.parquet as pq
         from pyiceberg.io import load_file_io
-        from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.schema import Schema, assign_fresh_schema_ids
         from pyiceberg.transforms import IdentityTransform
@@ -222,7 +222,7 @@ class IcebergPolicy:
         cat = self.catalog()
         with load_file_io(cat.properties, first_file).new_input(first_file).open() as fin:
             arrow = pq.read_schema(fin)
-        base = _pyarrow_to_schema_without_ids(_nullable(arrow))
+        base = iceberg_schema_of_arrow(_nullable(arrow))
         schema = assign_fresh_schema_ids(Schema(
             *(NestedField(-1, f.name, f.field_type, required=False, doc=f.doc) for f in base.fields),
             NestedField(-1, ETL_HOUR, TimestamptzType(), required=False, doc="the hour whose _COMPLETE lists the file"),
@@ -294,7 +294,6 @@ class IcebergPolicy:
         """The table's schema, widened in ``tx`` to every file's columns (Iceberg's rules), or a refusal naming the
         field and why."""
         import pyarrow.parquet as pq
-        from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
 
         seen: set[str] = set()
         for uri in uris:
@@ -304,12 +303,9 @@ class IcebergPolicy:
             if key in seen:
                 continue
             seen.add(key)
-            try:
-                _check_pyarrow_schema_compatible(tx.table_metadata.schema(), arrow,
-                                                 format_version=tx.table_metadata.format_version)
+            if iceberg_arrow_fits(tx.table_metadata.schema(), arrow, format_version=tx.table_metadata.format_version):
                 continue
-            except ValueError:
-                pass  # new columns or a changed type: evolve, if Iceberg allows it
+            # new columns or a changed type: evolve, if Iceberg allows it
             try:
                 with tx.update_schema() as update:
                     update.union_by_name(arrow)

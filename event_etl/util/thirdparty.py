@@ -2,15 +2,17 @@
 
 Each is checked against the installed library by ``tests/test_thirdparty.py``: a release that renames or
 reshapes what it reads fails there, with a message naming the library and its version, instead of failing
-in a job.  Nothing here imports the libraries: the callers hand over their objects.
+in a job.  Nothing here imports a library when this module is imported: the callers hand over their objects,
+or a function imports what it reaches into when it is called.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["avro_sync_marker", "without_retry_decorator", "gcs_api_location", "detach_accumulator_server"]
+__all__ = ["avro_sync_marker", "without_retry_decorator", "gcs_api_location", "detach_accumulator_server",
+           "iceberg_schema_of_arrow", "iceberg_arrow_fits"]
 
 
 def avro_sync_marker(reader: Any) -> bytes:
@@ -42,3 +44,25 @@ def detach_accumulator_server(sc: Any) -> Any:
     if server is not None:
         sc._accumulatorServer = None
     return server
+
+
+def iceberg_schema_of_arrow(arrow: Any) -> Any:
+    """The Iceberg schema (``pyiceberg.schema.Schema``, field ids still to assign) of a pyarrow schema without
+    Parquet field ids, as pyiceberg's ``add_files`` maps one: pyiceberg's private
+    ``pyiceberg.io.pyarrow._pyarrow_to_schema_without_ids``."""
+    from pyiceberg.io.pyarrow import _pyarrow_to_schema_without_ids
+
+    return _pyarrow_to_schema_without_ids(arrow)
+
+
+def iceberg_arrow_fits(schema: Any, arrow: Any, *, format_version: Literal[1, 2, 3]) -> bool:
+    """Whether the columns of a pyarrow schema fit an Iceberg table's ``schema`` as they are (the check
+    ``add_files`` makes: pyiceberg's private ``pyiceberg.io.pyarrow._check_pyarrow_schema_compatible``, which
+    raises ``ValueError`` when they do not)."""
+    from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
+
+    try:
+        _check_pyarrow_schema_compatible(schema, arrow, format_version=format_version)
+    except ValueError:
+        return False
+    return True
