@@ -40,7 +40,7 @@ def printed(printer_out: io.StringIO) -> list[str]:
 
 
 def summary_of(p: LocalPipeline) -> dict:
-    """The run's summary as ``runner._summary`` builds it from the controller."""
+    """The run's summary as ``job.summary.run_summary`` builds it from the controller."""
     totals = dict(p.controller.totals)
     events_in = sum(totals.get(k, 0) for k in OUTCOMES)
     return {"event_type": p.et.name, "sink": str(p.sink), "checkpoint": str(p.ckpt.root),

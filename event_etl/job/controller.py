@@ -202,7 +202,7 @@ class Controller:
         """``foreachBatch`` callback."""
         # A batch that Spark starts after a stop was requested is processed like any other: refusing
         # it would need an exception inside foreachBatch, which Spark logs as a failed query.  The
-        # runner stops the query through the API once no batch runs (see event_etl.job.runner).
+        # deprecated queries engine stops the query through the API once no batch runs (event_etl.job.queries).
         self.run_batch_locked(batch_id, self._spark_tasks(df))
 
     def run_batch_locked(self, batch_id: int, run_tasks: RunTasks) -> BatchEvent:
