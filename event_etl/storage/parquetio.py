@@ -217,14 +217,17 @@ _TIME_LOGICAL = frozenset(_LOGICAL)
 
 
 def plain_schema(t: Any) -> Any:
-    """The Avro schema ``t`` without its timestamp, date and time logical types (the same binary encoding): read
-    with it, fastavro gives those fields as the integers Arrow takes, not as datetimes made only to be taken apart."""
+    """The Avro schema ``t`` without its timestamp, date, time and ``uuid`` logical types (the same binary encoding):
+    read with it, fastavro gives those fields as the integers Arrow takes, not as datetimes made only to be taken
+    apart, and a uuid as the text that was written (``uuid.UUID`` would give it another form: dashes added)."""
     if isinstance(t, list):
         return [plain_schema(b) for b in t]
     if not isinstance(t, dict):
         return t
     if t.get("logicalType") in _TIME_LOGICAL and t.get("type") in ("int", "long"):
         return t["type"]
+    if t.get("logicalType") == "uuid" and t.get("type") == "string":
+        return "string"
     out = dict(t)
     if "fields" in t:
         out["fields"] = [{**f, "type": plain_schema(f["type"])} for f in t["fields"]]

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
 
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
+_NO_ROWS = np.zeros(1, dtype=np.int64)  # the offsets of no encoded rows (a Parquet type's chunk is columns only)
 DEADLETTER_FILE_KEY = 99_990_000  # "file" of dedupe rows that point into a shard's dead-letter file
 
 
@@ -206,7 +207,9 @@ class _SplitRun:
         self.split, self.ctx, self.et = split, ctx, et
         self.decoder = _decoder(et)
         self.reader = split_reader(split.kind)
-        self.plan = plan_for(self.decoder) if fast and self.reader.fast_path(et) else None
+        self.parquet = _parquet_output(et)
+        # a Parquet type's files are written from the fast path's columns: no Avro encoding of its rows
+        self.plan = plan_for(self.decoder, encode=self.parquet is None) if fast and self.reader.fast_path(et) else None
         self.reference = ctx.reference if ctx.wm_start is None else None
         self.measuring = ctx.wm_start is None and self.reference is None  # a first batch's first run: measures
         # largest counted time, earliest event time of the split's acceptable events
@@ -221,7 +224,6 @@ class _SplitRun:
         self.keys: list[tuple[int, int, int, int, int, int]] = []
         self.key_parts: list[np.ndarray] = []  # key rows of fast chunks (order does not matter: find_duplicates sorts)
         self.groups: dict[tuple[int, bool], RollingFiles] = {}
-        self.parquet = _parquet_output(et)
         self.rejects: list[Rejected] = []
         self.counts: Counter[str] = Counter()
         self.delays = [0] * (len(DELAY_BUCKETS_S) + 1)
@@ -368,11 +370,14 @@ class _SplitRun:
             idx = accepted[gkey == key]
             a = int(idx[0])  # a run of consecutive records (time-ordered input) is a slice, not a copy
             run = int(idx[-1]) - a + 1 == len(idx)
-            rows = fc.rows.slice(a, len(idx)) if run else fc.rows.take(int64_array(idx))
-            columns = None  # a Parquet file is written from the columns, an Avro file from the rows
-            if self.parquet is not None and fc.columns is not None:
-                columns = fc.columns.slice(a, len(idx)) if run else fc.columns.take(int64_array(idx))
-            w, fk, pos = g.add_encoded(*rows_buffer(rows), fc.times[idx], columns=columns)
+            if fc.rows is None:  # a Parquet type's plan: the columns only
+                offs, data, columns = _NO_ROWS, memoryview(b""), fc.columns
+            else:
+                offs, data = rows_buffer(fc.rows.slice(a, len(idx)) if run else fc.rows.take(int64_array(idx)))
+                columns = None if self.parquet is None else fc.columns  # a Parquet file takes the columns
+            if columns is not None:
+                columns = columns.slice(a, len(idx)) if run else columns.take(int64_array(idx))
+            w, fk, pos = g.add_encoded(offs, data, fc.times[idx], columns=columns)
             written[idx], fks[idx], poss[idx] = w, fk, pos
         return written, fks, poss
 

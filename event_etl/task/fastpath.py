@@ -62,7 +62,7 @@ class FastChunk:
 
     n: int
     times: np.ndarray  # int64 event times (ms)
-    rows: Any  # pyarrow BinaryArray: each record's Avro binary encoding
+    rows: Any  # pyarrow BinaryArray: each record's Avro binary encoding (None: a plan that does not encode)
     id_keys: np.ndarray | None  # dedupe key (uint64) of each record's id (None: no dedupe by id)
     has_id: np.ndarray | None  # whether the record has an id (a nullable id field may be null)
     starts: np.ndarray  # byte offset of each line in the chunk
@@ -127,10 +127,13 @@ def _fields_of(decoder: Decoder) -> list[_Field] | None:
 class FastPlan:
     """How one event type's JSON lines are decoded and encoded as columns."""
 
-    def __init__(self, decoder: Decoder, fields: list[_Field]) -> None:
+    def __init__(self, decoder: Decoder, fields: list[_Field], *, encode: bool = True) -> None:
+        """``encode``: build each record's Avro encoding (``FastChunk.rows``); a Parquet type's plan does not
+        (``rows`` is None: its files are written from the columns), and checks the columns alike."""
         import pyarrow as pa
         import pyarrow.json as pj
 
+        self.encode = encode
         et = decoder.event_type
         self.fields = fields
         self.time_field = decoder.time_field
@@ -201,10 +204,9 @@ class FastPlan:
         times = raw_t // self.divisor if self.divisor != 1 else raw_t
         if n and (times.min() < MIN_EVENT_MS or times.max() > MAX_EVENT_MS):
             return None
-        pieces = self._encode(cols, n, pa, pc)
-        if pieces is None:
+        ok, rows = self._rows(cols, n, pa, pc)
+        if not ok:
             return None
-        rows = pc.binary_join_element_wise(*pieces, zero_scalar(pa.binary())) if len(pieces) > 1 else pieces[0]
         id_keys = has_id = None
         if self.id_field is not None and self.id_field in cols:
             ids = cols[self.id_field]
@@ -239,6 +241,28 @@ class FastPlan:
             self._id_prefix = _bytes_array(pa.binary(), [b"i:"])[0]
         joined = pc.binary_join_element_wise(self._id_prefix, pc.cast(ids, pa.binary()), zero_scalar(pa.binary()))
         return np.fromiter(map(xxhash.xxh3_64_intdigest, joined.to_pylist()), dtype=np.uint64, count=len(ids))
+
+    def _rows(self, cols: dict[str, Any], n: int, pa: ModuleType, pc: ModuleType) -> tuple[bool, Any]:
+        """``(columns pass their checks, each record's Avro encoding)``; the encoding is None for a plan that does
+        not encode (it checks the columns alike)."""
+        if not self.encode:
+            return self._valid(cols, pc), None
+        pieces = self._encode(cols, n, pa, pc)
+        if pieces is None:
+            return False, None
+        return True, pc.binary_join_element_wise(*pieces, zero_scalar(pa.binary())) if len(pieces) > 1 else pieces[0]
+
+    def _valid(self, cols: dict[str, Any], pc: ModuleType) -> bool:
+        """What :meth:`_encode` checks, without encoding: every enum value a symbol, every int within 32 bits."""
+        for f in self.fields:
+            c = cols[f.name]
+            if f.kind == "enum" and pc.index_in(c, value_set=self.symbols[f.name]).null_count != c.null_count:
+                return False
+            if f.kind == "int" and len(c) - c.null_count:
+                lo, hi = pc.min_max(c).values()
+                if lo.as_py() < _INT32[0] or hi.as_py() > _INT32[1]:
+                    return False
+        return True
 
     # -- encoding ----------------------------------------------------------------------------
     def _encode(self, cols: dict[str, Any], n: int, pa: ModuleType, pc: ModuleType) -> list[Any] | None:
@@ -406,19 +430,20 @@ def _varints(cols: list[tuple[np.ndarray, np.ndarray | None]], n: int, pa: Modul
                                                         pa.py_buffer(out)])
 
 
-_PLANS: dict[int, FastPlan | None] = {}
+_PLANS: dict[tuple[int, bool], FastPlan | None] = {}
 
 
-def plan_for(decoder: Decoder) -> FastPlan | None:
-    """The fast plan of a decoder's event type, or ``None`` if its schema needs the record path."""
-    key = id(decoder)
+def plan_for(decoder: Decoder, *, encode: bool = True) -> FastPlan | None:
+    """The fast plan of a decoder's event type, or ``None`` if its schema needs the record path (``encode``: see
+    :class:`FastPlan`)."""
+    key = (id(decoder), encode)
     if key not in _PLANS:
         fields = _fields_of(decoder)
         tf = decoder.event_type.time_field
         et = decoder.event_type
         ok = fields is not None and any(f.name == tf and f.kind == "long" for f in fields) and (
             et.time_logical_divisor or et.time_format == "epoch_millis")
-        _PLANS[key] = FastPlan(decoder, fields) if ok and fields is not None else None
+        _PLANS[key] = FastPlan(decoder, fields, encode=encode) if ok and fields is not None else None
     return _PLANS[key]
 
 
