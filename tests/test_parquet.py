@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from event_etl import faults
 from event_etl.errors import ConfigError
 from event_etl.rules.buckets import data_file_name, parse_data_file_name
 from event_etl.rules.compaction import merge_groups, merged_file_name
@@ -239,3 +240,48 @@ def test_a_parquet_type_writes_the_same_bytes_by_either_path_whatever_the_lines(
     # 32 bits, a wrong type send the chunk to the record path, as for an Avro type): same files, reports, keys
     monkeypatch.setattr(read, "READ_BYTES", chunk)  # small chunks: some fast, some not, in one split
     assert_same(run_both(tmp_path_factory.mktemp("run"), parquet_type, b"\n".join(body), wm))
+
+
+class _Killed(BaseException):
+    """The process died here."""
+
+
+def test_a_batch_replayed_after_the_format_changed_writes_what_its_first_attempt_wrote(tmp_path, monkeypatch):
+    """``format`` is frozen in a batch's intent, as the other settings that decide a batch's files: killed after
+    its Parquet files were written, then restarted with ``format = "avro"``, the batch's replay writes the same
+    Parquet files (no Avro twin of its events); the next new batch writes Avro. An intent from a release before
+    Parquet has no ``format``: its replay writes Avro."""
+    from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent
+
+    assert "format" in FROZEN_SETTINGS
+    p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types", out_of_orderness="2m", format="parquet"),
+                      FakeClock(t("13:31")))
+    real = faults.point
+
+    def point(name: str, detail: str = "") -> None:
+        if name == "files_written":
+            monkeypatch.setattr(faults, "point", real)
+            raise _Killed(name)
+        real(name, detail)
+
+    monkeypatch.setattr(faults, "point", point)
+    with pytest.raises(_Killed):
+        p.batch([click("a", "13:20")])
+    assert p.ckpt.load_intent(0).settings["format"] == "parquet"
+    files = sorted(f.name for f in p.sink.rglob("part-*"))
+    assert files and all(n.endswith(".parquet") for n in files)
+    p.et = make_event_type(tmp_path / "types", out_of_orderness="2m", format="avro")
+    p.restart()
+    ev = p.batch([], batch_id=0)
+    assert ev.replayed and ev.result.counts == {"timely": 1}
+    assert sorted(f.name for f in p.sink.rglob("part-*")) == files
+    p.batch([click("b", "13:25")])
+    assert sorted(f.suffix for f in p.sink.rglob("part-*")) == [".avro", ".parquet"]
+
+    old = {k: getattr(p.et, k) for k in FROZEN_SETTINGS if k != "format"}
+    q = LocalPipeline(tmp_path / "q", make_event_type(tmp_path / "q" / "types", out_of_orderness="2m",
+                                                      format="parquet"), FakeClock(t("13:31")))
+    q.ckpt.save_intent(BatchIntent(0, None, q.clock(), json.loads(json.dumps(old))))
+    ev = q.batch([click("c", "13:20")], batch_id=0)
+    assert ev.replayed
+    assert [f.suffix for f in q.sink.rglob("part-*")] == [".avro"]

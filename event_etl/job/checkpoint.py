@@ -92,7 +92,7 @@ MIGRATED_FORMAT = 2
 FROZEN_SETTINGS = (
     "schema", "time_field", "time_format", "time_logical_divisor", "id_field", "out_of_orderness",
     "allowed_lateness", "max_future_skew", "dedupe_window", "max_events_per_file", "max_payload_bytes", "codec",
-    "time_attribute", "publish_time_fallback", "schema_versions", "max_backfill",
+    "time_attribute", "publish_time_fallback", "schema_versions", "max_backfill", "format",
 )
 """What of an event type decides which files a batch writes: frozen in the batch's intent.
 
@@ -100,7 +100,9 @@ FROZEN_SETTINGS = (
 and resolved to ``schema``): a replay must accept and dead-letter exactly what its first
 attempt did, even if a version was registered or removed meanwhile.  ``max_backfill`` (how far
 before its arrival an event of a job without a watermark may be): an intent written before it
-existed judged with no bound, and so does its replay."""
+existed judged with no bound, and so does its replay.  ``format`` (``avro`` or ``parquet``: the files' format and
+names): a batch replayed after the type's format changed writes the files its first attempt wrote; an intent
+written before Parquet existed wrote Avro."""
 
 
 _SLICE_ROWS = 1 << 16  # key rows converted and written at a time (format 1's layout: 1.8 MB)
@@ -151,6 +153,7 @@ class BatchIntent:
         frozen = {k: v for k, v in self.settings.items() if k in FROZEN_SETTINGS}
         frozen.setdefault("schema_versions", ())  # an intent from before schema versions accepted its schema only
         frozen.setdefault("max_backfill", 0)  # an intent from before max_backfill judged with no bound
+        frozen.setdefault("format", "avro")  # an intent from before Parquet wrote Avro
         return replace(event_type, **frozen)
 
 
