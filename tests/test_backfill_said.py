@@ -181,3 +181,27 @@ def test_the_runbook_has_the_section_the_line_points_to():
     headings = [re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
                 for h in re.findall(r"^#+ (.+)$", (DOCS / "runbook.md").read_text(), re.M)]
     assert anchor in headings
+
+
+def test_the_start_line_goes_through_the_echo_the_command_line_passes(tmp_path, capsys):
+    """Only the command line prints (CONTRIBUTING.md): a run's start says the backfill held through the ``echo`` the
+    driver is given (on stdout: ``err`` not set), and prints nothing itself."""
+    from types import SimpleNamespace
+
+    from event_etl.job.setup import RunOptions, open_parts, prepare_job
+
+    p = pipeline(tmp_path)
+    p.batch(sixty_days_old(2))
+    capsys.readouterr()
+    options = RunOptions(source="generate:rate=100", sink=str(p.sink), checkpoint=str(p.ckpt.root))
+    prepared = prepare_job(p.et, options, clock=p.clock)
+    said: list[tuple[str, bool]] = []
+    job, _spec = open_parts(prepared, SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=2)),
+                            clock=p.clock, serve_metrics=False, echo=lambda line, err=False: said.append((line, err)))
+    try:
+        assert capsys.readouterr().out == ""
+        assert [err for _, err in said] == [False], said
+        assert said[0][0].startswith("[click] 2 events sit in the dead letters as before_backfill"), said
+        assert said[0][0].endswith("; this checkpoint does not read them again"), said
+    finally:
+        job.close()

@@ -22,7 +22,7 @@ def _stop_at_the_lease(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The run ends where it would take its first lease; returns the names it got that far with."""
     leased: list[str] = []
 
-    def acquire(p, stops=None):
+    def acquire(p, stops=None, echo=None):
         leased.append(p.event_type.name)
         raise _StopHere
 

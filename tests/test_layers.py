@@ -178,3 +178,67 @@ def test_the_circle_finder_finds_a_circle_through_three_modules_and_none_in_a_ch
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _circles(graph) == [["a", "b", "c"]]
     assert _circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+# Only the command line prints for people (CONTRIBUTING.md): elsewhere a line goes through the ``echo`` it passes in
+# (``event_etl.job.stopping.Echo``; its ``say``, which writes to the streams, is the echo of a caller that gives
+# none, and the last line of ``exit_now``).  The modules that still print, each with its reason:
+PRINTS_ALLOWED: dict[str, str] = {
+    "event_etl.job.sparkdaemon": "runs in PySpark's daemon process on a worker, where no command line is: its stderr "
+                                 "is the executor's log",
+    "event_etl.eventtypes": "`_stderr`: the default of `warn` (an unregistered schema) when a library caller gives "
+                            "none",
+    "event_etl.consumer.notices": "the default of `warn` when a library caller gives none",
+    # not yet routed (issue 49 item 2 leftovers, modules outside job/): each should take an echo
+    "event_etl.metrics.job": "leftover: `job_metrics` prints its endpoints' URLs; to take the job's echo",
+    "event_etl.cluster.submit": "leftover: submit's supervision prints why a drain request cannot reach the driver",
+}
+
+
+def prints_in(path: Path) -> list[str]:
+    """Where a module prints for people: calls of ``print`` and ``click.echo``/``secho``, and any use of
+    ``event_etl.job.stopping.say`` other than as a default (a parameter's, a dataclass field's:
+    ``echo: Echo = say``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    defaults = {id(d) for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                for d in [*node.args.defaults, *node.args.kw_defaults] if d is not None}
+    defaults |= {id(n.value) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)  # a dataclass field's
+                 for n in node.body if isinstance(n, ast.AnnAssign) and n.value is not None}
+    says = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and (node.module or "").endswith("stopping") for a in node.names if a.name == "say"}
+    echoes = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+              and node.module == "click" for a in node.names if a.name in ("echo", "secho")}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in ({"print"} | echoes):
+                found.append(f"line {node.lineno}: {f.id}(...)")
+            elif isinstance(f, ast.Attribute) and f.attr in ("echo", "secho") and isinstance(f.value, ast.Name) \
+                    and f.value.id == "click":
+                found.append(f"line {node.lineno}: click.{f.attr}(...)")
+        if isinstance(node, ast.Name) and node.id in says and isinstance(node.ctx, ast.Load) \
+                and id(node) not in defaults:
+            found.append(f"line {node.lineno}: say")
+        if isinstance(node, ast.Attribute) and node.attr == "say" and isinstance(node.value, ast.Name) \
+                and node.value.id == "stopping" and id(node) not in defaults:
+            found.append(f"line {node.lineno}: stopping.say")
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if layer_of(m) != CLI))
+def test_only_the_command_line_prints_for_people(module):
+    found = prints_in(MODULES[module])
+    if module in PRINTS_ALLOWED:
+        assert found, f"{module} prints no more: take it off PRINTS_ALLOWED"
+        return
+    assert not found, (f"{module} prints for people ({'; '.join(found)}): take an `echo: Echo` "
+                       f"(event_etl.job.stopping) and call it; the command line passes its own")
+
+
+def test_the_print_checker_sees_print_click_and_say_but_not_a_default(tmp_path):
+    path = tmp_path / "mod.py"
+    path.write_text("import click\nfrom event_etl.job.stopping import say\n\n"
+                    "def f(echo=say):\n    echo('ok')\n\n"
+                    "def g(quiet):\n    print('a')\n    click.echo('b')\n    run(None if quiet else say)\n")
+    assert sorted(prints_in(path)) == ["line 10: say", "line 8: print(...)", "line 9: click.echo(...)"]

@@ -307,7 +307,7 @@ def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path,
 
     seen: dict = {}
 
-    def acquire(p, stops=None):
+    def acquire(p, stops=None, echo=None):
         seen["installed"] = stops is not None and stops.installed()
         assert seen["installed"], "the stop handlers must be in before the lease is taken"
         _signal(signal.SIGTERM, stops)

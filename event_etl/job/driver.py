@@ -151,7 +151,7 @@ class _Driver:
                 ckpt = member_checkpoint(self.options, et.name) if self.fleet else None
                 p = prepare_job(et, self.options, clock=self.clock, checkpoint=ckpt)
                 self.members.append(FleetMember(et, p))
-                acquire_lease(p, self.stops)
+                acquire_lease(p, self.stops, echo=self.echo)
         except Escalated as esc:
             self.release_leases()
             what = ("stopped at once while waiting for the leases" if self.fleet
@@ -236,7 +236,8 @@ class _Driver:
         # preexec_fn; a fork while the puller's threads are inside gRPC calls makes gRPC skip its fork
         # handlers, and the child could die before it ran Java (seen as JAVA_GATEWAY_EXITED at start-up).
         m.job, m.lane = open_shared(m.prepared, self.spark, clock=self.clock, listeners=self.listeners,
-                                    serve_metrics=not self.fleet, fetcher=start_fetcher(m.prepared))
+                                    serve_metrics=not self.fleet, fetcher=start_fetcher(m.prepared, echo=self.echo),
+                                    echo=self.echo)
         if self.endpoint is not None:
             self.endpoint.add(m.job.metrics)
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from event_etl.job.shared import Lane
 from event_etl.job.stopping import (
     BatchGate,
+    Echo,
     StopSignals,
     say,
     wait_for,
@@ -154,11 +155,12 @@ def release_lease(lease: Any, stops: StopSignals | None = None) -> None:
     lease.release()
 
 
-def acquire_lease(p: Prepared, stops: StopSignals | None = None) -> None:
+def acquire_lease(p: Prepared, stops: StopSignals | None = None, *, echo: Echo = say) -> None:
     """Take the type's checkpoint lock and sink lease; after a dead predecessor, wait until its tasks are fenced off.
 
     The wait watches ``stops``: a first stop signal is recorded and obeyed once the job runs (a drain still drains),
-    a repeated one raises :class:`~event_etl.job.stopping.Escalated` with the lease held (``p.lease``)."""
+    a repeated one raises :class:`~event_etl.job.stopping.Escalated` with the lease held (``p.lease``).  The wait's
+    line goes through ``echo``."""
     from event_etl.storage.lease import Lease, default_ttl_ms
 
     p.lease = Lease(p.storage, p.event_type.name, p.ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
@@ -169,7 +171,7 @@ def acquire_lease(p: Prepared, stops: StopSignals | None = None) -> None:
     p.ckpt.sweep_temporaries()  # the checkpoint is this job's now; its source starts writing there only later
     latest = p.ckpt.latest_intent_id()
     if latest is not None and latest > p.ckpt.load_state().last_batch_id:  # a batch to replay: its tasks may live on
-        p.lease.wait_for_old_tasks(None if p.options.quiet else say,
+        p.lease.wait_for_old_tasks(None if p.options.quiet else echo,
                                    sleep=None if stops is None else lambda s: wait_for(lambda: False, stops, timeout=s))
     faults.point("leased")
 
@@ -188,6 +190,7 @@ class Job:
     fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
     closers: list[Callable[[], None]] = field(default_factory=list)  # e.g. Kafka's group committer (queries)
     policies: Any = None  # the type's commit policies (event_etl.job.policies.PolicyChain), if it has some
+    echo: Echo = say  # where its lines for people go (what the command line passed the driver)
 
     def start(self) -> Any:
         if self.fetcher is not None:
@@ -200,7 +203,7 @@ class Job:
             if self.fetcher is not None:
                 self.fetcher.stop()
                 if not self.prepared.options.quiet:
-                    say(self.fetcher.summary_line(self.prepared.event_type.name))
+                    self.echo(self.fetcher.summary_line(self.prepared.event_type.name))
         finally:
             try:
                 for close in self.closers:
@@ -213,13 +216,14 @@ class Job:
                     self.metrics.shutdown()
 
 
-def start_fetcher(p: Prepared) -> Any:
+def start_fetcher(p: Prepared, *, echo: Echo = say) -> Any:
     """Pub/Sub: the background puller of a prepared (and leased) job, started at once (once Spark's JVM runs:
-    see :mod:`event_etl.job.driver`); ``None`` for other sources."""
+    see :mod:`event_etl.job.driver`); ``None`` for other sources.  What the source says of itself at start goes
+    through ``echo``, on stderr."""
     kind = source_kind(p.spec.kind)
     warning = kind.warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
     if warning:  # what the source says of itself at start (Pub/Sub: a volatile spool; Kafka: read_uncommitted)
-        say(warning, err=True)
+        echo(warning, err=True)
     if not kind.fetches:
         return None
     make = kind.fetcher
@@ -233,13 +237,13 @@ Listener = Callable[[str, Any], None]
 
 
 def open_job(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-             serve_metrics: bool = True, fetcher: Any = None) -> Job:
+             serve_metrics: bool = True, fetcher: Any = None, echo: Echo = say) -> Job:
     """Bind the checkpoint, build the controller, metrics and the (not yet started) query of a prepared job."""
     from event_etl.sources.spark import EtlSource
 
     spark.dataSource.register(EtlSource)
     job, source_spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics,
-                                  fetcher=fetcher)
+                                  fetcher=fetcher, echo=echo)
     gate = BatchGate(job.controller.handle_batch)
     writer = (
         spark.readStream.format("event_etl")
@@ -261,7 +265,7 @@ def open_job(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: li
 
 
 def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-               serve_metrics: bool = True, fetcher: Any = None) -> tuple[Job, dict[str, Any]]:
+               serve_metrics: bool = True, fetcher: Any = None, echo: Echo = say) -> tuple[Job, dict[str, Any]]:
     """Bind the checkpoint; build the controller, metrics and progress printer of a prepared job, and the spec of
     its source.  The job has no query yet: :func:`open_job` adds one; a shared engine
     (:mod:`event_etl.job.shared`) plans the source itself."""
@@ -303,7 +307,7 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
         activity_stale_ms=max(3 * p.trigger_ms, 30_000),
     )
     if not options.quiet:
-        say_backfill_held(controller, p.storage)
+        say_backfill_held(controller, p.storage, echo=echo)
     if source_kind(p.spec.kind).fetches:  # Pub/Sub
         # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
         make_fetcher = source_kind(p.spec.kind).fetcher
@@ -331,18 +335,18 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics,
                           checkpoint=str(ckpt.root), event_clock=event_clock)
     controller.listeners.extend(metrics.listeners)
-    job_ = Job(p, controller, metrics, log_dir, None, None, printer, fetcher)
+    job_ = Job(p, controller, metrics, log_dir, None, None, printer, fetcher, echo=echo)
     if et.commit_policies:
         job_.policies = start_policies(controller, listeners=metrics.listeners)
         metrics.policy_pending = job_.policies.pending
     return job_, source_spec
 
 
-def say_backfill_held(controller: Controller, storage: Storage) -> None:
+def say_backfill_held(controller: Controller, storage: Storage, *, echo: Echo = say) -> None:
     """At the start of a run on a checkpoint that has read batches but has no watermark (everything it read went to
     the dead letters): say how many of the type's dead letters are there for ``max_backfill`` and how to take them.
     Its source consumed them, so this run does not read them again (a ``dir:`` job reads ``0 batches``), even with
-    ``max_backfill`` raised."""
+    ``max_backfill`` raised.  The line goes through ``echo``, on stdout."""
     from event_etl.job.status import backfill_deadletters
 
     state, et = controller.state, controller.et
@@ -350,7 +354,7 @@ def say_backfill_held(controller: Controller, storage: Storage) -> None:
         return
     held = backfill_deadletters(storage, et.name, state, max_backfill=et.max_backfill, settings_file=et.settings_file)
     if held is not None:
-        say(f"[{et.name}] {held['line']}; this checkpoint does not read them again")
+        echo(f"[{et.name}] {held['line']}; this checkpoint does not read them again")
 
 
 def start_policies(controller: Controller, *, listeners: list[Any] | None = None) -> Any:
@@ -384,7 +388,7 @@ def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage)
 
 
 def open_shared(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-                serve_metrics: bool = True, fetcher: Any = None) -> tuple[Job, Lane]:
+                serve_metrics: bool = True, fetcher: Any = None, echo: Echo = say) -> tuple[Job, Lane]:
     """A prepared job opened for the shared engine (:mod:`event_etl.job.shared`): its controller, metrics and
     printer (no query), and its source's lane, which the engine plans itself.  Returns ``(job, lane)``."""
     from event_etl.job.shared import Lane, SparkLog
@@ -392,7 +396,7 @@ def open_shared(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners:
 
     try:
         job, spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics,
-                               fetcher=fetcher)
+                               fetcher=fetcher, echo=echo)
     except BaseException:
         if fetcher is not None:
             fetcher.stop()
