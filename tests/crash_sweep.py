@@ -210,7 +210,7 @@ def make_pipeline(root: Path, et, *, fast: bool | None = None) -> LocalPipeline:
 
 def _reporting(p: LocalPipeline) -> None:
     """A source that reports, at every look, that it is quiet (no backlog, no outage): idle ticks may advance."""
-    p.controller.source_activity = lambda: SourceActivity(updated_at=p.clock.now)
+    p.controller.idle.source_activity = lambda: SourceActivity(updated_at=p.clock.now)
 
 
 def restart(p: LocalPipeline) -> None:

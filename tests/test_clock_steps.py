@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 
+from event_etl.job.idle import IdleClock
 from event_etl.job.progress import ProgressPrinter
 from event_etl.rules.watermark import SourceActivity, clock_step, quiet_start
 from tests.harness import FakeClock, LocalPipeline, click, hour, make_event_type, read_sink, t
@@ -27,10 +28,10 @@ class Monotonic:
 def _pipeline(tmp_path, mono: Monotonic):
     et = make_event_type(tmp_path / "types", out_of_orderness="2m", idle_timeout="1m")
     p = LocalPipeline(tmp_path, et, FakeClock(t("12:29")))
-    p.controller.monotonic = mono
-    p.controller._mono_look = p.controller.mono_quiet_start = mono()
+    p.controller.idle = IdleClock(clock=p.clock, monotonic=mono, watermark=p.controller.state.watermark,
+                                  emit=p.controller.idle.emit)  # the idle timers of a job whose clock is `mono`
     # a source that reports, at every look, that it is quiet (no backlog, no outage)
-    p.controller.source_activity = lambda: SourceActivity(updated_at=p.clock.now)
+    p.controller.idle.source_activity = lambda: SourceActivity(updated_at=p.clock.now)
     p.clock.now, mono.now = t("12:30"), mono.now + 60  # the job ran a minute before its first batch
     p.controller.tick()
     return p
@@ -58,7 +59,7 @@ def test_a_forward_step_of_the_wall_clock_while_the_source_is_quiet_closes_no_ho
     assert p.controller.state.watermark <= before + MINUTE, "advanced by the quiet time beyond idle_timeout only"
     assert p.controller.state.marked_through is None, "hour 12 is not closed by a step of the clock"
     assert not any(hc.marker for hc in read_sink(p.sink, "click").values())
-    assert p.controller.clock_steps == 1
+    assert p.controller.idle.clock_steps == 1
     assert [v for k, v in lines if k == "clock_step"] == [2 * 3600_000]
     assert "clock step: the wall clock jumped +2h" in out.getvalue()
     # the rest of hour 12 comes and is timely
@@ -73,7 +74,7 @@ def test_a_backward_step_moves_nothing_and_quiet_time_still_runs_on_the_monotoni
     wm = p.controller.state.watermark
     p.clock.now -= 3600_000  # a step back
     _pass(p, mono, wall_ms=30_000, mono_s=30.0)
-    assert p.controller.state.watermark == wm and p.controller.clock_steps == 1
+    assert p.controller.state.watermark == wm and p.controller.idle.clock_steps == 1
     _pass(p, mono, wall_ms=40 * MINUTE, mono_s=40 * 60.0)  # 40 real minutes of quiet: the idle rule goes on
     assert p.controller.state.watermark >= wm + 38 * MINUTE
     assert p.controller.state.marked_through == hour("12")
@@ -85,7 +86,7 @@ def test_without_a_step_the_idle_rule_is_unchanged(tmp_path):
     p.batch([click("a", "12:29")])
     _pass(p, mono, wall_ms=10 * MINUTE, mono_s=600.0, ticks=10)
     assert p.controller.state.watermark == t("12:27") + 9 * MINUTE
-    assert p.controller.clock_steps == 0
+    assert p.controller.idle.clock_steps == 0
 
 
 def test_the_pure_rules():

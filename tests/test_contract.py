@@ -357,8 +357,8 @@ def test_no_idle_advance_while_the_source_has_a_backlog_or_an_outage(tmp_path, a
     p.clock.now = t("13:10")
     p.batch([click("a", "13:10")])
     report = {"now": activity}
-    p.controller.source_activity = lambda: SourceActivity(p.clock.now, report["now"].backlog,
-                                                          report["now"].retrying, None)
+    p.controller.idle.source_activity = lambda: SourceActivity(p.clock.now, report["now"].backlog,
+                                                               report["now"].retrying, None)
     for minute in range(11, 60):
         p.clock.now = t(f"13:{minute:02d}")
         p.controller.tick()
@@ -376,8 +376,8 @@ def test_a_source_that_stopped_reporting_is_not_quiet(tmp_path):
     p = pipeline(tmp_path)
     p.clock.now = t("13:10")
     p.batch([click("a", "13:10")])
-    p.controller.source_activity = lambda: SourceActivity(updated_at=t("13:10"))
-    p.controller.activity_stale_ms = 60_000
+    p.controller.idle.source_activity = lambda: SourceActivity(updated_at=t("13:10"))
+    p.controller.idle.activity_stale_ms = 60_000
     p.clock.now = t("13:30")
     p.controller.tick()
     assert p.controller.state.watermark == t("13:08")
@@ -490,8 +490,8 @@ def test_a_restart_holds_the_watermark_until_the_source_reports_again(tmp_path):
     p.clock.now = t("13:40")  # restarted after 30 minutes down
     p.restart()
     report = {"now": old_report}
-    p.controller.source_activity = lambda: report["now"]
-    p.controller.activity_stale_ms = 3_600_000
+    p.controller.idle.source_activity = lambda: report["now"]
+    p.controller.idle.activity_stale_ms = 3_600_000
     p.clock.now = t("13:50")
     p.controller.tick()
     assert p.controller.state.watermark == t("13:08"), "the report is older than this run: it cannot tell"
@@ -525,7 +525,7 @@ def test_while_the_source_settles_the_watermark_holds_and_no_hour_is_marked_then
     p.clock.now = t("13:10")
     p.batch([click("a", "13:05")])
     settling = {"on": True}
-    p.controller.source_activity = lambda: SourceActivity(p.clock.now, settling=settling["on"])
+    p.controller.idle.source_activity = lambda: SourceActivity(p.clock.now, settling=settling["on"])
     p.clock.now = t("14:20")
     p.batch([click("b", "14:15")])  # would close hour 13
     assert p.controller.state.watermark == t("13:03") and not marked(p)

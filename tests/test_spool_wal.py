@@ -572,7 +572,8 @@ def test_a_full_spool_disk_holds_the_watermark_and_says_so_in_the_progress_line(
             for i in range(40):
                 svc.publish(b"q" * 1000, t("13:10") + i)
             wait_until(lambda: f.activity().down is not None, what="the full disk reported")
-            p.controller.source_activity = lambda: SourceActivity(**{**f.activity().__dict__, "updated_at": clock.now})
+            p.controller.idle.source_activity = lambda: SourceActivity(**{**f.activity().__dict__,
+                                                                          "updated_at": clock.now})
             for minute in range(11, 60):  # far past idle_timeout
                 clock.now = t(f"13:{minute:02d}")
                 p.controller.tick()

@@ -35,9 +35,9 @@ The controller holds its steps as collaborators, each given at construction what
 batch's intent, context and outputs: :class:`~event_etl.job.rewrites.Rewriter` (a first batch's rewrite, files
 emptied by duplicates), :class:`~event_etl.job.rewrites.Duplicates` (the window of keys: duplicates found and their
 splits rewritten, keys remembered and forgotten), :class:`~event_etl.job.markers.MarkerWriter` (markers, adopted
-markers) and :class:`~event_etl.job.merges.Merger` (rolling and final merges).  The controller keeps the state
-(``state``, saved only by :meth:`Controller._commit_state`), the intent and the idle timers; a batch reads top to
-bottom in :meth:`Controller.batch_phases`.
+markers) and :class:`~event_etl.job.merges.Merger` (rolling and final merges); the idle timers are its
+:class:`~event_etl.job.idle.IdleClock` (``idle``).  The controller keeps the state (``state``, saved only by
+:meth:`Controller._commit_state`) and the intent; a batch reads top to bottom in :meth:`Controller.batch_phases`.
 """
 
 from __future__ import annotations
@@ -56,22 +56,14 @@ from event_etl import faults
 from event_etl.errors import IntegrityError, unwrap_task_error
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
+from event_etl.job.idle import IdleClock
 from event_etl.job.markers import MarkerWriter
 from event_etl.job.merges import Merger
 from event_etl.job.phases import MARKED, Outputs, Phases, RunTasks, Tasks, drive
 from event_etl.job.rewrites import Drops, Duplicates, Rewriter
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import Manifest
-from event_etl.rules.watermark import (
-    SourceActivity,
-    WatermarkState,
-    clock_step,
-    drain_watermark,
-    idle_advance,
-    parts_watermark,
-    quiet_since,
-    quiet_start,
-)
+from event_etl.rules.watermark import SourceActivity, WatermarkState, drain_watermark, parts_watermark
 from event_etl.storage import Storage
 from event_etl.storage.temporaries import sweep_temporaries
 from event_etl.task.executor import REPORT_SCHEMA, BatchContext, make_task
@@ -101,7 +93,8 @@ class BatchEvent:
 class Controller:
     """Drives one event type's job on the driver.  See the module docstring; its steps are its collaborators
     ``rewriter``, ``duplicates``, ``markers`` and ``merger`` (:mod:`~event_etl.job.rewrites`,
-    :mod:`~event_etl.job.markers`, :mod:`~event_etl.job.merges`)."""
+    :mod:`~event_etl.job.markers`, :mod:`~event_etl.job.merges`), its idle timers ``idle``
+    (:mod:`~event_etl.job.idle`: given ``monotonic``, ``source_activity`` and ``activity_stale_ms``)."""
 
     def __init__(
         self,
@@ -121,15 +114,10 @@ class Controller:
         source_lost: Callable[[int], dict[int, int]] | None = None,
     ) -> None:
         self.et = event_type
-        # seconds on a clock that never steps (time.monotonic in a job): how long the source has been quiet is
-        # measured on it; without one (tests driving a fake wall clock), the wall clock stands in for it
-        self.monotonic = monotonic or (lambda: clock() / 1000)
         self.writer = writer
         self._attempt_started: int | None = None
         self.guard = guard  # raises if this job may no longer write (it lost its lease)
         self.fence = fence  # what executor tasks check before they write (see event_etl.storage.lease)
-        self.source_activity = source_activity  # what the source last said of its backlog and health
-        self.activity_stale_ms = activity_stale_ms
         # told, after a batch's state is saved, what the batch read (Pub/Sub acknowledges it); True if all of
         # it was acknowledged in time (else redeliveries are expected: see event_etl.task.dedupe)
         self.source_done = source_done
@@ -156,16 +144,10 @@ class Controller:
         self.state = checkpoint.load_state()
         latest = checkpoint.latest_intent_id()
         self.pending_batch: int | None = latest if latest is not None and latest > self.state.last_batch_id else None
-        started = self.started_at = clock()
-        self.last_input = started  # the idle timer runs from the last batch holding any record, or the start
-        self.quiet_since = started
-        self.wm_when_quiet = self.state.watermark
-        self._wall_look, self._mono_look = started, self.monotonic()  # the last look at both clocks (a tick)
-        self.mono_quiet_start = self._mono_look  # the monotonic instant the source went quiet (see tick)
-        # the monotonic instant each part (a Kafka partition) was last heard from: the parts the state knows count
-        # as heard from at the start (as the source's own idle timer, the quiet before it is not trusted)
-        self.part_heard: dict[str, float] = dict.fromkeys(self.state.parts, self._mono_look)
-        self.clock_steps = 0
+        # how long the source (and each part the state knows) has been quiet, from now
+        self.idle = IdleClock(clock=clock, monotonic=monotonic, source_activity=source_activity,
+                              activity_stale_ms=activity_stale_ms, parts=self.state.parts,
+                              watermark=self.state.watermark, emit=self._emit)
         self.stopping = False
         self.busy = False
         self.failure: BaseException | None = None
@@ -176,7 +158,6 @@ class Controller:
         self.last_batch_at: int | None = None
         self._replaying = False
         self.held = False  # the watermark was held while the source was settling; it catches up once it is not
-        self.source_down: str | None = None  # why the source says it cannot deliver what its input holds
         if self.pending_batch is None:
             self.adopted = self._adopt_markers()
             self.markers.drop_marked_ledgers(self.state.marked_through)
@@ -349,8 +330,7 @@ class Controller:
 
     def _state_after(self, intent: BatchIntent, result: BatchResult) -> WatermarkState:
         """The state after the batch (the watermark its events give, before any hold)."""
-        mono = self.monotonic()
-        self.part_heard.update(dict.fromkeys(result.parts, mono))
+        mono = self.idle.heard(result.parts)
         return self.state.after_batch(
             batch_id=intent.batch_id,
             wm_start=intent.wm_start,
@@ -360,7 +340,7 @@ class Controller:
             batch_max_hour=result.max_hour,
             out_of_orderness=self.event_type_of(intent).out_of_orderness,
             batch_parts=result.parts,
-            parts_quiet_for=self._parts_quiet_for(mono),
+            parts_quiet_for=self.idle.parts_quiet_for(mono),
             idle_timeout=self.et.idle_timeout,
         )
 
@@ -402,7 +382,7 @@ class Controller:
         """The batch is no longer pending: counted, and told to the listeners."""
         self.pending_batch = None
         if result.events_in:  # any record shows the source is alive: late, invalid and duplicate ones too
-            self.last_input = now
+            self.idle.input_seen(now)
         self.batches += 1
         self.totals.update(result.counts)
         self.totals["deadlettered"] += result.deadlettered
@@ -417,19 +397,10 @@ class Controller:
         self._emit("batch", event)
         return event
 
-    def _parts_quiet_for(self, mono: float) -> dict[str, int]:
-        """How long (ms, on the monotonic clock) each part has not been heard from, at ``mono``."""
-        return {p: int((mono - heard) * 1000) for p, heard in self.part_heard.items()}
-
-    def _settling(self) -> bool:
-        """Whether the source says input a killed run held may still come back (see SourceActivity.settling)."""
-        activity = self.source_activity() if self.source_activity is not None else None
-        return bool(activity is not None and activity.settling and activity.updated_at >= self.started_at)
-
     def _hold_or_catch_up(self, new: WatermarkState) -> WatermarkState:
         """While the source is settling the watermark holds where it was (events still count in the state's
         maxima); once it is not, it catches up with the events seen meanwhile."""
-        if self._settling():
+        if self.idle.settling():
             self.held = True
             return replace(new, watermark=self.state.watermark)
         if self.held and new.max_counted_time is not None:
@@ -449,7 +420,7 @@ class Controller:
             # Partitions (Kafka) are read by count, each at its own pace in event time: a producer's retry on a
             # partition behind the others comes after the others' later events.  A key is kept until every live
             # partition has passed it (a quiet one stops holding it back after idle_timeout, as for the watermark).
-            slowest = parts_watermark(state.parts, self._parts_quiet_for(self.monotonic()), out_of_orderness=0,
+            slowest = parts_watermark(state.parts, self.idle.parts_quiet_for(), out_of_orderness=0,
                                       idle_timeout=self.et.idle_timeout)
             clock = clock if slowest is None else min(clock, slowest)
         return clock - self.et.out_of_orderness
@@ -484,61 +455,13 @@ class Controller:
             if self.busy or self.pending_batch is not None:
                 return []
             now = self.clock()
-            mono = self.monotonic()
-            self._follow_clock_step(now, mono)
-            since, activity = self._quiet_since(now)
-            if since != self.quiet_since:  # not quiet after all: the idle timer starts again from here
-                self.quiet_since = since
-                self.wm_when_quiet = self.state.watermark
-                self.mono_quiet_start = quiet_start(since, now, mono_now=mono, mono_last_look=self._mono_look)
-            self._wall_look, self._mono_look = now, mono
-            wm = self._idle_watermark(mono)
+            mono, activity = self.idle.look(now, self.state.watermark)
+            wm = self.idle.idle_watermark(mono, self.state.watermark, self.state.parts,
+                                          idle_timeout=self.et.idle_timeout, out_of_orderness=self.et.out_of_orderness)
             if activity is not None and activity.settling:
                 self.held = True
                 return []  # a killed run's input may still come back: nothing moves, nothing is marked
             return self._idle_step(wm, now)
-
-    def _follow_clock_step(self, now: int, mono: float) -> None:
-        """A step of the wall clock since the last look: what this run remembers of the wall clock moves with it
-        (quiet_start bounds the rest)."""
-        step = clock_step(self._wall_look, self._mono_look, now, mono)
-        if step:
-            self.clock_steps += 1
-            self.started_at += step
-            self.quiet_since += step
-            self.last_input += step
-            self._emit("clock_step", step)
-
-    def _quiet_since(self, now: int) -> tuple[int, SourceActivity | None]:
-        """Since when the source has been quiet as this tick sees it, and what it last said in this run."""
-        if self.source_activity is None:  # no source reports (tests driving batches by hand): batches only
-            return max(self.quiet_since, self.last_input), None
-        activity = self.source_activity()
-        if activity is not None and activity.updated_at < self.started_at:
-            activity = None  # a report of the run before this one says nothing about now
-        down = activity.down if activity is not None else None
-        if down != self.source_down:  # said when it changes, not at every tick
-            self.source_down = down
-            self._emit("source_down", down)
-        since = quiet_since(self.last_input, activity, now=now, stale_after=self.activity_stale_ms)
-        return max(self.quiet_since, since), activity
-
-    def _idle_watermark(self, mono: float) -> int | None:
-        """The watermark a quiet source gets at ``mono``: quiet for the monotonic time since it went quiet (a step
-        of the wall clock moves nothing); a partition quiet for the idle timeout stops holding it back."""
-        wm = idle_advance(
-            self.state.watermark,
-            quiet_for=int((mono - self.mono_quiet_start) * 1000),
-            watermark_when_quiet=self.wm_when_quiet,
-            idle_timeout=self.et.idle_timeout,
-        )
-        if self.state.parts:
-            by_parts = parts_watermark(self.state.parts, self._parts_quiet_for(mono),
-                                       out_of_orderness=self.et.out_of_orderness,
-                                       idle_timeout=self.et.idle_timeout)
-            if by_parts is not None and (wm is None or by_parts > wm):
-                wm = by_parts
-        return wm
 
     def _idle_step(self, wm: int | None, now: int) -> list[Manifest]:
         """Move the watermark to ``wm`` (caught up with the events if it was held) and mark the hours it

@@ -326,7 +326,7 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
                 return {**seek_fields(controller.state, ooo, spool), **({"source_down": down} if down else {})}
 
             p.lease.extra = for_people
-        controller.source_activity = fetcher.activity
+        controller.idle.source_activity = fetcher.activity  # the spool's puller reports, not the source's log
         controller.source_done = fetcher.ack
     lost_in_batch = source_kind(p.spec.kind).lost_in_batch  # Kafka: records retention deleted unread
     if lost_in_batch is not None:
@@ -408,7 +408,7 @@ def open_shared(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners:
         job.close()
         raise
     if job.fetcher is None:  # the lane reports what it saw; Pub/Sub's fetcher reports for itself
-        job.controller.source_activity = lambda: lane.activity
+        job.controller.idle.source_activity = lambda: lane.activity
     else:
         job.fetcher.start()  # pulling on the executors starts now, with the session (a driver's puller runs already)
     return job, lane
