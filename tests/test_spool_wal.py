@@ -514,8 +514,17 @@ def test_one_streams_sync_does_not_hold_up_the_others(tmp_path, monkeypatch):
 
     monkeypatch.setattr(OpenSegment, "_append", slow_for_stream_0)
     f = fetcher(tmp_path, svc, streams=2, segment_age=0.05).start()
+    fed = iter(range(20, 10_000))
+
+    def stream_0_stuck() -> bool:
+        # stream 0 meets the slow sync at its segment's second message: which stream pulls which message is up to
+        # the threads, so keep a message coming until stream 0 has had two in one segment
+        if not stuck.is_set():
+            svc.publish(b"x", t("13:00") + next(fed))
+        return stuck.is_set()
+
     try:
-        wait_until(stuck.is_set, what="stream 0 in a slow sync")
+        wait_until(stream_0_stuck, timeout=30, what="stream 0 in a slow sync")
         acked = len(svc.acked)
         for i in range(100):
             svc.publish(b"x", t("13:01") + i)
