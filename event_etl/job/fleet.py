@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from event_etl.errors import EventEtlError, unwrap_task_error
+from event_etl.job.progress import BACKFILL_RUNBOOK
 from event_etl.job.setup import RunOptions
 from event_etl.job.shared import FleetMember
 from event_etl.job.status import STATUS_FILE
@@ -200,6 +201,10 @@ def summary_lines(summary: dict[str, dict[str, Any]]) -> list[str]:
                 f"{len(marked)} hours marked{span}, restarts {s.get('restarts', 0)}")
         if totals.get("lost"):
             line += f", {totals['lost']:,} records LOST (deleted by retention before read)"
+        if totals.get("before_backfill"):  # as the single-type summary says it (job/progress.format_summary)
+            line += (f", before backfill {totals['before_backfill']:,} (more than max_backfill before their arrival, "
+                     'with no watermark yet: dead-lettered; set max_backfill = "0" or a longer bound in the type\'s '
+                     f"etl.toml, then replay them: {BACKFILL_RUNBOOK})")
         if s.get("stopped_by"):
             line += f"; stopped by {s['stopped_by']}" + (", drained" if s.get("drained") else
                                                          f", {s['last_error']}" if s.get("state") == "drain failed"
