@@ -73,28 +73,38 @@ def backfill_deadletters(storage: Storage, event_type: str, state: Any, *, max_b
                          settings_file: str | None = None) -> dict[str, Any] | None:
     """The events of ``event_type`` the dead letters hold as ``before_backfill`` (more than ``max_backfill`` before
     their arrival while the job had no watermark), when the job of ``state`` has no watermark yet: everything it
-    read went to the dead letters, and nothing else tells why.  ``{"events", "oldest", "newest", "max_backfill",
-    "line"}`` (``max_backfill``: the type's setting now, when known; ``line``: what to do); None when there are none,
+    read went to the dead letters, and nothing else tells why.  ``{"events", "waiting", "replayed", "oldest",
+    "newest", "max_backfill", "line"}`` (``events``: every such dead letter, replayed or not, as before;
+    ``replayed``: those a replay recorded in ``_deadletter/_replays/`` named; ``waiting``: the others; ``oldest``
+    and ``newest``: of the waiting ones, or of all when none waits; ``max_backfill``: the type's setting now, when
+    known; ``line``: what to do); None when there are none,
     or when the job has a watermark (then its run said so, batch by batch, and the dead letters are not read)."""
     if state is None or state.watermark is not None:
         return None
+    from event_etl.consumer.replay import load_entries, replay_records
     from event_etl.job.progress import backfill_text
     from event_etl.rules.reasons import Reason
-    from event_etl.storage.deadletter import iter_deadletters
 
-    n, oldest, newest = 0, None, None
-    for r in iter_deadletters(storage, event_type, reason=Reason.BEFORE_BACKFILL.value):
-        n += 1
-        if r.event_time is not None:
-            oldest = r.event_time if oldest is None else min(oldest, r.event_time)
-            newest = r.event_time if newest is None else max(newest, r.event_time)
-    if not n:
+    letters = [e for e in load_entries(storage, event_type) if e.reason == Reason.BEFORE_BACKFILL.value]
+    if not letters:
         return None
-    line = backfill_text(event_type, n, oldest=oldest, newest=newest, settings_file=settings_file,
-                         what="sit in the dead letters")
+    sent = {k for rec in replay_records(storage, event_type) for k in rec.get("entries", [])}
+    waiting = [e for e in letters if e.key not in sent]
+    replayed = len(letters) - len(waiting)
+    times = [e.event_time for e in (waiting or letters) if e.event_time is not None]
+    oldest, newest = (min(times), max(times)) if times else (None, None)
+    if waiting:
+        line = backfill_text(event_type, len(waiting), oldest=oldest, newest=newest, settings_file=settings_file,
+                             what="sit in the dead letters")
+        if replayed:
+            line += f" ({replayed:,} replayed)"
+    else:
+        line = (f"{len(letters):,} event{'s' if len(letters) != 1 else ''} dead-lettered as before_backfill, all "
+                f"replayed (`event-etl deadletter {event_type}` shows the replays)")
     if max_backfill is not None:
         line += f" (max_backfill is {format_duration(max_backfill) if max_backfill else '0: no bound'} now)"
-    return {"events": n, "oldest": iso(oldest), "newest": iso(newest),
+    return {"events": len(letters), "waiting": len(waiting), "replayed": replayed, "oldest": iso(oldest),
+            "newest": iso(newest),
             "max_backfill": None if max_backfill is None else format_duration(max_backfill) if max_backfill else "0",
             "line": line}
 
