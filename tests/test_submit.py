@@ -392,3 +392,16 @@ def test_a_busy_port_is_refused_with_the_fix():
 def test_a_cluster_that_never_started_is_not_running(tmp_path):
     c = LocalCluster(tmp_path)
     assert c.state == {} and not c.is_running("master") and c.stop() == []
+
+
+def test_the_workers_are_told_the_port_the_master_bound_when_it_was_not_the_one_chosen(tmp_path):
+    """Between choosing a free port and the master binding it, another process may take it: Spark then binds the next
+    port, and the workers (started after the master says ALIVE) must connect there, or they never register (seen
+    under a loaded test run: 'could not bind on port 46319. Attempting port 46320', then 120 s without workers)."""
+    c = LocalCluster(tmp_path)
+    c.state = {"port": 46319, "webui_port": 8080, "pids": {}}
+    c._adopt_port({"url": "spark://127.0.0.1:46320", "status": "ALIVE"})
+    assert c.master_url == "spark://127.0.0.1:46320"
+    assert '"port": 46320' in (tmp_path / "cluster.json").read_text()
+    c._adopt_port({"status": "ALIVE"})  # an answer without a URL changes nothing
+    assert c.master_url == "spark://127.0.0.1:46320"

@@ -160,7 +160,8 @@ class LocalCluster:
         try:
             self._spawn("master", [MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.state["port"]),
                                    "--webui-port", str(self.state["webui_port"])])
-            self._wait(lambda s: s.get("status") == "ALIVE", timeout, "the master to start", ["master"])
+            alive = self._wait(lambda s: s.get("status") == "ALIVE", timeout, "the master to start", ["master"])
+            self._adopt_port(alive)
             for i in range(1, workers + 1):
                 self._start_worker(f"worker-{i}")
             self.wait_for_workers(workers, timeout)
@@ -168,6 +169,16 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _adopt_port(self, status: dict[str, Any]) -> None:
+        """The master's port as it bound it: when another process took the free port chosen for it in the meantime,
+        Spark binds the next one (``could not bind on port P. Attempting port P+1``), and the workers must be told
+        that one, not the port asked for (they would never register)."""
+        url = str(status.get("url", ""))
+        port = url.rsplit(":", 1)[-1]
+        if url.startswith("spark://") and port.isdigit() and int(port) != self.state["port"]:
+            self.state["port"] = int(port)
+            self._save()
 
     def _start_worker(self, name: str) -> None:
         work = self.dir / "work" / name
