@@ -15,7 +15,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("event_etl", "event_etl.errors", "event_etl.exitcodes", "event_etl.timeutil", "event_etl.settings",
               "event_etl.faults", "event_etl.util")),
     ("rules", ("event_etl.rules",)),
-    ("storage", ("event_etl.storage", "event_etl.eventtypes", "event_etl.bundled")),
+    ("storage", ("event_etl.storage", "event_etl.eventtypes", "event_etl.bundled", "event_etl.payloads")),
     ("sources/task/consumer", ("event_etl.sources", "event_etl.task", "event_etl.consumer", "event_etl.recipes",
                                "event_etl.airflow")),
     ("metrics", ("event_etl.metrics",)),
