@@ -29,6 +29,20 @@ key                     default          meaning
                                          :mod:`event_etl.storage.parquetio`)
 ``codec``               ``"snappy"``     compression of data files: ``null``, ``deflate`` or ``snappy``
                                          (Parquet: none, gzip or snappy)
+``payload``             ``"json"``       what producers write (:mod:`event_etl.payloads`): ``json`` (a JSON
+                                         object, or a self-describing Avro frame: single-object or
+                                         Gilt's), ``protobuf`` (a message of ``schema.desc``),
+                                         ``confluent`` (Confluent's wire format, schemas from
+                                         ``schema_registry``) or ``avro`` (a bare Avro datum)
+``protobuf_message``    none             ``payload = "protobuf"``: the message's full name in
+                                         ``schema.desc`` (``pkg.Name``)
+``protobuf_timestamps`` ``"micros"``     the Avro unit of a ``google.protobuf.Timestamp``
+                                         (``micros`` or ``millis``)
+``schema_registry``     none             ``payload = "confluent"``: the registry's URL (credentials:
+                                         ``EVENT_ETL_SCHEMA_REGISTRY_AUTH[_FILE]``, never here)
+``schema_attribute``    none             a Pub/Sub attribute or Kafka header naming a message's writer
+                                         schema (``v2``, a fingerprint, a registry id): the payload is
+                                         then a bare Avro datum of that schema
 ``source``              ``"generate:"``  source used when ``run`` gets no ``--source``
 ``description``         ``""``           one line shown by ``event-etl types``
 ``[generator]``                          value pools for synthetic events (see below)
@@ -96,6 +110,10 @@ _VERSION_FILE = re.compile(r"^v([1-9][0-9]{0,5})\.avsc$")
 ENV_EVENT_TYPES = settings.ENV_EVENT_TYPES
 TIME_FORMATS = ("epoch_millis", "epoch_seconds", "iso8601")
 CODECS = ("null", "deflate", "snappy")
+PAYLOADS = ("json", "protobuf", "confluent", "avro")
+"""What a type's producers write (``payload``; :mod:`event_etl.payloads`)."""
+DESCRIPTOR_FILE = "schema.desc"
+"""A Protobuf type's descriptor set, as ``protoc --include_imports --descriptor_set_out`` writes it."""
 FORMATS = ("avro", "parquet")
 """The file formats of data files (``format``; :data:`event_etl.rules.buckets.DATA_FORMATS`)."""
 
@@ -124,6 +142,11 @@ _STR_KEYS = {
     "source": "generate:",
     "description": "",
     "time_attribute": None,
+    "payload": "json",
+    "protobuf_message": None,
+    "protobuf_timestamps": "micros",
+    "schema_registry": None,
+    "schema_attribute": None,
 }
 _BOOL_KEYS = {"publish_time_fallback": False}
 _TABLE_KEYS = {"generator", "pubsub"}
@@ -188,6 +211,17 @@ class EventType:
     in, durations in ms).  Not frozen in batch intents: a policy changes nothing a batch writes."""
     format: str = "avro"
     """``avro`` or ``parquet``: the format of the data files (the Avro schema is the contract of both)."""
+    payload: str = "json"
+    """What producers write (:data:`PAYLOADS`, :mod:`event_etl.payloads`).  Frozen in batch intents."""
+    protobuf_message: str | None = None
+    """``payload = "protobuf"``: the message's full name in the descriptor set."""
+    protobuf_descriptor: str = ""
+    """``payload = "protobuf"``: the descriptor set's bytes (``schema.desc``), base64: frozen in batch intents and
+    shipped to executors, which build the message from it."""
+    schema_registry: str | None = None
+    """``payload = "confluent"``: the schema registry's URL."""
+    schema_attribute: str | None = None
+    """The attribute (Kafka header) that names a message's writer schema, if any."""
     schema_versions: tuple[tuple[str, dict[str, Any]], ...] = ()
     """The registered versions, ``(name, schema)`` in version order (``schemas/v1.avsc``...): the
     writer schemas whose single-object payloads are accepted besides the current ``schema``.
@@ -201,6 +235,16 @@ class EventType:
     @property
     def schema_file(self) -> str:
         return os.path.join(self.directory, "schema.avsc")
+
+    @property
+    def descriptor_file(self) -> str:
+        return os.path.join(self.directory, DESCRIPTOR_FILE)
+
+    @property
+    def message_attributes_only(self) -> bool:
+        """Whether each message must be decoded apart, for what its attributes say (the event time or the writer
+        schema): then no chunk of messages takes the fast path."""
+        return self.time_attribute is not None or self.schema_attribute is not None
 
     @property
     def schemas_dir(self) -> str:
@@ -231,6 +275,9 @@ class EventType:
         doc = [self.name, self.schema, [list(v) for v in self.schema_versions], self.time_field, self.time_format,
                self.time_logical_divisor, self.id_field, self.dedupe_window, self.max_payload_bytes,
                self.time_attribute, self.publish_time_fallback]
+        if self.payload != "json" or self.schema_attribute:  # a JSON type's key stays what it was
+            doc += [self.payload, self.protobuf_message, self.protobuf_descriptor, self.schema_registry,
+                    self.schema_attribute]
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
     def version_of(self, fingerprint_hex: str) -> str | None:
@@ -261,6 +308,7 @@ class EventType:
             "max_events_per_file": self.max_events_per_file,
             "codec": self.codec,
             "format": self.format,
+            "payload": self.payload,
         }
 
 
@@ -326,7 +374,9 @@ def with_schema(et: EventType, schema: dict[str, Any], schema_path: str | os.Pat
     the time field or the id field missing or of another type)."""
     settings_path = Path(et.settings_file)
     built = _build(et.name, Path(et.directory), schema, Path(schema_path), _load_settings(settings_path), settings_path)
-    return _with_versions(built, et.schema_versions)
+    from dataclasses import replace
+
+    return _with_versions(replace(built, protobuf_descriptor=et.protobuf_descriptor), et.schema_versions)
 
 
 def register_current_schema(et: EventType) -> tuple[str, str]:
@@ -411,17 +461,68 @@ def load_event_type(directory: str | os.PathLike[str], name: str | None = None) 
         raise ConfigError(str(err), file=str(directory), fix="rename the folder") from err
     schema_path = directory / "schema.avsc"
     settings_path = directory / "etl.toml"
-    for p, what in ((schema_path, "an Avro record schema"), (settings_path, "the type's settings")):
-        if not p.is_file():
-            raise ConfigError(
-                "file missing", file=str(p),
-                fix=f"create {p.name} with {what} (see event_types/page_view for an example)"
-            )
-    schema = _load_schema(schema_path)
+    if not settings_path.is_file():
+        if not schema_path.is_file():  # an empty folder: its schema is what is missing first
+            raise ConfigError("file missing", file=str(schema_path),
+                              fix="create schema.avsc with an Avro record schema (see event_types/page_view for an "
+                                  "example)")
+        raise ConfigError("file missing", file=str(settings_path),
+                          fix="create etl.toml with the type's settings (see event_types/page_view for an example)")
     settings = _load_settings(settings_path)
+    proto = _protobuf_of(directory, settings, str(settings_path))
+    if schema_path.is_file():
+        schema = _load_schema(schema_path)
+        if proto is not None:
+            _check_against_message(proto, schema, schema_path)
+    elif proto is not None:  # no schema.avsc: the one derived from the message is the type's schema
+        schema = proto.avro_schema(timestamp=str(settings.get("protobuf_timestamps", "micros")))
+    else:
+        raise ConfigError("file missing", file=str(schema_path),
+                          fix="create schema.avsc with an Avro record schema (see event_types/page_view for an "
+                              "example), or give a Protobuf type's schema.desc (docs/event-types.md)")
     et = _build(name, directory, schema, schema_path, settings, settings_path)
+    if proto is not None:
+        import base64
+        from dataclasses import replace
+
+        et = replace(et, protobuf_descriptor=base64.b64encode(proto.descriptor_set).decode("ascii"))
     versions = _load_versions(directory / SCHEMAS_DIR)
     return et if not versions else _with_versions(et, versions)
+
+
+def _protobuf_of(directory: Path, settings: dict[str, Any], sp: str) -> Any:
+    """A Protobuf type's message (:class:`event_etl.payloads.protobuf.ProtoSchema`) from ``schema.desc`` and
+    ``protobuf_message``; None for a type of another payload.  :class:`ConfigError` names the file and the fix."""
+    if settings.get("payload", "json") != "protobuf":
+        return None
+    message = settings.get("protobuf_message")
+    if not isinstance(message, str) or not message:
+        raise ConfigError("missing" if message is None else f"must be a string, got {message!r}", file=sp,
+                          field="protobuf_message",
+                          fix='name the message of schema.desc that producers send: protobuf_message = "pkg.Name"')
+    unit = settings.get("protobuf_timestamps", "micros")
+    if unit not in ("micros", "millis"):
+        raise ConfigError(f"unknown unit {unit!r}", file=sp, field="protobuf_timestamps",
+                          fix='write protobuf_timestamps = "micros" (the default) or "millis"')
+    desc = directory / DESCRIPTOR_FILE
+    if not desc.is_file():
+        raise ConfigError("file missing", file=str(desc),
+                          fix="write the descriptor set of the type's .proto files: protoc --include_imports "
+                              f"--descriptor_set_out={desc} your.proto")
+    from event_etl.payloads.protobuf import ProtoSchema
+
+    return ProtoSchema.load(desc, message)
+
+
+def _check_against_message(proto: Any, schema: dict[str, Any], schema_path: Path) -> None:
+    """A Protobuf type's schema.avsc must hold every message, field by field."""
+    problems = proto.check_against(schema)
+    if problems:
+        raise ConfigError(
+            f"does not fit the message {proto.message} of schema.desc:\n" + "\n".join(f"  {p}" for p in problems),
+            file=str(schema_path),
+            fix="change schema.avsc to match the message (`event-etl check TYPE` prints the schema derived from it), "
+                "or delete schema.avsc to use the derived one")
 
 
 def event_type_from_settings(name: str, schema: dict[str, Any], settings: Mapping[str, Any], *,
@@ -563,6 +664,7 @@ def _build(
     time_field, time_format, divisor = _time_settings(fields, get_str, sp, schema_path)
     id_field = _id_field(fields, get_str, sp, schema_path)
     codec, fmt = _codec_and_format(schema, get_str, sp)
+    payload = _payload_settings(get_str, sp)
     return EventType(
         name=name,
         directory=str(directory),
@@ -588,7 +690,54 @@ def _build(
         generator=dict(s.get("generator", {})),
         pubsub=dict(s.get("pubsub", {})),
         commit_policies=_commit_policies(s.get("commit_policy", []), sp),
+        **payload,
     )
+
+
+def _payload_settings(get_str: Callable[[str], str | None], sp: str) -> dict[str, Any]:
+    """``payload`` and the keys that go with it, checked: each dialect's keys present, none of another's."""
+    payload = get_str("payload") or "json"
+    if payload not in PAYLOADS:
+        close = difflib.get_close_matches(payload, PAYLOADS, n=1)
+        raise ConfigError(f"unknown payload {payload!r}", file=sp, field="payload",
+                          fix=(f"did you mean '{close[0]}'? " if close else "") + f"use one of {', '.join(PAYLOADS)}")
+    registry, attribute = get_str("schema_registry"), get_str("schema_attribute")
+    if payload == "confluent":
+        _check_registry_url(registry, sp)
+    elif registry is not None and payload != "avro":
+        raise ConfigError(f"a {payload} payload names no registry schema", file=sp, field="schema_registry",
+                          fix='remove it, or write payload = "confluent" (or "avro" with schema_attribute)')
+    if attribute is not None and payload in ("protobuf", "confluent"):
+        raise ConfigError(f"a {payload} payload's schema is not named by an attribute", file=sp,
+                          field="schema_attribute",
+                          fix="remove it: " + ("the frame carries the registry id" if payload == "confluent"
+                                               else "protobuf_message names the message"))
+    if registry is not None and payload == "avro":
+        _check_registry_url(registry, sp)
+    if payload != "protobuf" and get_str("protobuf_message") is not None:
+        raise ConfigError(f"a {payload} payload has no Protobuf message", file=sp, field="protobuf_message",
+                          fix='remove it, or write payload = "protobuf"')
+    return {"payload": payload, "protobuf_message": get_str("protobuf_message"), "schema_registry": registry,
+            "schema_attribute": attribute}
+
+
+def _check_registry_url(url: str | None, sp: str) -> None:
+    if not url:
+        raise ConfigError("missing", file=sp, field="schema_registry",
+                          fix='give the schema registry\'s URL: schema_registry = "https://registry.example.com"')
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"not an http(s) URL: {url!r}", file=sp, field="schema_registry",
+                          fix='write schema_registry = "https://registry.example.com" (or http://host:port)')
+    if parts.username or parts.password:
+        from event_etl.errors import redact
+
+        raise ConfigError(f"credentials in the URL ({redact(url)}): etl.toml is not the place for secrets", file=sp,
+                          field="schema_registry",
+                          fix="remove them from the URL and set EVENT_ETL_SCHEMA_REGISTRY_AUTH=user:password (or "
+                              "EVENT_ETL_SCHEMA_REGISTRY_AUTH_FILE=/path/to/a/file holding it) where the job runs")
 
 
 def _string_getter(s: dict[str, Any], sp: str) -> Callable[[str], str | None]:

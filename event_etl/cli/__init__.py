@@ -26,6 +26,7 @@ EXIT_CODES_HELP = exit_codes_help()
 
 COMMANDS: dict[str, str] = {
     "types": "event_etl.cli.job:types_cmd",
+    "check": "event_etl.cli.check:check_cmd",
     "run": "event_etl.cli.job:run_cmd",
     "drain": "event_etl.cli.job:drain_cmd",
     "status": "event_etl.cli.job:status_cmd",

@@ -12,6 +12,7 @@
       etl/ledger/<hour>/<gen>.merge  a merge of the hour's small files: members and merged files
       etl/source/...               the source's own durable logs (file list, message spool)
       etl/policies/<name>.json     a commit policy's record: the hours it has done (event_etl.job.policies)
+      etl/registry/<id>.json       a schema registry's schema a batch read payloads in (payload = "confluent")
       metrics-history.jsonl[.1]    the job's metrics history, for `event-etl graphs` (event_etl.metrics.history)
 
 The intent of a batch is written before any of its files, and never changed: a batch
@@ -55,6 +56,13 @@ without commit policies never opens it, and nothing it does read changes, so a r
 keeps working (the hours it marks meanwhile are notified once the policies run again: at
 least once).  The record carries its own ``"format": 1`` for a later change of its content.
 
+The schemas of a type's schema registry (``etl/registry/``, ``payload = "confluent"`` or a schema attribute naming a
+registry id) are new files, not a new format, for the same reason: only a type whose ``etl.toml`` names a
+``schema_registry`` reads them, and a release that does not know that setting refuses such a type before it opens
+its checkpoint.  Each file is ``{"format": 1, "schema": {...}}``, written once (a registry never changes the schema
+of an id) before the batch that first read a payload in it is marked, so that a replay decides the same without the
+registry.
+
 The metrics history (``metrics-history.jsonl``, and ``metrics-history.jsonl.1`` once it has been rotated) is
 not part of the format either: nothing reads it to run the job, it lies outside ``etl/`` and ``spark/``, a release
 that does not know it leaves it alone, and a job given ``--metrics-history FILE`` keeps none there.
@@ -93,6 +101,7 @@ FROZEN_SETTINGS = (
     "schema", "time_field", "time_format", "time_logical_divisor", "id_field", "out_of_orderness",
     "allowed_lateness", "max_future_skew", "dedupe_window", "max_events_per_file", "max_payload_bytes", "codec",
     "time_attribute", "publish_time_fallback", "schema_versions", "max_backfill", "format",
+    "payload", "protobuf_message", "protobuf_descriptor", "schema_registry", "schema_attribute",
 )
 """What of an event type decides which files a batch writes: frozen in the batch's intent.
 
@@ -102,7 +111,9 @@ attempt did, even if a version was registered or removed meanwhile.  ``max_backf
 before its arrival an event of a job without a watermark may be): an intent written before it
 existed judged with no bound, and so does its replay.  ``format`` (``avro`` or ``parquet``: the files' format and
 names): a batch replayed after the type's format changed writes the files its first attempt wrote; an intent
-written before Parquet existed wrote Avro."""
+written before Parquet existed wrote Avro.  ``payload`` and its keys (the producers' dialect, the Protobuf
+message and descriptor set, the registry, the schema attribute): a replay decodes as its first attempt did, even
+after ``schema.desc`` changed; an intent written before them read JSON (and single-object Avro)."""
 
 
 _SLICE_ROWS = 1 << 16  # key rows converted and written at a time (format 1's layout: 1.8 MB)
@@ -154,6 +165,7 @@ class BatchIntent:
         frozen.setdefault("schema_versions", ())  # an intent from before schema versions accepted its schema only
         frozen.setdefault("max_backfill", 0)  # an intent from before max_backfill judged with no bound
         frozen.setdefault("format", "avro")  # an intent from before Parquet wrote Avro
+        frozen.setdefault("payload", "json")  # an intent from before the producers' dialects read JSON
         return replace(event_type, **frozen)
 
 
@@ -252,6 +264,25 @@ class Checkpoint:
 
     def save_state(self, state: WatermarkState) -> None:
         write_json_atomic(self.etl / "state.json", state.to_json())
+
+    # -- a schema registry's schemas ----------------------------------------------------------
+    def registry_schemas(self) -> dict[str, Any]:
+        """The registry's schemas kept so far (id -> schema, as :class:`event_etl.payloads.registry.RegistrySchema`
+        writes it)."""
+        d = self.etl / "registry"
+        if not d.is_dir():
+            return {}
+        return {p.stem: _read_json(p)["schema"] for p in sorted(d.glob("*.json")) if p.stem.isdigit()}
+
+    def keep_registry_schemas(self, schemas: dict[str, Any]) -> None:
+        """Keep schemas a batch's tasks fetched (id -> schema), each durable once; one directory sync for all."""
+        d = self.etl / "registry"
+        new = {k: v for k, v in schemas.items() if k.isdigit() and not (d / f"{k}.json").exists()}
+        if not new:
+            return
+        makedirs_durable(d)
+        for k, v in sorted(new.items()):
+            write_json_atomic(d / f"{k}.json", {"format": 1, "schema": v})
 
     # -- batch intents ---------------------------------------------------------------------
     def _intent_path(self, batch_id: int) -> Path:

@@ -250,6 +250,7 @@ class Controller:
         ctx = self.batch_context(intent, drop)
         outputs = yield Tasks(ctx, None)
         assert outputs is not None, "a batch's tasks were run"
+        ctx = self._schemas_learned(ctx, outputs)
         if intent.wm_start is None and intent.reference is None:
             intent, outputs = yield from self.rewriter.settle_first_batch(intent, ctx, outputs)
             ctx = replace(ctx, reference=intent.reference)  # later tasks of the batch run against it too
@@ -261,6 +262,17 @@ class Controller:
         result = summarize([rep for rep, _ in outputs])
         event: BatchEvent = yield from self._finish_phases(intent, result, replayed=replayed, dedupe_rows=rows)
         return event
+
+    def _schemas_learned(self, ctx: BatchContext, outputs: list[tuple[dict[str, Any], bytes]]) -> BatchContext:
+        """The registry schemas the tasks fetched, kept in the checkpoint before the batch is marked (a replay
+        reads with them, without the registry); the context of the batch's later tasks holds them too."""
+        learned: dict[str, Any] = {}
+        for rep, _ in outputs:
+            learned.update(rep.get("schemas") or {})
+        if not learned:
+            return ctx
+        self.ckpt.keep_registry_schemas(learned)
+        return replace(ctx, registry={**ctx.registry, **learned})
 
     def begin_batch(self, batch_id: int) -> tuple[BatchIntent, bool]:
         """Step 1: the batch's intent, new or (for a replay) as first written.  Returns ``(intent, replayed)``.
@@ -296,9 +308,11 @@ class Controller:
             sealed = self.state.marked_through
             merged_away = frozenset(n for h in self.ckpt.ledger_hours() for members, _ in self.ckpt.read_merges(h)
                                     for n in members)
-        return BatchContext(self.event_type_of(intent), self.storage.url, intent.batch_id, intent.wm_start,
+        et = self.event_type_of(intent)
+        registry = self.ckpt.registry_schemas() if et.schema_registry else {}
+        return BatchContext(et, self.storage.url, intent.batch_id, intent.wm_start,
                             intent.started_at, dict(drop or {}), self.writer, reference=intent.reference,
-                            fence=self.fence, sealed_through=sealed, merged_away=merged_away)
+                            fence=self.fence, sealed_through=sealed, merged_away=merged_away, registry=registry)
 
     def finish_batch(self, intent: BatchIntent, result: BatchResult, *, replayed: bool = False,
                      dedupe_rows: np.ndarray | None = None) -> BatchEvent:

@@ -33,6 +33,12 @@ class Reason(str, enum.Enum):
     """Avro single-object message whose fingerprint is not a schema of this type."""
     INVALID_AVRO = "invalid_avro"
     """Avro single-object message that cannot be decoded (truncated, trailing bytes, bad header)."""
+    INVALID_PROTOBUF = "invalid_protobuf"
+    """A Protobuf payload (``payload = "protobuf"``, or a Confluent frame of a Protobuf schema) that does not parse as
+    the message: the detail is the decoder's reason."""
+    INCOMPATIBLE_SCHEMA = "incompatible_schema"
+    """The writer schema a payload names (a registry id, an attribute) is known, but the type's schema cannot read
+    it: the detail names the field and why."""
     MISSING_TIME = "missing_time"
     """The event-time field (or attribute) is absent or null."""
     INVALID_TIME = "invalid_time"

@@ -50,9 +50,53 @@ Payload = tuple[bytes, int, str, Any, Any]
 class Plan(Protocol):
     """What a reader needs of the task's plan (:class:`event_etl.task.fastpath.FastPlan`): a chunk of JSON lines
     decoded as columns (a :class:`event_etl.task.fastpath.FastChunk`, with ``n`` lines starting at ``starts``), or
-    ``None`` when it cannot take it."""
+    ``None`` when it cannot take it.  A binary dialect's plan (``binary``,
+    :class:`event_etl.task.fastpath.BinaryPlan`) takes the payloads themselves (:meth:`decode_payloads`): a
+    message's bytes, or what a file's base64 line holds."""
+
+    binary: bool
 
     def decode(self, data: bytes) -> Any: ...
+
+    def decode_payloads(self, payloads: Sequence[bytes], starts: np.ndarray, ends: np.ndarray) -> Any: ...
+
+
+def _joined(datas: Sequence[bytes]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """Payloads back to back: ``(data, starts, ends)``."""
+    sizes = np.fromiter(map(len, datas), dtype=np.int64, count=len(datas))
+    ends = np.cumsum(sizes)
+    return b"".join(datas), ends - sizes, ends
+
+
+def _decoded_messages(plan: Plan, datas: Sequence[bytes], joined_lines: bytes | None) -> tuple[Any, bytes | None]:
+    """A chunk of messages decoded by the plan: ``(FastChunk or None, the data its starts/ends point into)``."""
+    if plan.binary:
+        if not all(datas):
+            return None, None  # an empty payload: the record path says so
+        data, starts, ends = _joined(datas)
+        return plan.decode_payloads(datas, starts, ends), data
+    if joined_lines is None:
+        return None, None
+    fc = plan.decode(joined_lines)
+    return (fc, joined_lines) if fc is not None and fc.n == len(datas) else (None, None)
+
+
+def _b64_lines(plan: Plan, data: bytes) -> Any:
+    """A chunk of a file whose lines each hold a base64-encoded payload, decoded by a binary plan (None: a line is
+    not plain base64, and the record path explains it)."""
+    import base64
+    import binascii
+
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    try:
+        payloads = [base64.b64decode(line, validate=True) for line in lines]
+    except (binascii.Error, ValueError):
+        return None
+    sizes = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines))
+    ends = np.cumsum(sizes + 1) - 1
+    return plan.decode_payloads(payloads, ends - sizes, ends)
 
 
 def _line_position(where: str, base: int, starts: Any) -> Callable[[int], str]:
@@ -134,6 +178,9 @@ class FilesReader(SplitReader):
         return True
 
     def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
+        if plan.binary:
+            yield from self._binary_pieces(split, plan)
+            return
         for run in _chunk_runs(split):
             if len(run) > 1:  # several small files' chunks: decoded at once when every line of them is valid
                 joined = _Joined.of(run)
@@ -147,6 +194,16 @@ class FilesReader(SplitReader):
                     yield Piece(fc, data, arrival, _line_position(where, base, fc.starts))
                 else:
                     yield Piece.undecoded(_chunk_lines(data, base, arrival, where))
+
+    @staticmethod
+    def _binary_pieces(split: Split, plan: Plan) -> Iterator[Piece]:
+        """A binary dialect's lines (one base64 payload each), a file's chunk at a time."""
+        for data, base, arrival, where in _split_chunks(split):
+            fc = _b64_lines(plan, data)
+            if fc is not None:
+                yield Piece(fc, data, arrival, _line_position(where, base, fc.starts))
+            else:
+                yield Piece.undecoded(_chunk_lines(data, base, arrival, where))
 
 
 class GeneratorReader(SplitReader):
@@ -177,13 +234,13 @@ class SegmentsReader(SplitReader):
                 yield data, published, "msg:", mid, (mid, attributes)
 
     def fast_path(self, et: EventType) -> bool:
-        return et.time_attribute is None
+        return not et.message_attributes_only
 
     def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
         for mc in message_chunks(split):
-            fc = mc.decode(plan)
+            fc, data = _decoded_messages(plan, mc.datas, mc.data)
             if fc is not None:
-                yield Piece(fc, mc.data, mc.arrivals, _message_position(mc.mids), mc.mids)
+                yield Piece(fc, data, mc.arrivals, _message_position(mc.mids), mc.mids)
             else:
                 yield Piece.undecoded(mc.payloads())
 
@@ -228,13 +285,13 @@ class KafkaReader(SplitReader):
         yield from read_range(split.uri, self._partition(split), split.start, split.end)
 
     def fast_path(self, et: EventType) -> bool:
-        return et.time_attribute is None
+        return not et.message_attributes_only
 
     def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
         for kc in kafka_chunks(split.uri, self._partition(split), split.start, split.end):
-            fc = kc.decode(plan)
+            fc, data = _decoded_messages(plan, kc.values, kc.data)
             if fc is not None:
-                yield Piece(fc, kc.data, kc.arrivals, kc.position, kc.mids)
+                yield Piece(fc, data, kc.arrivals, kc.position, kc.mids)
             else:
                 yield Piece.undecoded(kc.payloads())
 
@@ -328,13 +385,6 @@ class MessageChunk:
         self.arrivals = np.array(self.published, dtype=np.int64)
         return self
 
-    def decode(self, plan: Plan) -> Any:
-        """The fast path's decoding of the chunk, or ``None`` (then every message takes the record path)."""
-        if self.data is None:
-            return None
-        fc = plan.decode(self.data)
-        return fc if fc is not None and fc.n == len(self.datas) else None
-
     def payloads(self) -> Iterator[tuple[bytes, int, str, str, Any]]:
         """The messages as :meth:`SplitReader.payloads` yields them (for the record path)."""
         for data, mid, published, m in zip(self.datas, self.mids, self.published, self.messages):
@@ -415,13 +465,6 @@ class KafkaChunk:
 
     def position(self, i: int) -> str:
         return f"kafka:{self.topic}/{self.partition}@{int(self.offsets[i])}"
-
-    def decode(self, plan: Plan) -> Any:
-        """The fast path's decoding of the chunk, or ``None`` (then every record takes the record path)."""
-        if self.data is None:
-            return None
-        fc = plan.decode(self.data)
-        return fc if fc is not None and fc.n == len(self.offsets) else None
 
     def payloads(self) -> Iterator[Payload]:
         """The records as :meth:`SplitReader.payloads` yields them (for the record path)."""

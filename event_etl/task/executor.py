@@ -85,6 +85,9 @@ class BatchContext:
     fence: dict[str, Any] | None = None
     sealed_through: int | None = None
     merged_away: frozenset[str] = frozenset()
+    registry: dict[str, Any] = field(default_factory=dict)
+    """The schema registry's schemas the job keeps in its checkpoint (id -> schema, :mod:`event_etl.task.writers`):
+    a replay reads its payloads with them, without asking the registry."""
 
     def written_since(self, hour: int, name: str) -> bool:
         """Whether a replay finds the file ``name`` of ``hour`` taken further already (marked or merged)."""
@@ -206,6 +209,8 @@ class _SplitRun:
         et = ctx.event_type
         self.split, self.ctx, self.et = split, ctx, et
         self.decoder = _decoder(et)
+        self.decoder.writers.seed(ctx.registry)
+        self.unknown_fields = self.decoder.unknown_fields  # the decoder's count when the split began
         self.reader = split_reader(split.kind)
         self.parquet = _parquet_output(et)
         # a Parquet type's files are written from the fast path's columns: no Avro encoding of its rows
@@ -450,6 +455,8 @@ class _SplitRun:
         if backfill:  # said by the run (progress line, summary), so that a backfill is not dead-lettered in silence
             report.backfill = {"events": len(backfill), "max_backfill": int(self.et.max_backfill),
                                "oldest": min(backfill), "newest": max(backfill)}
+        report.schemas = self.decoder.writers.report(self.ctx.registry) or None
+        report.dropped_fields = self.decoder.unknown_fields - self.unknown_fields
         rows = np.array(self.keys, dtype=KEY_DTYPE)
         if self.key_parts:
             rows = np.concatenate([rows, *self.key_parts])

@@ -26,10 +26,10 @@ explains each bad record with its reason.  The fast path never decides that a re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -127,6 +127,7 @@ def _fields_of(decoder: Decoder) -> list[_Field] | None:
 class FastPlan:
     """How one event type's JSON lines are decoded and encoded as columns."""
 
+    binary = False
     def __init__(self, decoder: Decoder, fields: list[_Field], *, encode: bool = True) -> None:
         """``encode``: build each record's Avro encoding (``FastChunk.rows``); a Parquet type's plan does not
         (``rows`` is None: its files are written from the columns), and checks the columns alike."""
@@ -173,7 +174,6 @@ class FastPlan:
     def decode(self, data: bytes) -> FastChunk | None:
         """The chunk's records, if every line is a valid record; else ``None`` (take the record path)."""
         import pyarrow as pa
-        import pyarrow.compute as pc
         import pyarrow.json as pj
 
         if not data.isascii():
@@ -197,6 +197,18 @@ class FastPlan:
         cols = self._columns(table)
         if cols is None:
             return None
+        return self.from_columns(cols, n, starts, ends)
+
+    def from_columns(self, cols: dict[str, Any], n: int, starts: np.ndarray, ends: np.ndarray) -> FastChunk | None:
+        """The chunk of ``n`` records given as columns (the JSON reader's, or a binary dialect's: a field's
+        Arrow array, as :meth:`_columns` gives them), checked and encoded; ``None`` if a check fails.  ``starts``
+        and ``ends``: where each record's payload lies in the piece's data (for its dead letter)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for f in self.fields:
+            if not f.nullable and cols[f.name].null_count:
+                return None
         tcol = cols.get(self.time_field)
         if tcol is None or tcol.null_count or tcol.type != pa.int64():
             return None
@@ -215,6 +227,10 @@ class FastPlan:
             id_keys[has_id] = self._id_hashes(ids.drop_null(), pa, pc)
         columns = pa.Table.from_arrays([cols[f.name] for f in self.fields], names=[f.name for f in self.fields])
         return FastChunk(n, np.ascontiguousarray(times, dtype=np.int64), rows, id_keys, has_id, starts, ends, columns)
+
+    def decode_payloads(self, payloads: Sequence[bytes], starts: np.ndarray, ends: np.ndarray) -> FastChunk | None:
+        """A JSON plan reads lines (:meth:`decode`), not a binary dialect's payloads."""
+        return None
 
     def _columns(self, table: Any) -> dict[str, Any] | None:
         """The parsed table's columns as single arrays, by field; ``None`` if a required one holds a null."""
@@ -430,12 +446,77 @@ def _varints(cols: list[tuple[np.ndarray, np.ndarray | None]], n: int, pa: Modul
                                                         pa.py_buffer(out)])
 
 
-_PLANS: dict[tuple[int, bool], FastPlan | None] = {}
+class BinaryPlan:
+    """The fast path of a binary dialect (:mod:`event_etl.payloads`): a chunk of payloads read as columns by the
+    dialect (a Protobuf message's fields, an Avro datum's), then checked and encoded as a chunk of JSON lines is
+    (:meth:`FastPlan.from_columns`), so that both paths write the same bytes.  Any payload the columns cannot take
+    (another writer schema, a frame cut short, a message that does not parse) sends the chunk to the record path,
+    which explains each bad one."""
+
+    binary = True
+
+    def __init__(self, plan: FastPlan, read: Callable[[Sequence[bytes]], dict[str, Any] | None]) -> None:
+        self.plan, self.read = plan, read
+
+    def decode(self, data: bytes) -> FastChunk | None:
+        """A binary plan reads payloads, not lines of JSON (:meth:`decode_payloads`)."""
+        return None
+
+    def decode_payloads(self, payloads: Sequence[bytes], starts: np.ndarray, ends: np.ndarray) -> FastChunk | None:
+        """The chunk's records, if every payload is a valid record; else ``None``.  ``starts``/``ends``: where each
+        payload lies in the piece's data (a message's bytes, or a file's base64 line)."""
+        if not payloads:
+            return None
+        cols = self.read(payloads)
+        if cols is None:
+            return None
+        return self.plan.from_columns(cols, len(payloads), starts, ends)
 
 
-def plan_for(decoder: Decoder, *, encode: bool = True) -> FastPlan | None:
+def _protobuf_columns(decoder: Decoder) -> Callable[[Sequence[bytes]], dict[str, Any] | None]:
+    """A Protobuf type's messages as columns (:meth:`event_etl.payloads.protobuf.ProtoDecoder.columns`); the fields
+    it drops are counted by the decoder, as the record path counts them."""
+
+    def read(payloads: Sequence[bytes]) -> dict[str, Any] | None:
+        got = decoder.proto.columns(payloads)
+        if got is None:
+            return None
+        cols, unknown = got
+        decoder.unknown_fields += unknown
+        return cast(dict[str, Any], cols)
+
+    return read
+
+
+def _confluent_columns(decoder: Decoder) -> Callable[[Sequence[bytes]], dict[str, Any] | None] | None:
+    """Confluent frames of the type's own schema (one registry id, whose schema is the type's) as columns
+    (:class:`event_etl.payloads.avrocolumns.DatumColumns`); None when the schema is not flat."""
+    from event_etl.payloads.avrocolumns import DatumColumns
+
+    columns = DatumColumns.of(decoder.event_type.schema)
+    if columns is None:
+        return None
+
+    def read(payloads: Sequence[bytes]) -> dict[str, Any] | None:
+        head = payloads[0][:5]
+        if len(head) < 5 or head[0] != 0 or any(p[:5] != head for p in payloads):
+            return None  # not one registry id for the whole chunk (or not a frame): the record path
+        w = decoder.writers.avro_by_id(int.from_bytes(head[1:5], "big"))
+        if w is None or not w.same:
+            return None
+        sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        ends = np.cumsum(sizes)
+        return columns.read(b"".join(payloads), ends - sizes + 5, ends)
+
+    return read
+
+
+_PLANS: dict[tuple[int, bool], FastPlan | BinaryPlan | None] = {}
+
+
+def plan_for(decoder: Decoder, *, encode: bool = True) -> FastPlan | BinaryPlan | None:
     """The fast plan of a decoder's event type, or ``None`` if its schema needs the record path (``encode``: see
-    :class:`FastPlan`)."""
+    :class:`FastPlan`): a :class:`FastPlan` for JSON lines, a :class:`BinaryPlan` for a binary dialect's payloads."""
     key = (id(decoder), encode)
     if key not in _PLANS:
         fields = _fields_of(decoder)
@@ -443,8 +524,21 @@ def plan_for(decoder: Decoder, *, encode: bool = True) -> FastPlan | None:
         et = decoder.event_type
         ok = fields is not None and any(f.name == tf and f.kind == "long" for f in fields) and (
             et.time_logical_divisor or et.time_format == "epoch_millis")
-        _PLANS[key] = FastPlan(decoder, fields, encode=encode) if ok and fields is not None else None
+        plan = FastPlan(decoder, fields, encode=encode) if ok and fields is not None else None
+        _PLANS[key] = _binary_plan(decoder, plan) if et.payload != "json" else plan
     return _PLANS[key]
+
+
+def _binary_plan(decoder: Decoder, plan: FastPlan | None) -> BinaryPlan | None:
+    if plan is None:
+        return None
+    payload = decoder.event_type.payload
+    if payload == "protobuf":
+        return BinaryPlan(plan, _protobuf_columns(decoder))
+    if payload == "confluent":
+        read = _confluent_columns(decoder)
+        return BinaryPlan(plan, read) if read is not None else None
+    return None
 
 
 def rows_buffer(rows: Any) -> tuple[np.ndarray, memoryview]:

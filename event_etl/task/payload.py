@@ -1,13 +1,23 @@
 """Turning one payload (bytes) into a checked record and its event time, or a rejection.
 
-Accepted payloads:
+Accepted payloads, by the type's ``payload`` (:mod:`event_etl.payloads`):
 
-- a JSON object whose fields follow the type's schema (plain JSON, as producers write
-  it: a nullable field is a value or ``null``, an enum a string, a timestamp a number);
-- Avro single-object encoding (``C3 01`` + fingerprint + binary datum) of the type's
-  schema or of any of its registered versions (``schemas/v<N>.avsc``), resolved to the
-  current schema by Avro's rules (a field the writer did not have takes its default); in
-  newline-delimited files, such a message is written base64-encoded on its own line.
+- ``json`` (the default): a JSON object whose fields follow the type's schema (plain JSON, as
+  producers write it: a nullable field is a value or ``null``, an enum a string, a timestamp a
+  number); or a self-describing Avro frame, single-object encoding (``C3 01`` + CRC-64 fingerprint +
+  binary datum) or Gilt's (``81`` + SHA-256 fingerprint + datum), of the type's schema or of any of
+  its registered versions (``schemas/v<N>.avsc``), resolved to the current schema by Avro's rules (a
+  field the writer did not have takes its default);
+- ``protobuf``: a message of the type's descriptor set, decoded into the Avro schema derived from it
+  (:mod:`event_etl.payloads.protobuf`); fields the descriptor does not know are dropped and counted;
+- ``confluent``: Confluent's wire format, an Avro datum or a Protobuf message of the registry schema its
+  id names (:mod:`event_etl.task.writers`);
+- ``avro``: a bare Avro datum, of the schema the message's ``schema_attribute`` names (or of the current
+  schema when it names none).
+
+A message whose ``schema_attribute`` is set carries a bare Avro datum of the schema it names, whatever
+the type's payload.  In newline-delimited files (the folder source), a binary payload (a frame, a
+Protobuf message, a datum) is written base64-encoded on its own line.
 
 Everything else is rejected with a :class:`~event_etl.rules.reasons.Reason` and a
 detail naming the field.  This module runs in executors, once per record: it avoids
@@ -29,9 +39,18 @@ from orjson import JSONDecodeError as _JSONDecodeError
 from orjson import loads as _loads
 
 from event_etl.eventtypes import EventType, schema_fingerprint
+from event_etl.payloads.frames import (
+    GILT_MAGIC,
+    FrameError,
+    confluent_header,
+    message_indexes,
+    named_schema,
+    read_frame,
+)
 from event_etl.rules.reasons import Reason
 from event_etl.storage.avroio import SOE_MAGIC
 from event_etl.task.avrocheck import compile_checker
+from event_etl.task.writers import Writer, WriterSchemas, descriptor_files, message_name
 from event_etl.timeutil import parse_rfc3339_millis, seconds_to_millis, to_millis
 
 __all__ = ["Decoder", "MIN_EVENT_MS", "MAX_EVENT_MS"]
@@ -39,6 +58,8 @@ __all__ = ["Decoder", "MIN_EVENT_MS", "MAX_EVENT_MS"]
 MIN_EVENT_MS = -62135596800000  # 0001-01-01T00:00:00Z
 MAX_EVENT_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
 _B64_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\r")
+_FRAMES = (0xC3, GILT_MAGIC)  # first bytes of the self-describing Avro frames a JSON type accepts
+Result = tuple[bool, Any, Any]
 
 
 def _nullable(t: Any) -> bool:
@@ -67,12 +88,33 @@ class Decoder:
             if fp not in self.writer_schemas:
                 self.writer_schemas[fp] = parse_schema(version)
         self.check = compile_checker(self.schema)
+        self.writers = WriterSchemas(event_type, self.schema)
+        self.proto: Any = None  # payload = "protobuf": the message's decoder (ProtoDecoder)
+        self._proto_writers: dict[tuple[int, tuple[int, ...]], tuple[Any, Writer | None, str | None]] = {}
+        self.unknown_fields = 0  # Protobuf fields dropped (the descriptor does not know them), counted by the task
+        self._raw = self._raw_decoder(event_type.payload)
         fmt, div = event_type.time_format, event_type.time_logical_divisor
         self._time = self._logical_time(div) if div else {
             "epoch_millis": self._millis,
             "epoch_seconds": self._seconds,
             "iso8601": self._iso,
         }[fmt]
+
+    def _raw_decoder(self, payload: str) -> Callable[[bytes, int | None, int | None], Result] | None:
+        """How a message's bytes are decoded: None for JSON (:meth:`decode`), else the binary dialect's decoder."""
+        if payload == "protobuf":
+            from event_etl.payloads.protobuf import ProtoSchema
+
+            et = self.event_type
+            proto = ProtoSchema.from_bytes(base64.b64decode(et.protobuf_descriptor), str(et.protobuf_message),
+                                           origin=et.descriptor_file)
+            self.proto = proto.decoder(et.schema)
+            return self._decode_protobuf
+        if payload == "confluent":
+            return self._decode_confluent
+        if payload == "avro":
+            return self._decode_bare
+        return None
 
     # -- event time ------------------------------------------------------------------------
     @staticmethod
@@ -118,7 +160,9 @@ class Decoder:
         the time to use when the record has none (a message's publish time, if the type says so).
         """
         n = len(payload)
-        if n == 0 or n > self.max_bytes or payload[0] == 0xC3 or (n < 64 and not payload.strip()):
+        if self._raw is not None:  # a binary dialect: a line of a file holds one payload, base64-encoded
+            return self._decode_line(payload, override, fallback)
+        if n == 0 or n > self.max_bytes or payload[0] in _FRAMES or (n < 64 and not payload.strip()):
             return self._decode_unusual(payload, override, fallback)
         try:
             rec = _loads(payload)
@@ -135,17 +179,182 @@ class Decoder:
         fallback = publish_time if self.event_type.publish_time_fallback else None
         name = self.event_type.time_attribute
         if name is None:
-            return self.decode(payload, None, fallback)
+            return self._message(payload, attributes, None, fallback)
         raw = (attributes or {}).get(name)
         if raw is None:
             if fallback is None:
                 return False, Reason.MISSING_TIME, f"attribute {name!r} is missing"
-            return self.decode(payload, fallback, None)
+            return self._message(payload, attributes, fallback, None)
         try:
             t = self._attribute_time(raw)
         except (ValueError, OverflowError, TypeError) as err:
             return False, Reason.INVALID_TIME, f"attribute {name!r}: {err}"
-        return self.decode(payload, t, None)
+        return self._message(payload, attributes, t, None)
+
+    def _message(self, payload: bytes, attributes: dict[str, str] | None, override: int | None,
+                 fallback: int | None) -> Result:
+        """A message's bytes, as its schema attribute or the type's payload says."""
+        named = self.event_type.schema_attribute
+        if named is not None and attributes and named in attributes:
+            return self._decode_named(payload, attributes[named], override, fallback)
+        if self._raw is None:
+            return self.decode(payload, override, fallback)
+        n = len(payload)
+        if n == 0:
+            return False, Reason.EMPTY_PAYLOAD, "payload has no content"
+        if n > self.max_bytes:
+            return False, Reason.OVERSIZED, f"{n} bytes > max_payload_bytes {self.max_bytes}"
+        return self._raw(payload, override, fallback)
+
+    # -- binary dialects ---------------------------------------------------------------------
+    def _decode_line(self, line: bytes, override: int | None, fallback: int | None) -> Result:
+        """A line of a file: one binary payload, base64-encoded."""
+        stripped = line.strip()
+        if not stripped:
+            return False, Reason.EMPTY_PAYLOAD, "payload has no content"
+        try:
+            raw = base64.b64decode(stripped, validate=True)
+        except (binascii.Error, ValueError) as err:
+            why = Reason.INVALID_PROTOBUF if self.event_type.payload == "protobuf" else Reason.INVALID_AVRO
+            return False, why, (f"a line of a folder source holds one {self.event_type.payload} payload, "
+                                f"base64-encoded: {err}")
+        assert self._raw is not None  # only binary dialects read lines as base64
+        if len(raw) > self.max_bytes:
+            return False, Reason.OVERSIZED, f"{len(raw)} bytes > max_payload_bytes {self.max_bytes}"
+        if not raw:
+            return False, Reason.EMPTY_PAYLOAD, "payload has no content"
+        return self._raw(raw, override, fallback)
+
+    def _decode_protobuf(self, payload: bytes, override: int | None, fallback: int | None) -> Result:
+        from event_etl.payloads.protobuf import ProtoDecodeError, ProtoValueError
+
+        try:
+            rec, unknown = self.proto.decode(payload)
+        except ProtoDecodeError as err:
+            return False, Reason.INVALID_PROTOBUF, str(err)[:300]
+        except ProtoValueError as err:
+            return False, Reason.SCHEMA_MISMATCH, str(err)[:300]
+        self.unknown_fields += unknown
+        return self._timed(rec, override, fallback)
+
+    def _decode_confluent(self, payload: bytes, override: int | None, fallback: int | None) -> Result:
+        try:
+            sid, at = confluent_header(payload)
+        except FrameError as err:
+            return False, Reason.INVALID_AVRO, str(err)
+        rs = self.writers.by_id(sid)
+        if rs is None:
+            return False, Reason.UNKNOWN_SCHEMA, (f"schema id {sid} is not in the registry "
+                                                  f"{self.event_type.schema_registry}")
+        if rs.schema_type == "PROTOBUF":
+            return self._confluent_protobuf(payload, sid, at, rs, override, fallback)
+        w = self.writers.avro_by_id(sid)
+        assert w is not None  # the registry holds it (by_id above)
+        return self._datum(payload, at, w, override, fallback)
+
+    def _confluent_protobuf(self, payload: bytes, sid: int, at: int, rs: Any, override: int | None,
+                            fallback: int | None) -> Result:
+        """A Protobuf message of Confluent's wire format: its message indexes, then the message, read into the
+        type's schema through the Avro schema derived from the registry's descriptor."""
+        from event_etl.payloads.protobuf import ProtoDecodeError, ProtoValueError
+
+        try:
+            indexes, at = message_indexes(payload, at)
+        except FrameError as err:
+            return False, Reason.INVALID_PROTOBUF, str(err)
+        decoder, writer, problem = self._proto_writer(sid, indexes, rs)
+        if problem is not None:
+            return False, Reason.INCOMPATIBLE_SCHEMA, problem
+        try:
+            rec, unknown = decoder.decode(payload[at:])
+        except ProtoDecodeError as err:
+            return False, Reason.INVALID_PROTOBUF, str(err)[:300]
+        except ProtoValueError as err:
+            return False, Reason.SCHEMA_MISMATCH, str(err)[:300]
+        self.unknown_fields += unknown
+        if writer is not None and not writer.same:  # another shape: Avro's resolution into the type's schema
+            rec = self._resolved(rec, writer)
+        return self._timed(rec, override, fallback)
+
+    def _proto_writer(self, sid: int, indexes: tuple[int, ...], rs: Any) -> tuple[Any, Writer | None, str | None]:
+        """``(decoder, writer, problem)`` of the message that ``indexes`` point at in registry schema ``sid``."""
+        key = (sid, indexes)
+        found = self._proto_writers.get(key)
+        if found is None:
+            found = self._proto_writers[key] = self._build_proto_writer(sid, indexes, rs)
+        return found
+
+    def _build_proto_writer(self, sid: int, indexes: tuple[int, ...], rs: Any
+                            ) -> tuple[Any, Writer | None, str | None]:
+        from fastavro import parse_schema as parse
+
+        from event_etl.errors import ConfigError
+        from event_etl.payloads.protobuf import ProtoSchema
+
+        label = f"registry id {sid}"
+        try:
+            files = descriptor_files(rs)
+            name = message_name(files[-1], indexes)
+            proto = ProtoSchema.from_file_protos(files, name, origin=label)
+            derived = proto.avro_schema(timestamp=_timestamp_unit(self.event_type, name))
+        except (ConfigError, ValueError, IndexError) as err:
+            return None, None, f"{label} (message indexes {list(indexes)}): {err}"[:300]
+        writer = self.writers._judged(derived, parse(derived), f"{label} ({name})")
+        if writer.problem is not None:
+            return None, None, writer.problem
+        return proto.decoder(derived), writer, None
+
+    def _resolved(self, rec: dict[str, Any], writer: Writer) -> dict[str, Any]:
+        """A record of another writer schema read into the type's, by Avro's resolution rules."""
+        from fastavro import schemaless_writer
+
+        bio = io.BytesIO()
+        schemaless_writer(bio, writer.parsed, rec)
+        bio.seek(0)
+        return cast(dict[str, Any], schemaless_reader(bio, writer.parsed, self.schema))
+
+    def _decode_bare(self, payload: bytes, override: int | None, fallback: int | None) -> Result:
+        """``payload = "avro"`` with no schema named: a datum of the current schema."""
+        return self._datum(payload, 0, self.writers.by_crc[self.event_type.fingerprint], override, fallback)
+
+    def _decode_named(self, payload: bytes, value: str, override: int | None, fallback: int | None) -> Result:
+        """A bare datum of the writer schema a message's attribute names."""
+        try:
+            what = named_schema(value)
+        except FrameError as err:
+            return False, Reason.UNKNOWN_SCHEMA, f"attribute {self.event_type.schema_attribute!r}: {err}"
+        if what.kind == "id" and not self.event_type.schema_registry:
+            return False, Reason.UNKNOWN_SCHEMA, (f"attribute {self.event_type.schema_attribute!r} names registry id "
+                                                  f"{what.key}, and the type has no schema_registry")
+        w = self.writers.named(what)
+        if w is None:
+            return False, Reason.UNKNOWN_SCHEMA, (f"attribute {self.event_type.schema_attribute!r} = {value[:80]!r} "
+                                                  f"names no schema of {self.event_type.name}")
+        return self._datum(payload, 0, w, override, fallback)
+
+    def _datum(self, payload: bytes, at: int, w: Writer, override: int | None, fallback: int | None) -> Result:
+        """The Avro datum at ``at`` of writer ``w``, read into the type's schema; the whole payload must be it."""
+        if w.problem is not None:
+            return False, Reason.INCOMPATIBLE_SCHEMA, w.problem
+        bio = io.BytesIO(payload)
+        bio.seek(at)
+        try:
+            rec = cast(dict[str, Any], schemaless_reader(bio, w.parsed, None if w.same else self.schema))
+        except SchemaResolutionError as err:
+            return False, Reason.INCOMPATIBLE_SCHEMA, f"{w.label} cannot be read as the current schema: {err}"[:300]
+        except (EOFError, StopIteration, ValueError, IndexError, UnicodeDecodeError, TypeError, OverflowError) as err:
+            return False, Reason.INVALID_AVRO, f"cannot decode datum: {type(err).__name__}: {err}"[:300]
+        if bio.tell() != len(payload):
+            return False, Reason.INVALID_AVRO, f"{len(payload) - bio.tell()} trailing bytes after the datum"
+        return self._timed(rec, override, fallback)
+
+    def _timed(self, rec: dict[str, Any], override: int | None, fallback: int | None) -> Result:
+        ok, why, ms = self._event_time(rec, override, fallback)
+        if not ok:
+            return False, why, ms
+        if (override is not None or fallback is not None) and rec.get(self.time_field) is None:
+            rec[self.time_field] = self._as_field(ms)  # the time came from the message: the record carries it too
+        return True, rec, ms
 
     def _as_field(self, ms: int) -> Any:
         """An event time in the representation of the type's time field."""
@@ -189,7 +398,7 @@ class Decoder:
                 raw = base64.b64decode(stripped, validate=True)
             except (binascii.Error, ValueError):
                 raw = b""
-            if raw.startswith(SOE_MAGIC):
+            if raw.startswith(SOE_MAGIC) or raw[:1] == bytes([GILT_MAGIC]):
                 return self._decode_avro(raw, override, fallback)
         del text
         return False, Reason.INVALID_JSON, str(err)
@@ -240,6 +449,8 @@ class Decoder:
     def _decode_avro(
         self, payload: bytes, override: int | None = None, fallback: int | None = None
     ) -> tuple[bool, Any, Any]:
+        if payload[:1] == bytes([GILT_MAGIC]):
+            return self._decode_gilt(payload, override, fallback)
         if len(payload) < 10 or payload[:2] != SOE_MAGIC:
             return False, Reason.INVALID_AVRO, "not an Avro single-object message (header C3 01 + 8-byte fingerprint)"
         fp = payload[2:10].hex()
@@ -260,3 +471,21 @@ class Decoder:
         if not ok:
             return False, why, ms
         return True, rec, ms
+
+    def _decode_gilt(self, payload: bytes, override: int | None, fallback: int | None) -> Result:
+        """Gilt's frame: ``81`` + SHA-256 of the writer schema's canonical form + datum, of a registered version."""
+        try:
+            frame = read_frame(payload)
+        except FrameError as err:
+            return False, Reason.INVALID_AVRO, str(err)
+        w = self.writers.by_sha.get(frame.fingerprint)
+        if w is None:
+            return False, Reason.UNKNOWN_SCHEMA, (f"schema fingerprint sha256:{frame.fingerprint} is not known for "
+                                                  f"{self.event_type.name}")
+        return self._datum(payload, frame.body, w, override, fallback)
+
+
+def _timestamp_unit(et: EventType, message: str) -> str:
+    """The Avro unit of a Timestamp in the schema derived from a registry's Protobuf message: the type's own
+    ``protobuf_timestamps`` is not known here, so the unit is taken from the type's time field (millis or micros)."""
+    return "millis" if et.time_logical_divisor == 1 else "micros"

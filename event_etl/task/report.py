@@ -55,6 +55,12 @@ class SplitReport:
     """Events dead-lettered as ``before_backfill`` (no watermark yet, more than ``max_backfill`` before their
     arrival): ``{"events": n, "max_backfill": ms, "oldest": t, "newest": t}`` (their event times); absent when
     none."""
+    schemas: dict[str, Any] | None = None
+    """The schema registry's schemas the task fetched that its context did not hold (id -> schema), for the driver
+    to keep in the checkpoint (:mod:`event_etl.task.writers`); absent when none."""
+    dropped_fields: int = 0
+    """Fields of Protobuf payloads the descriptor does not know, dropped (counted, not dead-lettered); absent
+    when none."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -71,6 +77,10 @@ class SplitReport:
             out["part"] = self.part
         if self.backfill is not None:
             out["backfill"] = self.backfill
+        if self.schemas:
+            out["schemas"] = self.schemas
+        if self.dropped_fields:
+            out["dropped_fields"] = self.dropped_fields
         return out
 
     @classmethod
@@ -90,6 +100,8 @@ class SplitReport:
             inputs=doc.get("inputs"),
             part=doc.get("part"),
             backfill=doc.get("backfill"),
+            schemas=doc.get("schemas"),
+            dropped_fields=int(doc.get("dropped_fields") or 0),
         )
 
 
@@ -118,6 +130,8 @@ class BatchResult:
     """The events dead-lettered for ``max_backfill`` (``before_backfill``), over the batch's splits: ``events``,
     ``max_backfill`` (ms, the bound the batch was judged with), ``oldest`` and ``newest`` (their event times); None
     when there were none."""
+    dropped_fields: int = 0
+    """Fields of Protobuf payloads dropped, over the batch's splits (the descriptor does not know them)."""
 
     @property
     def events_in(self) -> int:
@@ -165,6 +179,7 @@ def summarize(reports: list[dict[str, Any]]) -> BatchResult:
         r.delay_sum_ms += int(rep.get("delay_sum_ms") or 0)
         r.inputs.update(rep.get("inputs") or ())
         r.backfill = merge_backfill(r.backfill, rep.get("backfill"))
+        r.dropped_fields += int(rep.get("dropped_fields") or 0)
         part = rep.get("part")
         if part is not None:
             had = r.parts.get(str(part))

@@ -1,0 +1,79 @@
+"""``event-etl check``: load event types as a job would, and show what each reads and writes."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import click
+
+from event_etl.cli.options import event_types_option, handles_errors, type_names
+from event_etl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from event_etl.eventtypes import EventType
+
+__all__ = ["check_cmd"]
+
+_DIALECTS = {
+    "json": "JSON objects (and single-object or Gilt-framed Avro of a registered version)",
+    "protobuf": "Protobuf messages of schema.desc",
+    "confluent": "Confluent's wire format (Avro or Protobuf), schemas from the registry",
+    "avro": "bare Avro datums",
+}
+
+
+@click.command("check")
+@click.argument("event_types", nargs=-1, metavar="[EVENT_TYPE]...")
+@click.option("--schema", "show_schema", is_flag=True,
+              help="Print each type's Avro schema (for a Protobuf type without schema.avsc: the one derived from "
+                   "its message).")
+@event_types_option
+@handles_errors
+def check_cmd(event_types: tuple[str, ...], show_schema: bool, event_types_dir: str | None) -> None:
+    """Check EVENT_TYPEs (default: every type) as `run` would before it starts, and say what each reads.
+
+    For each type: its payload (what producers write), where its Avro schema comes from, the schema
+    versions it accepts, its source. A Protobuf type's schema derived from its descriptor set is
+    printed in full (the schema its files are written in). A broken type is an error naming the
+    file, the field and the fix (exit 2); the other types are still shown.
+    """
+    from event_etl.eventtypes import load_event_type, resolve_event_types_dir
+
+    root = resolve_event_types_dir(event_types_dir)
+    names = list(event_types) or type_names(root)
+    broken: list[ConfigError] = []
+    for name in names:
+        try:
+            et = load_event_type(root / name)
+            et.check_versions(warn=lambda line: click.echo(f"  {line}"))
+        except ConfigError as err:
+            click.echo(f"{name}: BROKEN (see the error below)")
+            broken.append(err)
+            continue
+        _show(et, show_schema)
+    if broken:
+        raise broken[0]
+
+
+def _show(et: EventType, show_schema: bool) -> None:
+    import os
+
+    derived = et.payload == "protobuf" and not os.path.isfile(et.schema_file)
+    click.echo(f"{et.name}: ok")
+    click.echo(f"  payload   {et.payload}: {_DIALECTS[et.payload]}")
+    if et.payload == "protobuf":
+        click.echo(f"  message   {et.protobuf_message} ({et.descriptor_file})")
+    if et.schema_registry:
+        from event_etl.errors import redact
+
+        click.echo(f"  registry  {redact(et.schema_registry)}")
+    if et.schema_attribute:
+        click.echo(f"  schema named by the attribute {et.schema_attribute!r} (a bare Avro datum then)")
+    origin = f"derived from {et.protobuf_message}" if derived else "schema.avsc"
+    versions = ", ".join(n for n, _ in et.schema_versions) or "none registered"
+    click.echo(f"  schema    {et.schema.get('name')} (crc64avro:{et.fingerprint}), {origin}; versions: {versions}")
+    click.echo(f"  time      {et.time_field} ({et.time_format if not et.time_logical_divisor else 'timestamp'})")
+    click.echo(f"  source    {et.source}    format {et.format}")
+    if derived or show_schema:
+        click.echo("  " + json.dumps(et.schema, indent=2).replace("\n", "\n  "))
