@@ -29,6 +29,7 @@ __all__ = ["Settings", "current_settings", "settings_in_force", "ENV_SINK", "ENV
            "ENV_FLEET_BACKOFF", "ENV_PROMETHEUS_URL", "ENV_METRICS_OLD_NAMES", "ENV_METRICS_JOB",
            "ENV_SPARK_LOG_LEVEL", "ENV_SPARK_SUBMIT", "ENV_DRIVER_PIDFILE", "ENV_CACHE_DIR", "PUBSUB_PREFIX",
            "ENV_KAFKA_BOOTSTRAP_SERVERS", "ENV_KAFKA_PROPERTIES", "ENV_KAFKA_ON_DATA_LOSS", "read_kafka_properties",
+           "ENV_SCHEMA_REGISTRY_AUTH", "ENV_SCHEMA_REGISTRY_AUTH_FILE", "ENV_SCHEMA_REGISTRY_OUTAGE",
            "LOCAL_ONLY"]
 
 ENV_SINK = "EVENT_ETL_SINK"
@@ -47,6 +48,12 @@ ENV_CACHE_DIR = "EVENT_ETL_CACHE_DIR"
 ENV_KAFKA_BOOTSTRAP_SERVERS = "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS"
 ENV_KAFKA_PROPERTIES = "EVENT_ETL_KAFKA_PROPERTIES"
 ENV_KAFKA_ON_DATA_LOSS = "EVENT_ETL_KAFKA_ON_DATA_LOSS"
+ENV_SCHEMA_REGISTRY_AUTH = "EVENT_ETL_SCHEMA_REGISTRY_AUTH"
+ENV_SCHEMA_REGISTRY_AUTH_FILE = "EVENT_ETL_SCHEMA_REGISTRY_AUTH_FILE"
+ENV_SCHEMA_REGISTRY_OUTAGE = "EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS"
+ENV_PUBSUB_OUTAGE = "EVENT_ETL_PUBSUB_OUTAGE_SECONDS"
+DEFAULT_OUTAGE_S = 120.0
+"""How long an unreachable Pub/Sub service or schema registry is retried before the job stops, by default."""
 KAFKA_ON_DATA_LOSS = ("fail", "skip")
 PUBSUB_PREFIX = "EVENT_ETL_PUBSUB_"
 """The Pub/Sub fetcher's settings (:class:`event_etl.sources.pubsub_fetch.FetchSettings`) are
@@ -90,6 +97,14 @@ class Settings:
     """The path of a librdkafka properties file (SASL, SSL...); read by :meth:`kafka_config`."""
     kafka_on_data_loss: str = "fail"
     """``fail``: a batch whose start offset retention deleted fails; ``skip``: it goes on from what is left."""
+    schema_registry_auth: str | None = None
+    """``user:password`` for the schema registry of ``payload = "confluent"`` types (basic auth)."""
+    schema_registry_auth_file: str | None = None
+    """A file whose first line is that ``user:password`` (read by :mod:`event_etl.payloads.registry`)."""
+    schema_registry_outage: float = DEFAULT_OUTAGE_S
+    """Seconds an unreachable schema registry is waited for (the batch in flight waits) before the job stops:
+    ``EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS``, else the Pub/Sub source's ``EVENT_ETL_PUBSUB_OUTAGE_SECONDS``, else
+    120 (the sources' bound)."""
 
     def kafka_config(self) -> dict[str, str]:
         """The librdkafka configuration every Kafka client of event_etl starts from: the bootstrap servers and the
@@ -121,7 +136,28 @@ class Settings:
             kafka_bootstrap_servers=(env.get(ENV_KAFKA_BOOTSTRAP_SERVERS) or "").strip() or None,
             kafka_properties=env.get(ENV_KAFKA_PROPERTIES) or None,
             kafka_on_data_loss=_on_data_loss(env.get(ENV_KAFKA_ON_DATA_LOSS)),
+            schema_registry_auth=env.get(ENV_SCHEMA_REGISTRY_AUTH) or None,
+            schema_registry_auth_file=env.get(ENV_SCHEMA_REGISTRY_AUTH_FILE) or None,
+            schema_registry_outage=_seconds(env, ENV_SCHEMA_REGISTRY_OUTAGE, ENV_PUBSUB_OUTAGE),
         )
+
+
+def _seconds(env: Mapping[str, str], *names: str) -> float:
+    """The first of ``names`` set in ``env``, as a positive number of seconds; :data:`DEFAULT_OUTAGE_S` if none."""
+    for name in names:
+        text = (env.get(name) or "").strip()
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            from event_etl.errors import UsageError
+
+            raise UsageError(f"{name}={text!r} is not a positive number of seconds", fix=f"set {name}=120, say")
+        return value
+    return DEFAULT_OUTAGE_S
 
 
 def _on_data_loss(text: str | None) -> str:

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.registry_server import registry_server  # noqa: F401 - fixtures are found by their name in a conftest
 from tests.shared import kafka_broker, noida  # noqa: F401 - fixtures are found by their name in a conftest
 
 LONGEST = ("integration/test_campaign.py::test_campaign_directory_source_to_local_disk",

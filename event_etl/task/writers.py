@@ -38,27 +38,15 @@ __all__ = ["Writer", "WriterSchemas", "RegistryDown", "registry_outage_seconds"]
 
 log = logging.getLogger(__name__)  # an executor's log: the registry's outage, as it begins
 
-DEFAULT_OUTAGE_S = 120.0
-"""How long a schema registry that cannot be reached is waited for by default (as the Pub/Sub source's outages)."""
-
-
 class RegistryDown(SourceError):
     """The schema registry could not be reached for the whole outage bound: the batch (and the job) fails."""
 
 
 def registry_outage_seconds() -> float:
-    """``EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS`` in force, else ``EVENT_ETL_PUBSUB_OUTAGE_SECONDS``, else 120."""
+    """How long an unreachable registry is waited for (:attr:`event_etl.settings.Settings.schema_registry_outage`)."""
     from event_etl.settings import current_settings
 
-    s = current_settings()
-    value = getattr(s, "schema_registry_outage", None)
-    if value is not None:
-        return float(value)
-    raw = s.pubsub.get("EVENT_ETL_PUBSUB_OUTAGE_SECONDS")
-    try:
-        return float(raw) if raw else DEFAULT_OUTAGE_S
-    except ValueError:
-        return DEFAULT_OUTAGE_S
+    return current_settings().schema_registry_outage
 
 
 @dataclass(frozen=True)
