@@ -1,0 +1,223 @@
+"""Producers' dialects through the real executor and controller (``tests.harness.LocalPipeline``: a folder source's
+base64 lines, process_split, the controller's ledgers and markers; no Spark): Confluent-framed Avro against the
+test registry (frames written by confluent-kafka's own ``AvroSerializer``), Gilt's frame, and the schema named by a
+message's attribute.  Each bad frame is a dead letter with its reason and its bytes; the good records land in their
+hours as the same records sent as JSON do; the fast path writes what the record path writes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import fastavro
+import pytest
+
+from event_etl.eventtypes import load_event_type
+from event_etl.payloads.frames import gilt_fingerprint
+from event_etl.settings import Settings, settings_in_force
+from event_etl.storage.deadletter import iter_deadletters
+from event_etl.task.executor import BatchContext, process_split
+from event_etl.task.payload import Decoder
+from event_etl.task.writers import RegistryDown
+from event_etl.timeutil import HOUR_MS
+from tests.dialects import ROOT, confluent_avro_serializer, page_view_record
+from tests.harness import FakeClock, LocalPipeline, read_sink, t
+
+PV = ROOT / "event_types" / "page_view"
+SCHEMA = json.loads((PV / "schema.avsc").read_text())
+
+
+def _datum(schema: dict, rec: dict) -> bytes:
+    bio = io.BytesIO()
+    fastavro.schemaless_writer(bio, fastavro.parse_schema(schema), rec)
+    return bio.getvalue()
+
+
+def _cf_type(root: Path, url: str, **extra: str):
+    d = root / "page_view_cf"
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(PV / "schema.avsc", d / "schema.avsc")
+    lines = ['time_field = "event_time"', 'id_field = "event_id"', 'payload = "confluent"',
+             f'schema_registry = "{url}"', *[f"{k} = {json.dumps(v)}" for k, v in extra.items()]]
+    (d / "etl.toml").write_text("\n".join(lines) + "\n")
+    return load_event_type(d)
+
+
+def _new_process() -> None:
+    """As in a new executor process: no decoder, no registry client, nothing cached."""
+    from event_etl.payloads import registry as client
+    from event_etl.task import executor
+
+    executor._DECODERS.clear()
+    client._SHARED.clear()
+
+
+@pytest.fixture
+def registry(registry_server):
+    registry_server.reset()
+    _new_process()
+    yield registry_server
+    registry_server.reset()
+
+
+def _ids(content: dict) -> dict[int, list[str]]:
+    return {h: sorted(c.timely + c.late) for h, c in content.items() if c.timely or c.late}
+
+
+def test_confluent_frames_land_in_their_hours_and_bad_frames_are_dead_letters(tmp_path, registry):
+    et = _cf_type(tmp_path / "types", registry.url)
+    serialize = confluent_avro_serializer(registry.url, SCHEMA)
+    now = t("14:05")
+    recs = [page_view_record(t("13:00") + i * 20_000) for i in range(150)]  # 13:00 .. 13:50
+    good = [serialize(r) for r in recs]
+    sid = int.from_bytes(good[0][1:5], "big")
+    other = registry.register("payments-value", json.dumps(
+        {"type": "record", "name": "Payment", "fields": [{"name": "amount", "type": "long"}]}))
+    changed = dict(SCHEMA, fields=[dict(f, type="long") if f["name"] == "session_id" else f for f in SCHEMA["fields"]])
+    changed_id = registry.register("page-views-value", json.dumps(changed))
+    bad = {
+        "truncated": (good[0][:-3], "invalid_avro"),
+        "wrong magic": (b"\x01" + good[1][1:], "invalid_avro"),
+        "short header": (b"\x00\x00\x01", "invalid_avro"),
+        "unknown id": (b"\x00" + (9999).to_bytes(4, "big") + good[2][5:], "unknown_schema"),
+        "another subject": (b"\x00" + other.to_bytes(4, "big") + _datum(
+            {"type": "record", "name": "Payment", "fields": [{"name": "amount", "type": "long"}]}, {"amount": 5}),
+            "incompatible_schema"),
+        "a field changed": (b"\x00" + changed_id.to_bytes(4, "big") + _datum(changed, dict(recs[0], session_id=5)),
+                            "incompatible_schema"),
+        "trailing bytes": (good[3] + b"\x00", "invalid_avro"),
+    }
+    lines = [base64.b64encode(p) for p in good] + [base64.b64encode(p) for p, _ in bad.values()] + [b"not base64!"]
+    pipe = LocalPipeline(tmp_path, et, FakeClock(now))
+    pipe.batch(lines, shards=2)
+
+    content = read_sink(pipe.sink, "page_view_cf", "event_id")
+    assert _ids(content) == {t("13:00"): sorted(r["event_id"] for r in recs)}
+    got = sorted((d.reason, d.payload) for d in iter_deadletters(pipe.storage, "page_view_cf"))
+    want = sorted([(r, base64.b64encode(p)) for p, r in bad.values()] + [("invalid_avro", b"not base64!")])
+    assert got == want, "each bad frame once, with its reason and the line it came in"
+    details = {(d.reason, d.detail) for d in iter_deadletters(pipe.storage, "page_view_cf")}
+    incompatible = sorted(detail for reason, detail in details if reason == "incompatible_schema")
+    assert "record name changed from Payment" in incompatible[0], incompatible
+    assert "field `session_id`" in incompatible[1] and f"registry id {changed_id}" in incompatible[1], incompatible
+    assert any(reason == "unknown_schema" and "9999" in detail for reason, detail in details)
+    assert registry.count(f"/schemas/ids/{sid}") == 1, "each writer schema is fetched once"
+    assert registry.count("/schemas/ids/9999") <= 2, "an unknown id is asked once per split"
+    kept = sorted(p.name for p in (tmp_path / "ckpt" / "etl" / "registry").iterdir())
+    assert f"{sid}.json" in kept, "the writer schema is kept in the checkpoint"
+
+
+def test_a_replay_decides_the_same_without_the_registry(tmp_path, registry):
+    et = _cf_type(tmp_path / "types", registry.url)
+    serialize = confluent_avro_serializer(registry.url, SCHEMA)
+    recs = [page_view_record(t("13:00") + i * 60_000) for i in range(30)]
+    lines = [base64.b64encode(serialize(r)) for r in recs]
+    pipe = LocalPipeline(tmp_path, et, FakeClock(t("13:40")))
+    pipe.batch(lines)
+    before = {p: p.read_bytes() for p in sorted(pipe.sink.rglob("*.avro"))}
+    registry.fail(status=500, times=1000)  # the registry is down from now on
+    _new_process()  # it knows only what the checkpoint hands it
+    pipe.restart()
+    pipe.batch([], batch_id=0)  # the same batch replayed
+    after = {p: p.read_bytes() for p in sorted(pipe.sink.rglob("*.avro"))}
+    assert after == before
+    assert registry.count("/schemas/ids/1") + registry.count("/schemas/ids/2") <= 1, "no request in the replay"
+
+
+def test_an_unreachable_registry_waits_then_fails_the_batch_and_dead_letters_nothing(tmp_path, registry):
+    et = _cf_type(tmp_path / "types", registry.url)
+    serialize = confluent_avro_serializer(registry.url, SCHEMA)
+    lines = [base64.b64encode(serialize(page_view_record(t("13:00") + i * 60_000))) for i in range(10)]
+    _new_process()
+    registry.fail(status=503, times=10_000)
+    pipe = LocalPipeline(tmp_path, et, FakeClock(t("13:20")))
+    env = {**os.environ, "EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS": "1.5"}
+    with settings_in_force(Settings.from_env(env)), pytest.raises(RegistryDown) as err:
+        pipe.batch(lines)
+    assert "unreachable for 2s" in str(err.value) or "unreachable for 1s" in str(err.value)
+    assert "fix:" in str(err.value) and "replayed" in str(err.value)
+    assert list(iter_deadletters(pipe.storage, "page_view_cf")) == [], "nothing dead-lettered for the outage"
+    registry.reset()  # the registry is back: the same batch, replayed, writes everything
+    pipe.restart()
+    pipe.batch([], batch_id=0)
+    content = read_sink(pipe.sink, "page_view_cf", "event_id")
+    assert sum(len(c.timely) for c in content.values()) == 10
+
+
+def test_the_fast_path_writes_what_the_record_path_writes(tmp_path, registry):
+    et = _cf_type(tmp_path / "types", registry.url)
+    serialize = confluent_avro_serializer(registry.url, SCHEMA)
+    import random
+
+    rng = random.Random(3)
+    recs = [page_view_record(t("13:00") + rng.randint(0, 2 * HOUR_MS), user_id=rng.choice([None, "u1", "ü"]),
+                             price_minor=rng.choice([None, 0, -5, 2**40]), device_type=rng.choice(["DESKTOP", "OTHER"]),
+                             country=rng.choice([None, "DE"]))
+            for _ in range(400)]
+    path = tmp_path / "in.b64"
+    path.write_bytes(b"".join(base64.b64encode(serialize(r)) + b"\n" for r in recs))
+    from event_etl.sources.splits import Split
+
+    split = Split.of_files(0, [(str(path), 0, path.stat().st_size, t("15:30"))])
+    out = {}
+    for fast in (True, False):
+        from event_etl.storage import Storage
+
+        sink = tmp_path / f"sink-{fast}"
+        ctx = BatchContext(et, str(sink), 0, t("13:00"), t("15:30"), writer="3fa9c1")
+        rep, keys = process_split(split, ctx, Storage(str(sink)))
+        files = {p.relative_to(sink): hashlib.sha256(p.read_bytes()).hexdigest() for p in sink.rglob("*.avro")}
+        out[fast] = (files, rep["counts"], keys)
+    assert out[True] == out[False]
+    assert sum(out[True][1].values()) == 400
+
+
+def _gilt(schema: dict, rec: dict) -> bytes:
+    return b"\x81" + bytes.fromhex(gilt_fingerprint(schema)) + _datum(schema, rec)
+
+
+def test_gilt_frames_of_a_registered_version_are_read_and_others_are_dead_letters(tmp_path):
+    et = load_event_type(PV)
+    rec = page_view_record(t("13:10"))
+    v1 = json.loads((PV / "schemas" / "v1.avsc").read_text())
+    ok = _gilt(v1, rec)
+    unknown = b"\x81" + hashlib.sha256(b"another schema").digest() + _datum(SCHEMA, rec)
+    d = Decoder(et)
+    good, got, ms = d.decode(ok)
+    assert good and str(got["event_id"]) == rec["event_id"] and ms == t("13:10")
+    assert d.decode(base64.b64encode(ok))[0], "a folder source's base64 line"
+    assert d.decode(unknown)[1].value == "unknown_schema"
+    assert d.decode(ok[:20])[1].value == "invalid_avro"
+    assert d.decode(ok + b"\x01")[1].value == "invalid_avro"
+
+
+def test_a_schema_named_by_an_attribute(tmp_path, registry):
+    d = tmp_path / "types" / "pv"
+    shutil.copytree(PV, d)
+    with open(d / "etl.toml", "a") as fh:
+        fh.write('\nschema_attribute = "schema"\n')
+    toml = (d / "etl.toml").read_text()
+    head, sep, rest = toml.partition("[pubsub]")
+    (d / "etl.toml").write_text(head.replace('\nschema_attribute = "schema"\n', "") + 'schema_attribute = "schema"\n'
+                                + f'schema_registry = "{registry.url}"\npayload = "avro"\n' + sep + rest)
+    et = load_event_type(d)
+    rec = page_view_record(t("13:10"))
+    datum = _datum(SCHEMA, rec)
+    sid = registry.register("pv-value", json.dumps(SCHEMA))
+    dec = Decoder(et)
+    fp = et.fingerprint
+    for name in ("v1", f"crc64avro:{fp}", fp, f"sha256:{gilt_fingerprint(SCHEMA)}", str(sid)):
+        ok, got, ms = dec.decode_message(datum, {"schema": name}, t("13:11"))
+        assert ok and str(got["event_id"]) == rec["event_id"] and ms == t("13:10"), name
+    ok, got, _ = dec.decode_message(datum, {}, t("13:11"))
+    assert ok, "no attribute: a datum of the current schema (payload = avro)"
+    for name, reason in (("v9", "unknown_schema"), ("nonsense", "unknown_schema"), ("424242", "unknown_schema")):
+        ok, why, detail = dec.decode_message(datum, {"schema": name}, t("13:11"))
+        assert not ok and why.value == reason, (name, why, detail)
+    ok, why, _ = dec.decode_message(datum[:-4], {"schema": "v1"}, t("13:11"))
+    assert not ok and why.value == "invalid_avro"
