@@ -14,6 +14,9 @@ One command::
    ``AvroFileFormat``: the same kind of files as event_etl's, its like-for-like peer) (:mod:`bench.spark_sink`).
    Both sides are given the same number of files per micro-batch (``--files-per-batch``,
    event_etl's default of 64; Spark's own default is unlimited).
+   ``event_etl-protobuf`` and ``event_etl-confluent`` (not run unless named in ``--contenders``) are the same
+   events sent as Protobuf and as Confluent-framed Avro (:mod:`bench.dialects`: one base64 line each, the same
+   files and arrival times), read by the types ``page_view_pb`` and ``page_view_cf`` through their fast path.
    Before the first measured run, each side gets a JVM class archive of its own kind of run
    (event_etl: ``event-etl warmup``; Spark: its file sink over 20,000 of the input's events),
    so both start as a machine set up to run them would.
@@ -57,6 +60,10 @@ from bench.figures import median, mib, rate, ratio  # noqa: E402
 from bench.machine import ROOT, describe, load_average  # noqa: E402
 from bench.results import machine_lines, markdown_table, publish  # noqa: E402
 
+DIALECT_CONTENDERS = ("event_etl-protobuf", "event_etl-confluent")
+"""Issue 56: the page views as Protobuf and as Confluent-framed Avro, beside JSON (named in ``--contenders``)."""
+DIALECT_TARGET = 1.0  # issue 56: each dialect at least as fast as the JSON path on the same events
+
 SCHEMAS = {"page_view": ROOT / "event_types" / "page_view" / "schema.avsc",
            "small_view": ROOT / "bench" / "event_types" / "small_view" / "schema.avsc"}
 
@@ -84,6 +91,13 @@ def run_one(contender: str, inp: Path, work: Path, info: dict, args, *, event_ty
                   files_per_batch=args.files_per_batch, pss=pss)
     if contender == "event_etl":
         return run_event_etl(inp, work, event_type=event_type, event_types_dir=event_types_dir, **common)
+    if contender in DIALECT_CONTENDERS:  # the same events, as another producer sends them
+        from bench.dialects import TYPES, dialect_input, dialect_types
+
+        dialect = contender.split("-", 1)[1]
+        types = dialect_types(work) if not (work / "types-dialects").is_dir() else work / "types-dialects"
+        return run_event_etl(dialect_input(inp, work, dialect, types), work, event_type=TYPES[dialect],
+                             event_types_dir=types, contender=contender, **common)
     if contender == "event_etl-parquet":  # the same type, format = "parquet"
         types = parquet_type_dir(work, event_type, event_types_dir or ROOT / "event_types")
         return run_event_etl(inp, work, event_type=event_type, event_types_dir=types, contender=contender, **common)
@@ -193,6 +207,7 @@ def verdict(results: dict[str, list[RunResult]], memory: dict[str, list[RunResul
                    f"peak memory {m_pss:.2f}× PSS (target ≤ {PSS_TARGET}×; {m_rss:.2f}× RSS): "
                    f"{'MET' if ok else 'NOT MET'}")
     out += _parquet_verdict(results)
+    out += _dialect_verdict(results)
     steady = median(r.steady_rate for r in etl)
     if steady is not None:
         out.append(f"event_etl steady batch: {steady:,.0f} events/s (target ≥ {STEADY_TARGET:,} on 2 cores): "
@@ -218,6 +233,26 @@ def _parquet_verdict(results: dict[str, list[RunResult]]) -> list[str]:
         goal = "" if target is None else (f" (goal ≥ {target:.1f}×): "
                                           f"{'MET' if whole >= target else 'NOT MET'}")
         out.append(f"{mine} vs {theirs}: throughput {whole:.2f}× whole process, {steady} steady{goal}")
+    return out
+
+
+def _dialect_verdict(results: dict[str, list[RunResult]]) -> list[str]:
+    """Issue 56's goal: each producer's dialect at least as fast as JSON on the same events (whole process and steady
+    batch, medians)."""
+    out = []
+    json_runs = results.get("event_etl")
+    for name in DIALECT_CONTENDERS:
+        runs = results.get(name)
+        if not runs or not json_runs:
+            continue
+        whole = median(r.rate for r in runs) / median(r.rate for r in json_runs)
+        sa, sb = median(r.steady_rate for r in runs), median(r.steady_rate for r in json_runs)
+        steady = sa / sb if sa and sb else None
+        cpu = median(r.cpu for r in runs) / median(r.cpu for r in json_runs)
+        ok = whole >= DIALECT_TARGET and (steady is None or steady >= DIALECT_TARGET)
+        out.append(f"{name} vs event_etl (JSON): throughput {whole:.2f}× whole process, "
+                   f"{'-' if steady is None else f'{steady:.2f}×'} steady, CPU {cpu:.2f}× "
+                   f"(goal ≥ {DIALECT_TARGET:.1f}×): {'MET' if ok else 'NOT MET'}")
     return out
 
 
@@ -284,7 +319,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="files per micro-batch, for both sides (event_etl --max-files-per-batch, Spark "
                          "maxFilesPerTrigger; default 64, event_etl's default)")
     ap.add_argument("--contenders", default=",".join(CONTENDERS),
-                    help=f"comma-separated subset of {','.join(CONTENDERS)}")
+                    help=f"comma-separated subset of {','.join(CONTENDERS + DIALECT_CONTENDERS)} (the last two: "
+                         "the same events as Protobuf and as Confluent-framed Avro; not run by default)")
     ap.add_argument("--workdir", type=Path, default=None,
                     help="keep input and outputs here (input reused when the options match); default: a temporary "
                          "folder, removed at the end")
@@ -292,9 +328,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args(argv)
     args.contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    unknown = set(args.contenders) - set(CONTENDERS)
+    unknown = set(args.contenders) - set(CONTENDERS) - set(DIALECT_CONTENDERS)
     if unknown:
-        ap.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(CONTENDERS)}")
+        ap.error(f"unknown contenders {sorted(unknown)}; choose from {', '.join(CONTENDERS + DIALECT_CONTENDERS)}")
     return args
 
 

@@ -221,3 +221,91 @@ def test_a_schema_named_by_an_attribute(tmp_path, registry):
         assert not ok and why.value == reason, (name, why, detail)
     ok, why, _ = dec.decode_message(datum[:-4], {"schema": "v1"}, t("13:11"))
     assert not ok and why.value == "invalid_avro"
+
+
+@pytest.fixture(scope="module")
+def pb_types(tmp_path_factory, registry_server):
+    from tests.dialects import page_view_types
+
+    return page_view_types(tmp_path_factory.mktemp("types"), registry_url=registry_server.url)
+
+
+def test_protobuf_messages_land_in_their_hours_and_bad_bytes_are_dead_letters(tmp_path, pb_types):
+    from tests.dialects import message_class, page_view_message
+
+    et = load_event_type(pb_types / "page_view_pb")
+    cls = message_class(pb_types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")
+    recs = [page_view_record(t("13:00") + i * 20_000, user_id="u" if i % 3 else None) for i in range(150)]
+    good = [page_view_message(cls, r).SerializeToString() for r in recs]
+    with_unknown = good[5] + b"\xa8\x1f\x01"  # field 501 (varint 1): not in the descriptor, dropped and counted
+    timestamp_cls = message_class(pb_types / "page_view_pb" / "schema.desc", "google.protobuf.Timestamp")
+    bad = {
+        "truncated": (good[0][:-4], "invalid_protobuf"),
+        "random bytes": (b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", "invalid_protobuf"),
+        "a length past the end": (b"\x0a\x05ab", "invalid_protobuf"),
+        "a known field of another wire type": (b"\x08\x01" + good[4], "invalid_protobuf"),
+        "a message of another type": (timestamp_cls(seconds=1795269600, nanos=5).SerializeToString(),
+                                      "invalid_protobuf"),
+        "a message without its time": (page_view_message(cls, dict(recs[1], event_time=None)).SerializeToString(),
+                                       "missing_time"),
+        "an enum number without a symbol": (good[2] + b"\x60\x2a", "schema_mismatch"),
+        "oversized": (good[3] + b"\x5a" + b"\x80\x80\x04" + b"x" * 65536, "oversized"),
+    }
+    lines = ([base64.b64encode(p) for p in good[:5]] + [base64.b64encode(with_unknown)]
+             + [base64.b64encode(p) for p in good[6:]] + [base64.b64encode(p) for p, _ in bad.values()])
+    pipe = LocalPipeline(tmp_path, et, FakeClock(t("14:05")))
+    pipe.batch(lines, shards=2)
+    content = read_sink(pipe.sink, "page_view_pb", "event_id")
+    assert _ids(content) == {t("13:00"): sorted(r["event_id"] for r in recs)}
+    got = sorted((d.reason, d.payload) for d in iter_deadletters(pipe.storage, "page_view_pb"))
+    assert got == sorted((r, base64.b64encode(p)) for p, r in bad.values())
+    details = {d.reason: d.detail for d in iter_deadletters(pipe.storage, "page_view_pb")}
+    assert "device_type" in details["schema_mismatch"] and "42" in details["schema_mismatch"], details
+    wire = [d.detail for d in iter_deadletters(pipe.storage, "page_view_pb") if "came as" in d.detail]
+    assert any("field 1 ('event_id')" in w and "came as varint, not as length-delimited" in w for w in wire), wire
+    records = [r for c in content.values() for f in c.files.values() for r in _records(f)]
+    by_id = {r["event_id"]: r for r in records}
+    assert by_id[recs[0]["event_id"]]["user_id"] is None and by_id[recs[1]["event_id"]]["user_id"] == "u"
+    assert by_id[recs[0]["event_id"]]["event_time"] == datetime_of(recs[0]["event_time"])
+
+
+def _records(data: bytes) -> list[dict]:
+    return list(fastavro.reader(io.BytesIO(data)))
+
+
+def datetime_of(ms: int):
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def test_protobuf_fast_path_writes_what_the_record_path_writes_and_counts_unknown_fields(tmp_path, pb_types):
+    import random
+
+    from event_etl.sources.splits import Split
+    from event_etl.storage import Storage
+    from tests.dialects import message_class, page_view_message
+
+    et = load_event_type(pb_types / "page_view_pb")
+    cls = message_class(pb_types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")
+    rng = random.Random(5)
+    payloads = []
+    for i in range(300):
+        rec = page_view_record(t("13:00") + rng.randint(0, 2 * HOUR_MS), user_id=rng.choice([None, "u1", "ü"]),
+                               price_minor=rng.choice([None, 0, -5, 2**40]),
+                               device_type=rng.choice(["DESKTOP", "OTHER"]), country=rng.choice([None, "DE"]))
+        p = page_view_message(cls, rec).SerializeToString()
+        payloads.append(p + (b"\xa8\x1f\x01" if i % 10 == 0 else b""))
+    path = tmp_path / "in.b64"
+    path.write_bytes(b"".join(base64.b64encode(p) + b"\n" for p in payloads))
+    split = Split.of_files(0, [(str(path), 0, path.stat().st_size, t("15:30"))])
+    out = {}
+    for fast in (True, False):
+        sink = tmp_path / f"sink-{fast}"
+        ctx = BatchContext(et, str(sink), 0, t("13:00"), t("15:30"), writer="3fa9c1")
+        rep, keys = process_split(split, ctx, Storage(str(sink)))
+        files = {p.relative_to(sink): hashlib.sha256(p.read_bytes()).hexdigest() for p in sink.rglob("*.avro")}
+        out[fast] = (files, rep["counts"], rep.get("dropped_fields"), keys)
+    assert out[True] == out[False]
+    assert out[True][2] == 30, "each unknown field dropped is counted"
+    assert sum(out[True][1].values()) == 300

@@ -96,9 +96,13 @@ def _branch(t: Any, enums: dict[str, tuple[str, ...]]) -> tuple[str, tuple[str, 
 
 
 def _fields_of(decoder: Decoder) -> list[_Field] | None:
+    """The fields of a flat schema the fast path takes, else None.  A JSON line may leave a field out (then it takes
+    its default, which Arrow cannot tell from null): a JSON type's fields have no default but null.  A binary
+    dialect's payload carries every field: its defaults do not matter."""
     schema = decoder.schema
     if not isinstance(schema, dict) or schema.get("type") != "record":
         return None
+    defaults = decoder.event_type.payload != "json"
     out = []
     enums: dict[str, tuple[str, ...]] = {}
     for f in schema["fields"]:
@@ -110,9 +114,9 @@ def _fields_of(decoder: Decoder) -> list[_Field] | None:
             null_branch = t.index("null")
             t = t[1 - null_branch]
             nullable = True
-            if "default" in f and f["default"] is not None:
+            if "default" in f and f["default"] is not None and not defaults:
                 return None
-        elif "default" in f:
+        elif "default" in f and not defaults:
             return None  # a missing field would take its default; Arrow cannot tell missing from null
         kind = _branch(t, enums)
         if kind is None:
@@ -467,6 +471,9 @@ class BinaryPlan:
         payload lies in the piece's data (a message's bytes, or a file's base64 line)."""
         if not payloads:
             return None
+        sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
+        if sizes.min() == 0 or sizes.max() > self.plan.max_bytes:
+            return None  # an empty or oversized payload: the record path says so
         cols = self.read(payloads)
         if cols is None:
             return None
