@@ -681,7 +681,8 @@ _WIRE_OF = {FieldDescriptor.TYPE_DOUBLE: 1, FieldDescriptor.TYPE_FIXED64: 1, Fie
 def _check_wire_types(desc: Descriptor, unknown: Any) -> None:
     """A field the descriptor knows that the parser set aside as unknown came with another wire type: the bytes are
     not this message (another type's, or corrupt), and would otherwise lose that field's value without a word."""
-    for u in unknown:
+    for i in range(len(unknown)):
+        u = unknown[i]
         fd = desc.fields_by_number.get(u.field_number)
         if fd is not None:
             expected = _WIRE_OF.get(fd.type, 0)
@@ -1210,7 +1211,7 @@ class ProtoDecoder:
             return None
         unknown = [u for u in map(UnknownFieldSet, msgs) if len(u)]
         cnt = [sum(map(len, unknown))]
-        if any(u.field_number in self._numbers for fs in unknown for u in fs):
+        if any(fs[i].field_number in self._numbers for fs in unknown for i in range(len(fs))):
             return None  # a known field with another wire type: decode() says which
         values: list[Sequence[Any]] = []
         if self._getter is not None:
