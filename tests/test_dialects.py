@@ -309,3 +309,28 @@ def test_protobuf_fast_path_writes_what_the_record_path_writes_and_counts_unknow
     assert out[True] == out[False]
     assert out[True][2] == 30, "each unknown field dropped is counted"
     assert sum(out[True][1].values()) == 300
+
+
+def test_confluent_protobuf_frames_are_read_against_the_registrys_descriptor(tmp_path, pb_types, registry):
+    from tests.dialects import confluent_protobuf_serializer, message_class, page_view_message
+
+    cls = message_class(pb_types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")
+    d = tmp_path / "types" / "page_view_cfpb"
+    d.mkdir(parents=True)
+    (d / "schema.avsc").write_text(json.dumps(load_event_type(pb_types / "page_view_pb").schema))
+    (d / "etl.toml").write_text(f'time_field = "event_time"\nid_field = "event_id"\npayload = "confluent"\n'
+                                f'schema_registry = "{registry.url}"\n')
+    et = load_event_type(d)
+    serialize = confluent_protobuf_serializer(registry.url, cls)
+    recs = [page_view_record(t("13:00") + i * 60_000) for i in range(40)]
+    frames = [serialize(page_view_message(cls, r)) for r in recs]
+    assert frames[0][0] == 0 and frames[0][5] == 0, "Confluent's Protobuf frame: magic, id, message index [0]"
+    bad = {"indexes past the file's messages": (frames[0][:5] + b"\x02\x0a" + frames[0][6:], "incompatible_schema"),
+           "a message cut short": (frames[1][:-3], "invalid_protobuf")}
+    lines = [base64.b64encode(f) for f in frames] + [base64.b64encode(p) for p, _ in bad.values()]
+    pipe = LocalPipeline(tmp_path, et, FakeClock(t("13:50")))
+    pipe.batch(lines)
+    content = read_sink(pipe.sink, "page_view_cfpb", "event_id")
+    assert _ids(content) == {t("13:00"): sorted(r["event_id"] for r in recs)}
+    got = sorted((dl.reason, dl.payload) for dl in iter_deadletters(pipe.storage, "page_view_cfpb"))
+    assert got == sorted((r, base64.b64encode(p)) for p, r in bad.values())

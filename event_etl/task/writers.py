@@ -206,8 +206,36 @@ class WriterSchemas:
 
 
 def descriptor_files(rs: Any) -> list[bytes]:
-    """The serialized FileDescriptorProtos of a registry's Protobuf schema: its references first, then its own."""
-    return [base64.b64decode(text) for _name, text in rs.resolved] + [base64.b64decode(rs.schema)]
+    """The serialized FileDescriptorProtos of a registry's Protobuf schema: its references first, then its own.
+
+    Producers register no reference for protobuf's well-known types (``google/protobuf/timestamp.proto``...:
+    confluent-kafka's serializers skip them, as the registry expects every reader to have them): they come from the
+    protobuf runtime."""
+    from google.protobuf import descriptor_pb2
+
+    files = [base64.b64decode(text) for _name, text in rs.resolved] + [base64.b64decode(rs.schema)]
+    protos = [descriptor_pb2.FileDescriptorProto.FromString(f) for f in files]
+    have = {p.name for p in protos}
+    known = [dep for p in protos for dep in p.dependency if dep not in have and dep.startswith("google/protobuf/")]
+    return [_well_known(dep) for dep in dict.fromkeys(known)] + files
+
+
+def _well_known(name: str) -> bytes:
+    """A well-known type's file (``google/protobuf/timestamp.proto``), serialized, from the protobuf runtime."""
+    import importlib
+
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    module = "google.protobuf." + name.removeprefix("google/protobuf/").removesuffix(".proto") + "_pb2"
+    try:
+        importlib.import_module(module)  # registers the file in the default pool
+        fd = descriptor_pool.Default().FindFileByName(name)
+    except (ImportError, KeyError) as err:
+        raise ValueError(f"{name} is not a well-known type of this protobuf runtime: register it as a reference") \
+            from err
+    proto = descriptor_pb2.FileDescriptorProto()
+    fd.CopyToProto(proto)
+    return proto.SerializeToString()
 
 
 def message_name(file_proto: bytes, indexes: tuple[int, ...]) -> str:
