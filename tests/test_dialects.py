@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import fastavro
@@ -334,3 +335,25 @@ def test_confluent_protobuf_frames_are_read_against_the_registrys_descriptor(tmp
     assert _ids(content) == {t("13:00"): sorted(r["event_id"] for r in recs)}
     got = sorted((dl.reason, dl.payload) for dl in iter_deadletters(pipe.storage, "page_view_cfpb"))
     assert got == sorted((r, base64.b64encode(p)) for p, r in bad.values())
+
+
+def test_the_generator_of_a_protobuf_type_sends_its_messages(pb_types):
+    """``event-etl run page_view_pb`` with the built-in generator (the demo of a Protobuf type): its payloads are
+    the type's messages (one base64 line each, as a folder holds them; raw bytes on the wire), its invalid ones are
+    not."""
+    from dataclasses import replace
+
+    from event_etl.sources.generator import Generator, GeneratorParams
+
+    et = load_event_type(pb_types / "page_view_pb")
+    gen = Generator(et, replace(GeneratorParams(start=t("10:00"), rate=1000, speedup=60), invalid=0.05))
+    dec = Decoder(et)
+    outcomes = Counter()
+    for g in gen.range(0, 600):
+        ok, rec, ms = dec.decode(g.payload)
+        assert ok == (g.intent != "invalid"), (g.intent, rec, ms)
+        assert dec.decode_message(gen.wire(g.payload), {}, g.arrival)[0] == ok
+        if ok and g.event_time is not None:
+            assert ms == g.event_time
+        outcomes[g.intent] += 1
+    assert outcomes["invalid"] > 10 and outcomes["timely"] > 400

@@ -219,6 +219,7 @@ class Generator:
         self.parsed = event_type.parsed_schema()
         self.fingerprint = event_type.fingerprint
         self.fields = [(f["name"], f["type"]) for f in event_type.schema["fields"]]
+        self._proto = self._protobuf_encoder(event_type)
         self.first_hour = params.start - params.start % HOUR_MS  # the hour the generator starts in
         self.cum = []
         acc = 0.0
@@ -265,7 +266,26 @@ class Generator:
         rec[self.et.time_field] = self._time_value(event_time)
         return rec
 
+    @staticmethod
+    def _protobuf_encoder(et: EventType) -> Any:
+        """A Protobuf type's producer: its records as messages (:mod:`event_etl.payloads.protoencode`)."""
+        if et.payload != "protobuf":
+            return None
+        from event_etl.payloads.protobuf import ProtoSchema
+        from event_etl.payloads.protoencode import encoder
+
+        proto = ProtoSchema.from_bytes(base64.b64decode(et.protobuf_descriptor), str(et.protobuf_message),
+                                       origin=et.descriptor_file)
+        return encoder(proto, et.schema)
+
+    def wire(self, payload: bytes) -> bytes:
+        """A payload as a message carries it (Pub/Sub): a binary dialect's bytes, not the base64 line a folder
+        source (and this generator's splits) hold."""
+        return base64.b64decode(payload) if self._proto is not None else payload
+
     def encode(self, rec: dict[str, Any]) -> bytes:
+        if self._proto is not None:  # a Protobuf type: its message, one base64 line as a folder holds it
+            return base64.b64encode(self._proto(rec))
         if self.p.format == "avro":
             return base64.b64encode(encode_single_object(self.parsed, self.fingerprint, rec))
         return orjson.dumps(rec)
@@ -298,6 +318,9 @@ class Generator:
     def _invalid(self, rng: random.Random, arrival: int) -> bytes:
         kind = rng.randint(0, 5)
         rec = self.record(0, rng, arrival)
+        if self._proto is not None:  # a message cut short, or bytes of no message
+            whole = self._proto(rec)
+            return base64.b64encode(whole[:max(1, len(whole) - 1 - kind)] if kind < 4 else b"\xff" * 11)
         if kind == 0:
             return orjson.dumps(rec)[:-7]  # truncated JSON
         if kind == 1:

@@ -78,7 +78,7 @@ def publish_generated(
         attrs = {"event_type": et.name}
         if et.time_attribute and g.event_time is not None:
             attrs[et.time_attribute] = str(g.event_time)
-        futures.append(client.publish(topic, g.payload, **attrs))
+        futures.append(client.publish(topic, gen.wire(g.payload), **attrs))
         intents[g.intent] += 1
         _count_valid(g, seen_ids, by_hour)
         if progress and (i + 1) % max(1, int(rate)) == 0:
