@@ -493,7 +493,7 @@ def load_event_type(directory: str | os.PathLike[str], name: str | None = None) 
 def _protobuf_of(directory: Path, settings: dict[str, Any], sp: str) -> Any:
     """A Protobuf type's message (:class:`event_etl.payloads.protobuf.ProtoSchema`) from ``schema.desc`` and
     ``protobuf_message``; None for a type of another payload.  :class:`ConfigError` names the file and the fix."""
-    if settings.get("payload", "json") != "protobuf":
+    if _payload_name(settings.get("payload", "json"), sp) != "protobuf":
         return None
     message = settings.get("protobuf_message")
     if not isinstance(message, str) or not message:
@@ -696,11 +696,7 @@ def _build(
 
 def _payload_settings(get_str: Callable[[str], str | None], sp: str) -> dict[str, Any]:
     """``payload`` and the keys that go with it, checked: each dialect's keys present, none of another's."""
-    payload = get_str("payload") or "json"
-    if payload not in PAYLOADS:
-        close = difflib.get_close_matches(payload, PAYLOADS, n=1)
-        raise ConfigError(f"unknown payload {payload!r}", file=sp, field="payload",
-                          fix=(f"did you mean '{close[0]}'? " if close else "") + f"use one of {', '.join(PAYLOADS)}")
+    payload = _payload_name(get_str("payload") or "json", sp)
     registry, attribute = get_str("schema_registry"), get_str("schema_attribute")
     if payload == "confluent":
         _check_registry_url(registry, sp)
@@ -719,6 +715,15 @@ def _payload_settings(get_str: Callable[[str], str | None], sp: str) -> dict[str
                           fix='remove it, or write payload = "protobuf"')
     return {"payload": payload, "protobuf_message": get_str("protobuf_message"), "schema_registry": registry,
             "schema_attribute": attribute}
+
+
+def _payload_name(payload: Any, sp: str) -> str:
+    """``payload``, one of :data:`PAYLOADS`; :class:`ConfigError` with the nearest name otherwise."""
+    if payload not in PAYLOADS:
+        close = difflib.get_close_matches(str(payload), PAYLOADS, n=1)
+        raise ConfigError(f"unknown payload {payload!r}", file=sp, field="payload",
+                          fix=(f"did you mean '{close[0]}'? " if close else "") + f"use one of {', '.join(PAYLOADS)}")
+    return str(payload)
 
 
 def _check_registry_url(url: str | None, sp: str) -> None:

@@ -76,4 +76,16 @@ def _show(et: EventType, show_schema: bool) -> None:
     click.echo(f"  time      {et.time_field} ({et.time_format if not et.time_logical_divisor else 'timestamp'})")
     click.echo(f"  source    {et.source}    format {et.format}")
     if derived or show_schema:
-        click.echo("  " + json.dumps(et.schema, indent=2).replace("\n", "\n  "))
+        for line in schema_lines(et.schema):
+            click.echo(f"    {line}")
+
+
+def schema_lines(schema: dict[str, object]) -> list[str]:
+    """An Avro record schema as JSON, one field a line: what a user pastes into schema.avsc."""
+    head = {k: v for k, v in schema.items() if k != "fields"}
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        return [json.dumps(schema)]
+    opening = json.dumps(head)[:-1] + ', "fields": ['
+    return [opening, *[f"  {json.dumps(f)}{',' if i < len(fields) - 1 else ''}" for i, f in enumerate(fields)],
+            "]}"]

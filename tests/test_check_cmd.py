@@ -1,0 +1,91 @@
+"""``event-etl check``: a type loaded as ``run`` loads it, what it reads said, a Protobuf type's derived schema printed
+(the text a user pastes into schema.avsc), a broken type an ``error:``/``fix:`` naming the file and field (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from event_etl.cli import main
+from event_etl.eventtypes import load_event_type
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "event_types"
+
+
+@pytest.fixture
+def types(tmp_path: Path) -> Path:
+    shutil.copytree(EXAMPLES, tmp_path / "types")
+    return tmp_path / "types"
+
+
+def _check(types: Path, *names: str) -> tuple[int, str]:
+    res = CliRunner().invoke(main, ["check", *names, "--event-types", str(types)])
+    return res.exit_code, res.output
+
+
+def test_a_protobuf_types_derived_schema_is_printed_as_its_files_are_written(types: Path) -> None:
+    code, out = _check(types, "page_view_pb")
+    assert code == 0, out
+    assert "payload   protobuf" in out and "message   shop.events.ProductPageViewed" in out
+    assert "derived from shop.events.ProductPageViewed" in out
+    printed = "\n".join(line[4:] for line in out.splitlines() if line.startswith("    "))
+    assert json.loads(printed) == load_event_type(types / "page_view_pb").schema
+
+
+def test_every_type_is_shown_and_a_registry_url_without_its_credentials(types: Path) -> None:
+    code, out = _check(types)
+    assert code == 0, out
+    assert "page_view_cf: ok" in out and "page_view_pb: ok" in out
+    assert "registry  http://127.0.0.1:8081" in out
+
+
+@pytest.mark.parametrize(("edit", "field", "fix"), [
+    (lambda d: (d / "schema.desc").unlink(), "schema.desc", "protoc --include_imports"),
+    (lambda d: _toml(d, 'protobuf_message = "shop.events.ProductPageViewd"'), "protobuf_message",
+     "shop.events.ProductPageViewed"),
+    (lambda d: _toml(d, 'payload = "protobuff"'), "payload", "did you mean 'protobuf'"),
+    (lambda d: _toml(d, 'protobuf_timestamps = "nanos"'), "protobuf_timestamps", "millis"),
+    (lambda d: (d / "schema.avsc").write_text(json.dumps(
+        {"type": "record", "name": "X", "fields": [{"name": "event_id", "type": "long"},
+                                                  {"name": "event_time", "type": "long"}]})),
+     "schema.avsc", "event-etl check"),
+])
+def test_a_broken_protobuf_type_names_the_file_the_field_and_the_fix(types: Path, edit, field: str, fix: str) -> None:
+    edit(types / "page_view_pb")
+    code, out = _check(types, "page_view_pb")
+    assert code == 2, out
+    assert "page_view_pb: BROKEN" in out and "error:" in out and field in out and fix in out, out
+
+
+def test_a_registry_url_with_credentials_is_refused(types: Path) -> None:
+    _toml(types / "page_view_cf", 'schema_registry = "https://me:s3cret@registry.example.com"')
+    code, out = _check(types, "page_view_cf")
+    assert code == 2 and "schema_registry" in out and "EVENT_ETL_SCHEMA_REGISTRY_AUTH" in out, out
+    assert "s3cret" not in out, "the secret is not repeated"
+
+
+def test_a_set_written_without_its_imports_is_named(types: Path, tmp_path: Path) -> None:
+    from grpc_tools import protoc
+
+    from tests.dialects import PAGE_VIEW_PROTO
+
+    d = types / "page_view_pb"
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "page_view.proto").write_text(PAGE_VIEW_PROTO)
+    import importlib.resources
+
+    include = str(importlib.resources.files("grpc_tools") / "_proto")
+    assert protoc.main(["protoc", f"-I{tmp_path / 'p'}", f"-I{include}", f"--descriptor_set_out={d / 'schema.desc'}",
+                        str(tmp_path / "p" / "page_view.proto")]) == 0  # no --include_imports
+    code, out = _check(types, "page_view_pb")
+    assert code == 2 and "google/protobuf/timestamp.proto" in out and "--include_imports" in out, out
+
+
+def _toml(d: Path, line: str) -> None:
+    key = line.split("=")[0].strip()
+    kept = [ln for ln in (d / "etl.toml").read_text().splitlines() if not ln.startswith(key)]
+    (d / "etl.toml").write_text("\n".join([line, *kept]) + "\n")
