@@ -20,7 +20,8 @@ nothing but the command line imports :mod:`event_etl.cli`.  Lowest first:
    :mod:`event_etl.util` (backoff and retries, adapters to other libraries' private parts).
 2. **rules**: :mod:`event_etl.rules`, the pure core: buckets, watermark, judge, manifest, completeness.
 3. **storage and types**: :mod:`event_etl.storage` (the sink, Avro I/O, dead letters, the lease,
-   atomic local writes, locations), :mod:`~event_etl.eventtypes`, :mod:`~event_etl.bundled`.
+   atomic local writes, locations), :mod:`~event_etl.eventtypes`, :mod:`~event_etl.bundled`,
+   :mod:`event_etl.payloads` (producers' dialects: frames, Protobuf, a schema registry's client).
 4. **sources, tasks, consumers**: :mod:`event_etl.sources` (planners, the generator, the
    source registry, a type's Pub/Sub topic and subscription), :mod:`event_etl.task` (what an executor task does:
    decode, judge, deduplicate, write), :mod:`event_etl.consumer` (reading a sink without Spark,

@@ -389,7 +389,9 @@ def register_current_schema(et: EventType) -> tuple[str, str]:
     """
     check_schema_versions(et, warn=lambda line: None)
     folder = Path(et.schemas_dir)
-    text = Path(et.schema_file).read_text(encoding="utf-8")
+    schema_file = Path(et.schema_file)
+    # a Protobuf type without schema.avsc: the schema derived from its message is what its files are written in
+    text = schema_file.read_text(encoding="utf-8") if schema_file.is_file() else json.dumps(et.schema, indent=2) + "\n"
     name = et.version_of(et.fingerprint)
     if name is not None:
         path = folder / f"{name}.avsc"

@@ -148,3 +148,40 @@ def test_from_kafka(tmp_path, dialect_types, registry_server, noida):
                        env=env, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout + r.stderr
     p.check(sink)
+
+
+def test_the_readmes_protobuf_recipe_runs_as_written(tmp_path):
+    """README's two lines for a Protobuf type, as written (``bin/event-etl`` is the venv's command after its first
+    run): ``check`` prints the derived schema; ``run`` writes page views from the generator's messages into hours
+    until it is stopped (here by SIGTERM after a while: a plain stop, exit 0)."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("Try a Protobuf type:"):]
+    lines = re.findall(r"^(bin/event-etl [^#\n]+?)\s*(?:#.*)?$", block[:block.index("```\n\n")], re.M)
+    assert len(lines) == 2, lines
+    exe = str(Path(sys.executable).with_name("event-etl"))
+    check, run = ([exe, *line.split()[1:]] for line in lines)
+    r = subprocess.run(check, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "derived from shop.events.ProductPageViewed" in r.stdout, r.stdout + r.stderr
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    sink, ckpt = tmp_path / "data", tmp_path / "ck"
+    proc = subprocess.Popen([*run, "--sink", str(sink), "--checkpoint", str(ckpt), "--master", "local[2]"], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(sink.glob("page_view_pb/dt=*/hour=*/*.avro")):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    files = list(sink.glob("page_view_pb/dt=*/hour=*/*.avro"))
+    assert files, out
+    import fastavro
+
+    with open(files[0], "rb") as fh:
+        recs = list(fastavro.reader(fh))
+    assert recs and all(r["event_id"] and r["device_type"] in ("DESKTOP", "MOBILE", "TABLET", "OTHER") for r in recs)

@@ -89,3 +89,22 @@ def _toml(d: Path, line: str) -> None:
     key = line.split("=")[0].strip()
     kept = [ln for ln in (d / "etl.toml").read_text().splitlines() if not ln.startswith(key)]
     (d / "etl.toml").write_text("\n".join([line, *kept]) + "\n")
+
+
+def test_a_changed_descriptor_is_a_new_schema_version_under_the_compatibility_rules(types: Path) -> None:
+    from event_etl.eventtypes import register_current_schema
+    from event_etl.errors import ConfigError
+    from tests.dialects import PAGE_VIEW_PROTO, compile_proto
+
+    d = types / "page_view_pb"
+    register_current_schema(load_event_type(d))  # v1: the derived schema of today's message
+    added = PAGE_VIEW_PROTO.replace("optional string country = 13;", "optional string country = 13;\n"
+                                    "  optional string campaign = 14;")
+    compile_proto(types / "proto-added", {"page_view.proto": added}, out=str(d / "schema.desc"))
+    load_event_type(d).check_versions(warn=lambda line: None)  # a field added with a default: it reads v1
+    changed = PAGE_VIEW_PROTO.replace("string session_id = 5;", "int64 session_id = 5;")
+    compile_proto(types / "proto-changed", {"page_view.proto": changed}, out=str(d / "schema.desc"))
+    with pytest.raises(ConfigError, match=r"v1 .*session_id"):
+        load_event_type(d).check_versions(warn=lambda line: None)
+    code, out = _check(types, "page_view_pb")
+    assert code == 2 and "session_id" in out and "event-etl schema check page_view_pb" in out, out
