@@ -84,19 +84,12 @@ def _decoded_messages(plan: Plan, datas: Sequence[bytes], joined_lines: bytes | 
 def _b64_lines(plan: Plan, data: bytes) -> Any:
     """A chunk of a file whose lines each hold a base64-encoded payload, decoded by a binary plan (None: a line is
     not plain base64, and the record path explains it)."""
-    import base64
-    import binascii
+    from event_etl.payloads.b64lines import decode_lines
 
-    lines = data.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    try:
-        payloads = [base64.b64decode(line, validate=True) for line in lines]
-    except (binascii.Error, ValueError):
+    lines = decode_lines(data)
+    if lines is None:
         return None
-    sizes = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines))
-    ends = np.cumsum(sizes + 1) - 1
-    return plan.decode_payloads(payloads, ends - sizes, ends)
+    return plan.decode_payloads(lines.payloads, lines.line_starts, lines.line_ends)
 
 
 def _line_position(where: str, base: int, starts: Any) -> Callable[[int], str]:

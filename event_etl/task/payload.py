@@ -39,6 +39,7 @@ from orjson import JSONDecodeError as _JSONDecodeError
 from orjson import loads as _loads
 
 from event_etl.eventtypes import EventType, schema_fingerprint
+from event_etl.payloads.b64lines import B64Error, b64decode_line
 from event_etl.payloads.frames import (
     GILT_MAGIC,
     FrameError,
@@ -213,8 +214,8 @@ class Decoder:
         if not stripped:
             return False, Reason.EMPTY_PAYLOAD, "payload has no content"
         try:
-            raw = base64.b64decode(stripped, validate=True)
-        except (binascii.Error, ValueError) as err:
+            raw = b64decode_line(stripped)
+        except B64Error as err:
             why = Reason.INVALID_PROTOBUF if self.event_type.payload == "protobuf" else Reason.INVALID_AVRO
             return False, why, (f"a line of a folder source holds one {self.event_type.payload} payload, "
                                 f"base64-encoded: {err}")
