@@ -36,6 +36,7 @@ __all__ = [
     "StorageError",
     "IntegrityError",
     "SourceError",
+    "SchemaRegistryDown",
     "LeaseHeldError",
     "NoDataError",
 ]
@@ -95,6 +96,12 @@ class IntegrityError(EventEtlError):
 
 class SourceError(EventEtlError):
     """The source cannot be read (missing directory, unknown subscription, no permission...)."""
+
+
+class SchemaRegistryDown(SourceError):
+    """A type's schema registry could not be reached for the whole outage bound while a batch needed a writer
+    schema from it (``EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS``): the batch fails, nothing was dead-lettered for it,
+    and it is replayed on the next run."""
 
 
 class LeaseHeldError(EventEtlError):

@@ -310,6 +310,81 @@ def invalid_payload(kind: str, rec, schema, et, t: int, rng: random.Random) -> b
     raise ValueError(kind)
 
 
+PROTOBUF_INVALID = {  # a JSON invalid kind -> what a Protobuf producer's bad payload is instead, and its reason
+    "malformed_json": ("cut short", "invalid_protobuf"), "wrong_shape": ("random bytes", "invalid_protobuf"),
+    "wrong_type": ("an enum number without a symbol", "schema_mismatch"),
+    "missing_field": ("a known field of another wire type", "invalid_protobuf"),
+    "missing_time": ("no event time", "missing_time"), "bad_time": ("a timestamp past year 9999", "schema_mismatch"),
+    "empty": ("empty", "empty_payload"), "non_utf8": ("a string that is not UTF-8", "invalid_protobuf"),
+    "oversized": ("oversized", "oversized"), "avro_unknown_fingerprint": ("a message of another type",
+                                                                         "invalid_protobuf"),
+    "avro_truncated": ("cut short", "invalid_protobuf"),
+}
+
+
+class ProtobufProducer:
+    """``--payload protobuf`` (issue 56): the campaign's events as a Protobuf producer sends them (the page view
+    message of :data:`tests.dialects.PAGE_VIEW_PROTO`): each valid event its message, each invalid kind a bad
+    payload of its own (:data:`PROTOBUF_INVALID`); a folder source's lines are base64."""
+
+    def __init__(self, types: Path, *, lines: bool) -> None:
+        from tests.dialects import PAGE_VIEW_PROTO, compile_proto, message_class
+
+        d = types / "page_view"
+        compile_proto(d / "proto", {"page_view.proto": PAGE_VIEW_PROTO}, out=str(d / "schema.desc"))
+        (d / "schema.avsc").unlink()  # its schema: the one derived from the message
+        shutil.rmtree(d / "schemas", ignore_errors=True)
+        self.cls = message_class(d / "schema.desc", "shop.events.ProductPageViewed")
+        self.ts = message_class(d / "schema.desc", "google.protobuf.Timestamp")
+        self.lines = lines
+
+    @staticmethod
+    def settings() -> str:
+        return ('payload = "protobuf"\nprotobuf_message = "shop.events.ProductPageViewed"\n'
+                'protobuf_timestamps = "millis"\n')
+
+    def _wire(self, raw: bytes) -> bytes:
+        return base64.b64encode(raw) if self.lines and raw else raw
+
+    def message(self, rec: dict) -> bytes:
+        from tests.dialects import page_view_message
+
+        return page_view_message(self.cls, rec).SerializeToString()
+
+    def convert(self, events: list[Event], max_bytes: int) -> None:
+        """Each event's payload (a JSON record, or a JSON invalid kind) as the Protobuf producer sends it."""
+        for e in events:
+            if e.reason is not None and e.kind in PROTOBUF_INVALID:
+                e.reason = PROTOBUF_INVALID[e.kind][1]
+                e.payload = self._wire(self._invalid(e.kind, max_bytes))
+            elif e.payload:
+                e.payload = self._wire(self.message(json.loads(e.payload)))
+
+    def _invalid(self, kind: str, max_bytes: int) -> bytes:
+        rec = {"event_id": str(uuid.uuid4()), "event_time": now_millis(), "anonymous_id": "a", "session_id": "s",
+               "product_id": "p", "page_url": "u", "device_type": "MOBILE"}
+        good = self.message(rec)
+        what = PROTOBUF_INVALID[kind][0]
+        far = b"\x08" + _varint(2**38)  # Timestamp.seconds past year 9999
+        return {"cut short": good[:-3], "random bytes": b"\xff" * 11,
+                "an enum number without a symbol": good + b"\x60\x2a",
+                "a known field of another wire type": b"\x08\x01" + good,
+                "no event time": self.message({**rec, "event_time": None}),
+                "a timestamp past year 9999": good + b"\x12" + _varint(len(far)) + far,
+                "empty": b"", "a string that is not UTF-8": good + b"\x22\x02\xff\xfe",
+                "oversized": good + b"\x5a" + _varint(max_bytes + 10) + b"x" * (max_bytes + 10),
+                "a message of another type": self.ts(seconds=1_800_000_000, nanos=5).SerializeToString()}[what]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
 class Watcher(threading.Thread):
     """Snapshots every hour folder when its marker appears."""
 
@@ -449,6 +524,10 @@ class Campaign:
             text += (f'\n[[commit_policy]]\nkind = "iceberg"\ncatalog = "campaign"\n'
                      f'catalog_uri = "sqlite:///{self.work}/catalog.db"\nwarehouse = "file://{self.work}/warehouse"\n')
             self.env["EVENT_ETL_FAULT_PAUSE"] += ICEBERG_PAUSES
+        self.protobuf = None
+        if getattr(self.args, "payload", "json") == "protobuf":
+            self.protobuf = ProtobufProducer(types, lines=self.args.source == "dir")
+            extra += self.protobuf.settings()
         toml.write_text(extra + text)  # top-level keys: before any table
         self.et = load_event_type(types / "page_view")
         self.event_types_dir = str(types)
@@ -458,6 +537,8 @@ class Campaign:
         start = now - span_of(self.args.files) - 10 * MINUTE_MS
         self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
                                   start=start, future_from=now + HOUR_MS)
+        if self.protobuf is not None:
+            self.protobuf.convert(self.events.events, self.et.max_payload_bytes)
         sink = getattr(self.args, "sink", None) or ("gcs" if self.args.source == "pubsub" else "local")
         if sink == "gcs":
             self.start_gcs()
@@ -931,6 +1012,8 @@ class Campaign:
             evs = self.events.batches[k][1]
             if evs and evs[0].kind == "fast_clock":
                 stamp_fast_clock(evs, now_millis(), self.rng)
+                if self.protobuf is not None:
+                    self.protobuf.convert(evs, self.et.max_payload_bytes)
             if self.args.source == "dir":
                 tmp = item.with_name("." + item.name)
                 tmp.write_bytes(b"\n".join(e.payload for e in evs) + b"\n")
@@ -1499,6 +1582,8 @@ def print_table(result: dict, args) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", choices=("dir", "pubsub", "kafka"), default="dir")
+    ap.add_argument("--payload", choices=("json", "protobuf"), default="json",
+                    help="what the producer sends: JSON (the default) or Protobuf messages (issue 56)")
     ap.add_argument("--sink", choices=("local", "gcs"), default=None,
                     help="local disk or the GCS emulator (default: gcs for pubsub, local for dir and kafka)")
     ap.add_argument("--events", type=int, default=6000)

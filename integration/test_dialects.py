@@ -185,3 +185,35 @@ def test_the_readmes_protobuf_recipe_runs_as_written(tmp_path):
     with open(files[0], "rb") as fh:
         recs = list(fastavro.reader(fh))
     assert recs and all(r["event_id"] and r["device_type"] in ("DESKTOP", "MOBILE", "TABLET", "OTHER") for r in recs)
+
+
+def test_an_unreachable_registry_ends_the_job_with_the_fix_and_a_rerun_writes_everything(tmp_path, dialect_types,
+                                                                                          registry_server):
+    """The registry answers 503 to everything: the batch waits out EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS, the job
+    ends with error:/fix: (exit 1) and nothing is dead-lettered; once it is back, the same command writes every
+    event (the batch replayed)."""
+    import subprocess
+    import sys
+
+    p = Producers(dialect_types, registry_server.url)
+    src = tmp_path / "in"
+    src.mkdir()
+    f = src / "000.b64"
+    f.write_bytes(b"".join(base64.b64encode(x) + b"\n" for x in p.good["page_view_cf"]))
+    os.utime(f, ((p.h0 + 3 * HOUR_MS) / 1000,) * 2)
+    registry_server.fail(status=503, times=100_000)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS": "3"}
+    sink = tmp_path / "sink"
+    cmd = [str(Path(sys.executable).with_name("event-etl")), "run", "page_view_cf", "--event-types", str(dialect_types),
+           "--source", f"dir:{src}", "--sink", str(sink), "--checkpoint", str(tmp_path / "ck"), "--once", "--drain",
+           "--master", "local[2]"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "schema registry" in r.stderr and "unreachable for 3s" in r.stderr and "fix:" in r.stderr, r.stderr
+    assert "EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS" in r.stderr, r.stderr
+    assert list(iter_deadletters(Storage(str(sink)), "page_view_cf")) == [], "nothing dead-lettered for the outage"
+    registry_server.reset()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    content = read_sink(sink, "page_view_cf", "event_id")
+    assert sorted(i for hc in content.values() for i in hc.timely) == sorted(e["event_id"] for e in p.recs)

@@ -92,8 +92,8 @@ def _toml(d: Path, line: str) -> None:
 
 
 def test_a_changed_descriptor_is_a_new_schema_version_under_the_compatibility_rules(types: Path) -> None:
-    from event_etl.eventtypes import register_current_schema
     from event_etl.errors import ConfigError
+    from event_etl.eventtypes import register_current_schema
     from tests.dialects import PAGE_VIEW_PROTO, compile_proto
 
     d = types / "page_view_pb"

@@ -18,13 +18,13 @@ from pathlib import Path
 import fastavro
 import pytest
 
+from event_etl.errors import SchemaRegistryDown
 from event_etl.eventtypes import load_event_type
 from event_etl.payloads.frames import gilt_fingerprint
 from event_etl.settings import Settings, settings_in_force
 from event_etl.storage.deadletter import iter_deadletters
 from event_etl.task.executor import BatchContext, process_split
 from event_etl.task.payload import Decoder
-from event_etl.task.writers import RegistryDown
 from event_etl.timeutil import HOUR_MS
 from tests.dialects import ROOT, confluent_avro_serializer, page_view_record
 from tests.harness import FakeClock, LocalPipeline, read_sink, t
@@ -138,7 +138,7 @@ def test_an_unreachable_registry_waits_then_fails_the_batch_and_dead_letters_not
     registry.fail(status=503, times=10_000)
     pipe = LocalPipeline(tmp_path, et, FakeClock(t("13:20")))
     env = {**os.environ, "EVENT_ETL_SCHEMA_REGISTRY_OUTAGE_SECONDS": "1.5"}
-    with settings_in_force(Settings.from_env(env)), pytest.raises(RegistryDown) as err:
+    with settings_in_force(Settings.from_env(env)), pytest.raises(SchemaRegistryDown) as err:
         pipe.batch(lines)
     assert "unreachable for 2s" in str(err.value) or "unreachable for 1s" in str(err.value)
     assert "fix:" in str(err.value) and "replayed" in str(err.value)

@@ -30,17 +30,13 @@ from typing import Any
 
 from fastavro import parse_schema
 
-from event_etl.errors import SourceError, redact
+from event_etl.errors import SchemaRegistryDown, redact
 from event_etl.eventtypes import EventType, schema_fingerprint
 from event_etl.payloads.frames import NamedSchema, gilt_fingerprint
 
-__all__ = ["Writer", "WriterSchemas", "RegistryDown", "registry_outage_seconds"]
+__all__ = ["Writer", "WriterSchemas", "registry_outage_seconds"]
 
 log = logging.getLogger(__name__)  # an executor's log: the registry's outage, as it begins
-
-class RegistryDown(SourceError):
-    """The schema registry could not be reached for the whole outage bound: the batch (and the job) fails."""
-
 
 def registry_outage_seconds() -> float:
     """How long an unreachable registry is waited for (:attr:`event_etl.settings.Settings.schema_registry_outage`)."""
@@ -113,7 +109,7 @@ class WriterSchemas:
 
     def by_id(self, schema_id: int) -> Any:
         """The registry's schema of ``schema_id`` (a ``RegistrySchema``), or None: the registry does not hold it
-        (or the type has no registry).  Waits out an unreachable registry (:class:`RegistryDown` at the bound)."""
+        (or the type has no registry).  Waits out an unreachable registry (:class:`SchemaRegistryDown` at the bound)."""
         found = self.known.get(schema_id)
         if found is not None or schema_id in self.missing:
             return found
@@ -147,7 +143,7 @@ class WriterSchemas:
                                 "and retries for up to %.0fs", redact(str(self.et.schema_registry)), schema_id,
                                 err.message, bound)
                 if now - since >= bound:
-                    raise RegistryDown(
+                    raise SchemaRegistryDown(
                         f"[{self.et.name}] the schema registry {redact(str(self.et.schema_registry))} was unreachable "
                         f"for {bound:.0f}s (schema id {schema_id}): {err.message}",
                         fix="check that the registry is up and reachable from the executors, and its credentials "
