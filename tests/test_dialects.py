@@ -268,6 +268,12 @@ def test_protobuf_messages_land_in_their_hours_and_bad_bytes_are_dead_letters(tm
     by_id = {r["event_id"]: r for r in records}
     assert by_id[recs[0]["event_id"]]["user_id"] is None and by_id[recs[1]["event_id"]]["user_id"] == "u"
     assert by_id[recs[0]["event_id"]]["event_time"] == datetime_of(recs[0]["event_time"])
+    assert pipe.controller.totals["dropped_fields"] == 1, "the field the descriptor does not know: dropped, counted"
+    from event_etl.job.progress import ProgressPrinter
+
+    batch = next(p for kind, p in pipe.events if kind == "batch")
+    printer = ProgressPrinter("page_view_pb", clock=lambda: t("14:05"))
+    assert "dropped fields 1" in printer.batch_line(batch), "the progress line says it"
 
 
 def _records(data: bytes) -> list[dict]:

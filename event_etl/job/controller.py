@@ -402,6 +402,8 @@ class Controller:
         self.totals["deadlettered"] += result.deadlettered
         self.totals["files"] += result.files_written
         self.totals["bytes"] += result.bytes_written
+        if result.dropped_fields:  # Protobuf fields schema.desc does not know: dropped, counted, said
+            self.totals["dropped_fields"] += result.dropped_fields
         lost = self.source_lost(intent.batch_id) if self.source_lost is not None else {}
         if lost:
             self.totals["lost"] += sum(lost.values())

@@ -180,6 +180,7 @@ class ProgressPrinter:
             f"files {r.files_written} ({_size(r.bytes_written)})  watermark {iso(wm) or '-'} lag {lag}  "
             f"marked {len(ev.marked)}  {secs:.2f}s  {r.events_in / secs:,.0f} ev/s"
             + (f"  {lost_text(ev.lost)}" if ev.lost else "")
+            + (f"  dropped fields {_n(r.dropped_fields)}" if r.dropped_fields else "")
         )
 
 
@@ -222,6 +223,10 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  hours marked   {len(summary['hours_marked'])}"
         + (f" ({summary['hours_marked'][0]} .. {summary['hours_marked'][-1]})" if summary["hours_marked"] else ""),
     ]
+    if t.get("dropped_fields"):
+        lines.append(f"  dropped fields {_n(t['dropped_fields'])} (Protobuf fields the type's schema.desc does not "
+                     "know, a newer producer's: the records were written without them; compile the producer's .proto "
+                     "into schema.desc to keep them)")
     if t.get("lost"):
         lines.append(f"  LOST           {_n(t['lost'])} (deleted by the source's retention before they were read; "
                      "skipped: EVENT_ETL_KAFKA_ON_DATA_LOSS=skip)")
