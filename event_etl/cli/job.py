@@ -372,7 +372,8 @@ def _replay(storage: Any, et: Any, event_type: str, replay_to: str, *, reason: s
     plan = plan_replay(entries, records, target, now=now, reasons=[reason] if reason else [],
                        since=None if since is None else to_millis(since),
                        until=None if until is None else to_millis(until), limit=limit, again=again,
-                       watermark=watermark, allowed_lateness=lateness, include_too_late=too_late)
+                       watermark=watermark, allowed_lateness=lateness, include_too_late=too_late,
+                       binary=et.payload != "json")
     sel = plan.selection
     wm = (iso(watermark) if watermark is not None else "- (none yet)" if (ck / "etl").is_dir()
           else f"unknown (no checkpoint at {ck}: --checkpoint DIR names the job's); nothing is counted as too late")

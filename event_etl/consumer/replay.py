@@ -24,6 +24,7 @@ everything was handed over, then ``sent``: a replay cut short is named by the ne
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import posixpath
@@ -144,25 +145,54 @@ class ReplayPlan:
     """Earlier replays recorded as ``sending``: cut short, some of their dead letters may not have been sent."""
     notes: list[str] = field(default_factory=list)
     """What the sending found to say (Kafka: records whose key and headers could not be read back)."""
+    binary: bool = False
+    """The type's payloads are binary (Protobuf, Confluent frames, Avro datums: its ``payload`` is not ``json``):
+    a folder's line holds one base64-encoded, a message its bytes (:func:`wire_payload`)."""
+
+    def wire(self, e: Entry) -> bytes:
+        """What the target carries of the dead letter ``e`` (:func:`wire_payload`)."""
+        return wire_payload(e.letter.payload, e.letter.source, self.target.kind, binary=self.binary)
+
+
+def wire_payload(payload: bytes, source: str, target_kind: str, *, binary: bool) -> bytes:
+    """A dead letter's payload as ``target_kind`` (``dir``, ``pubsub``, ``kafka``) carries it.  A binary dialect's
+    payload that came from a folder (or the generator) is its base64 line, one that came in a message its bytes:
+    decoded for a message, encoded for a folder.  A line that is not plain base64 goes as it is (it is dead-lettered
+    again as what it was)."""
+    if not binary:
+        return payload
+    from_message = source.startswith(("msg:", "kafka:"))
+    if target_kind == "dir":
+        return payload if not from_message else base64.b64encode(payload)
+    if from_message:
+        return payload
+    from event_etl.payloads.b64lines import B64Error, b64decode_line
+
+    try:
+        return b64decode_line(payload.strip())
+    except B64Error:
+        return payload
 
 
 def plan_replay(entries: Sequence[Entry], records: Sequence[dict[str, Any]], target: Target, *, now: int,
                 reasons: Sequence[str] = (), since: int | None = None, until: int | None = None,
                 limit: int | None = None, again: bool = False, watermark: int | None = None,
-                allowed_lateness: int = 0, include_too_late: bool = False) -> ReplayPlan:
+                allowed_lateness: int = 0, include_too_late: bool = False, binary: bool = False) -> ReplayPlan:
     """The replay of the dead letters ``entries`` matching the selection, given the earlier ``records`` and the
     live job's ``watermark`` (None: none, or unknown) at ``now``."""
     sent = {k for r in records for k in r.get("entries", [])}
     sel = select(entries, reasons=reasons, since=since, until=until, limit=limit, sent=sent, again=again)
     ok, late = split_too_late(sel.chosen, watermark, allowed_lateness)
     chosen = sel.chosen if include_too_late else ok
-    not_a_line = [e for e in chosen if target.kind == "dir" and b"\n" in e.letter.payload]
+    not_a_line = [e for e in chosen if target.kind == "dir"
+                  and b"\n" in wire_payload(e.letter.payload, e.letter.source, target.kind, binary=binary)]
     bad = {e.key for e in not_a_line}
     stamp = to_datetime(now).strftime("%Y%m%dT%H%M%S") + f"{now % 1000:03d}Z"  # ids sort as they were made
     return ReplayPlan(
         replay_id=f"{stamp}-{uuid.uuid4().hex[:6]}", target=target, selection=sel,
         send=[e for e in chosen if e.key not in bad], too_late=late, too_late_sent=include_too_late,
         not_a_line=not_a_line, unfinished=[r["replay"] for r in records if r.get("state") == "sending"],
+        binary=binary,
     )
 
 
@@ -208,7 +238,7 @@ def _send_dir(plan: ReplayPlan) -> str:
     part = os.path.join(plan.target.where, f".{name}.part")  # a dir: job ignores names starting with "."
     with open(part, "wb") as fh:
         for e in plan.send:
-            fh.write(e.letter.payload.rstrip(b"\r") + b"\n")
+            fh.write(plan.wire(e).rstrip(b"\r") + b"\n")
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(part, final)
@@ -220,7 +250,7 @@ def _send_pubsub(plan: ReplayPlan) -> str:
     from event_etl.sources.pubsub import publisher_client
 
     client = publisher_client()
-    futures = [client.publish(plan.target.where, e.letter.payload,
+    futures = [client.publish(plan.target.where, plan.wire(e),
                               **{REPLAY_ATTRIBUTE: plan.replay_id, REPLAY_OF_ATTRIBUTE: e.letter.source})
                for e in plan.send]
     for f in futures:
@@ -249,7 +279,7 @@ def _send_kafka(plan: ReplayPlan) -> str:
         key, original = originals.get(e.letter.source, (None, []))
         headers: list[tuple[str, str | bytes | None]] = [h for h in original if h[0] not in ours]
         headers += [(REPLAY_ATTRIBUTE, plan.replay_id.encode()), (REPLAY_OF_ATTRIBUTE, e.letter.source.encode())]
-        prod.produce(plan.target.where, value=e.letter.payload, key=key, on_delivery=delivered, headers=headers)
+        prod.produce(plan.target.where, value=plan.wire(e), key=key, on_delivery=delivered, headers=headers)
         prod.poll(0)
     left = prod.flush(60)
     if left or failed:
