@@ -7,6 +7,7 @@
     .venv/bin/python integration/campaign.py --source kafka      # tansu (Kafka protocol), 4 partitions -> local disk
     .venv/bin/python integration/campaign.py --source kafka --kafka-scenario retention   # noida-db (issue 48)
     .venv/bin/python -m integration.campaign --iceberg  # Parquet, an Iceberg snapshot per complete hour (issue 51)
+    .venv/bin/python -m integration.campaign --payload protobuf   # a Protobuf producer (issue 56), any --source
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
              --points all|source --stops all|kills --kafka-partitions P --idle-partition none|quiet
              --broker tansu|noida
@@ -1566,6 +1567,7 @@ def print_table(result: dict, args) -> None:
     kafka = getattr(args, "kafka_partitions", 4) if args.source == "kafka" else 0
     print(f"\nfault campaign: source {args.source}, {args.events} events, {args.files} batches, seed {args.seed}"
           + (f", {partitions} fetch partitions" if partitions else "")
+          + (", Protobuf payloads" if getattr(args, "payload", "json") == "protobuf" else "")
           + (", SIGKILLs and SIGTERMs only (--stops kills)" if getattr(args, "stops", "all") == "kills" else "")
           + (f", {kafka} Kafka partitions, broker {kafka_broker_kind(args)}, scenario "
              f"{getattr(args, 'kafka_scenario', 'none') or 'none'}" if kafka else ""))

@@ -110,6 +110,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import attrgetter, methodcaller
 from typing import Any, Protocol, cast
 
@@ -122,6 +123,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from event_etl.errors import ConfigError
+from event_etl.payloads.protocolumns import WireColumns
 from event_etl.rules.compat import PROMOTIONS, describe_type
 
 __all__ = ["ProtoSchema", "ProtoDecoder", "ProtoDecodeError", "ProtoValueError"]
@@ -1188,9 +1190,16 @@ class ProtoDecoder:
 
     def columns(self, datas: Sequence[bytes]) -> tuple[dict[str, Any], int] | None:
         """Payloads -> ``({Avro field: Arrow array}, unknown fields dropped)``, the values :meth:`decode` gives;
-        None if the message is not flat, or any payload fails to parse or holds a value the schema cannot."""
+        None if the message is not flat, or any payload fails to parse or holds a value the schema cannot.
+
+        The payloads are read from their wire format first (:class:`~.protocolumns.WireColumns`), by the C decoder
+        when that reader says None."""
         if self._columns is None:
             return None
+        if self._wire is not None:
+            got = self._wire.read_messages(datas)
+            if got is not None:
+                return got
         if len(datas) <= _SLICE:
             return self._slice(datas, self._columns)
         parts = []
@@ -1201,6 +1210,11 @@ class ProtoDecoder:
             parts.append(part)
         columns = {c.name: pa.concat_arrays([p[0][c.name] for p in parts]) for c in self._columns}
         return columns, sum(p[1] for p in parts)
+
+    @cached_property
+    def _wire(self) -> WireColumns | None:
+        """The reader of :meth:`columns` from the wire format (made at its first use; a pickle does not carry it)."""
+        return WireColumns.of(self)
 
     def _slice(self, datas: Sequence[bytes], plan: list[_Column]) -> tuple[dict[str, Any], int] | None:
         try:

@@ -145,7 +145,7 @@ class _Layout:
     def slots_of(self, number: np.ndarray, wire: np.ndarray, strict: bool) -> np.ndarray:
         """Each row's slot (-1: an unknown field).  A known number with another wire type: :class:`_Invalid` when
         ``strict`` (the top message: ProtoDecoder refuses it), else an unknown field (inside a Timestamp)."""
-        slot = self.lut[np.minimum(number, len(self.lut) - 1)]
+        slot: np.ndarray = self.lut[np.minimum(number, len(self.lut) - 1)]
         wrong = self.wires[slot] != wire
         wrong &= slot >= 0
         if wrong.any():
@@ -181,7 +181,7 @@ def _layout(desc: Descriptor) -> _Layout | None:
     for fd in desc.fields:
         if fd.is_repeated:
             return None
-        if fd.type == _F.TYPE_MESSAGE:
+        if fd.message_type is not None:
             sub = _sub_layout(fd.message_type)
             spec = None if sub is None else _Spec(fd.number, _LEN, "message", sub)
         else:
@@ -602,10 +602,10 @@ def _out(col: _PlanColumn, desc: Descriptor) -> _Out | None:
     nullable = col.presence is not None
     if col.kind == "timestamp":
         return _Out(col.name, "timestamp", slot, nullable=nullable, per_second=col.per_second)
-    if col.wrapper:
+    if col.wrapper and fd.message_type is not None:
         return _Out(col.name, "wrapper", slot, _WRAPPED.get(fd.message_type.full_name, 0), nullable)
     if col.kind == "enum":
-        numbers = np.asarray(col.symbols[0].to_numpy(zero_copy_only=False), dtype=np.int64)
+        numbers = np.array(col.symbols[0].to_pylist(), dtype=np.int64)  # to_numpy imports pandas
         order = np.argsort(numbers, kind="stable")
         symbols = col.symbols[1].take(pa.Array.from_buffers(pa.int64(), len(order), [None, pa.py_buffer(order)]))
         return _Out(col.name, "field", slot, fd.type, nullable, numbers=numbers[order], symbols=symbols)
