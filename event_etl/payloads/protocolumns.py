@@ -24,8 +24,8 @@ schema's default for an Avro field the message lacks.
 
 :meth:`WireColumns.read` never explains: when any message of the chunk is not one that the C decoder parses and
 :meth:`ProtoDecoder.columns` turns into columns, it returns ``None`` and the caller takes the other path, which says
-what is wrong with which payload.  What it refuses, then: a value cut short, a varint of more than ten bytes or
-beyond 64 bits, a tag of more than five bytes, field number 0, a wire type other than varint, 64-bit,
+what is wrong with which payload.  What it refuses, then: a value cut short, a varint of more than ten bytes (the
+bits of a tenth byte beyond the 64th are dropped, as the C decoder drops them), a tag of more than five bytes, field number 0, a wire type other than varint, 64-bit,
 length-delimited and 32-bit (a group too, known or unknown), a known field of the message with another wire type
 than its type's (inside a Timestamp or a wrapper it is an unknown field, as the C decoder counts it), a string
 that is not UTF-8 (also one that a later value of its field replaces), an enum number without a symbol, a
@@ -129,23 +129,42 @@ class _Spec:
     siblings: tuple[int, ...] = ()  # the slots of the other members of its oneof: cleared when it is set
 
 
+_DIRECT = 2048
+"""Field numbers below this are looked up in a table; the (rare) larger ones by a binary search."""
+
+
 @dataclass(frozen=True, eq=False)
 class _Layout:
     specs: list[_Spec]
-    lut: np.ndarray = field(init=False)  # field number -> slot; -1 (its last entry too): unknown
+    lut: np.ndarray = field(init=False)  # field number -> slot; -1: unknown; its last entry: a number beyond it
+    far: tuple[np.ndarray, np.ndarray] = field(init=False)  # the numbers beyond the table (sorted), their slots
     wires: np.ndarray = field(init=False)  # slot -> its wire type
 
     def __post_init__(self) -> None:
-        lut = np.full(max((s.number for s in self.specs), default=0) + 2, -1, dtype=np.int64)
+        size = min(max((s.number for s in self.specs), default=0), _DIRECT) + 1
+        lut = np.full(size + 1, -1, dtype=np.int64)
+        far = sorted((s.number, i) for i, s in enumerate(self.specs) if s.number >= size)
         for i, s in enumerate(self.specs):
-            lut[s.number] = i
+            if s.number < size:
+                lut[s.number] = i
         object.__setattr__(self, "lut", lut)
+        object.__setattr__(self, "far", (np.array([n for n, _ in far], dtype=np.int64),
+                                         np.array([i for _, i in far], dtype=np.int64)))
         object.__setattr__(self, "wires", np.array([s.wire for s in self.specs] + [-1], dtype=np.int64))
+
+    def _slots(self, number: np.ndarray) -> np.ndarray:
+        slot: np.ndarray = self.lut[np.minimum(number, len(self.lut) - 1)]
+        numbers, slots = self.far
+        if len(numbers):
+            beyond = np.flatnonzero(number >= len(self.lut) - 1)
+            at = np.minimum(np.searchsorted(numbers, number[beyond]), len(numbers) - 1)
+            slot[beyond] = np.where(numbers[at] == number[beyond], slots[at], -1)
+        return slot
 
     def slots_of(self, number: np.ndarray, wire: np.ndarray, strict: bool) -> np.ndarray:
         """Each row's slot (-1: an unknown field).  A known number with another wire type: :class:`_Invalid` when
         ``strict`` (the top message: ProtoDecoder refuses it), else an unknown field (inside a Timestamp)."""
-        slot: np.ndarray = self.lut[np.minimum(number, len(self.lut) - 1)]
+        slot = self._slots(number)
         wrong = self.wires[slot] != wire
         wrong &= slot >= 0
         if wrong.any():
@@ -201,10 +220,13 @@ def _layout(desc: Descriptor) -> _Layout | None:
 # -- the values read so far -----------------------------------------------------------------------------------
 class _Slots:
     """The fields of ``n`` messages, as read so far: per slot, which rows have it and their value (a number's
-    uint64 bits; a string's start and length in the buffer; a message's own slots)."""
+    uint64 bits; a string's start and length in the buffer; a message's own slots); and each row's unknown fields
+    (a message field's count as its own: a member of a oneof that another replaces takes its unknown fields with
+    it)."""
 
     def __init__(self, layout: _Layout, n: int) -> None:
         self.layout = layout
+        self.unknown = np.zeros(n, dtype=np.int64)
         self.present = [np.zeros(n, dtype=bool) for _ in layout.specs]
         self.raw = [np.zeros(n if s.kind == "number" else 0, dtype=np.uint64) for s in layout.specs]
         self.start = [np.zeros(n if s.kind == "string" else 0, dtype=np.int64) for s in layout.specs]
@@ -238,6 +260,12 @@ class _Slots:
                 self.set_string(k, target, other.start[k][have], other.length[k][have], log)
             else:
                 self.set_number(k, target, other.raw[k][have])
+        self.unknown[rows] += other.unknown
+
+    def unknown_count(self) -> int:
+        """The unknown fields of every row, those of its message fields included."""
+        inner = sum(c.unknown_count() for c in self.child if c is not None)
+        return int(self.unknown.sum()) + inner
 
     def clear(self, slots: tuple[int, ...], rows: Any, log: _Log) -> None:
         """The fields ``slots`` unset at ``rows`` (another member of their oneof came)."""
@@ -251,6 +279,7 @@ class _Slots:
             else:
                 child = self.message(k)
                 child.clear(tuple(range(len(child.layout.specs))), rows, log)
+                child.unknown[rows] = 0
             self.present[k][rows] = False
 
 
@@ -288,19 +317,19 @@ def _varints(u8: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> tuple[np.ndar
 
 def _varint_rest(u8: np.ndarray, pos: np.ndarray, ends: np.ndarray, values: np.ndarray, sizes: np.ndarray,
                  sel: np.ndarray) -> None:
-    """The second to tenth bytes of the varints of rows ``sel``, into ``values`` and ``sizes``."""
+    """The second to tenth bytes of the varints of rows ``sel``, into ``values`` and ``sizes``.  The bits of a tenth
+    byte beyond the 64th are dropped, as the C decoder drops them."""
     for k in range(1, 10):
         p = pos[sel] + k
         if np.any(p >= ends[sel]):
             raise _Invalid  # cut short
         b = u8[p]
-        if k == 9 and np.any(b > 1):
-            raise _Invalid  # beyond 64 bits, or an eleventh byte
         values[sel] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
         sizes[sel] += 1
         sel = sel[b >= 0x80]
         if len(sel) == 0:
             return
+    raise _Invalid  # an eleventh byte
 
 
 def _fixed(u8: np.ndarray, pos: np.ndarray, ends: np.ndarray, width: int) -> np.ndarray:
@@ -372,7 +401,6 @@ class _Walk:
 
     def __init__(self, u8: np.ndarray) -> None:
         self.u8 = u8
-        self.unknown = 0
         self.log = _Log()
 
     def run(self, layout: _Layout, starts: np.ndarray, ends: np.ndarray, *, strict: bool) -> _Slots:
@@ -399,7 +427,9 @@ class _Walk:
         slot = layout.slots_of((tags >> np.uint64(3)).astype(np.int64), wire, strict)
         values = _read_values(self.u8, wire, pos + size, ends)
         counts = np.bincount(slot + 1, minlength=len(layout.specs) + 1)
-        self.unknown += int(counts[0])
+        if counts[0]:
+            unknown = np.flatnonzero(slot < 0)
+            slots.unknown[unknown if active is None else active[unknown]] += 1  # a row once a step
         for k in np.flatnonzero(counts[1:]):
             rows = slice(None) if counts[k + 1] == len(slot) else np.flatnonzero(slot == k)
             self.store(slots, int(k), rows, active, values)
@@ -653,7 +683,7 @@ class WireColumns:
             columns = {o.name: build.column(o) for o in self._outs}
         except _Invalid:
             return None
-        return columns, walk.unknown
+        return columns, slots.unknown_count()
 
     def read_messages(self, datas: Sequence[bytes]) -> tuple[dict[str, Any], int] | None:
         """:meth:`read` of messages given one by one."""
