@@ -333,7 +333,7 @@ JSON_CASES = [*NOT_FLAT.values(),
 @pytest.mark.parametrize("schema", JSON_CASES)
 def test_the_json_rules_are_the_fast_paths(schema):
     """flat_fields(kinds=JSON_KINDS, defaults=False) is what event_etl.task.fastpath decides: its home later."""
-    theirs = _fields_of(SimpleNamespace(schema=schema))
+    theirs = _fields_of(SimpleNamespace(schema=schema, event_type=SimpleNamespace(payload="json")))
     ours = flat_fields(schema, kinds=JSON_KINDS, defaults=False)
     assert (ours is None) == (theirs is None)
     if ours is not None:

@@ -15,8 +15,8 @@ together, one *step* at a time:
    rows of a number the message lacks skip the value and count it;
 3. a row that reaches its end stops; every read must lie before the row's end.
 
-At the end the fields become the Arrow columns of :meth:`ProtoDecoder.columns`, which it uses first (once per
-decoder, falling back to the C decoder when :meth:`WireColumns.read` says ``None``): the integers of every kind
+At the end the fields become the Arrow columns of :meth:`ProtoDecoder.columns`, which uses this reader first
+(made once per decoder; the C decoder when :meth:`WireColumns.read` says ``None``): the integers of every kind
 sign-extended, zig-zag decoded or truncated to 32 bits as protobuf reads them, an enum's number as its symbol, a
 Timestamp as an int64 in the Avro field's unit, rounded down, a string cut out of the buffer by Arrow (the values
 of a column in one ``take``) and its UTF-8 checked by a cast, null where a field with presence is unset, the
@@ -25,15 +25,22 @@ schema's default for an Avro field the message lacks.
 :meth:`WireColumns.read` never explains: when any message of the chunk is not one that the C decoder parses and
 :meth:`ProtoDecoder.columns` turns into columns, it returns ``None`` and the caller takes the other path, which says
 what is wrong with which payload.  What it refuses, then: a value cut short, a varint of more than ten bytes (the
-bits of a tenth byte beyond the 64th are dropped, as the C decoder drops them), a tag of more than five bytes, field number 0, a wire type other than varint, 64-bit,
-length-delimited and 32-bit (a group too, known or unknown), a known field of the message with another wire type
-than its type's (inside a Timestamp or a wrapper it is an unknown field, as the C decoder counts it), a string
-that is not UTF-8 (also one that a later value of its field replaces), an enum number without a symbol, a
-``uint64``/``fixed64`` above 2**63-1, a Timestamp outside years 1..9999.
+bits of a tenth byte beyond the 64th are dropped, as the C decoder drops them), a tag or a length of more than five
+bytes, a length of 2**31-1 or more, field number 0, a wire type other than varint, 64-bit, length-delimited and
+32-bit, a known field of the message with another wire type than its type's (inside a Timestamp or a wrapper it is
+an unknown field, as the C decoder counts it), a string that is not UTF-8 (also one that a later value of its field
+replaces), an enum number without a symbol, a ``uint64``/``fixed64`` above 2**63-1, a Timestamp outside years
+1..9999.  And one thing more than the C decoder: a group, known or unknown (the C decoder counts an unknown one as
+one unknown field; they are rare enough to leave to it).
 
 :meth:`WireColumns.of` reads every message :meth:`ProtoDecoder.columns` reads but one with a proto2 ``required``
 field, or a field outside its plan (a field of a message type the Avro schema leaves out, ``google.protobuf.Empty``
 say): those take the C decoder's path.
+
+A chunk of 100,000 page views (13 fields, ~120 bytes each) takes ~0.55 µs a message, against ~3.4 by the C decoder
+and the attributes, ~5.3 by :meth:`ProtoDecoder.decode` one by one, ~1.1 by Arrow's JSON reader for the same events
+as JSON lines (~225 bytes each); random page views (every field of random length, optional ones unset at random, a
+price of 10 bytes): ~1.5 µs.
 """
 
 from __future__ import annotations
@@ -69,8 +76,8 @@ _SECONDS_MIN, _SECONDS_MAX = -62_135_596_800, 253_402_300_799
 """A Timestamp's valid seconds, 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z (as protobuf.py checks them)."""
 _LONG_MAX = np.uint64(2**63 - 1)
 _LOW32 = np.uint64(0xFFFF_FFFF)
-_MAX_LENGTH = 2**31 - 1
-"""The C decoder refuses a length-delimited value of 2 GiB or more."""
+_MAX_LENGTH = 2**31 - 2
+"""The C decoder refuses a length of a length-delimited value from 2**31-1 on, or written in more than 5 bytes."""
 
 
 class _Invalid(Exception):
@@ -120,7 +127,7 @@ class _Decoder(Protocol):
 # -- the layout of a message: its fields by number --------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class _Spec:
-    """One field of a message as the walk reads it: into ``slot`` of the message's :class:`_Slots`."""
+    """One field of a message as the walk reads it (into the slot of its index in :attr:`_Layout.specs`)."""
 
     number: int
     wire: int
@@ -311,23 +318,31 @@ def _varints(u8: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> tuple[np.ndar
     sizes = np.ones(len(pos), dtype=np.int64)
     more = b >= 0x80
     if more.any():
-        _varint_rest(u8, pos, ends, values, sizes, np.flatnonzero(more))
+        _varint_rest(u8, pos, ends, values, sizes, None if more.all() else np.flatnonzero(more))
     return values, sizes
 
 
 def _varint_rest(u8: np.ndarray, pos: np.ndarray, ends: np.ndarray, values: np.ndarray, sizes: np.ndarray,
-                 sel: np.ndarray) -> None:
-    """The second to tenth bytes of the varints of rows ``sel``, into ``values`` and ``sizes``.  The bits of a tenth
-    byte beyond the 64th are dropped, as the C decoder drops them."""
+                 sel: np.ndarray | None) -> None:
+    """The second to tenth bytes of the varints of rows ``sel`` (None: all of them, while all go on: a column of
+    timestamps), into ``values`` and ``sizes``.  The bits of a tenth byte beyond the 64th are dropped, as the C
+    decoder drops them."""
     for k in range(1, 10):
-        p = pos[sel] + k
-        if np.any(p >= ends[sel]):
+        p = pos + k if sel is None else pos[sel] + k
+        if np.any(p >= (ends if sel is None else ends[sel])):
             raise _Invalid  # cut short
         b = u8[p]
-        values[sel] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        sizes[sel] += 1
-        sel = sel[b >= 0x80]
-        if len(sel) == 0:
+        part = (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        go = b >= 0x80
+        if sel is None:
+            values |= part
+            sizes += 1
+            sel = None if go.all() else np.flatnonzero(go)
+        else:
+            values[sel] |= part
+            sizes[sel] += 1
+            sel = sel[go]
+        if sel is not None and len(sel) == 0:
             return
     raise _Invalid  # an eleventh byte
 
@@ -362,7 +377,7 @@ def _read_values(u8: np.ndarray, wire: np.ndarray, pos: np.ndarray, ends: np.nda
     """The value after each row's tag, as its wire type says."""
     if np.any((wire != _VARINT) & (wire != _I64) & (wire != _LEN) & (wire != _I32)):
         raise _Invalid  # a group (start or end) or a wire type that does not exist
-    out = _Values(np.zeros(len(pos), dtype=np.uint64), pos, np.empty(len(pos), dtype=np.int64))
+    out = _Values(np.empty(len(pos), dtype=np.uint64), pos, np.empty(len(pos), dtype=np.int64))  # every row set
     for w in (_VARINT, _LEN, _I64, _I32):
         rows = _rows(wire == w)
         if rows is None:
@@ -373,6 +388,8 @@ def _read_values(u8: np.ndarray, wire: np.ndarray, pos: np.ndarray, ends: np.nda
             out.after[rows] = p + size
         elif w == _LEN:
             out.value[rows], size = _varints(u8, p, e)
+            if size.max() > 5:
+                raise _Invalid
             _delimited(out, rows, p + size, e)
         else:
             width = 8 if w == _I64 else 4

@@ -35,6 +35,43 @@ def sync_marker_for(name: str) -> bytes:
     return hashlib.sha256(("event_etl-sync:" + name).encode("utf-8")).digest()[:16]
 
 
+_FIELD_TAIL = ("aliases", "default", "doc", "name", "type")
+"""The order fastavro gives a parsed field's keys after its other ones, under ``PYTHONHASHSEED=0`` (it copies
+``doc``, ``aliases`` and ``default`` from a set, whose order follows the hash seed): what Spark's executors, which
+run with seed 0, have always written in a file's ``avro.schema`` header."""
+
+
+def stable_schema(parsed: Any) -> Any:
+    """``parsed`` (a parsed schema) with every record field's keys in the order they take under
+    ``PYTHONHASHSEED=0`` (:data:`_FIELD_TAIL`): a file's header, and so its bytes, are the same whatever the seed of
+    the process that writes it (a replay under another seed writes the same bytes)."""
+    if isinstance(parsed, list):
+        return [stable_schema(b) for b in parsed]
+    if not isinstance(parsed, dict):
+        return parsed
+    out = {k: stable_schema(v) if k in ("items", "values") else v for k, v in parsed.items()}
+    if isinstance(parsed.get("fields"), list):
+        out["fields"] = [_stable_field(f) for f in parsed["fields"]]
+    return out
+
+
+def _stable_field(field: dict[str, Any]) -> dict[str, Any]:
+    head = {k: v for k, v in field.items() if k not in _FIELD_TAIL}
+    tail = {k: (stable_schema(field[k]) if k == "type" else field[k]) for k in _FIELD_TAIL if k in field}
+    return {**head, **tail}
+
+
+_STABLE: dict[int, tuple[Any, Any]] = {}
+
+
+def _stable(parsed: Any) -> Any:
+    """:func:`stable_schema` of a parsed schema, made once per schema object."""
+    found = _STABLE.get(id(parsed))
+    if found is None or found[0] is not parsed:
+        found = _STABLE[id(parsed)] = (parsed, stable_schema(parsed))
+    return found[1]
+
+
 def encode_container(
     parsed_schema: Schema,
     records: Iterable[dict[str, Any]],
@@ -47,7 +84,7 @@ def encode_container(
     buf = io.BytesIO()
     fastavro.writer(
         buf,
-        parsed_schema,
+        _stable(parsed_schema),
         records,
         codec=codec,
         sync_marker=sync_marker_for(name),
