@@ -459,8 +459,11 @@ class BinaryPlan:
 
     binary = True
 
-    def __init__(self, plan: FastPlan, read: Callable[[Sequence[bytes]], dict[str, Any] | None]) -> None:
-        self.plan, self.read = plan, read
+    def __init__(self, plan: FastPlan, read: Callable[[Sequence[bytes]], tuple[dict[str, Any], int] | None],
+                 dropped: Callable[[int], None] | None = None) -> None:
+        """``read``: the payloads as columns and the fields it dropped (the descriptor did not know them), or None;
+        ``dropped``: told that count once the chunk is taken (a chunk the record path takes counts them there)."""
+        self.plan, self.read, self.dropped = plan, read, dropped
 
     def decode(self, data: bytes) -> FastChunk | None:
         """A binary plan reads payloads, not lines of JSON (:meth:`decode_payloads`)."""
@@ -474,28 +477,36 @@ class BinaryPlan:
         sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
         if sizes.min() == 0 or sizes.max() > self.plan.max_bytes:
             return None  # an empty or oversized payload: the record path says so
-        cols = self.read(payloads)
-        if cols is None:
-            return None
-        return self.plan.from_columns(cols, len(payloads), starts, ends)
-
-
-def _protobuf_columns(decoder: Decoder) -> Callable[[Sequence[bytes]], dict[str, Any] | None]:
-    """A Protobuf type's messages as columns (:meth:`event_etl.payloads.protobuf.ProtoDecoder.columns`); the fields
-    it drops are counted by the decoder, as the record path counts them."""
-
-    def read(payloads: Sequence[bytes]) -> dict[str, Any] | None:
-        got = decoder.proto.columns(payloads)
+        got = self.read(payloads)
         if got is None:
             return None
         cols, unknown = got
-        decoder.unknown_fields += unknown
-        return cast(dict[str, Any], cols)
+        fc = self.plan.from_columns(cols, len(payloads), starts, ends)
+        if fc is not None and unknown and self.dropped is not None:
+            self.dropped(unknown)
+        return fc
+
+
+def _protobuf_columns(decoder: Decoder) -> Callable[[Sequence[bytes]], tuple[dict[str, Any], int] | None]:
+    """A Protobuf type's messages as columns (:meth:`event_etl.payloads.protobuf.ProtoDecoder.columns`), with the
+    fields it dropped."""
+
+    def read(payloads: Sequence[bytes]) -> tuple[dict[str, Any], int] | None:
+        return cast("tuple[dict[str, Any], int] | None", decoder.proto.columns(payloads))
 
     return read
 
 
-def _confluent_columns(decoder: Decoder) -> Callable[[Sequence[bytes]], dict[str, Any] | None] | None:
+def _count_dropped(decoder: Decoder) -> Callable[[int], None]:
+    """The fields a taken chunk dropped, counted by the decoder as the record path counts them."""
+
+    def dropped(n: int) -> None:
+        decoder.unknown_fields += n
+
+    return dropped
+
+
+def _confluent_columns(decoder: Decoder) -> Callable[[Sequence[bytes]], tuple[dict[str, Any], int] | None] | None:
     """Confluent frames of the type's own schema (one registry id, whose schema is the type's) as columns
     (:class:`event_etl.payloads.avrocolumns.DatumColumns`); None when the schema is not flat."""
     from event_etl.payloads.avrocolumns import DatumColumns
@@ -504,7 +515,7 @@ def _confluent_columns(decoder: Decoder) -> Callable[[Sequence[bytes]], dict[str
     if columns is None:
         return None
 
-    def read(payloads: Sequence[bytes]) -> dict[str, Any] | None:
+    def read(payloads: Sequence[bytes]) -> tuple[dict[str, Any], int] | None:
         head = payloads[0][:5]
         if len(head) < 5 or head[0] != 0 or any(p[:5] != head for p in payloads):
             return None  # not one registry id for the whole chunk (or not a frame): the record path
@@ -513,7 +524,8 @@ def _confluent_columns(decoder: Decoder) -> Callable[[Sequence[bytes]], dict[str
             return None
         sizes = np.fromiter(map(len, payloads), dtype=np.int64, count=len(payloads))
         ends = np.cumsum(sizes)
-        return columns.read(b"".join(payloads), ends - sizes + 5, ends)
+        cols = columns.read(b"".join(payloads), ends - sizes + 5, ends)
+        return None if cols is None else (cols, 0)
 
     return read
 
@@ -541,7 +553,7 @@ def _binary_plan(decoder: Decoder, plan: FastPlan | None) -> BinaryPlan | None:
         return None
     payload = decoder.event_type.payload
     if payload == "protobuf":
-        return BinaryPlan(plan, _protobuf_columns(decoder))
+        return BinaryPlan(plan, _protobuf_columns(decoder), _count_dropped(decoder))
     if payload == "confluent":
         read = _confluent_columns(decoder)
         return BinaryPlan(plan, read) if read is not None else None
