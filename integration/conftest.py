@@ -19,6 +19,7 @@ SLOW_MODULES = {
     "integration/test_pubsub_gcs.py": 150, "integration/test_upgrade.py": 140, "integration/test_signals.py": 130,
     "integration/test_storage_faults.py": 110, "integration/test_cluster.py": 110,
     "integration/test_airflow.py": 150, "integration/test_consumer_demo.py": 85, "integration/test_kafka_broker.py": 80,
+    "integration/test_dialects.py": 60,  # 2026-11-29: five runs (three as a fleet in-process, two subprocesses)
 }
 """Integration modules that take a minute or more (seconds of test time, from CI's ``--durations`` on 2 cores on
 2026-11-28, test_airflow.py's since its installs are uv's; a rough figure is enough: only their order counts).
