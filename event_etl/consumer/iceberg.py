@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from event_etl.consumer.recipes import duckdb_avro_extension
+from event_etl.consumer.recipes import duckdb_avro_extension, import_duckdb
 from event_etl.errors import UsageError
 from event_etl.timeutil import parse_hour
 
@@ -28,14 +28,13 @@ __all__ = ["duckdb_iceberg_extension", "duckdb_iceberg_connect", "hour_counts"]
 
 def duckdb_iceberg_extension() -> str:
     """The path of DuckDB's iceberg extension for the installed DuckDB, from ``duckdb-extension-iceberg``."""
-    import duckdb
-
+    duckdb = import_duckdb()
     try:
         import duckdb_extension_iceberg  # type: ignore[import-untyped]
     except ImportError as err:
         raise UsageError("DuckDB's iceberg extension is not installed",
-                         fix=f"pip install 'duckdb-extension-iceberg=={duckdb.__version__}' "
-                             f"'duckdb-extension-avro=={duckdb.__version__}'") from err
+                         fix=f"pip install 'event_etl[duckdb]' (or 'duckdb-extension-iceberg=={duckdb.__version__}', "
+                             f"its build for DuckDB {duckdb.__version__})") from err
     path = Path(duckdb_extension_iceberg.__file__).parent / "extensions" / f"v{duckdb.__version__}" / \
         "iceberg.duckdb_extension"
     if not path.is_file():
@@ -47,8 +46,7 @@ def duckdb_iceberg_extension() -> str:
 def duckdb_iceberg_connect(database: str = ":memory:", **kwargs: Any) -> Any:
     """A DuckDB connection with the ``avro`` extension loaded, then ``iceberg`` (it reads Iceberg's Avro manifests
     through it): ``iceberg_scan`` works offline.  ``kwargs`` go to ``duckdb.connect``."""
-    import duckdb
-
+    duckdb = import_duckdb()
     avro, iceberg = duckdb_avro_extension(), duckdb_iceberg_extension()
     con = duckdb.connect(database, **kwargs)
     for path in (avro, iceberg):

@@ -242,10 +242,7 @@ def duckdb_avro_extension() -> str:
     (``extensions/v1.5.5/avro.duckdb_extension``) and pins that DuckDB: a mismatch is a
     ``UsageError`` naming both versions.
     """
-    try:
-        import duckdb
-    except ImportError as err:
-        raise UsageError("DuckDB is not installed", fix="pip install duckdb duckdb-extension-avro") from err
+    duckdb = import_duckdb()
     try:
         import duckdb_extension_avro  # type: ignore[import-untyped]
     except ImportError as err:
@@ -263,11 +260,21 @@ def duckdb_avro_extension() -> str:
     return str(path)
 
 
+def import_duckdb() -> Any:
+    """The ``duckdb`` module; :class:`UsageError` with the install line when it is missing (the light install)."""
+    try:
+        import duckdb
+    except ImportError as err:
+        raise UsageError("DuckDB is not installed (the light install has no DuckDB)",
+                         fix="pip install 'event_etl[duckdb]' (DuckDB with its Avro and Iceberg extensions, no "
+                             "download at run time)") from err
+    return duckdb
+
+
 def duckdb_connect(database: str = ":memory:", **kwargs: Any) -> Any:
     """A DuckDB connection with the Avro extension loaded (:func:`duckdb_avro_extension`): ``read_avro`` works
     offline.  ``kwargs`` go to ``duckdb.connect``."""
-    import duckdb
-
+    duckdb = import_duckdb()
     path = duckdb_avro_extension()
     con = duckdb.connect(database, **kwargs)
     con.execute(f"LOAD {_duck_string(path)}")
