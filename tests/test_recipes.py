@@ -125,8 +125,9 @@ def test_duckdb_reads_the_manifests_files_with_its_avro_extension(rs):
 
     con = duckdb_connect()                       # DuckDB with its Avro extension loaded (no download)
     files = hour_uris(sink, "click", "2026-11-21T13", until="2026-11-21T15")
-    per_hour = con.execute("SELECT dt, hour, count(*) AS n FROM read_avro($files, hive_partitioning = true) "
-                           "GROUP BY dt, hour ORDER BY dt, hour", {"files": files}).fetchall()
+    per_hour = con.execute("SELECT dt, hour, count(*) AS n FROM read_avro($files, hive_partitioning = true, "
+                           "hive_types = {'dt': DATE, 'hour': BIGINT}) GROUP BY dt, hour ORDER BY dt, hour",
+                           {"files": files}).fetchall()
     # -- end of the recipe --
     assert per_hour == [(DAY, 13, RECIPE_HOUR_13), (DAY, 14, RECIPE_HOUR_14)], "each hour's count is its manifest's"
     own = hour_uris(sink, "click", "2026-11-21T14", include_late=False)
@@ -352,3 +353,22 @@ def test_the_paths_of_release_0_3_still_import_what_they_did():
         import airflow  # noqa: F401
     except ImportError:
         assert "needs Apache Airflow" in run.stdout
+
+
+def test_duckdbs_hour_is_one_type_whatever_the_hours(tmp_path):
+    """DuckDB guesses a hive key's type from the folder names: ``hour=09`` made ``hour`` a VARCHAR (issue 60 item
+    4); the recipe's ``hive_types`` gives BIGINT for a read of hours 08..10 as for 13..14."""
+    pytest.importorskip("duckdb_extension_avro")
+    from event_etl.consumer.recipes import duckdb_connect, hour_uris
+    from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+
+    et = make_event_type(tmp_path / "types")
+    pipe = LocalPipeline(tmp_path, et, FakeClock(t("11:00")))
+    pipe.batch([click(f"e{i}", t("08:30") + i * 40 * 60_000) for i in range(4)])  # 08:30, 09:10, 09:50, 10:30
+    pipe.controller.drain()
+    con = duckdb_connect()
+    files = hour_uris(str(pipe.sink), "click", "2026-11-21T08", until="2026-11-21T11")
+    rows = con.execute("SELECT typeof(hour), hour, count(*) AS n FROM read_avro($files, hive_partitioning = true, "
+                       "hive_types = {'dt': DATE, 'hour': BIGINT}) GROUP BY ALL ORDER BY hour",
+                       {"files": files}).fetchall()
+    assert rows == [("BIGINT", 8, 1), ("BIGINT", 9, 2), ("BIGINT", 10, 1)]

@@ -21,7 +21,7 @@ from typing import Any
 
 from event_etl.consumer.recipes import duckdb_avro_extension, import_duckdb
 from event_etl.errors import UsageError
-from event_etl.timeutil import parse_hour
+from event_etl.timeutil import iso, parse_hour
 
 __all__ = ["duckdb_iceberg_extension", "duckdb_iceberg_connect", "hour_counts"]
 
@@ -54,13 +54,15 @@ def duckdb_iceberg_connect(database: str = ":memory:", **kwargs: Any) -> Any:
     return con
 
 
-def hour_counts(table: Any, event_type: str | None = None) -> dict[int, int]:
-    """``{hour start (ms): records}`` of the hours committed to a pyiceberg ``table``, from its snapshots' summaries
-    (``event_etl.hour``, ``added-records``), optionally of one type."""
-    out: dict[int, int] = {}
+def hour_counts(table: Any, event_type: str | None = None) -> dict[str, int]:
+    """``{hour: records}`` of the hours committed to a pyiceberg ``table``, from its snapshots' summaries
+    (``event_etl.hour``, ``added-records``), optionally of one type.  An hour is its UTC start as the other
+    commands and functions write it, ``2026-11-21T13:00:00Z``, in order."""
+    out: dict[str, int] = {}
     for snap in table.snapshots():
         props = snap.summary.additional_properties if snap.summary else {}
         hour = props.get("event_etl.hour")
         if hour and (event_type is None or props.get("event_etl.event_type") == event_type):
-            out[parse_hour(hour)] = out.get(parse_hour(hour), 0) + int(props.get("added-records", 0))
-    return out
+            key = iso(parse_hour(hour))
+            out[key] = out.get(key, 0) + int(props.get("added-records", 0))
+    return dict(sorted(out.items()))
