@@ -130,6 +130,19 @@ def test_hours_table(run):
     assert "not started" in rows["2026-11-21T16:00:00Z"]
 
 
+def test_hours_since_a_future_hour_says_so_not_until(run):
+    """``hours --since <an hour to come>`` with no --until (issue 60 item 4): the error says the hour is in the future
+    and names the current one; it used to blame an --until the user never gave."""
+    from event_etl.timeutil import HOUR_MS, iso, now_millis
+
+    future = iso(now_millis() + 30 * HOUR_MS)[:13]
+    res = run("hours", "click", "--since", future)
+    assert res.exit_code == 2, res.output
+    assert f"--since {future}:00:00Z is after the current hour by the wall clock" in res.output, res.output
+    assert "until" not in res.output.split("fix:")[0].replace("--since", ""), res.output
+    assert "fix:" in res.output and "Traceback" not in res.output
+
+
 # -- verify --------------------------------------------------------------------------------
 def test_verify_ok_then_failed(run, sc):
     res = run("verify", "click", "2026-11-21T13")

@@ -297,8 +297,15 @@ def _count(n: int | None) -> str:
 
 
 def _window(since: datetime | None, until: datetime | None, *, include_current: bool) -> tuple[datetime, datetime]:
+    now = now_millis()
     lo, hi = window(None if since is None else to_millis(since), None if until is None else to_millis(until),
-                    now=now_millis(), include_current=include_current)
+                    now=now, include_current=include_current)
+    if since is not None and until is None and lo >= hi:  # --until defaulted to now's hour: say so, not "until"
+        last, verb = ("the current hour", "begun") if include_current else ("the last hour that has ended", "ended")
+        raise UsageError(f"--since {iso(lo)} is after {last} by the wall clock ({iso(hi - HOUR_MS)}): no hour from "
+                         f"it on has {verb} yet",
+                         fix=f"give --since {iso(hi - HOUR_MS)} or earlier, or an --until after --since to ask "
+                             "for hours to come")
     return to_datetime(lo), to_datetime(hi)
 
 
