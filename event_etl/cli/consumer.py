@@ -238,10 +238,10 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, a
         click.echo("  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                    .rstrip())
     if early.get(AHEAD):
-        click.echo(f"ahead: {early[AHEAD]} hours were marked before they ended by the wall clock: their event time "
+        click.echo(f"ahead: {_hours_were(early[AHEAD])} marked before they ended by the wall clock: their event time "
                    "runs ahead of it (a generator's clock, as in the demo), so a marker delay says nothing there")
     if early.get(DRAINED):
-        click.echo(f"drained: {early[DRAINED]} hours were marked before they ended by the wall clock, by a drain (a "
+        click.echo(f"drained: {_hours_were(early[DRAINED])} marked before they ended by the wall clock, by a drain (a "
                    "job stopped for good closes the hours holding data at once); records of them that arrive later "
                    "are late")
 
@@ -285,6 +285,11 @@ def complete_cmd(event_types: tuple[str, ...], day: str | None, since: datetime 
         sys.exit(int(ExitCode.NOT_COMPLETE))
 
 
+def _hours_were(n: int) -> str:
+    """``1 hour was`` / ``3 hours were``."""
+    return f"{n} hour was" if n == 1 else f"{n} hours were"
+
+
 def _day_ms(day: str) -> int:
     try:
         return to_millis(datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC))
@@ -300,10 +305,10 @@ def _window(since: datetime | None, until: datetime | None, *, include_current: 
     now = now_millis()
     lo, hi = window(None if since is None else to_millis(since), None if until is None else to_millis(until),
                     now=now, include_current=include_current)
-    if since is not None and until is None and lo >= hi:  # --until defaulted to now's hour: say so, not "until"
-        last, verb = ("the current hour", "begun") if include_current else ("the last hour that has ended", "ended")
-        raise UsageError(f"--since {iso(lo)} is after {last} by the wall clock ({iso(hi - HOUR_MS)}): no hour from "
-                         f"it on has {verb} yet",
+    if include_current and since is not None and until is None and lo >= hi:  # --until defaulted to now's hour
+        # (`hours`; `verify` names the complete hours it leaves out): say so, not "until ... is not after since"
+        raise UsageError(f"--since {iso(lo)} is after the current hour by the wall clock ({iso(hi - HOUR_MS)}): no "
+                         "hour from it on has begun yet",
                          fix=f"give --since {iso(hi - HOUR_MS)} or earlier, or an --until after --since to ask "
                              "for hours to come")
     return to_datetime(lo), to_datetime(hi)
