@@ -279,7 +279,7 @@ def test_hours_says_ahead_where_a_marker_came_before_its_hour_ended_by_the_wall_
     res = run("hours", "click", "--since", "2026-11-21T13", "--until", "2026-11-21T15")
     rows = {ln.split()[0]: ln for ln in res.output.splitlines()[1:]}
     assert rows["2026-11-21T14:00:00Z"].split()[-1] == "ahead" and rows["2026-11-21T13:00:00Z"].split()[-1] != "ahead"
-    assert "ahead: 1 hour was marked before they ended by the wall clock" in res.output
+    assert "ahead: 1 hour was marked before it ended by the wall clock" in res.output
 
 
 def test_status_says_ahead_when_the_watermark_runs_ahead_of_the_wall_clock(sc):
@@ -313,7 +313,7 @@ def test_a_drained_hour_reads_drained_in_hours_wait_and_the_runs_line_never_a_ne
     rows = {ln.split()[0]: ln.split()[-1] for ln in lines[1:4]}
     assert rows == {"2026-11-21T13:00:00Z": "10m", "2026-11-21T14:00:00Z": "10m",
                     "2026-11-21T15:00:00Z": "drained"}
-    assert "drained: 1 hour was marked before they ended by the wall clock, by a drain" in res.output
+    assert "drained: 1 hour was marked before it ended by the wall clock, by a drain" in res.output
     assert "ahead:" not in res.output
     res = run("wait", "click", "2026-11-21T15", "--timeout", "0")
     assert res.exit_code == 0 and res.output.rstrip().endswith("marker delay (wall clock) drained"), res.output

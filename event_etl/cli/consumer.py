@@ -238,10 +238,10 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, a
         click.echo("  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                    .rstrip())
     if early.get(AHEAD):
-        click.echo(f"ahead: {_hours_were(early[AHEAD])} marked before they ended by the wall clock: their event time "
+        click.echo(f"ahead: {_hours_were(early[AHEAD])} marked before {_they(early[AHEAD])} ended by the wall clock: their event time "
                    "runs ahead of it (a generator's clock, as in the demo), so a marker delay says nothing there")
     if early.get(DRAINED):
-        click.echo(f"drained: {_hours_were(early[DRAINED])} marked before they ended by the wall clock, by a drain (a "
+        click.echo(f"drained: {_hours_were(early[DRAINED])} marked before {_they(early[DRAINED])} ended by the wall clock, by a drain (a "
                    "job stopped for good closes the hours holding data at once); records of them that arrive later "
                    "are late")
 
@@ -288,6 +288,10 @@ def complete_cmd(event_types: tuple[str, ...], day: str | None, since: datetime 
 def _hours_were(n: int) -> str:
     """``1 hour was`` / ``3 hours were``."""
     return f"{n} hour was" if n == 1 else f"{n} hours were"
+
+
+def _they(n: int) -> str:
+    return "it" if n == 1 else "they"
 
 
 def _day_ms(day: str) -> int:
