@@ -113,7 +113,8 @@ def test_each_complete_hour_is_one_snapshot_naming_the_hour_and_the_marker(tmp_p
         (iso(H0), two_hours[0].sha256, "100"), (iso(H1), two_hours[1].sha256, "107")]
     assert summaries[1]["event_etl.marker"] == two_hours[1].marker_uri
     assert table.properties[COMMITTED_THROUGH] == iso(H1)
-    assert hour_counts(table) == hour_counts(table, "click") == {"2025-11-28T10:00:00Z": 100, "2025-11-28T11:00:00Z": 107}
+    want = {"2025-11-28T10:00:00Z": 100, "2025-11-28T11:00:00Z": 107}
+    assert hour_counts(table) == hour_counts(table, "click") == want
     assert not hour_counts(table, "view")
     # the table's columns: the file's, optional, and the hour it landed in and whether it is late
     assert [(f.name, f.required) for f in table.schema().fields] == [

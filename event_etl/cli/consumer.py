@@ -238,10 +238,12 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, a
         click.echo("  ".join(c.ljust(w) if i in (0, 1, 5) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                    .rstrip())
     if early.get(AHEAD):
-        click.echo(f"ahead: {_hours_were(early[AHEAD])} marked before {_they(early[AHEAD])} ended by the wall clock: their event time "
+        n = early[AHEAD]
+        click.echo(f"ahead: {_hours_were(n)} marked before {_they(n)} ended by the wall clock: their event time "
                    "runs ahead of it (a generator's clock, as in the demo), so a marker delay says nothing there")
     if early.get(DRAINED):
-        click.echo(f"drained: {_hours_were(early[DRAINED])} marked before {_they(early[DRAINED])} ended by the wall clock, by a drain (a "
+        n = early[DRAINED]
+        click.echo(f"drained: {_hours_were(n)} marked before {_they(n)} ended by the wall clock, by a drain (a "
                    "job stopped for good closes the hours holding data at once); records of them that arrive later "
                    "are late")
 
