@@ -520,7 +520,9 @@ class Fetcher:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop pulling; messages pulled but not written are left to be delivered again.  Returns within about
-        ``timeout`` even while a stream is stuck under the fetcher's lock (a segment's close hung on a dead disk)."""
+        ``timeout`` even while a stream is stuck under the fetcher's lock, or the stop's own close of a segment
+        hangs (a folder sync on a dead disk): what it gives up waiting for is the next start's, as after a kill (see
+        :meth:`_close_within`), with a line in the log."""
         self._stop.set()
         deadline = time.monotonic() + timeout
         if self.lock.acquire(timeout=timeout):  # the waits below wake at once; else within their own timeouts
@@ -532,18 +534,52 @@ class Fetcher:
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
         stopped = not any(t.is_alive() for t in self._threads)
-        if stopped and not self._close_open_segments():
+        closed = self._close_within(max(0.1, deadline - time.monotonic())) if stopped else False
+        if closed is None:
+            log.warning("stopping %s: closing its open spool segment did not finish within %.1f s (the checkpoint's "
+                        "disk hangs?); not waited for: the next start finishes the segment (what it holds is durable "
+                        "and acknowledged) and, this stop unrecorded, waits out the run's leases",
+                        self.subscription, timeout)
+        elif stopped and not closed:
             log.warning("a spool segment of %s was left open (its disk had no room to close it): the next start "
                         "finishes it", self.subscription)
         if self.fresh and self._threads:
-            clean = stopped and not self._leaves_leased()
-            try:
-                self.record.end(self.run, clean=clean, clock=self.clock,
-                                leased_until=None if not stopped else self._leased_until())
-            except OSError as err:  # a full disk: the record still says "not clean", and the next run waits it out
-                log.warning("could not record how %s stopped (%s): the next run waits out its whole lease",
-                            self.subscription, err)
+            if closed is not None:  # else the close holds the lock, and the disk hangs: the record stays not clean
+                self._record_stop(stopped)
             live.unregister(self.dir, self)
+
+    def _close_within(self, seconds: float) -> bool | None:
+        """:meth:`_close_open_segments` for a stop, waited for at most ``seconds``: whether every segment was closed,
+        or None if the close is still running (it hangs on the disk, holding the lock: it goes on in its thread, and
+        the next start fences and finishes the segment, so whatever it does later changes nothing that was
+        acknowledged).  An error of the close is raised here, as if the stop had made it."""
+        result: list[bool | BaseException] = []
+        # not named pubsub-*: the spool campaign's tap counts those as the pulling threads (the stop's calls are not)
+        th = threading.Thread(target=self._stop_close, args=(result,), name=f"spool-stop-{self.run}", daemon=True)
+        th.start()
+        th.join(seconds)
+        if not result:
+            return None
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        return result[0]
+
+    def _stop_close(self, result: list[bool | BaseException]) -> None:
+        try:
+            result.append(self._close_open_segments())
+        except BaseException as err:  # noqa: BLE001 - raised again by the stop that waits for it
+            result.append(err)
+
+    def _record_stop(self, stopped: bool) -> None:
+        """Record how this run stopped (``stopped``: every thread of it ended; clean if nothing it pulled may still
+        be leased)."""
+        clean = stopped and not self._leaves_leased()
+        try:
+            self.record.end(self.run, clean=clean, clock=self.clock,
+                            leased_until=None if not stopped else self._leased_until())
+        except OSError as err:  # a full disk: the record still says "not clean", and the next run waits it out
+            log.warning("could not record how %s stopped (%s): the next run waits out its whole lease",
+                        self.subscription, err)
 
     def _close_open_segments(self) -> bool:
         """``spooled``: make every stream's open segment a segment (its pulls are durable and acknowledged).  One
@@ -693,6 +729,11 @@ class Fetcher:
                 self.room.wait(0.5)
 
     def _stream_loop(self, s: _Stream) -> None:
+        """One stream's thread.  However it ends (a stop, a full disk, any exception, a bug's included), the pull it
+        has in hand is not left leased unsaid: its messages are handed back (a deadline of 0, as on a full disk:
+        delivered again at once, and a stop that handed everything back is clean), and what cannot be handed back
+        (the hand-back fails, or the answer was never read, so no id is known) is recorded as leased until its lease
+        runs out (:meth:`_maybe_served`), so the stop is not clean and the next run settles, as after a kill."""
         try:
             self._pull_loop(s)
         except Exception as err:  # noqa: BLE001 - a stream that dies stops the job, with the cause
@@ -741,9 +782,7 @@ class Fetcher:
                 pause = min(PAUSE_CAP, pause * 2)
                 continue
             pause = PAUSE_FIRST
-            ids = [rm.ack_id for rm in raw.received_messages]
-            with self.lock:
-                s.pending, s.pending_sent = ids, sent_ms
+            ids = s.pending  # in hand since :meth:`_pull` read the answer: handed back if the stream dies from here
             if self._stop.is_set():  # stopping (a stop whose wait for this pull ran out): hand them back
                 break
             faults.point("pulled", str(n))  # pulled, not yet in a segment
@@ -793,7 +832,16 @@ class Fetcher:
 
             self._fail(permanent_error(self.subscription, err))
             return None
+        except BaseException:
+            # Anything else (a bug, an answer that cannot be read): the stream dies (the job stops with the cause),
+            # and the service may have leased what it served with no id of it known here to hand back.  As for an
+            # answer lost in a dropped connection, they stay leased for a lease from the pull's sending: the stop is
+            # not clean and the next run settles until then (RELIABILITY.md, "The spool as a write-ahead log").
+            self._maybe_served(sent_ms)
+            raise
         self.stalls.answered()
+        with self.lock:  # in hand: from here any exit of the stream hands them back (:meth:`_stream_loop`)
+            s.pending, s.pending_sent = [rm.ack_id for rm in raw.received_messages], sent_ms
         return data, raw, sent, sent_ms
 
     def _pulled_none(self, s: _Stream, sent: float) -> None:
@@ -897,6 +945,10 @@ class Fetcher:
             ok = acknowledge_in_bulk(self.client, self.subscription, ids, self.requests)
         except BaseException:
             with self.lock:
+                # durable and not acknowledged: the stream's death hands them back (:meth:`_stream_loop`), so they
+                # come again, and the segment holding this copy is not all acknowledged (the batch that reads it
+                # keeps its dedupe keys for the redelivery, as after a failed acknowledgement)
+                s.open_acked = False
                 s.inflight -= 1
             raise
         in_time = time.monotonic() - sent < self.lease_seconds
