@@ -5,7 +5,7 @@
 For every ``N`` of ``--types``, a fresh folder of event types holds ``N`` copies of
 ``event_types/page_view`` named ``pv_01`` .. ``pv_N`` (same schema and settings; only each
 one's ``source`` differs: its own ``dir:`` folder), and ``event-etl run --all --event-types
-DIR --master local[2]`` runs them as one fleet: one streaming query per type in one Spark
+DIR --master local[2]`` runs them as one fleet: one shared micro-batch loop in one Spark
 application (``--all`` so that ``N = 1`` is a fleet of one too, not a plain job).  Each type
 has its own producer (:class:`bench.livefeed.Feed`): one JSON-lines file every
 ``--file-interval`` seconds, ``--total-rate / N`` events/s, so the fleet as a whole gets
@@ -35,7 +35,8 @@ to it; any difference stops the benchmark (``WRONG OUTPUT``).  Leftover processe
 job are killed by pid.
 
 Results: printed, the raw figures in ``results.json`` in the work folder, and the table in
-``bench/RESULTS.md`` (section ``fleet``) with the machine and this command.
+``bench/RESULTS.md`` (section ``fleet-shared``; ``fleet`` holds the figures of 0.3's ``--engine queries``)
+with the machine and this command.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ from bench.sinkwatch import SinkWatcher  # noqa: E402
 HOUR_MS = 3_600_000
 TEMPLATE = ROOT / "event_types" / "page_view"
 _BATCH_SECONDS = re.compile(r"\s([\d.]+)s\s+[\d,]+ ev/s")
-_FAILED = re.compile(r"\[(\w+)\] (?:query failed|quarantined)")
+_FAILED = re.compile(r"\[(\w+)\] quarantined")
 
 
 class BenchError(SystemExit):
@@ -111,10 +112,10 @@ def make_types(types_dir: Path, names: list[str], sources: dict[str, Path]) -> N
 
 
 def fleet_command(types_dir: Path, *, sink: Path, checkpoint: Path, master: str, trigger_interval: str,
-                  max_files_per_batch: int | None, engine: str = "shared") -> list[str]:
+                  max_files_per_batch: int | None) -> list[str]:
     cmd = [str(Path(sys.executable).with_name("event-etl")), "run", "--all", "--event-types", str(types_dir),
            "--sink", str(sink), "--checkpoint", str(checkpoint), "--master", master,
-           "--trigger-interval", trigger_interval, "--engine", engine, "--drain-on-stop"]
+           "--trigger-interval", trigger_interval, "--drain-on-stop"]
     if max_files_per_batch:
         cmd += ["--max-files-per-batch", str(max_files_per_batch)]
     return cmd
@@ -141,20 +142,17 @@ def files_over_bound(sink: Path, name: str, max_events_per_file: int) -> list[st
 # ------------------------------------------------------------------------------------------ measuring
 
 
-PARTS = ("JVM", "Python driver", "source runners", "other Python")
+PARTS = ("JVM", "Python driver", "other Python")
 
 
 def classify(proc: dict, root_pid: int) -> str:
-    """Which part of the fleet a sampled process is: the driver JVM, the ``event-etl`` process itself, the
-    long-lived process per query that runs its Python data source's reader (``python_streaming_source_runner``),
-    or another Python process under the JVM (pyspark daemons, planners, task workers)."""
+    """Which part of the fleet a sampled process is: the driver JVM, the ``event-etl`` process itself, or another
+    Python process under the JVM (pyspark daemons, task workers)."""
     if proc["pid"] == root_pid:
         return "Python driver"
     cmd = proc.get("cmdline", "")
     if cmd.split(" ", 1)[0].endswith("java"):
         return "JVM"
-    if "python_streaming_source_runner" in cmd:
-        return "source runners"
     return "other Python"
 
 
@@ -303,7 +301,7 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
     if min(per_files.values()) < 1:
         raise BenchError(f"--total-rate {args.total_rate} over {n} types is less than one event per file for the "
                          f"smallest type; raise --total-rate or --file-interval, or lower --zipf")
-    files = 1 + max(1, round(args.seconds / args.file_interval))  # file 0 primes each type's query
+    files = 1 + max(1, round(args.seconds / args.file_interval))  # file 0 primes each type
     event_start = Feed.event_start_for(int(time.time() * 1000), files=files, interval=args.file_interval,
                                        speedup=args.speedup)
     feeds: dict[str, Feed] = {}
@@ -323,8 +321,7 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
     print(f"[N={n}] staged in {time.monotonic() - t_stage:.0f} s; starting the fleet", flush=True)
 
     cmd = fleet_command(types_dir, sink=sink, checkpoint=ckpt, master=args.master,
-                        trigger_interval=args.trigger_interval, max_files_per_batch=args.max_files_per_batch,
-                        engine=args.engine)
+                        trigger_interval=args.trigger_interval, max_files_per_batch=args.max_files_per_batch)
     (work / "command.txt").write_text(" ".join(map(shlex.quote, cmd)) + "\n")
     rusage_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t_launch = time.time()
@@ -333,7 +330,7 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
     watcher = SinkWatcher(sink).start()
     feed_lag = 0.0
     try:
-        for name in names:  # every query has run its priming batch: Spark is up
+        for name in names:  # every type has run its priming batch: Spark is up
             job.wait_for(re.compile(rf"\[{re.escape(name)}\] batch \d+"), timeout=args.start_timeout)
         ready = time.time()
         start = ready + 0.5
@@ -410,7 +407,7 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
         "types": n, "names": names, "per_file": per_file, "files": files,
         "total_rate": sum(per_files.values()) / args.file_interval, "per_type_rate": per_file / args.file_interval,
         "smallest_rate": min(per_files.values()) / args.file_interval,
-        "largest_rate": max(per_files.values()) / args.file_interval, "engine": args.engine, "zipf": args.zipf,
+        "largest_rate": max(per_files.values()) / args.file_interval, "engine": "shared", "zipf": args.zipf,
         "hours_over_file_bound": over_bound, "fed": files * sum(per_files.values()),
         "records": sum(t["records"] for t in per_type.values()),
         "manifests": sum(t["manifests"] for t in per_type.values()),
@@ -437,13 +434,13 @@ def run_one(n: int, args, out_of_orderness: int, trigger_s: float) -> dict:
           f"max {_s(result['max'])}  (worst type p99 {_s(worst)}; bound {bound:.0f} s: "
           f"{'yes' if within else 'NO'}); peak PSS {mib(sampler.peak_pss)}, RSS {mib(sampler.peak_rss)}; "
           f"CPU {result['cpu_s']:.0f} s, {result['feed_busy'] * 100:.0f} % of the cores while fed", flush=True)
-    if result["rounds"]:  # the shared engine's own account of its rounds
+    if result["rounds"]:  # the engine's own account of its rounds
         print(f"[N={n}] {result['rounds']}", flush=True)
     print(f"[N={n}] at the peak: " + ", ".join(f"{k} {mib(v['pss'])} PSS ({v['procs']} process"
                                              f"{'es' if v['procs'] != 1 else ''})"
                                              for k, v in sampler.peak_parts.items()), flush=True)
     if restarts:
-        print(f"[N={n}] {len(restarts)} query failure(s):\n  " + "\n  ".join(restarts), flush=True)
+        print(f"[N={n}] {len(restarts)} type failure(s):\n  " + "\n  ".join(restarts), flush=True)
     for p in leftovers:
         print(f"[N={n}] {'killed' if p['killed'] else 'left as is'}: pid {p['pid']} ({p['status']}) still in the "
               f"job's tree {args.exit_grace:g} s after event-etl exited: {p['cmdline']}", flush=True)
@@ -487,11 +484,11 @@ def table(results: list[dict]) -> str:
     for r in results:
         verdict = "yes" if r["within"] else "no" + (" (fell behind)" if not r["caught_up"] else
                                                      " (a type closed no hour)" if not r["every_type_closed"] else
-                                                     " (query failed)" if r["restarts"] else
+                                                     " (a type failed)" if r["restarts"] else
                                                      " (files over bound)" if r.get("hours_over_file_bound") else "")
         per_type = (f"{r['smallest_rate']:,.0f} .. {r['largest_rate']:,.0f}" if "smallest_rate" in r
                     else f"{r['per_type_rate']:,.0f}")
-        rows.append([r.get("engine", "queries"), r["types"], f"{r['total_rate']:,.0f}", per_type, r["hours"],
+        rows.append([r["engine"], r["types"], f"{r['total_rate']:,.0f}", per_type, r["hours"],
                      _s(r["p50"]), _s(r["p99"]), _s(r["max"]), _s(r["worst_type_p99"]), verdict,
                      mib(r["peak_pss"]), mib(r["peak_rss"]), f"{r['cpu_s']:.0f}", f"{r['feed_busy'] * 100:.0f} %",
                      f"{r['records']:,}"])
@@ -504,8 +501,7 @@ def parts_table(results: list[dict]) -> str:
         parts = r["peak_parts"]
         rows.append([r["types"], *(f"{mib(parts[k]['pss'])} ({parts[k]['procs']})" if k in parts else "-"
                                    for k in PARTS), mib(r["peak_pss"])])
-    return markdown_table(["types", "driver JVM", "Python driver", "source runners (1 per type, queries only)",
-                           "other Python workers", "whole tree"], rows)
+    return markdown_table(["types", "driver JVM", "Python driver", "other Python workers", "whole tree"], rows)
 
 
 def verdict_line(results: list[dict], args) -> str:
@@ -520,12 +516,10 @@ def verdict_line(results: list[dict], args) -> str:
 def report(results: list[dict], args, machine: dict, command: str, load: float) -> str:
     r0 = results[0]
     return "\n".join([
-        "## Event types per machine: a fleet in one application (bench/fleet.py"
-        + (", shared engine)" if args.engine == "shared" else ")"), "",
+        "## Event types per machine: a fleet in one application (bench/fleet.py, shared engine)", "",
         machine_lines(machine, command, load), "",
-        f"`event-etl run --all --engine {args.engine}` over N copies of `page_view` (`pv_01` .. `pv_N`) in "
-        f"one Spark application on `{args.master}` ("
-        f"{'one shared micro-batch loop' if args.engine == 'shared' else 'one streaming query per type'}), "
+        f"`event-etl run --all` over N copies of `page_view` (`pv_01` .. `pv_N`) in "
+        f"one Spark application on `{args.master}` (one shared micro-batch loop), "
         f"trigger interval {args.trigger_interval}. Each type reads its own "
         f"folder: one JSON-lines file every {args.file_interval:g} s holding "
         f"{f'a Zipf share (exponent {args.zipf:g}) of' if args.zipf else '1/N of'} `--total-rate` events, types "
@@ -577,8 +571,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "225 with 5s and 1 s, so hours close in the run at every phase of the trigger)")
     ap.add_argument("--warmup", type=float, default=20, help="seconds of feed left out of the figures (default 20)")
     ap.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
-    ap.add_argument("--engine", choices=("shared", "queries"), default="shared",
-                    help="how the fleet runs: one shared micro-batch loop (default), or one query per type")
     ap.add_argument("--zipf", type=float, default=0.0,
                     help="rates by type follow Zipf with this exponent: type k gets 1/k^s of the total, normalised "
                          "(default 0: equal rates; 1: a few big types and a long tail of tiny ones)")
@@ -602,7 +594,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--results", type=Path, default=None, help="results file (default bench/RESULTS.md)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     ap.add_argument("--section", default=None,
-                    help="the section of RESULTS.md to write (default: fleet, or fleet-shared for the shared engine)")
+                    help="the section of RESULTS.md to write (default: fleet-shared)")
     args = ap.parse_args(argv)
     if args.seconds <= args.warmup:
         ap.error(f"--seconds ({args.seconds:g}) must be longer than --warmup ({args.warmup:g})")
@@ -658,7 +650,7 @@ def main(argv: list[str] | None = None) -> None:
         print(verdict_line(results, args))
         print(f"({time.monotonic() - t0:.0f} s in all)")
         if not args.no_write:
-            section = args.section or ("fleet" if args.engine == "queries" else "fleet-shared")
+            section = args.section or "fleet-shared"
             publish(section, report(results, args, machine, command, load), args.results)
         ok = True
     except BenchError as err:

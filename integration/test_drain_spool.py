@@ -16,15 +16,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from event_etl.timeutil import HOUR_MS, now_millis
 from integration.test_pubsub_gcs import Scenario
 
 
-@pytest.mark.parametrize("engine", ["shared", "queries"])
 def test_a_drain_on_stop_sigterm_reads_what_the_spool_holds_before_it_marks_the_hour(tmp_path, pubsub_server,
-                                                                                     gcs_server, gcs_bucket, engine):
+                                                                                     gcs_server, gcs_bucket):
     s = Scenario(tmp_path, pubsub_server, gcs_server, gcs_bucket)
     s.sink = str(tmp_path / "sink")
     now = now_millis()
@@ -35,7 +32,7 @@ def test_a_drain_on_stop_sigterm_reads_what_the_spool_holds_before_it_marks_the_
     env = {**s.env, "EVENT_ETL_PUBSUB_SEGMENT_MESSAGES": "50",  # the first 50 make a segment a batch reads
            "EVENT_ETL_PUBSUB_SEGMENT_AGE": "600"}  # the next ones stay in an open segment until the stop
     log = open(tmp_path / "run.log", "w")
-    proc = subprocess.Popen(s.command("--engine", engine, "--drain-on-stop"), env=env, stdout=log,
+    proc = subprocess.Popen(s.command("--drain-on-stop"), env=env, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
@@ -65,8 +62,7 @@ def test_a_drain_on_stop_sigterm_reads_what_the_spool_holds_before_it_marks_the_
     assert content[h]["marker"].records == 80
     assert not [i for e in content.values() for i in e["late"]], "none left for the next run to bring late"
     assert not list(segdir.glob("*.open")), "no open segment left"
-    if engine == "shared":  # a query's source deletes a committed segment when Spark plans its next batch
-        assert not list(segdir.glob("*.seg")), "the spool is empty"
+    assert not list(segdir.glob("*.seg")), "the spool is empty"
 
 
 def _placed(s: Scenario) -> set[str]:

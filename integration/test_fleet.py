@@ -1,4 +1,4 @@
-"""A fleet: several event types in one Spark application, through the shared engine or one query per type."""
+"""A fleet: several event types in one Spark application, through the shared engine."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-
-import pytest
 
 from event_etl.job.driver import run_fleet
 from event_etl.job.setup import RunOptions
@@ -44,12 +42,11 @@ def _check(sink: Path, name: str, ids: list[str]) -> None:
         check_manifest_matches_folder(sink, name, h)
 
 
-@pytest.mark.parametrize("engine", ["shared", "queries"])
-def test_a_fleet_runs_each_type_with_its_own_checkpoint_and_markers(spark, tmp_path, engine):
+def test_a_fleet_runs_each_type_with_its_own_checkpoint_and_markers(spark, tmp_path):
     a, ids_a, _ = _type_with_files(tmp_path, "clicks", 4)
     b, ids_b, _ = _type_with_files(tmp_path, "views", 6)
     summary = run_fleet([a, b], RunOptions(sink=str(tmp_path / "sink"), checkpoint=str(tmp_path / "ck"), drain=True,
-                                           quiet=True, max_files_per_batch=2, engine=engine),
+                                           quiet=True, max_files_per_batch=2),
                         spark=spark, install_signals=False)
     assert set(summary) == {"clicks", "views"}
     _check(tmp_path / "sink", "clicks", ids_a)
@@ -62,14 +59,13 @@ def test_a_fleet_runs_each_type_with_its_own_checkpoint_and_markers(spark, tmp_p
     assert rows["clicks"]["last_marker"] and rows["views"]["watermark"]
 
 
-@pytest.mark.parametrize("engine", ["shared", "queries"])
-def test_a_failing_type_is_tried_again_with_backoff_and_the_others_keep_going(spark, tmp_path, monkeypatch, engine):
+def test_a_failing_type_is_tried_again_with_backoff_and_the_others_keep_going(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("EVENT_ETL_FLEET_BACKOFF", "2")
     good, ids_good, src_good = _type_with_files(tmp_path, "steady", 2)
     bad, ids_bad, src_bad = _type_with_files(tmp_path, "flaky", 2)
     result = {}
     options = RunOptions(sink=str(tmp_path / "sink"), checkpoint=str(tmp_path / "ck"), quiet=True,
-                         max_files_per_batch=1, trigger_interval="500ms", max_seconds=150, engine=engine)
+                         max_files_per_batch=1, trigger_interval="500ms", max_seconds=150)
 
     stop = threading.Event()
 
@@ -93,12 +89,12 @@ def test_a_failing_type_is_tried_again_with_backoff_and_the_others_keep_going(sp
     try:
         wait(lambda: placed("flaky") >= set(ids_bad), "the flaky type's first files")
         away = src_bad.with_name("flaky.away")
-        src_bad.rename(away)  # its source folder disappears: its query fails
+        src_bad.rename(away)  # its source folder disappears: its batches fail
         wait(lambda: (read_status(tmp_path / "ck" / "flaky") or {}).get("restarts", 0) >= 1, "a restart")
         status = read_status(tmp_path / "ck" / "flaky")
         assert "flaky" in status["last_error"] or "cannot list" in status["last_error"], status
-        if engine == "shared":  # quarantined (for its backoff) while its folder is away
-            wait(lambda: (read_status(tmp_path / "ck" / "flaky") or {}).get("state") == "quarantined", "quarantined")
+        # quarantined (for its backoff) while its folder is away
+        wait(lambda: (read_status(tmp_path / "ck" / "flaky") or {}).get("state") == "quarantined", "quarantined")
         # the other type keeps going meanwhile
         more = src_good / "f999.jsonl"
         more.write_text(
@@ -106,7 +102,7 @@ def test_a_failing_type_is_tried_again_with_backoff_and_the_others_keep_going(sp
         )
         os.utime(more, ((BASE + 4 * 900_000) / 1000,) * 2)
         wait(lambda: placed("steady") >= set(ids_good) | {f"more-{i}" for i in range(5)}, "the healthy type's new file")
-        # the folder comes back: the restarted query picks up new input
+        # the folder comes back: the type, opened again, picks up new input
         away.rename(src_bad)
         extra = src_bad / "f998.jsonl"
         extra.write_text(json.dumps({"id": "back", "ts": BASE + 3 * 900_000}) + "\n")

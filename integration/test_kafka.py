@@ -20,8 +20,6 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_hour_dir
 from event_etl.rules.manifest import Manifest
 from event_etl.storage import Storage
@@ -59,10 +57,8 @@ def _sink_content(sink: str) -> dict[int, dict]:
     return out
 
 
-@pytest.mark.parametrize("engine", ["shared", "queries"])
-def test_a_topic_of_four_partitions_ends_in_its_hours_and_the_group_offsets_follow(tmp_path, kafka_broker, engine):
-    """Each engine: the shared one plans in the driver's loop, ``queries`` through Spark's Python data source (the
-    group's offsets committed from the driver at each batch's end: event_etl.sources.kafka_offsets.GroupCommitter)."""
+def test_a_topic_of_four_partitions_ends_in_its_hours_and_the_group_offsets_follow(tmp_path, kafka_broker):
+    """The engine plans in the driver's loop and commits the group's offsets at each batch's end."""
     from confluent_kafka import Consumer, TopicPartition
 
     topic = f"page-views-{uuid.uuid4().hex[:8]}"
@@ -73,8 +69,7 @@ def test_a_topic_of_four_partitions_ends_in_its_hours_and_the_group_offsets_foll
 
     def run() -> subprocess.CompletedProcess:
         r = subprocess.run([EXE, "run", "page_view", "--source", f"kafka:{topic}", "--sink", sink, "--checkpoint", ckpt,
-                            "--master", "local[2]", "--trigger-interval", "1s", "--once", "--drain",
-                            "--engine", engine],
+                            "--master", "local[2]", "--trigger-interval", "1s", "--once", "--drain"],
                            env=env, capture_output=True, text=True, timeout=400)
         assert r.returncode == 0, r.stdout + r.stderr
         return r
@@ -110,8 +105,6 @@ def test_a_topic_of_four_partitions_ends_in_its_hours_and_the_group_offsets_foll
         finally:
             c.close()
 
-    # both engines: the group's offsets are where the job ended (queries: the driver commits them at each batch's
-    # end, not Spark, which tells its source only when it plans the next batch or at the next start)
     assert committed() == counts, "the group's offsets are where the job ended"
 
     # more events, hours later: the second run adds only them

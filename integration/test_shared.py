@@ -1,4 +1,6 @@
-"""The shared engine with Spark: a type moves between a query of its own and a shared application, both ways."""
+"""The shared engine with Spark: a type moves between a run of its own and a fleet, both ways; a checkpoint a
+Spark streaming query wrote (0.3's ``--engine queries``, every job before 0.2) is resumed in integration/test_upgrade.py
+(release 0.1.0's fixtures)."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def _batches(ck: Path, kind: str) -> list[int]:
     return sorted(int(p.name) for p in (ck / "spark" / kind).iterdir() if p.name.isdigit())
 
 
-def test_a_type_moves_from_a_shared_application_to_a_query_of_its_own_and_back(spark, tmp_path):
+def test_a_type_moves_from_a_fleet_to_a_run_of_its_own_and_back(spark, tmp_path):
     src_a, src_b = tmp_path / "in" / "clicks", tmp_path / "in" / "views"
     ids_a = _add_files(src_a, "clicks", 0, 3)
     ids_b = _add_files(src_b, "views", 0, 2)
@@ -51,20 +53,19 @@ def test_a_type_moves_from_a_shared_application_to_a_query_of_its_own_and_back(s
 
     def fleet(**kw):
         return run_fleet([a, b], RunOptions(sink=str(sink), checkpoint=str(ck), quiet=True, max_files_per_batch=2,
-                                            engine="shared", **kw), spark=spark, install_signals=False)
+                                            **kw), spark=spark, install_signals=False)
 
     fleet(once=True)
     assert _batches(ck / "clicks", "commits") == [0, 1]  # 3 files, at most 2 a batch
     assert not (ck / "clicks" / "spark" / "sources").exists()  # no streaming query ran for it
     ids_a += _add_files(src_a, "clicks", 3, 2)
-    # on its own now: Spark's query takes over the log the shared engine wrote, from batch 2 on
+    # on its own now: it goes on from the log the fleet wrote, from batch 2 on
     alone = run_job(a, RunOptions(sink=str(sink), checkpoint=str(ck / "clicks"), quiet=True, once=True,
-                                  max_files_per_batch=2, engine="queries"), spark=spark, install_signals=False)
-    assert (ck / "clicks" / "spark" / "commits" / ".2.crc").exists()  # Spark's query wrote it (with its checksum)
+                                  max_files_per_batch=2), spark=spark, install_signals=False)
     assert alone["batches"] == 1 and alone["last_batch"] == 2 and alone["events_in"] == 100
     ids_a += _add_files(src_a, "clicks", 5, 1)
     ids_b += _add_files(src_b, "views", 2, 1)
-    # and back: the shared engine goes on after the query's batch
+    # and back: the fleet goes on after the batch of the type's own run
     summary = fleet(drain=True)
     assert summary["clicks"]["last_batch"] == 3 and summary["views"]["last_batch"] == 1
     assert _batches(ck / "clicks", "commits") == [0, 1, 2, 3]
@@ -81,7 +82,7 @@ def test_a_batch_a_crash_left_unfinished_is_replayed_first_over_the_same_input(s
     ids = _add_files(src, "clicks", 0, 2)
     et = make_event_type(tmp_path / "types", "clicks", source=f"dir:{src}", max_backfill="0")
     sink, ck = tmp_path / "sink", tmp_path / "ck"
-    options = RunOptions(sink=str(sink), checkpoint=str(ck), quiet=True, max_files_per_batch=5, engine="shared")
+    options = RunOptions(sink=str(sink), checkpoint=str(ck), quiet=True, max_files_per_batch=5)
     # a first run offers batch 0 (its offset is durable) and dies before running it
     p = prepare_job(et, options, clock=lambda: BASE + 3_600_000, checkpoint=str(ck / "clicks"))
     acquire_lease(p)
@@ -94,7 +95,7 @@ def test_a_batch_a_crash_left_unfinished_is_replayed_first_over_the_same_input(s
         p.lease.release()
     ids += _add_files(src, "clicks", 2, 3)  # more arrives meanwhile
     summary = run_fleet([et], RunOptions(sink=str(sink), checkpoint=str(ck), quiet=True, max_files_per_batch=5,
-                                         engine="shared", drain=True), spark=spark, install_signals=False)
+                                         drain=True), spark=spark, install_signals=False)
     assert summary["clicks"]["batches"] == 2  # batch 0 as offered (2 files), then batch 1 (3 files)
     ledger_0 = [json.loads(line) for line in (ck / "clicks" / "spark" / "offsets" / "0").read_text().splitlines()[2:]]
     assert ledger_0 == [{"files": 2}]

@@ -1,5 +1,5 @@
-"""The one driver (event_etl.job.driver) without Spark: what a run of one type and a fleet decide differently, the
-deprecation of --engine queries, and that the command line goes through it."""
+"""The one driver (event_etl.job.driver) without Spark: what a run of one type and a fleet decide differently, that
+the command line goes through it, and that it refuses --engine queries (removed in 0.4)."""
 
 from __future__ import annotations
 
@@ -28,23 +28,6 @@ def _stop_at_the_lease(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(driver, "acquire_lease", acquire)
     return leased
-
-
-def test_engine_queries_warns_that_it_is_removed_in_0_4_before_anything_runs(tmp_path, monkeypatch, capsys):
-    _stop_at_the_lease(monkeypatch)
-    et = make_event_type(tmp_path / "types")
-    (tmp_path / "in").mkdir()
-    options = RunOptions(source=f"dir:{tmp_path / 'in'}", sink=str(tmp_path / "sink"),
-                         checkpoint=str(tmp_path / "ck"), engine="queries")
-    with pytest.raises(_StopHere):
-        driver.run([et], options, install_signals=False, stops=StopSignals())
-    err = capsys.readouterr().err
-    assert err.startswith("warning: --engine queries is deprecated and is removed in event_etl 0.4"), err
-    assert "docs/upgrading.md" in err
-    options.engine = "shared"
-    with pytest.raises(_StopHere):
-        driver.run([et], options, install_signals=False, stops=StopSignals())
-    assert "deprecated" not in capsys.readouterr().err
 
 
 def test_a_fleet_takes_a_checkpoint_per_type_and_refuses_one_source(tmp_path, monkeypatch):
@@ -136,3 +119,38 @@ def test_run_goes_through_the_one_driver_for_one_type_and_a_fleet(tmp_path, monk
     r = CliRunner().invoke(main, [*base, "--all"])
     assert r.exit_code == 0, r.output
     assert calls == [(["a"], False), (["a", "b"], True), (["a", "b"], True)]
+
+
+def test_engine_queries_is_refused_with_exit_2_and_engine_shared_changes_nothing(tmp_path, monkeypatch):
+    """0.4 removed ``--engine queries``: ``run``, ``submit`` and the submitted driver refuse it before anything starts
+    (an error line and a fix line, exit 2, no traceback); ``--engine shared``, the one engine, is taken silently."""
+    from event_etl.cli import main
+    from event_etl.cli.submitted import main as submitted_driver
+
+    calls: list[RunOptions] = []
+
+    def run(types, options, *, fleet, echo, **_):
+        calls.append(options)
+        return {et.name: {"state": "stopped", "batches": 0, "totals": {}, "hours_marked": []} for et in types}
+
+    monkeypatch.setattr(driver, "run", run)
+    monkeypatch.setattr("event_etl.cli.job.require_extra", lambda *a: None)
+    make_event_type(tmp_path / "types", "page_view")
+    types = ["--event-types", str(tmp_path / "types"), "--sink", str(tmp_path / "sink")]
+    refused = [(main, ["run", "page_view", *types, "--engine", "queries"]),
+               (main, ["submit", "page_view", *types, "--master", "local[1]", "--dry-run", "--engine", "queries"]),
+               (submitted_driver, ["page_view", "--engine", "queries"])]
+    for cmd, args in refused:
+        r = CliRunner().invoke(cmd, args)
+        assert r.exit_code == 2, r.output
+        assert isinstance(r.exception, SystemExit) and "Traceback" not in r.output, r.output
+        assert r.output.splitlines() == [
+            "error: --engine queries was removed in 0.4: every job runs through the shared engine, which goes on "
+            "from the checkpoint a query left (docs/upgrading.md)",
+            "  fix: drop --engine (the shared engine is the one engine)"], r.output
+    assert calls == [], "nothing ran"
+    r = CliRunner().invoke(main, ["run", "page_view", *types, "--engine", "shared", "--quiet"])
+    assert r.exit_code == 0 and r.output == "", r.output
+    r = CliRunner().invoke(main, ["run", "page_view", *types, "--quiet"])
+    assert r.exit_code == 0 and r.output == "", r.output
+    assert len(calls) == 2 and calls[0] == calls[1] and not hasattr(calls[0], "engine")

@@ -1,6 +1,6 @@
 """Issue 40, Kafka: records retention deleted before the job read them (``EVENT_ETL_KAFKA_ON_DATA_LOSS=skip``) are
 counted per batch from its offsets and reported in the progress line, the run's summary and a metric; each
-partition's lag is a metric; ``--engine queries`` commits the consumer group's offsets at each batch's end.
+partition's lag is a metric.
 
 Against a real Kafka-protocol broker (tansu, as tests/test_kafka_source.py): tansu cannot delete records
 (no ``DeleteRecords``, no retention run on demand), so a loss is a faked low watermark over the broker's real
@@ -18,7 +18,7 @@ import pytest
 from event_etl.job.progress import ProgressPrinter, format_summary
 from event_etl.settings import Settings, settings_in_force
 from event_etl.sources.kafka import KafkaPlanner
-from event_etl.sources.kafka_offsets import GroupCommitter, batch_lost, lag_by_partition, lost_between
+from event_etl.sources.kafka_offsets import batch_lost, lag_by_partition, lost_between
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type
 
 NOW = 1_764_003_600_000  # 2025-11-24 17:00 UTC
@@ -167,26 +167,3 @@ def _lint(text: str) -> None:
     r = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     flagged = {line.split()[0] for line in (r.stdout + r.stderr).splitlines() if line.startswith("event_etl_")}
     assert flagged <= {"event_etl_hours_completed_total"}, r.stdout + r.stderr  # the 0.1 name, flagged as known
-
-
-def test_the_queries_engines_committer_commits_the_group_at_a_batchs_end(tmp_path, broker):
-    from confluent_kafka import Consumer, TopicPartition
-
-    from event_etl.job.shared import SparkLog
-
-    topic = _topic(broker, 2, [(i % 2, b"{}") for i in range(10)])
-    log = SparkLog(tmp_path / "spark")
-    log.write_offset(0, {"topic": topic, "topic_id": "x", "partitions": {"0": 3, "1": 5}}, now=NOW, conf={})
-    committer = GroupCommitter(topic, "page_view_q", tmp_path / "spark")
-    try:
-        committer("marker", object())  # only batches commit
-        committer("batch", type("Ev", (), {"batch_id": 0})())
-        committer("batch", type("Ev", (), {"batch_id": 7})())  # no such offset: nothing, no error
-    finally:
-        committer.close()
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "event_etl.page_view_q"})
-    try:
-        got = c.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
-    finally:
-        c.close()
-    assert [tp.offset for tp in got] == [3, 5]

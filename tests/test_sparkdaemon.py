@@ -38,7 +38,7 @@ def test_the_daemon_stops_importing_at_a_module_that_starts_a_thread(tmp_path):
     (tmp_path / "threaded_mod.py").write_text("import threading, time\n"
                                                "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n")
     probe = ("import json; from event_etl.job import sparkdaemon\n"
-             "print(json.dumps(sparkdaemon.warm(('threaded_mod', 'event_etl.sources.spark'))))")
+             "print(json.dumps(sparkdaemon.warm(('threaded_mod', 'event_etl.task.dedupe'))))")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import threading
 import time
@@ -16,20 +15,12 @@ from event_etl.job.stopping import (
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
     SAME_SIGNAL_S,
-    SPARK_STOP_TEXT,
-    BatchGate,
-    BatchInterrupted,
     Escalated,
     StopSignals,
     run_watched,
     wait_for,
 )
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
-
-# Spark's own pattern (StreamExecution.PROXY_ERROR) for a foreachBatch error that a stop caused.
-SPARK_PROXY_ERROR = re.compile(r"py4j.protocol.Py4JJavaError: An error occurred while calling((.|\r\n|\r|\n)*)"
-                               r"(java.lang.InterruptedException|java.io.InterruptedIOException|"
-                               r"java.nio.channels.ClosedByInterruptException)")
 
 
 def _signal(sig: int, stops: StopSignals) -> None:
@@ -153,51 +144,6 @@ def test_a_step_watched_by_the_main_loop_goes_on_after_one_signal_and_gives_way_
     assert not wait_for(lambda: False, None, timeout=0.2)
 
 
-def test_the_gate_closes_only_between_batches_and_reports_a_cut_batch_as_spark_expects_of_a_stop():
-    started, finish = threading.Event(), threading.Event()
-    done = []
-
-    def batch(df, batch_id):
-        started.set()
-        finish.wait(10)
-        if gate.closed:
-            raise RuntimeError("the batch's Spark job was cancelled\n" + "  a very long Java stack trace\n" * 500)
-        done.append(batch_id)
-
-    gate = BatchGate(batch)
-    th = threading.Thread(target=gate, args=(None, 7))
-    th.start()
-    started.wait(5)
-    assert gate.busy and gate.running == 7
-    assert not gate.close_when_idle(0.1), "a batch in flight: the gate stays open"
-    finish.set()
-    th.join(5)
-    assert gate.close_when_idle(1) and gate.closed and done == [7] and gate.finished == [7]
-
-    started.clear(), finish.clear()
-    gate = BatchGate(batch)
-    errors = []
-
-    def run():
-        try:
-            gate(None, 8)
-        except BaseException as err:  # noqa: BLE001 - inspected below
-            errors.append(err)
-
-    th = threading.Thread(target=run)
-    th.start()
-    started.wait(5)
-    gate.close_now()  # a stop at once: Spark cancels the batch's jobs
-    finish.set()
-    th.join(5)
-    (err,) = errors
-    assert isinstance(err, BatchInterrupted) and err.__suppress_context__ and 8 not in gate.finished
-    match = SPARK_PROXY_ERROR.search(str(err))
-    assert match, "Spark takes the error for the requested stop it is"
-    assert len(str(err)) - match.start() < 400, "short: Spark's pattern recurses once per character after its start"
-    assert SPARK_PROXY_ERROR.search(SPARK_STOP_TEXT.format(what="x"))
-
-
 def test_a_fleet_drains_every_type_it_can_and_reports_the_one_it_cannot(tmp_path, capsys):
     from event_etl.job.fleet import drain_all, summary_lines
     from event_etl.job.setup import Job
@@ -213,7 +159,7 @@ def test_a_fleet_drains_every_type_it_can_and_reports_the_one_it_cannot(tmp_path
             pipe.controller.begin_batch(1)
             pipe.restart()
             assert pipe.controller.pending_batch == 1
-        m = FleetMember(et, prepared=None, job=Job(None, pipe.controller, None, "", None), state="stopped")
+        m = FleetMember(et, prepared=None, job=Job(None, pipe.controller, None, ""), state="stopped")
         members.append((m, pipe))
     drain_all([m for m, _ in members], None, clock)
     (stuck, _), (fine, fine_pipe) = members

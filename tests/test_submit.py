@@ -147,7 +147,7 @@ def test_driver_args_carry_every_run_option_as_parsed():
     given = ["page_view", "--source", "dir:/in", "--sink", "/out", "--checkpoint", "/ck", "--trigger-interval", "2s",
              "--max-files-per-batch", "3", "--max-events-per-batch", "99", "--once", "--drain", "--conf", "a=1",
              "--conf", "b=x=y", "--quiet", "--metrics-port", "0", "--metrics-host", "0.0.0.0", "--otlp-endpoint",
-             "http://c:4318", "--metrics-history", "/h.jsonl", "--engine", "queries"]
+             "http://c:4318", "--metrics-history", "/h.jsonl", "--engine", "shared"]
     job = _parse_run(given)
     job.pop("master"), job.pop("event_types_dir"), job.pop("all_types"), job.pop("checkpoint_root")
     (event_type,) = job.pop("event_types")
@@ -159,12 +159,12 @@ def test_driver_args_carry_every_run_option_as_parsed():
 
 
 def test_a_fleet_is_submitted_with_its_types_or_all():
-    job = _parse_run(["page_view", "db_change", "--engine", "shared"])
+    job = _parse_run(["page_view", "db_change"])
     for name in ("master", "event_types_dir", "event_types", "all_types", "checkpoint_root"):
         job.pop(name)
     assert driver_args(["page_view", "db_change"], job, driver.params) == ["page_view", "db_change"]
     parsed = driver.make_context("driver", driver_args(["--all"], job, driver.params)).params
-    assert parsed["all_types"] and parsed["event_types"] == () and parsed["engine"] == "shared"
+    assert parsed["all_types"] and parsed["event_types"] == () and parsed["engine"] is None
     # a fleet's default checkpoint is the folder of every type's checkpoint, spelled out for the driver
     assert absolute_job_paths(None, {"checkpoint": None})["checkpoint"] == os.path.abspath("checkpoints")
 

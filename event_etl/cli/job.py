@@ -19,6 +19,7 @@ from event_etl.cli.options import (
     job_options,
     job_run_options,
     load_type,
+    refuse_removed_engine,
     sink_option,
     type_names,
 )
@@ -96,13 +97,14 @@ def run_cmd(event_types: tuple[str, ...], all_types: bool, checkpoint_root: str 
     --drain-on-stop (SIGTERM and SIGHUP then drain), or ask the running job with `event-etl drain
     EVENT_TYPE` (SIGUSR1). The last line says the exit code: `[TYPE] run finished: exit 0 (...)`.
 
-    Several types (or --all) run as a fleet in one Spark application: by default through one shared
-    micro-batch loop (one Spark job per trigger for every type with input; --engine queries: one
-    streaming query per type). Each type keeps its own source (its `source` setting), checkpoint
-    (DIR/<type> of --checkpoint-root DIR, which a fleet also takes as --checkpoint DIR), watermark,
-    markers, dead-letter area and metrics; a type that fails is quarantined and tried again with
-    backoff while the others go on. `event-etl status` shows every type.
+    Several types (or --all) run as a fleet in one Spark application, through one shared
+    micro-batch loop (one Spark job per trigger for every type with input). Each type keeps its
+    own source (its `source` setting), checkpoint (DIR/<type> of --checkpoint-root DIR, which a
+    fleet also takes as --checkpoint DIR), watermark, markers, dead-letter area and metrics; a
+    type that fails is quarantined and tried again with backoff while the others go on.
+    `event-etl status` shows every type.
     """
+    refuse_removed_engine(job)  # --engine queries: removed in 0.4
     if all_types == bool(event_types):
         raise UsageError("name the event types to run, or --all (not both)",
                          fix="e.g. event-etl run page_view, event-etl run page_view db_change, or event-etl run --all")

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ENV_DEBUG", "EXIT_CODES_HELP", "fail", "translate_error", "handles_errors", "quiet_libraries",
            "event_types_option", "sink_option", "type_names", "load_type", "consumer_type", "parse_conf",
-           "JOB_OPTIONS", "job_options", "job_run_options", "end_on_closed_pipe"]
+           "JOB_OPTIONS", "job_options", "job_run_options", "refuse_removed_engine", "end_on_closed_pipe"]
 
 """Set to 1: an unexpected error shows its Python traceback (and libraries' logs) instead of one line."""
 
@@ -217,12 +217,19 @@ JOB_OPTIONS: dict[str, Callable[[Command], Command] | None] = {
                                     help="Append the metrics history (a line per batch and marker, for `event-etl "
                                     "graphs` without Prometheus) to this local file. Default: "
                                     "<checkpoint>/metrics-history.jsonl. Rotated to FILE.1 past 8 MiB."),
-    "engine": click.option("--engine", type=click.Choice(["shared", "queries"]), default="shared", show_default=True,
-                           help="How the job runs: shared, one micro-batch loop that plans every trigger in the "
-                           "driver and runs one Spark job for all its types (one type included; no Python source "
-                           "processes); queries (deprecated, removed in 0.4), one Spark streaming query per type. "
-                           "Both keep the same checkpoint: a type moves between them."),
+    "engine": click.option("--engine", type=click.Choice(["shared", "queries"]), default=None,
+                           help="Kept for scripts of 0.3: shared, the one engine, changes nothing; queries (one Spark "
+                           "streaming query per type) was removed in 0.4 and is refused (docs/upgrading.md)."),
 }
+
+
+def refuse_removed_engine(job: dict[str, Any]) -> None:
+    """Take ``--engine`` out of a job's parsed options: ``shared`` (or none) is the one engine, and changes nothing;
+    ``queries`` was removed in 0.4: a :class:`UsageError` (exit 2), before anything starts."""
+    if job.pop("engine", None) == "queries":
+        raise UsageError("--engine queries was removed in 0.4: every job runs through the shared engine, which goes "
+                         "on from the checkpoint a query left (docs/upgrading.md)",
+                         fix="drop --engine (the shared engine is the one engine)")
 
 
 def job_options(*, master: Callable[[Command], Command] | None) -> Callable[[Command], Command]:
@@ -245,6 +252,7 @@ def job_run_options(*, conf: tuple[str, ...] = (), **values: Any) -> RunOptions:
     """The :class:`~event_etl.job.setup.RunOptions` of the values parsed by :func:`job_options`."""
     from event_etl.job.setup import RunOptions
 
+    refuse_removed_engine(values)
     if values.get("trigger_interval") is not None:
         values["trigger_interval"] = to_duration(values["trigger_interval"]).text  # "5000ms"
     return RunOptions(conf=parse_conf(conf), **values)

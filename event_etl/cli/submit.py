@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from event_etl.cli.options import event_types_option, handles_errors, job_options, load_type
+from event_etl.cli.options import event_types_option, handles_errors, job_options, load_type, refuse_removed_engine
 from event_etl.cluster.submit import DEFAULT_BUNDLE_DIR, SubmitOptions, submit_job
 from event_etl.errors import UsageError
 from event_etl.settings import ENV_SPARK_SUBMIT
@@ -48,6 +48,7 @@ def submit_cmd(event_types: tuple[str, ...], all_types: bool, event_types_dir: s
     """
     from event_etl.eventtypes import load_event_types, resolve_event_types_dir
 
+    refuse_removed_engine(job)  # --engine queries: removed in 0.4; shared is not passed on
     if all_types == bool(event_types):
         raise UsageError("name the event types to submit, or --all (not both)",
                          fix="e.g. event-etl submit page_view --master URL, or event-etl submit --all --master URL")

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from event_etl.cli.options import handles_errors, job_options, job_run_options, load_type, reads_settings_once
+from event_etl.cli.options import (
+    handles_errors,
+    job_options,
+    job_run_options,
+    load_type,
+    reads_settings_once,
+    refuse_removed_engine,
+)
 from event_etl.errors import UsageError
 from event_etl.settings import current_settings
 
@@ -52,14 +59,11 @@ def _is_local(master: str | None) -> bool:
     return master is None or master.startswith("local")
 
 
-def _expose_bundle_to_planner(spark: Any, archive: Path) -> None:
-    """Put the bundle on the PYTHONPATH of the Python processes Spark starts for the source.
+def _expose_bundle(spark: Any, archive: Path) -> None:
+    """Put the bundle on the PYTHONPATH of the Python processes Spark starts from the session's environment.
 
-    Spark runs the streaming source's planner (offsets, partitions) in a Python process on
-    the driver and gives it the job's ``--py-files`` from a folder where they are not, so
-    it could not import event_etl.  The session's environment reaches that process (and
-    the executors, where a path of the driver's is harmlessly absent); the driver registers
-    the source again after this (``--engine queries``), with the environment.
+    A local master's worker daemon (:mod:`event_etl.job.sparkdaemon`) imports event_etl before any task has
+    the job's ``--py-files`` on its path; on a cluster's executors the driver's path is harmlessly absent.
     """
     env = spark.sparkContext.environment
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(archive), env.get("PYTHONPATH", "")) if p)
@@ -85,7 +89,7 @@ def _session(label: str, options: RunOptions, archive: Path | None, submitted: A
     os.environ.setdefault("PYSPARK_PYTHON", "python3")
     spark = get_session(options.master, options.conf, app_name=f"event_etl:{label}")
     if archive is not None:
-        _expose_bundle_to_planner(spark, archive)
+        _expose_bundle(spark, archive)
     return spark
 
 
@@ -113,6 +117,7 @@ def main(event_types: tuple[str, ...], all_types: bool, **job: Any) -> None:
     from event_etl.job.session import stop_session
     from event_etl.job.stopping import Interrupted, StopSignals, say
 
+    refuse_removed_engine(job)  # --engine queries: removed in 0.4
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit for the Python it starts
         what = "--all" if all_types else " ".join(event_types)
         raise UsageError("this is the driver of `event-etl submit`, and runs under spark-submit only",

@@ -1,9 +1,8 @@
 """The driver's side of a job: judging batches against a fixed watermark, ledger, markers, idleness, drain.
 
-:class:`Controller` runs each micro-batch of one event type (:meth:`Controller.run_batch`, called by the
-shared engine's round, :mod:`event_etl.job.shared`, or by a streaming query's ``foreachBatch`` with
-``--engine queries``) and, between batches, the job's idle ticks and drain (``tick``, ``drain``).  A lock
-makes them take turns.  Per batch, in this order, each step durable before the next:
+:class:`Controller` runs each micro-batch of one event type (:meth:`Controller.batch_phases`, driven by the
+shared engine's round, :mod:`event_etl.job.shared`) and, between batches, the job's idle ticks and drain (``tick``,
+``drain``).  A lock makes them take turns.  Per batch, in this order, each step durable before the next:
 
 1. the batch's *intent* (the watermark it is judged against, the settings and schema it
    is judged and written with) is written, or read back if Spark is replaying the batch
@@ -42,7 +41,6 @@ markers) and :class:`~event_etl.job.merges.Merger` (rolling and final merges); t
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
@@ -53,20 +51,20 @@ from typing import Any
 import numpy as np
 
 from event_etl import faults
-from event_etl.errors import IntegrityError, unwrap_task_error
+from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
 from event_etl.job.idle import IdleClock
 from event_etl.job.markers import MarkerWriter
 from event_etl.job.merges import Merger
-from event_etl.job.phases import MARKED, Outputs, Phases, RunTasks, Tasks, drive
+from event_etl.job.phases import MARKED, Phases, RunTasks, Tasks, drive
 from event_etl.job.rewrites import Drops, Duplicates, Rewriter
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import Manifest
 from event_etl.rules.watermark import SourceActivity, WatermarkState, drain_watermark, parts_watermark
 from event_etl.storage import Storage
 from event_etl.storage.temporaries import sweep_temporaries
-from event_etl.task.executor import REPORT_SCHEMA, BatchContext, make_task
+from event_etl.task.executor import BatchContext
 from event_etl.task.report import BatchResult, summarize
 
 __all__ = ["Controller", "BatchEvent"]
@@ -148,7 +146,6 @@ class Controller:
         self.idle = IdleClock(clock=clock, monotonic=monotonic, source_activity=source_activity,
                               activity_stale_ms=activity_stale_ms, parts=self.state.parts,
                               watermark=self.state.watermark, emit=self._emit)
-        self.stopping = False
         self.busy = False
         self.failure: BaseException | None = None
         self.totals: Counter[str] = Counter()
@@ -179,18 +176,6 @@ class Controller:
             self.guard()
 
     # -- micro-batches ---------------------------------------------------------------------
-    def handle_batch(self, df: Any, batch_id: int) -> None:
-        """``foreachBatch`` callback."""
-        # A batch that Spark starts after a stop was requested is processed like any other: refusing
-        # it would need an exception inside foreachBatch, which Spark logs as a failed query.  The
-        # deprecated queries engine stops the query through the API once no batch runs (event_etl.job.queries).
-        self.run_batch_locked(batch_id, self._spark_tasks(df))
-
-    def run_batch_locked(self, batch_id: int, run_tasks: RunTasks) -> BatchEvent:
-        """:meth:`run_batch` in the batch's turn (:meth:`turn`)."""
-        with self.turn():
-            return self.run_batch(batch_id, run_tasks)
-
     @contextmanager
     def turn(self) -> Iterator[None]:
         """A batch's turn: under the controller's lock, marked busy (ticks wait); its error is remembered, so that
@@ -205,22 +190,6 @@ class Controller:
         except BaseException as err:
             self.failure = err
             raise
-
-    @staticmethod
-    def _spark_tasks(df: Any) -> RunTasks:
-        """How a streaming query's batch runs its tasks: ``mapInArrow`` over the batch's split rows."""
-
-        def run_tasks(ctx: BatchContext, shards: set[int] | None) -> Outputs:
-            part = df if shards is None else df.filter(df["shard"].isin(sorted(shards)))
-            try:
-                # Arrow all the way (not collect(): the key rows are megabytes a batch)
-                table = part.mapInArrow(make_task(ctx), REPORT_SCHEMA).toArrow()
-            except Exception as err:  # noqa: BLE001 - re-raised, as event_etl's own error when it is one
-                raise unwrap_task_error(err) from err
-            return [(json.loads(rep), keys or b"") for rep, keys in
-                    zip(table.column("report").to_pylist(), table.column("keys").to_pylist())]
-
-        return run_tasks
 
     def run_batch(self, batch_id: int, run_tasks: RunTasks) -> BatchEvent:
         """One micro-batch, its phases (:meth:`batch_phases`) driven one after the other: ``run_tasks(ctx, shards)``
@@ -521,8 +490,3 @@ class Controller:
                     break
             self._emit("drain", new)
             return marked
-
-    def request_stop(self) -> None:
-        """Note that the job stops; the runner stops the query once no batch runs (see event_etl.job.stopping)."""
-        with self.lock:
-            self.stopping = True

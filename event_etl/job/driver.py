@@ -17,9 +17,6 @@ quarantines a failing type and tries it again after a backoff while the others g
 (:func:`event_etl.job.fleet.quarantine`).  What a run says differs the same way: a single type ends with its summary
 and ``[TYPE] run finished: exit 0 (...)``; a fleet with a line per type (:func:`event_etl.job.fleet.report_fleet`).
 
-``--engine queries`` (a streaming query per type) is deprecated: it warns, and runs through
-:mod:`event_etl.job.queries` until it is removed (docs/upgrading.md names the release).
-
 Signals follow :mod:`event_etl.job.stopping`: SIGINT, SIGTERM and SIGHUP stop after the round in flight and mark no
 hour the watermark has not passed; SIGUSR1 (``event-etl drain``), and SIGTERM or SIGHUP under ``--drain-on-stop``,
 also drain; a second SIGINT or SIGTERM stops at once (exit 130 or 143).  Every line for people goes through
@@ -64,13 +61,10 @@ from event_etl.job.stopping import (
 from event_etl.job.summary import end_run
 from event_etl.timeutil import now_millis
 
-__all__ = ["run", "run_job", "run_fleet", "QUERIES_DEPRECATED", "Summaries"]
+__all__ = ["run", "run_job", "run_fleet", "Summaries"]
 
 Summaries = dict[str, dict[str, Any]]
 """What a run returns: each type's summary, by name."""
-
-QUERIES_DEPRECATED = ("warning: --engine queries is deprecated and is removed in event_etl 0.4 (docs/upgrading.md); "
-                      "the default engine keeps the same checkpoint: drop the option")
 
 
 def run(event_types: list[EventType], options: RunOptions, *, fleet: bool | None = None, spark: Any = None,
@@ -125,8 +119,6 @@ class _Driver:
                  listeners: list[Callable[[str, Any], None]] | None, install_signals: bool,
                  stops: StopSignals | None, stop_event: Any, status_every_s: float, echo: Echo) -> None:
         _check(event_types, options, fleet)
-        if options.engine == "queries":
-            echo(QUERIES_DEPRECATED, err=True)
         if options.drain:
             options.once = True  # drain: process what is available, then close every open hour
         self.event_types, self.options, self.fleet, self.clock = event_types, options, fleet, clock
@@ -176,12 +168,6 @@ class _Driver:
         own_spark = spark is None
         try:
             self.spark = self._start_session() if own_spark else spark
-            if self.options.engine == "queries":
-                from event_etl.job import queries
-
-                return queries.run(self.members, self.options, spark=self.spark, fleet=self.fleet, clock=self.clock,
-                                   listeners=self.listeners, stops=self.stops, stop_event=self.stop_event,
-                                   status_every_s=self.status_every_s, echo=self.echo)
             return self._run_shared()
         finally:
             try:

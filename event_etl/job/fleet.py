@@ -10,9 +10,8 @@ all of them, each series labelled with its ``event_type``).
 
 A type whose source, batch or tick fails is quarantined (:func:`quarantine`): it waits out a backoff (5 s, doubled
 up to 5 minutes) and is opened again on its checkpoint, its pending batch replayed first, without disturbing the
-others; its state (``running``, ``quarantined``, ``stopped``, ``drain failed``; ``restarting`` under the deprecated
-``--engine queries``) and last error are written to ``<root>/<type>/etl/status.json`` and shown by
-``event-etl status``.
+others; its state (``running``, ``quarantined``, ``stopped``, ``drain failed``) and last error are written to
+``<root>/<type>/etl/status.json`` and shown by ``event-etl status``.
 
 Signals follow :mod:`event_etl.job.stopping`, as for one type: SIGINT, SIGTERM and SIGHUP stop
 every type at its next batch boundary and mark no hour the watermark has not passed; SIGUSR1
@@ -157,7 +156,7 @@ def finish(members: list[FleetMember], stops: StopSignals, clock: Clock, *, drai
     """After a fleet's last batch: drain (if asked, each type on its own), every status written, the summary per
     type (``stopped_by``: the first signal's name, or None)."""
     for m in members:
-        if m.state in ("running", "restarting"):
+        if m.state == "running":
             m.state = "stopped"
     if drain:
         drain_all(members, stops, clock, echo=echo)

@@ -9,8 +9,7 @@ them), so a SIGTERM sent to every process of a systemd unit (``KillMode=control-
 does not end it either, nor PySpark's workers of a local job (:mod:`event_etl.job.sparkdaemon`).
 The JVM still ends with the driver however the driver ends: it
 reads the pipe PySpark gives it as stdin and exits on end of file (a SIGKILL or an OOM kill
-of the driver closes the pipe).  The Python workers and the source's Python process are
-the JVM's children, in its session.
+of the driver closes the pipe).  The Python workers are the JVM's children, in its session.
 
 The SparkContext is created outside the main thread, so PySpark installs no SIGINT handler
 of its own (it would raise KeyboardInterrupt in the middle of a py4j call).
@@ -96,11 +95,7 @@ def check_java() -> str:
 
 def get_session(master: str | None = None, conf: Mapping[str, str] | None = None,
                 app_name: str = "event_etl") -> Any:
-    """The process's SparkSession (created on first call).
-
-    event_etl's streaming source is registered by the job that uses it (``--engine queries``):
-    registering a Python data source starts the session state and a Python process (~1 s),
-    which the shared engine does not need."""
+    """The process's SparkSession (created on first call)."""
     java = check_java()
     master = master or DEFAULT_MASTER
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -220,7 +215,7 @@ def _quiet_jvm_stderr() -> subprocess.Popen[bytes] | None:
 
 def _kill_own_jvm() -> None:
     """A stop at once: SIGKILL the JVM this process started and its session (PySpark's daemon and
-    workers, the source's Python process), all at the same instant.  Left to notice the driver's
+    workers), all at the same instant.  Left to notice the driver's
     end one by one, a worker in the middle of a handshake prints ``ConnectionResetError``."""
     from pyspark.core.context import SparkContext
 

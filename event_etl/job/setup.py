@@ -2,13 +2,12 @@
 checkpoint and lease, its controller, its source's fetcher and lane, its metrics.
 
 :func:`prepare_job` checks everything that needs no Spark (event type, source, sink, checkpoint) and takes the
-checkpoint's lease; :func:`open_job` / :func:`open_shared` make the :class:`Job` (controller, metrics, progress
-printer, the source's fetcher) once Spark is up; :func:`release_lease` ends it.
+checkpoint's lease; :func:`open_shared` makes the :class:`Job` (controller, metrics, progress printer, the source's
+fetcher) and its source's lane once Spark is up; :func:`release_lease` ends it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
@@ -26,7 +25,6 @@ from event_etl.job.progress import GeneratorClock, ProgressPrinter
 if TYPE_CHECKING:
     from event_etl.job.shared import Lane
 from event_etl.job.stopping import (
-    BatchGate,
     Echo,
     StopSignals,
     say,
@@ -40,7 +38,7 @@ from event_etl.timeutil import iso, now_millis, parse_duration
 
 __all__ = ["DEFAULT_SINK", "DEFAULT_TRIGGER", "DEFAULT_MAX_FILES_PER_BATCH", "DEFAULT_MAX_EVENTS_PER_BATCH",
            "DEFAULT_SPLIT_BYTES", "RunOptions", "Prepared", "prepare_job", "release_lease", "acquire_lease", "Job",
-           "start_fetcher", "open_job", "open_parts", "open_shared", "close_shared"]
+           "start_fetcher", "open_parts", "open_shared", "close_shared"]
 
 DEFAULT_SINK = "./data"
 DEFAULT_TRIGGER = "5s"
@@ -72,7 +70,6 @@ class RunOptions:
     metrics_host: str = "127.0.0.1"
     otlp_endpoint: str | None = None
     metrics_history: str | None = None
-    engine: str = "shared"  # one micro-batch loop (event_etl.job.shared), or "queries": a streaming query per type
 
 
 def _check_checkpoint_location(path: str) -> None:
@@ -178,27 +175,19 @@ def acquire_lease(p: Prepared, stops: StopSignals | None = None, *, echo: Echo =
 
 @dataclass
 class Job:
-    """One event type's streaming job inside a Spark application: controller, metrics and query."""
+    """One event type's streaming job inside a Spark application: controller, metrics, progress printer, fetcher."""
 
     prepared: Prepared
     controller: Controller
     metrics: Any
     source_dir: str
-    writer: Any  # DataStreamWriter, ready to start (None in a shared engine: event_etl.job.shared)
-    gate: BatchGate | None = None  # the foreachBatch function, as the stop needs it (event_etl.job.stopping)
     printer: ProgressPrinter | None = None
     fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
-    closers: list[Callable[[], None]] = field(default_factory=list)  # e.g. Kafka's group committer (queries)
     policies: Any = None  # the type's commit policies (event_etl.job.policies.PolicyChain), if it has some
     echo: Echo = say  # where its lines for people go (what the command line passed the driver)
 
-    def start(self) -> Any:
-        if self.fetcher is not None:
-            self.fetcher.start()
-        return self.writer.start()
-
     def close(self) -> None:
-        """After the query: stop pulling (what was pulled and not saved comes again), stop the metrics."""
+        """After the last round: stop pulling (what was pulled and not saved comes again), stop the metrics."""
         try:
             if self.fetcher is not None:
                 self.fetcher.stop()
@@ -206,14 +195,10 @@ class Job:
                     self.echo(self.fetcher.summary_line(self.prepared.event_type.name))
         finally:
             try:
-                for close in self.closers:
-                    close()
+                if self.policies is not None:  # after the drain's markers: a short, bounded time to notify them
+                    self.policies.stop()
             finally:
-                try:
-                    if self.policies is not None:  # after the drain's markers: a short, bounded time to notify them
-                        self.policies.stop()
-                finally:
-                    self.metrics.shutdown()
+                self.metrics.shutdown()
 
 
 def start_fetcher(p: Prepared, *, echo: Echo = say) -> Any:
@@ -236,39 +221,10 @@ def start_fetcher(p: Prepared, *, echo: Echo = say) -> Any:
 Listener = Callable[[str, Any], None]
 
 
-def open_job(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-             serve_metrics: bool = True, fetcher: Any = None, echo: Echo = say) -> Job:
-    """Bind the checkpoint, build the controller, metrics and the (not yet started) query of a prepared job."""
-    from event_etl.sources.spark import EtlSource
-
-    spark.dataSource.register(EtlSource)
-    job, source_spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics,
-                                  fetcher=fetcher, echo=echo)
-    gate = BatchGate(job.controller.handle_batch)
-    writer = (
-        spark.readStream.format("event_etl")
-        .option("spec", json.dumps(source_spec))
-        .load()
-        .writeStream.foreachBatch(gate)
-        .option("checkpointLocation", str(p.ckpt.spark_dir))
-        .queryName(f"event_etl_{p.event_type.name}")
-    )
-    writer = (writer.trigger(availableNow=True) if p.options.once
-              else writer.trigger(processingTime=f"{p.trigger_ms} milliseconds"))
-    job.writer, job.gate = writer, gate
-    make_listener = source_kind(p.spec.kind).batch_listener  # Kafka: the group's offsets at each batch's end
-    if make_listener is not None:
-        listener = make_listener(p.spec, p.event_type.name, str(p.ckpt.spark_dir))
-        job.controller.listeners.append(listener)
-        job.closers.append(listener.close)
-    return job
-
-
 def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
                serve_metrics: bool = True, fetcher: Any = None, echo: Echo = say) -> tuple[Job, dict[str, Any]]:
     """Bind the checkpoint; build the controller, metrics and progress printer of a prepared job, and the spec of
-    its source.  The job has no query yet: :func:`open_job` adds one; a shared engine
-    (:mod:`event_etl.job.shared`) plans the source itself."""
+    its source, for the lane :func:`open_shared` opens on it (the engine plans the source itself)."""
     from event_etl.metrics import job_metrics
     from event_etl.sources.directory import SPLIT_PLAN
 
@@ -295,14 +251,11 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
     event_clock = GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None
     printer = ProgressPrinter(et.name, clock, quiet=options.quiet, event_clock=event_clock,
                               settings_file=et.settings_file)  # named when a backfill goes to the dead letters
-    from event_etl.sources.activity import read_activity
-
     log_dir = str(source_spec["log_dir"])
     controller = Controller(
         event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
         writer=str(job.get("writer", "")), guard=p.lease.guard if p.lease is not None else None,
-        fence=p.lease.fence() if p.lease is not None else None,
-        source_activity=lambda: read_activity(log_dir), monotonic=time.monotonic,
+        fence=p.lease.fence() if p.lease is not None else None, monotonic=time.monotonic,
         # the source reports at every trigger; a report older than this cannot tell what waits
         activity_stale_ms=max(3 * p.trigger_ms, 30_000),
     )
@@ -335,7 +288,7 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics,
                           checkpoint=str(ckpt.root), event_clock=event_clock)
     controller.listeners.extend(metrics.listeners)
-    job_ = Job(p, controller, metrics, log_dir, None, None, printer, fetcher, echo=echo)
+    job_ = Job(p, controller, metrics, log_dir, printer, fetcher, echo=echo)
     if et.commit_policies:
         job_.policies = start_policies(controller, listeners=metrics.listeners)
         metrics.policy_pending = job_.policies.pending

@@ -1,14 +1,12 @@
 """The engine: 1..N event types through one micro-batch loop, one Spark job per trigger.
 
 Every job runs here (``event-etl run TYPE``, a fleet: ``run T1 T2 ...``, ``--all``, ``submit``), driven by
-:mod:`event_etl.job.driver`; a single type is a round of one.  (The deprecated ``--engine queries`` runs one
-streaming query per type instead: :mod:`event_etl.job.queries`.)
+:mod:`event_etl.job.driver`; a single type is a round of one.
 There is no streaming query and no Python source process per type: every trigger interval
-the driver asks each type's source planner (the planners a type's own query uses,
-:mod:`event_etl.sources.registry`) what is new, writes that type's offsets, and then runs
-**one** Spark job over the splits of every type that has input.  Each type's controller
-then finishes its own batch (ledger, watermark, markers, state) exactly as in a query of
-its own.  Each type keeps everything of its own: checkpoint, batch numbers, watermark,
+the driver asks each type's source planner (:mod:`event_etl.sources.registry`) what is new,
+writes that type's offsets, and then runs **one** Spark job over the splits of every type
+that has input.  Each type's controller then finishes its own batch (ledger, watermark,
+markers, state), as if it ran alone.  Each type keeps everything of its own: checkpoint, batch numbers, watermark,
 markers, dead-letter area, lease, metrics label and status.
 
 **Offsets.**  A type's offsets and commits are kept in its ``spark/offsets`` and
@@ -16,8 +14,9 @@ markers, dead-letter area, lease, metrics label and status.
 micro-batch engine: a batch's end offset is durable before its splits are planned, its
 commit is written after the controller saved its state, and a batch with an offset and no
 commit is replayed -- over the same range, under the same number -- when the type runs
-next.  So a type moves between a query of its own (``event-etl run TYPE``) and a shared
-application, both ways, and nothing is read twice or skipped.
+next.  So a type moves between a run of its own (``event-etl run TYPE``) and a fleet, both
+ways, and a checkpoint a streaming query wrote (``--engine queries``, removed in 0.4) goes on
+where it stopped: nothing is read twice or skipped.
 
 **Quarantine** (a fleet's; a single type's run ends with the error).  A type whose source or batch fails is
 quarantined: its status says
@@ -60,11 +59,8 @@ from event_etl.sources.splits import Split
 from event_etl.storage.atomic import write_text_atomic
 from event_etl.timeutil import iso
 
-__all__ = ["SparkLog", "Lane", "SharedEngine", "ENGINES", "run_rounds", "rounds_before_drain", "round_summary",
+__all__ = ["SparkLog", "Lane", "SharedEngine", "run_rounds", "rounds_before_drain", "round_summary",
            "FleetMember"]
-
-ENGINES = ("shared", "queries")
-"""How a job runs: one shared micro-batch loop (this module), or (deprecated) one streaming query per type."""
 
 Offset = Any
 """A source's offset, as its planner makes it: JSON-able, read and written whole (None: none yet)."""
@@ -95,7 +91,6 @@ class FleetMember:
     event_type: EventType
     prepared: Any
     job: Any = None  # its event_etl.job.setup.Job once opened
-    query: Any = None
     state: str = "starting"
     lane: Any = None  # the shared engine's hold on its source (event_etl.job.shared.Lane)
     failures: int = 0
@@ -590,42 +585,6 @@ def _settled(fetcher: Any) -> Callable[[], None]:
             time.sleep(0.1)
 
     return settle
-
-
-def spool_read(fetcher: Any, spark_dir: str | os.PathLike[str] | None = None) -> bool:
-    """Whether the batches have read and committed everything the fetcher's spool holds: no open segment, every
-    segment in the planner's log and offered, and (``spark_dir``: a query's) the batch that offered the last of them
-    committed.  A query's source deletes committed segments only when Spark plans its next batch, so a segment may
-    still be there, read."""
-    segdir = getattr(fetcher, "segdir", None)
-    if segdir is None:
-        return True
-    if any(segdir.glob("*.open")) or any(segdir.glob("*.fenced")):
-        return False
-    logdir = segdir.parent / "log"
-    listed: set[str] = set()
-    files = sorted((p for p in logdir.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
-    for p in files:
-        try:
-            listed.update(json.loads(p.read_text()))
-        except (OSError, ValueError):
-            return False
-    if any(p.name not in listed for p in segdir.glob("*.seg")):
-        return False  # not discovered yet
-    total = (int(files[0].stem) if files else 0) + len(listed)
-    try:
-        offered = int(json.loads((logdir / "offered").read_text())["seg"])
-    except FileNotFoundError:
-        offered = 0
-    except (OSError, ValueError, KeyError):
-        return False
-    if listed and offered < total:
-        return False
-    if spark_dir is None:
-        return True
-    log = SparkLog(spark_dir)
-    last, committed = log.latest_offset_batch(), log.latest_commit()
-    return last is None or (committed is not None and committed >= last)
 
 
 def round_summary(history: Iterable[dict[str, float]]) -> str | None:

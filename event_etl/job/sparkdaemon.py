@@ -54,8 +54,8 @@ def _keep_ignored(signalnum: int | signal.Signals, handler: _Handler) -> _Handle
     return _signal(signalnum, handler)
 
 
-WARM_MODULES = ("pyspark.worker", "event_etl.task.executor", "event_etl.sources.spark", "pyarrow", "pyarrow.compute",
-                "pyarrow.json", "event_etl.task.dedupe", "event_etl.storage", "fsspec", "fsspec.implementations.local")
+WARM_MODULES = ("pyspark.worker", "event_etl.task.executor", "pyarrow", "pyarrow.compute", "pyarrow.json",
+                "event_etl.task.dedupe", "event_etl.storage", "fsspec", "fsspec.implementations.local")
 """Imported by the daemon before it forks workers: none of them starts a thread at import."""
 
 

@@ -33,12 +33,6 @@ JVM (py4j) and never raise, so no Python call is ever torn apart in the middle. 
 command's main loop looks at the record between its steps and acts.  Steps that may take
 long (waiting for a batch, a drain) run so that the main loop keeps looking
 (:func:`wait_for`, :func:`run_watched`), so a second signal is honoured at once.
-
-For Spark jobs, :class:`BatchGate` wraps the ``foreachBatch`` function: a stop waits until no
-batch is in flight, closes the gate and only then stops the query through the API (Spark
-logs a requested stop without an error).  A batch that Spark begins after the gate closed
-never starts its work: it waits inside the JVM until the stop interrupts it, which Spark
-recognises as a requested stop, and it is planned again by the next run.
 """
 
 from __future__ import annotations
@@ -64,13 +58,7 @@ __all__ = [
     "StopSignals",
     "Interrupted",
     "Escalated",
-    "BatchGate",
-    "BatchInterrupted",
-    "stop_at_boundary",
-    "stop_at_once",
     "cut_short_line",
-    "PENDING_REPLAY_TIMEOUT_S",
-    "STOP_AT_ONCE_TIMEOUT_S",
     "signal_name",
     "exit_code_for",
     "wait_for",
@@ -361,7 +349,7 @@ def on_exit_now(fn: Callable[[], None]) -> None:
     """Run ``fn`` when the process ends at once (:func:`exit_now`), before its last line.
 
     :mod:`event_etl.job.session` registers the end of the JVM it started, with everything in
-    its session (PySpark's daemon and workers, the source's Python process): ended together by
+    its session (PySpark's daemon and workers): ended together by
     SIGKILL, none of them is left to print the broken connections of the others as tracebacks."""
     if fn not in _AT_ONCE:
         _AT_ONCE.append(fn)
@@ -380,219 +368,6 @@ def exit_now(code: int, line: str) -> None:
             pass
     say(with_exit_code(line, code), err=True)
     os._exit(code)
-
-
-SPARK_STOP_TEXT = "py4j.protocol.Py4JJavaError: An error occurred while calling {what}: java.lang.InterruptedException"
-"""How an error of a ``foreachBatch`` function must read for Spark to take it for a requested stop.
-
-When a stopped query's batch function fails, Spark (``StreamExecution.isInterruptionException``)
-logs nothing if the Python error's text matches its ``PROXY_ERROR`` pattern: a py4j call
-that met an ``InterruptedException``.  That pattern, ``...calling((.|\\r\\n|\\r|\\n)*)(...)``,
-recurses once per character after the match's start, so a real traceback (the Java stack
-trace of the interrupted call, chained Python errors) overflows the query thread's stack and
-the JVM prints a ``StackOverflowError`` of a thousand lines.  So the error is re-raised
-alone (``from None``) with this short text, which is what happened: a py4j call interrupted
-by ``query.stop()``."""
-
-
-class BatchInterrupted(Exception):
-    """A batch cut short, or not begun, because its query was stopped (see :data:`SPARK_STOP_TEXT`)."""
-
-
-class BatchGate:
-    """The ``foreachBatch`` function of a query, wrapped so that a stop never cuts a batch in two.
-
-    ``close_when_idle`` closes the gate once no batch is in flight; the query can then be
-    stopped through the API without cancelling any batch's work.  A batch Spark begins after
-    that never calls the wrapped function: it waits inside the JVM (in the query's own
-    thread, where Python's calls run in PySpark's pinned-thread mode) until ``query.stop()``
-    interrupts it.  Spark takes that interruption for the requested stop it is (no error is
-    logged) and does not commit the batch: the next run plans it again.  A stop at once
-    (``close_now``) cancels the batch in flight; its failure is reported to Spark the same way.
-    """
-
-    ABANDON_TIMEOUT_S = 300.0
-
-    def __init__(self, fn: Callable[[Any, int], None]) -> None:
-        self.fn = fn
-        self._cond = threading.Condition()
-        self.running: int | None = None
-        self.closed = False
-        self.abandoned: list[int] = []
-        self.finished: list[int] = []
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        with self._cond:
-            closed = self.closed
-            if not closed:
-                self.running = batch_id
-        if closed:
-            self.abandoned.append(batch_id)
-            self._wait_for_the_stop(df, batch_id)
-            return
-        try:
-            self.fn(df, batch_id)
-            self.finished.append(batch_id)
-        except Exception:
-            if self.closed:  # stopped at once: the batch's Spark jobs were cancelled; it replays on restart
-                raise BatchInterrupted(f"batch {batch_id} was cut short by a stop ("
-                                       + SPARK_STOP_TEXT.format(what=f"batch {batch_id}") + ")") from None
-            raise
-        finally:
-            with self._cond:
-                self.running = None
-                self._cond.notify_all()
-
-    def close_when_idle(self, timeout: float) -> bool:
-        """Close the gate as soon as no batch is in flight; False if one still runs after ``timeout`` s."""
-        with self._cond:
-            if self.running is not None and timeout > 0:
-                self._cond.wait(timeout)
-            if self.running is None:
-                self.closed = True
-                return True
-            return False
-
-    def close_now(self) -> None:
-        """Close the gate whatever runs (a stop at once: the batch in flight is cancelled and replays)."""
-        with self._cond:
-            self.closed = True
-
-    @property
-    def busy(self) -> bool:
-        return self.running is not None
-
-    def _wait_for_the_stop(self, df: Any, batch_id: int) -> None:
-        """Block the query's thread, interruptibly, until ``query.stop()`` interrupts it; then raise."""
-        from py4j.protocol import Py4JJavaError
-
-        jvm = df.sparkSession._jvm
-        deadline = time.monotonic() + self.ABANDON_TIMEOUT_S
-        try:
-            while time.monotonic() < deadline:
-                jvm.java.lang.Thread.sleep(1000)  # InterruptedException when the query is stopped
-        except Py4JJavaError:
-            raise BatchInterrupted(f"batch {batch_id} was not begun: its query was stopped ("
-                                   + SPARK_STOP_TEXT.format(what="java.lang.Thread.sleep") + ")") from None
-        raise BatchInterrupted(f"batch {batch_id} was held back for a stop that did not come; it is replayed "
-                               "on restart")
-
-
-PENDING_REPLAY_TIMEOUT_S = 300.0
-"""How long a stop that drains waits for Spark to replay a batch a crash left unfinished."""
-STOP_AT_ONCE_TIMEOUT_S = 15.0
-"""How long a stop at once waits for Spark to cancel the batch in flight before the process just exits."""
-
-
-def stop_at_boundary(running: list[tuple[Any, Any]], stops: StopSignals | None, *, drain: bool) -> None:
-    """Stop queries between two batches: the batch in flight finishes, a batch not begun is left for the next run.
-
-    For each query: (when it will drain) wait until Spark has replayed a batch a crash left
-    unfinished; wait until no batch is in flight and close its gate; then stop it through
-    the API, which Spark logs as a requested stop.  Raises :class:`Escalated` on a second signal."""
-    running = [(job, q) for job, q in running if q is not None]
-    if drain:
-        for job, q in running:
-            if job.controller.pending_batch is not None:
-                wait_for(_replayed_or_ended(job.controller, q), stops, timeout=PENDING_REPLAY_TIMEOUT_S)
-    closers = [_boundary(job, q) for job, q in running if job.gate is not None]
-    wait_for(lambda: all([close() for close in closers]), stops)  # every gate at once (a list: no short cut)
-    for job, _q in running:
-        job.controller.request_stop()  # no batch runs: does not wait
-    for _job, q in running:
-        run_watched(q.stop, stops, name="event_etl-stop")
-
-
-def _replayed_or_ended(controller: Any, query: Any) -> Callable[[], bool]:
-    return lambda: controller.pending_batch is None or not query.isActive
-
-
-def _boundary(job: Any, query: Any) -> Callable[[], bool]:
-    """A check that closes the job's gate at the query's next batch boundary (True once closed).
-
-    The batch in flight finishes, and Spark commits it (it writes its commit log after the
-    batch function returned, then reports progress): a stop in between would make the next
-    run replay a batch that is done.  When no batch is in flight but Spark is already
-    planning one (its trigger is active), that one batch is let in and processed too (a
-    drain includes it).  Otherwise the gate closes while Spark waits for its next trigger,
-    and ``query.stop()`` interrupts that wait.  Should Spark begin a batch in the instant
-    between, that batch is left for the next run (:class:`~event_etl.job.stopping.BatchGate`).
-    The waits are bounded (a couple of trigger intervals; ten seconds for a commit)."""
-    gate = job.gate
-    done_before = len(gate.finished) + len(gate.abandoned)
-    current = gate.busy
-    patience_s = max(2.0, 2 * job.prepared.trigger_ms / 1000.0)
-    patience = time.monotonic() + patience_s
-    committed_by: dict[int, float] = {}
-
-    def reported_batch() -> int:
-        try:
-            return int((query.lastProgress or {}).get("batchId", -1))
-        except Exception:  # noqa: BLE001 - the query ended meanwhile: nothing more will come
-            return 1 << 62
-
-    def planning() -> bool:
-        try:
-            return bool((query.status or {}).get("isTriggerActive"))
-        except Exception:  # noqa: BLE001 - as above
-            return False
-
-    def close() -> bool:
-        if gate.closed:
-            return True
-        if gate.busy:
-            return False
-        if gate.finished:  # the last batch done: wait (a while) for Spark to commit it
-            last = gate.finished[-1]
-            deadline = committed_by.setdefault(last, time.monotonic() + max(10.0, patience_s))
-            if reported_batch() < last and time.monotonic() < deadline:
-                return False
-        one_ran = current or len(gate.finished) + len(gate.abandoned) > done_before
-        if not one_ran and time.monotonic() < patience and planning():
-            return False
-        return bool(gate.close_when_idle(0))
-
-    return close
-
-
-def stop_at_once(running: list[tuple[Any, Any]], stops: StopSignals, signum: int) -> None:
-    """A second signal: stop the queries now, cancelling the batch in flight (Spark replays it on restart).
-
-    Spark's ``stop()`` cancels the query's Spark jobs once and interrupts its thread; a batch
-    that submits a job a moment later would run to its end, so the jobs are cancelled again
-    until the stop returns.  Raises :class:`Interrupted` with a line saying which batch, if any,
-    was cut short; ends the process at once if Spark does not stop in time or yet another
-    signal comes."""
-    from pyspark import SparkContext
-
-    running = [(job, q) for job, q in running if q is not None]
-    in_flight = [(job, job.gate.running) for job, _ in running if job.gate is not None and job.gate.running is not None]
-    for job, _ in running:
-        if job.gate is not None:
-            job.gate.close_now()
-    seen = len(stops.received)
-
-    def stop_all() -> None:
-        for _, q in running:
-            q.stop()
-
-    th = threading.Thread(target=stop_all, name="event_etl-stop-now", daemon=True)
-    th.start()
-    deadline = time.monotonic() + STOP_AT_ONCE_TIMEOUT_S
-    sc: Any = SparkContext._active_spark_context
-    while th.is_alive() and len(stops.received) == seen and time.monotonic() < deadline:
-        for _, q in running:
-            try:
-                sc.cancelJobGroup(str(q.runId))
-            except Exception:  # noqa: BLE001 - the stop goes on regardless
-                pass
-        th.join(0.25)
-    cut = [(job.prepared.event_type.name, b) for job, b in in_flight if b not in job.gate.finished]
-    who = ", ".join(job.prepared.event_type.name for job, _ in running) or "job"
-    if th.is_alive():
-        exit_now(128 + signum, at_once_line(who, signum, cut, exit_code=False)
-                 + f" ({signal_name(signum)}: Spark did not stop in time; the process ended)")
-    raise Interrupted(signum, at_once_line(who, signum, cut))
 
 
 def cut_short_line(name: str, signum: int) -> str:

@@ -1,4 +1,4 @@
-"""How a run of one type ends, whichever engine ran its batches: the drain (if asked), its summary, its lines.
+"""How a run of one type ends: the drain (if asked), its summary, its lines.
 
 The lines, in order: the summary (:func:`event_etl.job.progress.format_summary`; left out after a plain stop by a
 signal), for a plain stop where it stopped and which hours stay open, and last ``[TYPE] run finished: exit 0
@@ -48,19 +48,17 @@ def end_run(job: Job, options: RunOptions, stops: StopSignals, *, started: float
 
 
 def stopped_line(job: Job, stopped_by: str) -> str:
-    """Where a plain stop left the job: after which batch, which hours stay open, what runs first next time."""
+    """Where a plain stop left the job: after which batch, and which hours stay open."""
     name, c = job.prepared.event_type.name, job.controller
     last = c.state.last_batch_id
     where = f"after batch {last}" if last is not None and last >= 0 else "before its first batch"
-    held = job.gate.abandoned if job.gate is not None else []
-    later = f" (batch {held[0]} was planned, not begun: it runs first)" if held else ""
     how = "Ctrl-C" if stopped_by == "SIGINT" else stopped_by
     wm = c.state.watermark
     first, through = c.state.first_hour, c.state.marked_through
     open_from = first if through is None or first is None else max(first, through + HOUR_MS)
     keep = (f" (the hours from {iso(open_from)} stay open: the watermark, {iso(wm)}, has not passed them)"
             if wm is not None and open_from is not None else "")
-    return f"[{name}] stopped {where} ({how}), not drained{keep}{later}; run the same command to continue"
+    return f"[{name}] stopped {where} ({how}), not drained{keep}; run the same command to continue"
 
 
 def run_summary(job: Job, seconds: float, options: RunOptions, stopped_by: str | None, *,

@@ -164,7 +164,7 @@ def drain_watermark(watermark: int | None, max_event_time: int | None, last_hour
 class SourceActivity:
     """What a source last reported about itself (all times ms on the wall clock).
 
-    - ``updated_at``: when it reported (it reports whenever Spark asks it for offsets);
+    - ``updated_at``: when it reported (it reports whenever the engine asks it for offsets);
     - ``backlog``: input it knows of and has not offered yet (files, events, messages);
     - ``retrying``: it cannot reach its input right now and keeps trying (an outage);
     - ``delivered_at``: when it last offered new input;

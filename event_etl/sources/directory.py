@@ -1,6 +1,6 @@
 """``dir:PATH``: newline-delimited files in a folder, in file-name order.
 
-Every time Spark asks for the latest offset, the folder is listed and the files not
+Every time the engine asks for the latest offset, the folder is listed and the files not
 seen before are appended, sorted by name, to a durable log in the checkpoint, with
 their size and their arrival time: when the job first listed them.  (Not the file's
 modification time: its producer controls that, ``cp -p`` keeps an old one and a host
@@ -121,7 +121,7 @@ def plan_tasks(files: list[tuple[str, int, int]], *, tasks: int, max_bytes: int,
 
 
 class DirectoryPlanner:
-    """Plans micro-batches over a folder of files (runs in Spark's driver-side source process)."""
+    """Plans micro-batches over a folder of files (runs in the driver, asked by the engine's lane)."""
 
     def __init__(
         self, path: str, log_dir: str, *, split_bytes: int, max_files: int, clock: Callable[[], int],

@@ -1,11 +1,10 @@
 """What a Kafka source's offsets tell the job beyond the records a batch reads: records retention deleted
-before the job read them (``lost``), each partition's lag, and the consumer group's commit at a batch's end.
+before the job read them (``lost``) and each partition's lag.
 
-The planner runs in the driver (``--engine shared``) or in Spark's Python data source process
-(``--engine queries``); the channel from it to the controller and the metrics is what both engines already
-keep in the driver: the batch's offsets in the checkpoint's Spark offset log (``spark/offsets/<batch>``, written
-before the batch runs), and the source's end and latest offsets of the query's progress (``query.lastProgress``,
-or :meth:`event_etl.job.shared.Lane.progress`).  Every function here is a function of those offsets alone.
+The planner runs in the driver, beside what the controller and the metrics read: the batch's offsets in the
+checkpoint's Spark offset log (``spark/offsets/<batch>``, written before the batch runs), and the source's end and
+latest offsets (:meth:`event_etl.job.shared.Lane.progress`, shaped as Spark's ``query.lastProgress``).  Every
+function here is a function of those offsets alone.
 
 An offset's ``lost`` (see :mod:`event_etl.sources.kafka`) accumulates over the checkpoint's life, so the records
 lost before a batch are its end's ``lost`` minus its start's.
@@ -18,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-__all__ = ["as_offset", "lost_between", "logged_offset", "batch_lost", "lag_by_partition", "GroupCommitter"]
+__all__ = ["as_offset", "lost_between", "logged_offset", "batch_lost", "lag_by_partition"]
 
 log = logging.getLogger("event_etl.sources.kafka")
 
@@ -58,7 +57,7 @@ def logged_offset(spark_dir: str | Path, batch_id: int) -> dict[str, Any] | None
 
 def batch_lost(spark_dir: str | Path, batch_id: int) -> dict[int, int]:
     """:func:`lost_between` the start and end offsets of batch ``batch_id``, read from the checkpoint's Spark
-    offset log (both engines write a batch's end there before it runs; its start is the batch before's end).
+    offset log (the engine writes a batch's end there before it runs; its start is the batch before's end).
 
     A batch whose offset cannot be read says nothing ({}): the counting is for people, never a batch's failure.
     Spark keeps the last 100 batches' offsets, so the batch before is there whenever the batch is."""
@@ -88,39 +87,3 @@ def lag_by_partition(end: Any, latest: Any) -> dict[tuple[str, int], int] | None
                                                                                       key=lambda kv: int(kv[0]))}
     except (TypeError, ValueError):
         return None
-
-
-class GroupCommitter:
-    """``--engine queries``: commits a batch's end offsets to the job's consumer group from the driver once the
-    batch's state is saved (a controller listener on ``batch`` events), as the shared engine does.
-
-    Spark itself tells the source a batch is done only when it plans the next one (or at the next start), so
-    without this the group would lag a batch behind the job, a whole run behind after ``--once``.  Best effort,
-    like :meth:`event_etl.sources.kafka.KafkaPlanner.commit`: the checkpoint is what counts."""
-
-    def __init__(self, topic: str, event_type: str | None, spark_dir: str | Path) -> None:
-        self.topic = topic
-        self.event_type = event_type
-        self.spark_dir = Path(spark_dir)
-        self._planner: Any = None
-
-    def __call__(self, kind: str, payload: Any) -> None:
-        if kind != "batch":
-            return
-        try:
-            end = logged_offset(self.spark_dir, payload.batch_id)
-            if end is None or end.get("topic") != self.topic:
-                return
-            if self._planner is None:
-                from event_etl.sources.kafka import KafkaPlanner
-
-                self._planner = KafkaPlanner(self.topic, event_type=self.event_type, on_loss="skip")
-            self._planner.commit(end)  # logs, never raises
-        except Exception as err:  # noqa: BLE001 - monitoring only: never fails the batch
-            log.warning("could not commit the offsets of Kafka topic %s after batch %s: %s", self.topic,
-                        getattr(payload, "batch_id", "?"), err)
-
-    def close(self) -> None:
-        planner, self._planner = self._planner, None
-        if planner is not None:
-            planner.stop()

@@ -7,7 +7,7 @@ exactly the same messages:
    :class:`~event_etl.sources.pubsub_fetch.Fetcher` writes what it pulls to spool segments
    in the checkpoint (``etl/source/pubsub/segments/``, :mod:`event_etl.sources.spool`),
    durably, and keeps extending their ack deadlines.
-2. **Offer.**  When Spark asks for the latest offset, the planner here logs the segments
+2. **Offer.**  When the engine asks for the latest offset, the planner here logs the segments
    that appeared since (``etl/source/pubsub/log/``) and offers them, up to the batch cap:
    an offset is a position in that log, so a replay reads the same segments.
 3. **Acknowledge after the batch is saved.**  The controller hands the fetcher the
@@ -159,7 +159,7 @@ def read_spool(path: str, start: int, end: int) -> Iterator[tuple[int, dict[str,
 
 class PubSubPlanner:
     """Plans micro-batches over the spool a :class:`~event_etl.sources.pubsub_fetch.Fetcher` fills
-    (runs in Spark's driver-side source process)."""
+    (runs in the driver, asked by the engine's lane: :mod:`event_etl.job.shared`)."""
 
     def __init__(self, subscription: str, spool_dir: str, *, max_messages: int, clock: Callable[[], int],
                  tasks_per_batch: int = 2, once_wait: float = 900.0) -> None:

@@ -2,7 +2,7 @@
 
 With ``EVENT_ETL_PUBSUB_FETCH_PARTITIONS=N`` (N > 0) the job does not pull in its driver
 process.  :class:`ExecutorFetcher` (in the driver) runs one long Spark job of N tasks beside
-the streaming query, as the Databricks connector's ``numFetchPartitions`` does; each task
+the rounds' jobs, as the Databricks connector's ``numFetchPartitions`` does; each task
 is a :class:`PartitionFetcher` on an executor: ``streams`` pull streams writing spool
 segments into the checkpoint's spool, which every node reaches at the same path (the
 ``shared="checkpoint"`` rule of :mod:`event_etl.sources.registry`, checked by preflight and

@@ -5,11 +5,12 @@ Every decision that depends on a source's kind is made here, from :data:`SOURCES
 - :func:`parse_source`: a ``--source`` URL's scheme names its kind (:func:`kind_of_url`), and the kind parses the
   URL (``parse``, as each of fsspec's file systems strips its own protocol); a path without a scheme is a folder,
   an unknown scheme an error naming the nearest known one;
-- :func:`make_planner`: the planner of Spark's streaming source (:mod:`event_etl.sources.spark`);
+- :func:`make_planner`: the planner of a type's source, which the engine's lane asks for offsets and splits
+  (:mod:`event_etl.job.shared`);
 - :meth:`SourceKind.identity`: what a checkpoint remembers of its source (:meth:`SourceSpec.identity`, the
   parsed ``--source``, lives here for that reason; :mod:`event_etl.sources` re-exports it);
 - :meth:`SourceKind.check`: a check before the job starts (the subscription exists);
-- ``fetcher``: what the driver runs beside the query, if anything (Pub/Sub pulls into a spool);
+- ``fetcher``: what the driver runs beside the rounds, if anything (Pub/Sub pulls into a spool);
 - ``event_clock``: whether progress lines show the generator's event clock;
 - ``batch_unit``: what ``--max-files-per-batch`` or ``--max-events-per-batch`` counts for it (:func:`batch_cap`);
 - ``shared``: what a cluster's executors read from a local folder of the driver's
@@ -240,12 +241,6 @@ def _kafka_lost(spark_dir: str, batch_id: int) -> dict[int, int]:
     return batch_lost(spark_dir, batch_id)
 
 
-def _kafka_group_committer(spec: SourceSpec, event_type: str, spark_dir: str) -> Any:
-    from event_etl.sources.kafka_offsets import GroupCommitter
-
-    return GroupCommitter(spec.params["topic"], event_type, spark_dir)
-
-
 @dataclass(frozen=True)
 class SourceKind:
     """One kind of source (see the module docstring)."""
@@ -271,7 +266,7 @@ class SourceKind:
     (``--max-events-per-batch``)."""
     check_before_start: Callable[[SourceSpec], None] | None = None
     fetcher: Callable[..., Any] | None = None
-    """Makes the fetcher the driver runs beside the query: ``fetcher(spec, log_dir, once=..., spark=None)``, which
+    """Makes the fetcher the driver runs beside the rounds: ``fetcher(spec, log_dir, once=..., spark=None)``, which
     may answer None without a session (one that pulls on executors); None here: no fetcher."""
     event_clock: bool = False
     start_warning: Callable[[str, SourceSpec, str], str | None] | None = None
@@ -286,9 +281,6 @@ class SourceKind:
     lost_in_batch: Callable[[str, int], dict[int, int]] | None = None
     """``lost_in_batch(spark_dir, batch_id)``: input the source lost before the batch could read it, by partition
     (Kafka: records retention deleted unread); None: a kind that cannot lose input that way."""
-    batch_listener: Callable[[SourceSpec, str, str], Any] | None = None
-    """``batch_listener(spec, event type, spark_dir)``: a controller listener the ``--engine queries`` job adds, with a
-    ``close()`` (Kafka: commits the group's offsets at each batch's end); None: nothing."""
 
     @property
     def fetches(self) -> bool:
@@ -332,7 +324,7 @@ SOURCES: dict[str, SourceKind] = {
                         check_before_start=_kafka_check, start_warning=_kafka_warning, shared=None,
                         requires=("confluent_kafka",), executor_requires=("confluent_kafka",),
                         install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')",
-                        lost_in_batch=_kafka_lost, batch_listener=_kafka_group_committer),
+                        lost_in_batch=_kafka_lost),
 }
 """Every kind of source, by the ``kind`` of its :class:`SourceSpec`."""
 
@@ -411,7 +403,7 @@ def make_planner(spec: dict[str, Any], clock: Callable[[], int] | None = None) -
 
     ``clock`` is the job's clock (milliseconds since the epoch, UTC): what the planner finds arrives at its
     time, so a job run on a test's clock judges ``future`` events against that clock, whatever today's date.
-    None: the wall clock (a streaming query's source, which Spark runs apart from the job's driver code)."""
+    None: the wall clock."""
     if clock is None:
         from event_etl.timeutil import now_millis
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-__all__ = ["Split", "SPLIT_SCHEMA"]
-
-SPLIT_SCHEMA = "shard int, kind string, uri string, start long, end long, arrival long, meta string"
+__all__ = ["Split"]
 
 
 @dataclass(frozen=True)

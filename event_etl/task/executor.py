@@ -43,12 +43,12 @@ from event_etl.storage.deadletter import DEADLETTER_SCHEMA, Rejected
 from event_etl.storage.lease import Fence
 from event_etl.storage.rolling import ParquetOutput, RollingFiles
 from event_etl.task.fastpath import FastChunk, int64_array, offset_message_keys, plan_for, rows_buffer
-from event_etl.task.report import DELAY_BUCKETS_S, REPORT_SCHEMA, SplitReport
+from event_etl.task.report import DELAY_BUCKETS_S, SplitReport
 
 if TYPE_CHECKING:
     from event_etl.task.payload import Decoder
 
-__all__ = ["BatchContext", "process_split", "make_task", "make_shared_task", "REPORT_SCHEMA", "DELAY_BUCKETS_S"]
+__all__ = ["BatchContext", "process_split", "make_shared_task", "DELAY_BUCKETS_S"]
 
 _DELAY_BOUNDS_MS = [int(b * 1000) for b in DELAY_BUCKETS_S]
 _NO_ROWS = np.zeros(1, dtype=np.int64)  # the offsets of no encoded rows (a Parquet type's chunk is columns only)
@@ -579,22 +579,6 @@ def _write_deadletters(rejects: list[Rejected], rel: str, ctx: BatchContext, sto
     written = _store_once(storage, rel, data, None, fence)
     return {"path": rel, "records": len(recs), "bytes": len(data), "written": written,
             "file_key": DEADLETTER_FILE_KEY}
-
-
-def make_task(ctx: BatchContext) -> Callable[[Iterable[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function of a batch: one report row per split row."""
-
-    def task(batches: Iterable[Any]) -> Iterator[Any]:  # pyarrow RecordBatches in and out
-        import pyarrow as pa
-
-        with settings_in_force():  # the executor's EVENT_ETL_* variables, read once per task
-            storage = open_storage(ctx.sink)
-            for rb in batches:
-                for row in rb.to_pylist():
-                    report, keys = process_split(Split(**row), ctx, storage)
-                    yield pa.RecordBatch.from_pylist([{"report": json.dumps(report), "keys": keys}])
-
-    return task
 
 
 _SharedRow = tuple[str, int, str | None, bytes | None, tuple[str, str, str | None] | None]

@@ -1,11 +1,11 @@
 """The report of one split: what an executor task did, sent back to the driver.
 
-A task returns one row per split, ``report string, keys binary`` (:data:`REPORT_SCHEMA`):
-``report`` is :meth:`SplitReport.to_json` as JSON text, ``keys`` the deduplication keys of
-what it wrote.  The driver's controller adds up the reports of a batch (and its metrics
-record them once the batch is durable).  The JSON shape is the wire format: a driver may
-read reports of executors of another release (a key an older one did not write is absent),
-so it is kept as it is, and :meth:`SplitReport.from_json` keeps "absent" apart from ``None``.
+A task returns a row per split (:func:`event_etl.task.executor.make_shared_task`) with its report,
+:meth:`SplitReport.to_json` as JSON text, and the deduplication keys of what it wrote.  The driver's
+controller adds up the reports of a batch (and its metrics record them once the batch is durable).  The
+JSON shape is the wire format: a driver may read reports of executors of another release (a key an older
+one did not write is absent), so it is kept as it is, and :meth:`SplitReport.from_json` keeps "absent"
+apart from ``None``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from typing import Any
 
 from event_etl.rules.manifest import FileEntry, event_hours_of
 
-__all__ = ["REPORT_SCHEMA", "DELAY_BUCKETS_S", "SplitReport", "BatchResult", "summarize", "merge_backfill"]
-
-REPORT_SCHEMA = "report string, keys binary"
+__all__ = ["DELAY_BUCKETS_S", "SplitReport", "BatchResult", "summarize", "merge_backfill"]
 
 DELAY_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 """Upper bounds of the event-delay buckets a task counts in (``delay_buckets`` has one more: the overflow)."""
