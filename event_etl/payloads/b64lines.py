@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import binascii
 from collections.abc import Callable
-
-import numpy as np
+from typing import Any
 
 __all__ = ["decode_lines", "DecodedLines", "b64decode_line", "B64Error"]
 
@@ -43,7 +42,9 @@ class DecodedLines:
 
     __slots__ = ("payloads", "line_starts", "line_ends")
 
-    def __init__(self, payloads: list[bytes], line_starts: np.ndarray, line_ends: np.ndarray) -> None:
+    def __init__(self, payloads: list[bytes], line_starts: Any, line_ends: Any) -> None:
+        """``line_starts``, ``line_ends``: numpy arrays (the light install, which has no numpy, reads lines one by one
+        through :func:`b64decode_line` and never builds one)."""
         self.payloads, self.line_starts, self.line_ends = payloads, line_starts, line_ends
 
     def __len__(self) -> int:
@@ -62,6 +63,8 @@ def decode_lines(data: bytes) -> DecodedLines | None:
         payloads = list(map(b64decode_line, lines))
     except B64Error:
         return None
+    import numpy as np
+
     sizes = np.fromiter(map(len, lines), dtype=np.int64, count=len(lines))
     if not len(sizes) or sizes.min() == 0:
         return None
