@@ -143,6 +143,26 @@ def test_status_takes_the_checkpoint_root_under_both_names(sc, tmp_path):
         assert [r["event_type"] for r in json.loads(res.output)] == ["click"]
 
 
+def test_status_takes_the_type_as_every_other_command_does(sc, tmp_path):
+    """``status click`` (issue 60 item 4): the named types only; an unknown one is an error naming the known ones.
+    It said "Got unexpected extra argument" before."""
+    res = invoke("status", "click", "--sink", sc.sink, "--event-types", sc.types, "--json")
+    assert res.exit_code == 0, res.output
+    assert [r["event_type"] for r in json.loads(res.output)] == ["click"]
+    res = invoke("status", "clik", "--sink", sc.sink, "--event-types", sc.types)
+    assert res.exit_code == 2 and "no event type 'clik'" in res.output and "known types: click" in res.output
+
+
+def test_deadletter_refuses_a_reason_that_is_not_one(sc):
+    """``deadletter click --reason toolate`` (issue 60 item 5) said "no dead-letter records with reason toolate",
+    exit 0, as if there were none: now exit 2, the nearest reason and the list."""
+    res = invoke("deadletter", "click", "--reason", "toolate", "--sink", sc.sink, "--event-types", sc.types)
+    assert res.exit_code == 2, res.output
+    errors, fixes = error_lines(res.output)
+    assert errors == ["error: --reason toolate: not a dead-letter reason"], res.output
+    assert "did you mean 'too_late'?" in fixes[0] and "invalid_protobuf" in fixes[0]
+
+
 def test_the_sink_comes_from_the_environment(sc):
     res = invoke("hours", "click", "--since", "2026-11-21T13", "--until", "2026-11-21T15", "--json",
                  "--event-types", sc.types, env={"EVENT_ETL_SINK": sc.sink})

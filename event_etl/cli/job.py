@@ -179,6 +179,7 @@ def drain_cmd(event_types: tuple[str, ...], checkpoint: str | None, checkpoint_r
 
 
 @click.command("status")
+@click.argument("event_types", nargs=-1, metavar="[EVENT_TYPE]...")
 @sink_option
 @click.option("--checkpoint-root", "--checkpoint", "checkpoint_root", default="./checkpoints", show_default=True,
               metavar="DIR", help="Folder holding the checkpoints of the types (DIR/<type>), as `run` was given it "
@@ -186,8 +187,10 @@ def drain_cmd(event_types: tuple[str, ...], checkpoint: str | None, checkpoint_r
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @event_types_option
 @handles_errors
-def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: str | None) -> None:
-    """Show every event type's job: running or not, watermark, lag, last marker, restarts, last error.
+def status_cmd(event_types: tuple[str, ...], sink: str, checkpoint_root: str, as_json: bool,
+               event_types_dir: str | None) -> None:
+    """Show every event type's job (or those named): running or not, watermark, lag, last marker, restarts, last
+    error.
 
     A sink that holds nothing for any type, or nothing for a type whose checkpoint exists, is a
     wrong --sink (exit code 6), not "never run".
@@ -206,6 +209,12 @@ def status_cmd(sink: str, checkpoint_root: str, as_json: bool, event_types_dir: 
 
     types_dir = resolve_event_types_dir(event_types_dir)
     names = type_names(types_dir)
+    unknown = [n for n in event_types if n not in names]
+    if unknown:
+        raise UsageError(f"no event type {unknown[0]!r} in {types_dir}",
+                         fix=f"known types: {', '.join(names) or '(none)'}; or point --event-types at another folder")
+    if event_types:
+        names = [n for n in names if n in event_types]
     rows = job_statuses(names, sink=sink, checkpoint_root=checkpoint_root, types_dir=types_dir)
     _check_status_sink(sink, rows)
     if as_json:
@@ -295,6 +304,7 @@ def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, a
     from event_etl.storage.deadletter import iter_deadletters
     from event_etl.timeutil import iso
 
+    _check_reason(reason)
     et = consumer_type(event_types_dir, event_type)
     event_type = type_name(et)
     storage = open_sink(sink)
@@ -343,6 +353,21 @@ def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, a
             click.echo(f"    payload ({len(r.payload)} bytes): {preview!r}{'...' if len(r.payload) > 120 else ''}")
     if shown == 0 and not as_json:
         click.echo("no dead-letter records" + (f" with reason {reason}" if reason else ""))
+
+
+def _check_reason(reason: str | None) -> None:
+    """``--reason`` must be a dead-letter reason (a typo listed nothing, exit 0, as if there were none)."""
+    if reason is None:
+        return
+    import difflib
+
+    from event_etl.rules.reasons import Reason
+
+    known = [r.value for r in Reason]
+    if reason not in known:
+        close = difflib.get_close_matches(reason, known, n=1)
+        raise UsageError(f"--reason {reason}: not a dead-letter reason",
+                         fix=(f"did you mean '{close[0]}'? " if close else "") + f"reasons: {', '.join(known)}")
 
 
 def _replay(storage: Any, et: Any, event_type: str, replay_to: str, *, reason: str | None, since: Any, until: Any,
