@@ -161,11 +161,15 @@ def test_graphs_command_from_a_history(tmp_path):
 def test_graphs_command_errors_name_the_fix(tmp_path, monkeypatch):
     path, _ = make_history(tmp_path, minutes=2)
     runner = CliRunner()
-    monkeypatch.chdir(tmp_path)  # no ./checkpoints/click here
-    res = runner.invoke(main, ["graphs", "click"], env={"EVENT_ETL_PROMETHEUS_URL": None})
+    monkeypatch.chdir(tmp_path)  # no ./checkpoints/page_view here
+    res = runner.invoke(main, ["graphs", "page_view"], env={"EVENT_ETL_PROMETHEUS_URL": None})
     assert res.exit_code == 2 and "--prometheus URL or --history FILE" in res.output and "fix:" in res.output
     assert "a job keeps its history in its checkpoint" in res.output and "--checkpoint DIR" in res.output
-    assert str(tmp_path / "checkpoints" / "click" / "metrics-history.jsonl") in res.output
+    assert str(tmp_path / "checkpoints" / "page_view" / "metrics-history.jsonl") in res.output
+    # a type that is neither in the folder of event types nor a checkpoint's: said as such (issue 60 item 3)
+    res = runner.invoke(main, ["graphs", "nosuch"], env={"EVENT_ETL_PROMETHEUS_URL": None})
+    assert res.exit_code == 2 and "no event type 'nosuch'" in res.output and "--prometheus URL or" not in res.output
+    assert "known types: db_change, page_view, payment_authorization" in res.output
     res = runner.invoke(main, ["graphs", "click", "--checkpoint", str(tmp_path / "nowhere")],
                         env={"EVENT_ETL_PROMETHEUS_URL": None})
     assert res.exit_code == 2 and "no metrics history there" in res.output and "fix:" in res.output

@@ -71,6 +71,8 @@ def graphs_cmd(event_type: str, prometheus_url: str | None, history_file: str | 
     if (prometheus_url is not None and (history_file is not None or checkpoint is not None)
             and ctx.get_parameter_source("prometheus_url") == ParameterSource.ENVIRONMENT):
         prometheus_url = None  # an option given beats the environment's default
+    if prometheus_url is None and history_file is None and checkpoint is None:
+        _known_type(event_type)
     source = open_source(event_type, prometheus=prometheus_url, history=history_file, checkpoint=checkpoint)
     if isinstance(source, PrometheusSource) or since is not None or until is not None or last is not None:
         rng = parse_range(since=since, until=until, last=None if last is None else last.text,
@@ -89,3 +91,27 @@ def graphs_cmd(event_type: str, prometheus_url: str | None, history_file: str | 
         c = by_key.get(p.name)
         note = "" if c is None or c.has_data else "  (no data in this range)"
         click.echo(f"  wrote {p}{note}")
+
+
+def _known_type(event_type: str) -> None:
+    """With no source named, the type's own checkpoint is read: a name that is neither an event type of the folder
+    nor a checkpoint's is a mistyped type, said as such (it used to be blamed on a missing --prometheus)."""
+    from pathlib import Path
+
+    from event_etl.cli.options import type_names
+    from event_etl.errors import ConfigError, UsageError
+    from event_etl.eventtypes import resolve_event_types_dir
+    from event_etl.storage.locations import default_checkpoint
+
+    if Path(default_checkpoint(event_type)).exists():
+        return
+    root = resolve_event_types_dir(None)
+    try:
+        known = type_names(root)
+    except ConfigError:
+        return  # no folder of event types here: the checkpoint's absence is what is said
+    if event_type not in known:
+        raise UsageError(f"no event type {event_type!r} in {root}, and no checkpoint at "
+                         f"{default_checkpoint(event_type)}",
+                         fix=f"known types: {', '.join(known) or '(none)'}; or name where the metrics are: "
+                             "--checkpoint DIR, --history FILE or --prometheus URL")
