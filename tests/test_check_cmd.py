@@ -108,3 +108,28 @@ def test_a_changed_descriptor_is_a_new_schema_version_under_the_compatibility_ru
         load_event_type(d).check_versions(warn=lambda line: None)
     code, out = _check(types, "page_view_pb")
     assert code == 2 and "session_id" in out and "event-etl schema check page_view_pb" in out, out
+
+
+@pytest.mark.parametrize("command", ["check", "types"])
+def test_a_misspelt_source_names_the_file_and_the_field(tmp_path: Path, command: str) -> None:
+    """``source = "pubsb:..."`` (issue 60 item 3): check and types report it, naming etl.toml and the field, with
+    the nearest kind (they listed the type as fine, exit 0), and a run says the same, not a --source never given."""
+    shutil.copytree(EXAMPLES.parent.parent / "event_types" / "page_view", tmp_path / "types" / "page_view")
+    _toml(tmp_path / "types" / "page_view", 'source = "pubsb:projects/p/subscriptions/s"')
+    res = CliRunner().invoke(main, [command, "--event-types", str(tmp_path / "types")])
+    assert res.exit_code == 2, res.output
+    assert "page_view/etl.toml: source: 'pubsb:projects/p/subscriptions/s': unknown source kind 'pubsb:'" in res.output
+    assert "did you mean pubsub:?" in res.output and "--source" not in res.output
+
+
+def test_a_run_names_the_setting_it_read_not_an_option(tmp_path: Path) -> None:
+    from event_etl.errors import ConfigError
+    from event_etl.sources.registry import job_source
+
+    shutil.copytree(EXAMPLES.parent.parent / "event_types" / "page_view", tmp_path / "page_view")
+    _toml(tmp_path / "page_view", 'source = "pubsb:projects/p/subscriptions/s"')
+    et = load_event_type(tmp_path / "page_view")
+    with pytest.raises(ConfigError) as err:
+        job_source(et, None, now=0)
+    assert err.value.field == "source" and err.value.file.endswith("page_view/etl.toml")
+    assert "--source" not in str(err.value)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from event_etl.cli.options import event_types_option, handles_errors, type_names
+from event_etl.cli.options import check_type_source, event_types_option, handles_errors, type_names
 from event_etl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ def check_cmd(event_types: tuple[str, ...], show_schema: bool, event_types_dir: 
         try:
             et = load_event_type(root / name)
             et.check_versions(warn=lambda line: click.echo(f"  {line}"))
+            check_type_source(et)
         except ConfigError as err:
             click.echo(f"{name}: BROKEN (see the error below)")
             broken.append(err)

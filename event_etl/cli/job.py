@@ -13,6 +13,7 @@ import click
 
 from event_etl.cli.consumer import HOUR
 from event_etl.cli.options import (
+    check_type_source,
     consumer_type,
     event_types_option,
     handles_errors,
@@ -45,7 +46,9 @@ def types_cmd(event_types_dir: str | None, as_json: bool) -> None:
     for name in type_names(root):
         try:
             types[name] = load_event_type(root / name)
+            check_type_source(types[name])
         except ConfigError as err:  # shown, and the command fails at the end; the other types still list
+            types.pop(name, None)
             broken[name] = err
     if as_json:
         click.echo(

@@ -268,3 +268,12 @@ def reads_settings_once(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
 
     return command
+
+
+def check_type_source(et: EventType) -> None:
+    """A type's ``source`` setting of a kind a job knows (:class:`ConfigError` naming its etl.toml and the field), so
+    that ``check`` and ``types`` report a misspelt scheme instead of listing the type as fine; the rest of it (a
+    cluster's address, a folder) is the job's to check where it runs."""
+    from event_etl.sources.registry import type_source_kind
+
+    type_source_kind(et)

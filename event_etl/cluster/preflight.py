@@ -81,8 +81,7 @@ class JobPaths(Protocol):
 
 def shared_folders(event_type: EventType, options: JobPaths, *, token: str) -> list[SharedFolder]:
     """The local folders the executors of this job read or write (a gs:// sink is none of them)."""
-    from event_etl.sources import parse_source
-    from event_etl.sources.registry import source_kind
+    from event_etl.sources.registry import job_source, source_kind
     from event_etl.storage.locations import default_checkpoint, is_remote, resolve_sink
     from event_etl.timeutil import now_millis
 
@@ -93,8 +92,7 @@ def shared_folders(event_type: EventType, options: JobPaths, *, token: str) -> l
         out.append(SharedFolder("sink", sink, probe=probe,
                                 fix="mount it at the same path on every node (NFS, Filestore...), or write to "
                                     "Cloud Storage: --sink gs://bucket/prefix"))
-    spec = parse_source(options.source or event_type.source, now=now_millis(),
-                        default_subscription=event_type.pubsub.get("subscription"))
+    spec = job_source(event_type, options.source, now=now_millis())
     shared = source_kind(spec.kind).shared
     if shared == "input":
         path = spec.params["path"]

@@ -30,8 +30,8 @@ from event_etl.job.stopping import (
     say,
     wait_for,
 )
-from event_etl.sources import SourceSpec, parse_source
-from event_etl.sources.registry import source_kind
+from event_etl.sources import SourceSpec
+from event_etl.sources.registry import job_source, source_kind
 from event_etl.storage import Storage
 from event_etl.storage.locations import default_checkpoint, is_remote, resolve_sink
 from event_etl.timeutil import iso, now_millis, parse_duration
@@ -113,8 +113,7 @@ def prepare_job(event_type: EventType, options: RunOptions, *, clock: Callable[[
             fix="raise idle_timeout in etl.toml or shorten --trigger-interval",
         )
     now = clock()
-    spec: SourceSpec = parse_source(options.source or event_type.source, now=now,
-                                    default_subscription=event_type.pubsub.get("subscription"))
+    spec: SourceSpec = job_source(event_type, options.source, now=now)
     sink = resolve_sink(options.sink)
     ckpt_path = checkpoint or options.checkpoint or default_checkpoint(event_type.name)
     _check_checkpoint_location(ckpt_path)

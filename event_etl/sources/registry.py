@@ -34,13 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from event_etl.errors import SourceError, UsageError
+from event_etl.errors import ConfigError, SourceError, UsageError
 
 if TYPE_CHECKING:
+    from event_etl.eventtypes import EventType
     from event_etl.sources.read import SplitReader
 
 __all__ = ["SourceSpec", "SourceContext", "SourceKind", "SOURCES", "parse_source", "url_scheme", "kind_of_url",
-           "source_folder", "source_kind", "make_planner", "batch_cap", "batch_unit", "SPLIT_READERS", "split_reader"]
+           "source_folder", "source_kind", "job_source", "type_source_kind", "make_planner", "batch_cap", "batch_unit",
+           "SPLIT_READERS", "split_reader"]
 
 
 @dataclass(frozen=True)
@@ -378,6 +380,33 @@ def parse_source(url: str, *, now: int, default_subscription: str | None = None)
         raise UsageError("empty --source", fix=f"use {', '.join(forms)} or a folder path")
     url = str(url).strip()
     return kind_of_url(url).parse(url, SourceContext(now, default_subscription))
+
+
+def job_source(event_type: EventType, url: str | None, *, now: int) -> SourceSpec:
+    """The source a job of ``event_type`` reads: ``url`` (``--source``) if given, else the type's ``source`` setting,
+    whose errors name its ``etl.toml`` and the field (a user who passed no ``--source`` is not told about one)."""
+    if url is not None:
+        return parse_source(url, now=now, default_subscription=event_type.pubsub.get("subscription"))
+    try:
+        return parse_source(event_type.source, now=now, default_subscription=event_type.pubsub.get("subscription"))
+    except UsageError as err:
+        raise _setting_error(event_type, err) from err
+
+
+def type_source_kind(event_type: EventType) -> SourceKind:
+    """The kind of the type's ``source`` setting, by its scheme (what ``check`` and ``types`` can say without the
+    environment a job runs in); :class:`ConfigError` naming its etl.toml and the field for an unknown one."""
+    try:
+        return kind_of_url(event_type.source)
+    except UsageError as err:
+        raise _setting_error(event_type, err) from err
+
+
+def _setting_error(event_type: EventType, err: UsageError) -> ConfigError:
+    """A ``--source`` error about the type's ``source`` setting, said of its etl.toml and the field."""
+    message = re.sub(r"^(empty )?--source( \S+)?:? ?", "", err.message) or "empty"
+    return ConfigError(f"{event_type.source!r}: {message}", file=event_type.settings_file, field="source",
+                       fix=(err.fix or "").replace("--source", "source"))
 
 
 def source_folder(url: str) -> str | None:
