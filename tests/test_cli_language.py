@@ -279,3 +279,64 @@ def test_missing_credentials_are_one_error_line_not_a_traceback(tmp_path, args):
     assert r.returncode == ExitCode.ERROR, r.stderr
     assert len(errors) == 1 and "credentials" in errors[0] and len(fixes) == 1 and "Traceback" not in r.stderr
     assert "gcloud auth application-default login" in fixes[0]
+
+
+def test_a_checkpoint_or_a_sink_that_names_a_file_is_said_so(tmp_path):
+    """``--checkpoint FILE`` was "unexpected FileExistsError ... report it" (exit 1), ``--sink FILE`` "[Errno 17]
+    File exists" with a fix about GCS roles (issue 60 item 3): each now an error naming the option, exit 2."""
+    f = tmp_path / "afile"
+    f.write_text("x")
+    res = invoke("run", "page_view", "--checkpoint", str(f), "--once", "--sink", str(tmp_path / "data"))
+    assert res.exit_code == 2, res.output
+    errors, fixes = error_lines(res.output)
+    assert errors == [f"error: --checkpoint {f}: a file is there, not a folder"] and "Traceback" not in res.output
+    res = invoke("run", "page_view", "--sink", str(f), "--once", "--checkpoint", str(tmp_path / "ck"))
+    errors, fixes = error_lines(res.output)
+    assert errors == [f"error: the sink {f} is a file, not a folder"], res.output
+    assert "roles/storage" not in res.output
+
+
+def test_a_local_sink_that_cannot_be_written_gets_a_local_fix(tmp_path, monkeypatch):
+    from event_etl.errors import StorageError
+    from event_etl.storage import Storage
+
+    st = Storage(str(tmp_path / "ro"))
+
+    def refuse(rel, data):
+        raise StorageError(f"cannot write {rel}: [Errno 13] Permission denied")
+
+    monkeypatch.setattr(st, "write_atomic", refuse)
+    with pytest.raises(StorageError) as err:
+        st.check_writable()
+    assert "chmod" in str(err.value.fix) and "roles/storage" not in str(err.value.fix)
+
+
+@pytest.mark.parametrize("master", ["bogus[9]", "local[0]", "spark:/host", "local[2", "mesos://h:5050"])
+def test_a_master_spark_would_refuse_is_refused_before_it_starts(tmp_path, master):
+    """``run --master 'bogus[9]'`` printed 12 lines of Java stack trace, then "unexpected PySparkRuntimeError ...
+    report it" (issue 60 item 3): now refused by the option, exit 2, before Spark starts."""
+    res = invoke("run", "page_view", "--master", master, "--once", "--sink", str(tmp_path / "d"),
+                 "--checkpoint", str(tmp_path / "ck"))
+    assert res.exit_code == 2, res.output
+    assert f"'{master}' is not a Spark master" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.parametrize("master", ["local", "local[*]", "local[2]", "local[2,3]", "local-cluster[2,1,1024]",
+                                    "spark://h:7077", "spark://a:7077,b:7077", "yarn", "k8s://https://h:6443"])
+def test_every_form_of_a_master_spark_takes_is_taken(master):
+    import click
+
+    from event_etl.cli.options import check_master
+
+    assert check_master(click.Context(click.Command("x")), None, master) == master
+
+
+def test_a_jvm_that_exits_as_it_starts_is_an_error_with_the_fix():
+    from event_etl.errors import UsageError
+    from event_etl.job.session import _gateway_exited
+
+    err = _gateway_exited(RuntimeError("[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port"),
+                          "spark://nohost:7077")
+    assert isinstance(err, UsageError) and "spark://nohost:7077" in err.message and "--master" in str(err.fix)
+    other = ValueError("something else")
+    assert _gateway_exited(other, "local[2]") is other

@@ -13,6 +13,7 @@ import click
 
 from event_etl.cli.consumer import HOUR
 from event_etl.cli.options import (
+    check_master,
     check_type_source,
     consumer_type,
     event_types_option,
@@ -79,7 +80,8 @@ def _print_types(root: Path, types: dict[str, EventType], broken: dict[str, Conf
 @click.command("run")
 @click.argument("event_types", nargs=-1, metavar="EVENT_TYPE...")
 @click.option("--all", "all_types", is_flag=True, help="Run every event type of --event-types (a fleet).")
-@job_options(master=click.option("--master", default=None, help="Spark master. Default: local[*]."))
+@job_options(master=click.option("--master", default=None, callback=check_master,
+                                 help="Spark master. Default: local[*]."))
 @click.option("--checkpoint-root", "checkpoint_root", default=None, metavar="DIR",
               help="Folder of the checkpoints, one per type (DIR/<type>); a fleet's --checkpoint means the same. "
               "Default: ./checkpoints.")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -277,3 +278,17 @@ def check_type_source(et: EventType) -> None:
     from event_etl.sources.registry import type_source_kind
 
     type_source_kind(et)
+
+
+_MASTER = re.compile(r"^(local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|"
+                     r"spark://[^\s/]+(:\d+)?(,[^\s/]+(:\d+)?)*|k8s://\S+)$")
+"""The master URLs Spark 4 takes (``SparkContext``'s forms; Mesos is gone from Spark 4)."""
+
+
+def check_master(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--master``: one of Spark's forms, said before Spark starts (a bad one killed its JVM with a Java trace)."""
+    if value is not None and not _MASTER.match(value.strip()):
+        raise click.BadParameter(
+            f"{value!r} is not a Spark master: write local, local[N], local[*], local[N,F], spark://HOST:PORT, yarn or "
+            "k8s://https://HOST:PORT, e.g. --master 'local[2]' or your cluster's spark://HOST:7077")
+    return value.strip() if value is not None else None

@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from event_etl.cli.options import event_types_option, handles_errors, job_options, load_type, refuse_removed_engine
+from event_etl.cli.options import (
+    check_master,
+    event_types_option,
+    handles_errors,
+    job_options,
+    load_type,
+    refuse_removed_engine,
+)
 from event_etl.cluster.submit import DEFAULT_BUNDLE_DIR, SubmitOptions, submit_job
 from event_etl.errors import UsageError
 from event_etl.settings import ENV_SPARK_SUBMIT
@@ -16,7 +23,7 @@ from event_etl.settings import ENV_SPARK_SUBMIT
 @click.command("submit")
 @click.argument("event_types", nargs=-1, metavar="EVENT_TYPE...")
 @click.option("--all", "all_types", is_flag=True, help="Run every event type of --event-types (a fleet).")
-@job_options(master=click.option("--master", required=True,
+@job_options(master=click.option("--master", required=True, callback=check_master,
                                  help="The cluster: spark://HOST:PORT (standalone), yarn, k8s://https://HOST:PORT; "
                                  "local[N] tries the bundle without one."))
 @click.option("--deploy-mode", type=click.Choice(["client", "cluster"]), default="client", show_default=True,

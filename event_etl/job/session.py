@@ -128,7 +128,10 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
         builder = builder.config(k, v)
     launch = {"spark.master": master, "spark.app.name": app_name, **settings}
     _launch_own_jvm(launch)
-    spark = _off_the_main_thread(lambda: _create(builder, launch, start_workers=master.startswith("local")))
+    try:
+        spark = _off_the_main_thread(lambda: _create(builder, launch, start_workers=master.startswith("local")))
+    except Exception as err:
+        raise _gateway_exited(err, master) from err
     spark.sparkContext.setLogLevel(current_settings().spark_log_level)
     return spark
 
@@ -281,6 +284,18 @@ def _start_workers(sc: Any) -> threading.Thread:
     th = threading.Thread(target=run, name="event_etl-start-workers", daemon=True)
     th.start()
     return th
+
+
+def _gateway_exited(err: Exception, master: str) -> Exception:
+    """Spark's JVM that exits as it starts (PySpark's ``JAVA_GATEWAY_EXITED``: a master it refuses, a JVM option,
+    no memory) as an error with the fix, not an unexpected one to report; other errors as they are."""
+    if "JAVA_GATEWAY_EXITED" not in str(err) and "Java gateway process exited" not in str(err):
+        return err
+    from event_etl.errors import UsageError
+
+    return UsageError(f"Spark's JVM exited as it started (master {master!r}): its own lines above say why",
+                      fix="check --master (local[*], spark://HOST:7077, yarn, k8s://...), JAVA_HOME (Java 17 or 21) "
+                          "and the memory free, then run the same command again")
 
 
 def _off_the_main_thread(fn: Callable[[], Any]) -> Any:

@@ -79,6 +79,11 @@ def _check_checkpoint_location(path: str) -> None:
             fix="Spark's checkpoint needs a Hadoop-compatible file system and no GCS connector ships with "
             "event_etl; use a local path (or a mounted shared volume on a cluster)",
         )
+    local = path[7:] if path.startswith("file://") else path
+    if os.path.exists(local) and not os.path.isdir(local):
+        raise UsageError(f"--checkpoint {path}: a file is there, not a folder",
+                         fix="give the folder a job keeps its checkpoint in (made if missing), e.g. "
+                             "--checkpoint ./checkpoints/TYPE; move the file away if it is in the way")
 
 
 @dataclass

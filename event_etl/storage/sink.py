@@ -263,15 +263,19 @@ class Storage:
     def check_writable(self) -> None:
         """Fail fast, with the fix, if the sink cannot be written (missing bucket, no permission, no network)."""
         rel = f".event_etl-probe-{uuid.uuid4().hex}"
+        if self.local and os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise StorageError(f"the sink {self.url} is a file, not a folder",
+                               fix="give the folder the hours are written under (made if missing), e.g. --sink "
+                                   "./data; move the file away if it is in the way")
         try:
             self.write_atomic(rel, b"probe")
             self.delete(rel)
         except StorageError as err:
-            raise StorageError(
-                f"the sink {self.url} cannot be written: {err.message}",
-                fix="create the bucket or folder and grant write access (roles/storage.objectAdmin on GCS; "
-                    "credentials through Application Default Credentials, or STORAGE_EMULATOR_HOST for an emulator)",
-            ) from err
+            fix = ("make the folder writable by the job's user (chmod, chown, or a volume mounted read-write), or "
+                   "give another --sink" if self.local else
+                   "create the bucket and grant write access (roles/storage.objectAdmin; credentials through "
+                   "Application Default Credentials, or STORAGE_EMULATOR_HOST for an emulator)")
+            raise StorageError(f"the sink {self.url} cannot be written: {err.message}", fix=fix) from err
 
     def delete(self, rel: str, *, durable: bool = True) -> None:
         """Delete ``rel`` (nothing if it is not there).
