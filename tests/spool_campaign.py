@@ -194,14 +194,22 @@ class TappedClient:
 
 
 def _spool_ids(segdir: Path) -> set[str]:
-    """The message ids of every frame the spool holds whole (closed, open and fenced segments)."""
+    """The message ids of every frame the spool holds whole (closed, open and fenced segments).  A segment renamed
+    while it is read (a fetcher finishing or fencing it: the new run's, or a stop's close still going on in its
+    thread) makes the listing stale: it is read again."""
+    for _ in range(50):
+        try:
+            return _spool_ids_once(segdir)
+        except FileNotFoundError:
+            time.sleep(0.02)
+    return _spool_ids_once(segdir)
+
+
+def _spool_ids_once(segdir: Path) -> set[str]:
     out: set[str] = set()
     for p in segdir.iterdir():
         if p.suffix == ".seg":
-            try:
-                out.update(m for _, m, _, _, _ in read_messages(p))
-            except FileNotFoundError:
-                continue
+            out.update(m for _, m, _, _, _ in read_messages(p))
         elif p.suffix in (".open", ".fenced"):
             data = p.read_bytes()
             good, pos = _scan(data).good, len(MAGIC)
