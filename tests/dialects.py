@@ -20,36 +20,8 @@ __all__ = ["PAGE_VIEW_PROTO", "compile_proto", "message_class", "page_view_messa
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PAGE_VIEW_PROTO = """\
-syntax = "proto3";
-package shop.events;
-
-import "google/protobuf/timestamp.proto";
-
-enum DeviceType {
-  DESKTOP = 0;
-  MOBILE = 1;
-  TABLET = 2;
-  OTHER = 3;
-}
-
-// A shopper viewed a product detail page: page_view's events, as the shop's services send them.
-message ProductPageViewed {
-  string event_id = 1;
-  google.protobuf.Timestamp event_time = 2;
-  optional string user_id = 3;
-  string anonymous_id = 4;
-  string session_id = 5;
-  string product_id = 6;
-  optional string product_category = 7;
-  optional int64 price_minor = 8;
-  optional string currency = 9;
-  string page_url = 10;
-  optional string referrer_url = 11;
-  DeviceType device_type = 12;
-  optional string country = 13;
-}
-"""
+PAGE_VIEW_PROTO = (ROOT / "examples" / "event_types" / "page_view_pb" / "page_view.proto").read_text()
+"""The page view as the shop's services send it: the example type's .proto (examples/event_types/page_view_pb)."""
 
 
 def compile_proto(folder: Path, files: dict[str, str], *, out: str = "schema.desc") -> Path:

@@ -133,3 +133,17 @@ def test_a_run_names_the_setting_it_read_not_an_option(tmp_path: Path) -> None:
         job_source(et, None, now=0)
     assert err.value.field == "source" and err.value.file.endswith("page_view/etl.toml")
     assert "--source" not in str(err.value)
+
+
+def test_the_examples_descriptor_set_is_protocs_output_of_its_proto(tmp_path: Path) -> None:
+    """examples/event_types/page_view_pb/schema.desc is what its README step 1 writes from page_view.proto (protoc
+    with --include_imports): a .proto edited without the set compiled again is caught."""
+    from tests.dialects import compile_proto
+
+    d = EXAMPLES / "page_view_pb"
+    made = compile_proto(tmp_path, {"page_view.proto": (d / "page_view.proto").read_text()})
+    from event_etl.payloads.protobuf import ProtoSchema
+
+    ours = ProtoSchema.load(d / "schema.desc", "shop.events.ProductPageViewed")
+    theirs = ProtoSchema.load(made, "shop.events.ProductPageViewed")
+    assert ours.fingerprint == theirs.fingerprint and ours.avro_schema() == theirs.avro_schema()
