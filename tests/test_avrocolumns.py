@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from event_etl.payloads.avrocolumns import JSON_KINDS, DatumColumns, flat_fields
+from event_etl.payloads.avrocolumns import DatumColumns, flat_fields
 from event_etl.task.fastpath import _fields_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -319,26 +319,30 @@ def test_defaults_do_not_matter_to_a_datum():
     assert flat_fields({**schema, "fields": schema["fields"][2:]}, defaults=False) is not None
 
 
-JSON_CASES = [*NOT_FLAT.values(),
-              json.loads((ROOT / "event_types/page_view/schema.avsc").read_text()),
-              BAD_SCHEMA,
-              record("bytes"), record("float"), record(["null", "double"]),
-              record({"type": "string", "logicalType": "uuid"}, ["null", "boolean"], "int"),
-              record("string", default="x"), record(["long", "null"], default=1), record(["null", "int"], default=None),
-              {"type": "record", "name": "R", "fields": [
-                  {"name": "a", "type": {"type": "enum", "name": "E", "symbols": ["X", "Y"]}},
-                  {"name": "b", "type": ["E", "null"]}, {"name": "c", "type": "t.E"}]}]
+JSON_CASES = [  # (schema, the fast path takes it for a JSON type, for a binary dialect's)
+    *[(schema, False, False) for schema in NOT_FLAT.values()],
+    (json.loads((ROOT / "event_types/page_view/schema.avsc").read_text()), True, True),
+    (BAD_SCHEMA, False, False),  # a double: not a JSON column kind
+    (record("bytes"), False, False), (record("float"), False, False), (record(["null", "double"]), False, False),
+    (record({"type": "string", "logicalType": "uuid"}, ["null", "boolean"], "int"), True, True),
+    (record("string", default="x"), False, True),  # a JSON line may leave it out: then the default, not null
+    (record(["long", "null"], default=1), False, True),
+    (record(["null", "int"], default=None), True, True),
+    ({"type": "record", "name": "R", "fields": [  # an enum named by another spelling of its name
+        {"name": "a", "type": {"type": "enum", "name": "E", "symbols": ["X", "Y"]}},
+        {"name": "b", "type": ["E", "null"]}, {"name": "c", "type": "t.E"}]}, False, False),
+]
 
 
-@pytest.mark.parametrize("schema", JSON_CASES)
-def test_the_json_rules_are_the_fast_paths(schema):
-    """flat_fields(kinds=JSON_KINDS, defaults=False) is what event_etl.task.fastpath decides: its home later."""
-    theirs = _fields_of(SimpleNamespace(schema=schema, event_type=SimpleNamespace(payload="json")))
-    ours = flat_fields(schema, kinds=JSON_KINDS, defaults=False)
-    assert (ours is None) == (theirs is None)
-    if ours is not None:
-        assert [(f.name, f.kind, f.nullable, f.null_branch, f.symbols) for f in ours] == [
-            (f.name, f.kind, f.nullable, f.null_branch, f.symbols) for f in theirs]
+@pytest.mark.parametrize(("schema", "json_flat", "binary_flat"), JSON_CASES)
+def test_which_schemas_the_fast_path_takes(schema, json_flat, binary_flat):
+    """event_etl.task.fastpath takes its fields from flat_fields, of JSON's kinds; a JSON type's field with a
+    default other than null takes the record path, a binary dialect's does not (its payload carries every field)."""
+    for payload, want in (("json", json_flat), ("protobuf", binary_flat)):
+        got = _fields_of(SimpleNamespace(schema=schema, event_type=SimpleNamespace(payload=payload)))
+        assert (got is not None) == want, payload
+        if got is not None:
+            assert [f.name for f in got] == [f["name"] for f in schema["fields"]]
 
 
 # -- edges --------------------------------------------------------------------------------------------

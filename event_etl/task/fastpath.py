@@ -33,6 +33,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from event_etl.payloads.avrocolumns import JSON_KINDS, FlatField, flat_fields
 from event_etl.sources.read import READ_BYTES
 from event_etl.task.payload import MAX_EVENT_MS, MIN_EVENT_MS, Decoder
 
@@ -44,17 +45,6 @@ where the size is explained); a block of Arrow's JSON reader holds one whole."""
 
 _INT32 = (-(2**31), 2**31 - 1)
 _STRINGS = {"string"}
-_SIMPLE = {"string", "long", "int", "boolean"}
-
-
-@dataclass(frozen=True)
-class _Field:
-    name: str
-    kind: str  # string, long, int, boolean, enum
-    nullable: bool
-    null_branch: int  # union index of "null" (0 or 1) when nullable
-    symbols: tuple[str, ...] = ()
-
 
 @dataclass
 class FastChunk:
@@ -70,69 +60,19 @@ class FastChunk:
     columns: Any = None  # pyarrow Table: the records' fields as parsed (what a Parquet file is written from)
 
 
-def _branch(t: Any, enums: dict[str, tuple[str, ...]]) -> tuple[str, tuple[str, ...]] | None:
-    """The kind of a (non-union) Avro type if the fast path handles it (``enums``: named enums seen so far)."""
-    if isinstance(t, str):
-        if t in enums:
-            return "enum", enums[t]
-        return (t, ()) if t in _SIMPLE else None
-    if isinstance(t, dict):
-        kind = t.get("type")
-        if kind == "enum":
-            symbols = tuple(t["symbols"])
-            enums[t["name"]] = symbols
-            return "enum", symbols
-        if kind in _SIMPLE:
-            logical = t.get("logicalType")
-            if kind == "long" and logical not in (None, "timestamp-millis", "timestamp-micros",
-                                                  "local-timestamp-millis", "local-timestamp-micros"):
-                return None
-            if kind == "int" and logical is not None:
-                return None
-            if kind == "string" and logical not in (None, "uuid"):
-                return None
-            return kind, ()
-    return None
-
-
-def _fields_of(decoder: Decoder) -> list[_Field] | None:
-    """The fields of a flat schema the fast path takes, else None.  A JSON line may leave a field out (then it takes
-    its default, which Arrow cannot tell from null): a JSON type's fields have no default but null.  A binary
-    dialect's payload carries every field: its defaults do not matter."""
-    schema = decoder.schema
-    if not isinstance(schema, dict) or schema.get("type") != "record":
-        return None
-    defaults = decoder.event_type.payload != "json"
-    out = []
-    enums: dict[str, tuple[str, ...]] = {}
-    for f in schema["fields"]:
-        t = f["type"]
-        nullable, null_branch = False, 0
-        if isinstance(t, list):
-            if len(t) != 2 or "null" not in t:
-                return None
-            null_branch = t.index("null")
-            t = t[1 - null_branch]
-            nullable = True
-            if "default" in f and f["default"] is not None and not defaults:
-                return None
-        elif "default" in f and not defaults:
-            return None  # a missing field would take its default; Arrow cannot tell missing from null
-        kind = _branch(t, enums)
-        if kind is None:
-            return None
-        out.append(_Field(f["name"], kind[0], nullable, null_branch, kind[1]))
-    names = [f.name for f in out]
-    if len(set(names)) != len(names):
-        return None
-    return out
+def _fields_of(decoder: Decoder) -> list[FlatField] | None:
+    """The fields of a flat schema the fast path takes, else None (:func:`event_etl.payloads.avrocolumns.flat_fields`,
+    of JSON's kinds).  A JSON line may leave a field out (then it takes its default, which Arrow cannot tell from
+    null): a JSON type's fields have no default but null.  A binary dialect's payload carries every field: its
+    defaults do not matter."""
+    return flat_fields(decoder.schema, kinds=JSON_KINDS, defaults=decoder.event_type.payload != "json")
 
 
 class FastPlan:
     """How one event type's JSON lines are decoded and encoded as columns."""
 
     binary = False
-    def __init__(self, decoder: Decoder, fields: list[_Field], *, encode: bool = True) -> None:
+    def __init__(self, decoder: Decoder, fields: list[FlatField], *, encode: bool = True) -> None:
         """``encode``: build each record's Avro encoding (``FastChunk.rows``); a Parquet type's plan does not
         (``rows`` is None: its files are written from the columns), and checks the columns alike."""
         import pyarrow as pa
