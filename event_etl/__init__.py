@@ -4,7 +4,7 @@ A job reads an event type's payloads (Pub/Sub, Kafka, a folder of files, or the 
 generator), writes each micro-batch as deterministically named Avro files into the bucket of
 each event's UTC hour, and closes an hour with a ``_COMPLETE`` manifest once the watermark has
 passed it.  One driver (:mod:`event_etl.job.driver`) runs 1..N types through the shared engine
-(:mod:`event_etl.job.shared`): every trigger it plans each type's batch and runs one Spark job
+(:mod:`event_etl.job.engine`): every trigger it plans each type's batch and runs one Spark job
 for all of them, no streaming query; one type is a round of one, several share one Spark
 application as a fleet.  See README.md for the semantics and the commands.
 

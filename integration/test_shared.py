@@ -75,8 +75,8 @@ def test_a_type_moves_from_a_fleet_to_a_run_of_its_own_and_back(spark, tmp_path)
 
 
 def test_a_batch_a_crash_left_unfinished_is_replayed_first_over_the_same_input(spark, tmp_path):
+    from event_etl.job.engine import FleetMember
     from event_etl.job.setup import acquire_lease, open_shared, prepare_job
-    from event_etl.job.shared import FleetMember
 
     src = tmp_path / "in" / "clicks"
     ids = _add_files(src, "clicks", 0, 2)

@@ -42,7 +42,7 @@ the consumer is the planner and the batches: ``latest_offset``, ``splits``, the 
 the batch saved, ``fetcher.ack(names)`` (what it answers says whether the batch's message keys wait for a
 redelivery), Spark's commit (kept in memory: Spark's own logs are taken as durable) and ``commit``; a restart
 commits the last committed batch's end again when no batch waits for its replay, as the shared engine does
-(``Lane.open`` in ``event_etl/job/shared.py``), so that segments a power cut brought back after their batch
+(``Lane.open`` in ``event_etl/job/engine.py``), so that segments a power cut brought back after their batch
 committed are deleted.  In the
 real-full-disk windows the planner's log is on another disk: what a full checkpoint does to Spark's own logs is
 not this sweep's.
@@ -748,7 +748,7 @@ class Run:
             f.start()
             self.planner = PubSubPlanner(SUB, str(self.spool), max_messages=10_000, clock=lambda: t("14:00"))
             if self.b.committed is not None and self.b.planned is None:
-                self.planner.commit(self.b.committed)  # as the shared engine does on a restart (job/shared.py)
+                self.planner.commit(self.b.committed)  # as the shared engine does on a restart (job/engine.py)
             return True
         except (Killed, PowerCut):
             return True  # died while it started: the loop buries it and starts it again

@@ -8,8 +8,8 @@ from click.testing import CliRunner
 
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.job import driver
+from event_etl.job.engine import FleetMember
 from event_etl.job.setup import RunOptions
-from event_etl.job.shared import FleetMember
 from event_etl.job.stopping import StopSignals
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
 

@@ -5,7 +5,7 @@ partition's lag is a metric.
 Against a real Kafka-protocol broker (tansu, as tests/test_kafka_source.py): tansu cannot delete records
 (no ``DeleteRecords``, no retention run on demand), so a loss is a faked low watermark over the broker's real
 answers, the way tests/test_kafka_source.py fakes it; everything else is the real planner, the shared engine's
-:class:`~event_etl.job.shared.Lane` and Spark offset log, the executor and the controller (no Spark)."""
+:class:`~event_etl.job.engine.Lane` and Spark offset log, the executor and the controller (no Spark)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_lost_records_and_the_lag_per_partition_through_the_shared_engines_lane(
     """The shared engine's path without Spark: the lane plans with the real planner and writes the batch's offset
     to the Spark log, the controller runs the batch through the real executor and counts what the batch's offsets
     say was lost (as event_etl.job.setup wires it), the metrics read the lag from the lane's progress."""
-    from event_etl.job.shared import Lane, SparkLog
+    from event_etl.job.engine import Lane, SparkLog
     from event_etl.metrics import JobMetrics, PrometheusEndpoint
     from tests.test_metrics import value
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from event_etl.errors import LeaseHeldError
-from event_etl.job.shared import Lane, Round, SharedEngine, SparkLog, _balance, round_summary
+from event_etl.job.engine import Engine, Lane, Round, SparkLog, _balance, round_summary
 from event_etl.sources.directory import DirectoryPlanner
 from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
@@ -123,7 +123,7 @@ def test_once_ends_a_lane_at_what_was_there_when_it_started(tmp_path):
     assert lane.offer(now=2, conf={}) is None and lane.exhausted
 
 
-class _Engine(SharedEngine):
+class _Engine(Engine):
     """The shared engine with its Spark job played by the real executor in this process (each call recorded)."""
 
     def __init__(self, pipes: dict[str, LocalPipeline], failing_tasks: set[str] = frozenset()) -> None:

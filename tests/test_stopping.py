@@ -145,9 +145,9 @@ def test_a_step_watched_by_the_main_loop_goes_on_after_one_signal_and_gives_way_
 
 
 def test_a_fleet_drains_every_type_it_can_and_reports_the_one_it_cannot(tmp_path, capsys):
+    from event_etl.job.engine import FleetMember
     from event_etl.job.fleet import drain_all, summary_lines
     from event_etl.job.setup import Job
-    from event_etl.job.shared import FleetMember
 
     clock = FakeClock(t("13:30"))
     members = []

@@ -1,7 +1,7 @@
 """The driver's side of a job: judging batches against a fixed watermark, ledger, markers, idleness, drain.
 
 :class:`Controller` runs each micro-batch of one event type (:meth:`Controller.batch_phases`, driven by the
-shared engine's round, :mod:`event_etl.job.shared`) and, between batches, the job's idle ticks and drain (``tick``,
+shared engine's round, :mod:`event_etl.job.engine`) and, between batches, the job's idle ticks and drain (``tick``,
 ``drain``).  A lock makes them take turns.  Per batch, in this order, each step durable before the next:
 
 1. the batch's *intent* (the watermark it is judged against, the settings and schema it

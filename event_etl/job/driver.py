@@ -5,9 +5,9 @@
 1. **checks and leases**, before Spark starts: each type is prepared (:func:`event_etl.job.setup.prepare_job`) and
    its checkpoint lock and sink lease taken; a stop asked for meanwhile is recorded and obeyed once the job runs;
 2. **the session** (unless one is given), watched: a second signal while the JVM starts ends the process at once;
-3. **the engine**, :class:`~event_etl.job.shared.SharedEngine`, for one type as for a hundred: a round per trigger
-   (:func:`~event_etl.job.shared.run_rounds`), ticks, metrics and supervision between rounds, then, for a drain,
-   :func:`~event_etl.job.shared.rounds_before_drain`; a second signal cancels the round (:class:`Escalated`);
+3. **the engine**, :class:`~event_etl.job.engine.Engine`, for one type as for a hundred: a round per trigger
+   (:func:`~event_etl.job.engine.run_rounds`), ticks, metrics and supervision between rounds, then, for a drain,
+   :func:`~event_etl.job.engine.rounds_before_drain`; a second signal cancels the round (:class:`Escalated`);
 4. **the end**: drain if asked, the summary, the last line saying the exit code; every lease released.
 
 One type is a fleet of one, with one difference, which is a decision, not an engine: **a single type is not
@@ -31,6 +31,7 @@ from typing import Any
 
 from event_etl.errors import UsageError, unwrap_task_error
 from event_etl.eventtypes import EventType
+from event_etl.job.engine import Engine, FleetMember, round_summary, rounds_before_drain, run_rounds
 from event_etl.job.fleet import (
     finish,
     member_checkpoint,
@@ -47,7 +48,6 @@ from event_etl.job.setup import (
     release_lease,
     start_fetcher,
 )
-from event_etl.job.shared import FleetMember, SharedEngine, round_summary, rounds_before_drain, run_rounds
 from event_etl.job.stopping import (
     Echo,
     Escalated,
@@ -200,7 +200,7 @@ class _Driver:
         try:
             for m in self.members:
                 self.open_member(m)
-            engine = SharedEngine(self.spark, self.members, {m.name: m.lane for m in self.members}, clock=self.clock)
+            engine = Engine(self.spark, self.members, {m.name: m.lane for m in self.members}, clock=self.clock)
             if self.endpoint is not None:
                 self.endpoint.serve()
                 self.echo(f"[fleet] Prometheus metrics {self.endpoint.url}")
@@ -236,7 +236,7 @@ class _Driver:
             if self.endpoint is not None:
                 self.endpoint.close()
 
-    def _rounds(self, engine: SharedEngine, started: float) -> tuple[str | None, bool]:
+    def _rounds(self, engine: Engine, started: float) -> tuple[str | None, bool]:
         """The rounds, then (for a drain) what a drain needs run first; returns what stopped them, and whether the
         job drains.  A second signal cancels the round's Spark jobs and raises :class:`Interrupted`."""
         deadline = None if self.options.max_seconds is None else started + self.options.max_seconds
@@ -274,7 +274,7 @@ class _Driver:
         if self.fleet:  # a single type has no status file: `event-etl status` reads its lease and checkpoint
             write_status(m, self.clock)
 
-    def supervise(self, engine: SharedEngine) -> None:
+    def supervise(self, engine: Engine) -> None:
         """Between rounds: a quarantined type tried again after its backoff, the backlog metrics, the ticks (idle
         watermarks), a fleet's status lines."""
         for m in self.members:
@@ -298,7 +298,7 @@ class _Driver:
         except Exception as err:  # noqa: BLE001 - another failure, tried again later
             self.on_failure(m, err)
 
-    def _tick(self, running: list[FleetMember], engine: SharedEngine) -> None:
+    def _tick(self, running: list[FleetMember], engine: Engine) -> None:
         """Tick the running members (idle watermark, markers it completes), several at a time: one after the
         other, a hundred types' ticks would hold the next round back."""
 

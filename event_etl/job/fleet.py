@@ -1,5 +1,5 @@
 """A fleet: several event types in one Spark application, run by :mod:`event_etl.job.driver` through the shared
-engine (one micro-batch round per trigger for every type: :mod:`event_etl.job.shared`).  This module is what a fleet
+engine (one micro-batch round per trigger for every type: :mod:`event_etl.job.engine`).  This module is what a fleet
 has that one type has not: quarantine with backoff, a status file per type, a drain per type, a line per type.
 
 ``event-etl run TYPE1 TYPE2 ...`` (or ``--all``) shares one JVM and one set of executors
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from event_etl.errors import EventEtlError, unwrap_task_error
+from event_etl.job.engine import FleetMember
 from event_etl.job.progress import BACKFILL_RUNBOOK
 from event_etl.job.setup import RunOptions
-from event_etl.job.shared import FleetMember
 from event_etl.job.status import STATUS_FILE
 from event_etl.job.stopping import (
     Echo,

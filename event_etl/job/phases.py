@@ -3,7 +3,7 @@
 A batch (:meth:`event_etl.job.controller.Controller.batch_phases`) is a generator.  It yields :class:`Tasks` when it
 needs executor tasks run and is sent their outputs; it yields :data:`MARKED` once its markers are written; it
 returns its :class:`~event_etl.job.controller.BatchEvent`.  :func:`drive` runs one batch on its own (the tests,
-:meth:`~event_etl.job.controller.Controller.finish_batch`); the shared engine (:mod:`event_etl.job.shared`) runs the
+:meth:`~event_etl.job.controller.Controller.finish_batch`); the shared engine (:mod:`event_etl.job.engine`) runs the
 batches of every type of a round together, phase by phase: all their tasks in one Spark job, every marker before
 any state.
 """

@@ -23,7 +23,7 @@ from event_etl.job.controller import Controller
 from event_etl.job.progress import GeneratorClock, ProgressPrinter
 
 if TYPE_CHECKING:
-    from event_etl.job.shared import Lane
+    from event_etl.job.engine import Lane
 from event_etl.job.stopping import (
     Echo,
     StopSignals,
@@ -346,9 +346,9 @@ def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage)
 
 def open_shared(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
                 serve_metrics: bool = True, fetcher: Any = None, echo: Echo = say) -> tuple[Job, Lane]:
-    """A prepared job opened for the shared engine (:mod:`event_etl.job.shared`): its controller, metrics and
+    """A prepared job opened for the shared engine (:mod:`event_etl.job.engine`): its controller, metrics and
     printer (no query), and its source's lane, which the engine plans itself.  Returns ``(job, lane)``."""
-    from event_etl.job.shared import Lane, SparkLog
+    from event_etl.job.engine import Lane, SparkLog
     from event_etl.sources.registry import batch_cap, make_planner
 
     try:

@@ -3,7 +3,7 @@ before the job read them (``lost``) and each partition's lag.
 
 The planner runs in the driver, beside what the controller and the metrics read: the batch's offsets in the
 checkpoint's Spark offset log (``spark/offsets/<batch>``, written before the batch runs), and the source's end and
-latest offsets (:meth:`event_etl.job.shared.Lane.progress`, shaped as Spark's ``query.lastProgress``).  Every
+latest offsets (:meth:`event_etl.job.engine.Lane.progress`, shaped as Spark's ``query.lastProgress``).  Every
 function here is a function of those offsets alone.
 
 An offset's ``lost`` (see :mod:`event_etl.sources.kafka`) accumulates over the checkpoint's life, so the records
@@ -47,7 +47,7 @@ def lost_between(start: dict[str, Any] | None, end: dict[str, Any] | None) -> di
 
 def logged_offset(spark_dir: str | Path, batch_id: int) -> dict[str, Any] | None:
     """The end offset of batch ``batch_id`` in a checkpoint's Spark offset log (its last line; the format of
-    :class:`event_etl.job.shared.SparkLog`, Spark's own), or None if there is none."""
+    :class:`event_etl.job.engine.SparkLog`, Spark's own), or None if there is none."""
     try:
         lines = (Path(spark_dir) / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:

@@ -159,7 +159,7 @@ def read_spool(path: str, start: int, end: int) -> Iterator[tuple[int, dict[str,
 
 class PubSubPlanner:
     """Plans micro-batches over the spool a :class:`~event_etl.sources.pubsub_fetch.Fetcher` fills
-    (runs in the driver, asked by the engine's lane: :mod:`event_etl.job.shared`)."""
+    (runs in the driver, asked by the engine's lane: :mod:`event_etl.job.engine`)."""
 
     def __init__(self, subscription: str, spool_dir: str, *, max_messages: int, clock: Callable[[], int],
                  tasks_per_batch: int = 2, once_wait: float = 900.0) -> None:

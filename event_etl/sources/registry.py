@@ -6,7 +6,7 @@ Every decision that depends on a source's kind is made here, from :data:`SOURCES
   URL (``parse``, as each of fsspec's file systems strips its own protocol); a path without a scheme is a folder,
   an unknown scheme an error naming the nearest known one;
 - :func:`make_planner`: the planner of a type's source, which the engine's lane asks for offsets and splits
-  (:mod:`event_etl.job.shared`);
+  (:mod:`event_etl.job.engine`);
 - :meth:`SourceKind.identity`: what a checkpoint remembers of its source (:meth:`SourceSpec.identity`, the
   parsed ``--source``, lives here for that reason; :mod:`event_etl.sources` re-exports it);
 - :meth:`SourceKind.check`: a check before the job starts (the subscription exists);

@@ -587,7 +587,7 @@ _SharedRow = tuple[str, int, str | None, bytes | None, tuple[str, str, str | Non
 
 def make_shared_task(contexts: dict[str, BatchContext]
                      ) -> Callable[[Iterable[tuple[str, Iterable[Any]]]], Iterator[_SharedRow]]:
-    """The ``mapPartitions`` function of a shared engine's Spark job (:mod:`event_etl.job.shared`).
+    """The ``mapPartitions`` function of a shared engine's Spark job (:mod:`event_etl.job.engine`).
 
     Its rows are ``(type name, split row)`` of several types' batches; it yields one
     ``(type name, shard, report JSON, keys, None)`` per split, or ``(type name, shard, None, None,

@@ -59,7 +59,7 @@ from event_etl.sources.splits import Split
 from event_etl.storage.atomic import write_text_atomic
 from event_etl.timeutil import iso
 
-__all__ = ["SparkLog", "Lane", "SharedEngine", "run_rounds", "rounds_before_drain", "round_summary",
+__all__ = ["SparkLog", "Lane", "Engine", "run_rounds", "rounds_before_drain", "round_summary",
            "FleetMember"]
 
 Offset = Any
@@ -92,7 +92,7 @@ class FleetMember:
     prepared: Any
     job: Any = None  # its event_etl.job.setup.Job once opened
     state: str = "starting"
-    lane: Any = None  # the shared engine's hold on its source (event_etl.job.shared.Lane)
+    lane: Any = None  # the shared engine's hold on its source (event_etl.job.engine.Lane)
     failures: int = 0
     restart_at: float | None = None
     last_error: str | None = None
@@ -296,7 +296,7 @@ ROUND_PHASES = (
 )
 
 
-class SharedEngine:
+class Engine:
     """Runs the batches of many types' controllers, one round per trigger (see the module docstring).
 
     ``members`` are :class:`FleetMember` s whose job (controller, metrics,
@@ -477,7 +477,7 @@ def _balance(rows: list[SplitRow], parallelism: int) -> list[list[SplitRow]]:
     return [b for b in bins if b]
 
 
-def run_rounds(engine: SharedEngine, members: list[FleetMember], options: Any, stops: StopSignals, *,
+def run_rounds(engine: Engine, members: list[FleetMember], options: Any, stops: StopSignals, *,
                trigger_ms: int, on_failure: Callable[[Any, BaseException], None], on_done: Callable[[Any], None],
                supervise: Callable[[], None], deadline: float | None, stop_event: Any = None) -> str | None:
     """The job's loop: a round every trigger interval (at once again if one took longer), ticks and supervision in
@@ -513,7 +513,7 @@ def _stop_reason(stops: StopSignals, deadline: float | None, stop_event: Any) ->
     return None
 
 
-def _round(engine: SharedEngine, names: list[str], stops: StopSignals, *, once: bool,
+def _round(engine: Engine, names: list[str], stops: StopSignals, *, once: bool,
            on_failure: Callable[[Any, BaseException], None], on_done: Callable[[Any], None]) -> None:
     """Plan and run one round of ``names``, watched (a second signal cancels its Spark jobs); report each type that
     failed, and (``--once``) each whose input has ended."""
@@ -532,7 +532,7 @@ def _round(engine: SharedEngine, names: list[str], stops: StopSignals, *, once: 
                 on_done(m)
 
 
-def rounds_before_drain(engine: SharedEngine, members: list[FleetMember], stops: StopSignals, *,
+def rounds_before_drain(engine: Engine, members: list[FleetMember], stops: StopSignals, *,
                         on_failure: Callable[[Any, BaseException], None], quiet: bool = False,
                         echo: Echo = say) -> None:
     """What a drain needs done before it closes any hour (issue 47).
@@ -559,7 +559,7 @@ def rounds_before_drain(engine: SharedEngine, members: list[FleetMember], stops:
                 or (n in {m.name for m in spooled} and not engine.lanes[n].exhausted)}
 
 
-def _planned_and_run(engine: SharedEngine, names: list[str]) -> Callable[[], Round]:
+def _planned_and_run(engine: Engine, names: list[str]) -> Callable[[], Round]:
     return lambda: engine.run(engine.plan(names))
 
 
