@@ -87,7 +87,7 @@ def child(argv: list[str], out: Path) -> int:
 
     wrap(session, "_launch_own_jvm", "jvm_launch", "jvm_up")
     wrap(session, "get_session", None, "session")
-    wrap(shared.SharedEngine, "_run_splits", "submit", "collected")
+    wrap(shared.Engine, "_run_splits", "submit", "collected")
     wrap(controller.Controller, "run_batch", None, "batch_end")
     wrap(controller.Controller, "drain", "drain_start", "drain_end")
     wrap(session, "stop_session", "stop_start", "stop_end")
