@@ -83,11 +83,11 @@ def child(argv: list[str], out: Path) -> int:
 
         setattr(owner, attr, wrapped)
 
-    from event_etl.job import controller, session, shared
+    from event_etl.job import controller, engine, session
 
     wrap(session, "_launch_own_jvm", "jvm_launch", "jvm_up")
     wrap(session, "get_session", None, "session")
-    wrap(shared.Engine, "_run_splits", "submit", "collected")
+    wrap(engine.Engine, "_run_splits", "submit", "collected")
     wrap(controller.Controller, "run_batch", None, "batch_end")
     wrap(controller.Controller, "drain", "drain_start", "drain_end")
     wrap(session, "stop_session", "stop_start", "stop_end")
