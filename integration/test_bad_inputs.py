@@ -18,8 +18,8 @@ from event_etl.job.setup import RunOptions
 from event_etl.storage import Storage
 from event_etl.storage.deadletter import iter_deadletters
 from event_etl.timeutil import HOUR_MS
-from integration.campaign import INVALID_KINDS, invalid_payload
-from tests.harness import FakeClock, read_sink, t
+from integration.campaigns.campaign import INVALID_KINDS, invalid_payload
+from tests.lib.harness import FakeClock, read_sink, t
 
 ROOT = Path(__file__).resolve().parent.parent
 

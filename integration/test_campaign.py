@@ -1,21 +1,22 @@
-"""The fault campaign (integration/campaign.py) at a small size: it must report 0 of every failure (0 lost, 0
+"""The fault campaign (integration/campaigns/campaign.py) at a small size: it must report 0 of every failure (0 lost, 0
 duplicated, 0 premature or changed markers, every record in its hour, every dead letter with its reason).
 
 Each window is stopped once here, with one source each: the directory campaign kills at each of the batch
 protocol's points (the same for every source) and makes each other kind of stop (SIGTERM to the process and to its
 group, a drain cut short, a downtime, a double kill, a kill in an idle tick); the Pub/Sub campaign kills at each of
 Pub/Sub's own points.  The repeats (the Pub/Sub campaign's random kills and other stops, more kills, other sinks,
-Kafka) are `python -m integration.campaign` (RELIABILITY.md), and the unit sweeps reach every window of the same
-paths far more often than any end-to-end run: tests/crash_sweep.py (a kill before every file-system call of the
-batch protocol, and again during the restart and replay), tests/spool_campaign.py and tests/spool_sweep.py (the
-Pub/Sub fetcher broken at every call from a pull to its acknowledgement: kills, torn writes, full disks).
+Kafka) are `python -m integration.campaigns.campaign` (RELIABILITY.md), and the unit sweeps reach every window of
+the same paths far more often than any end-to-end run: tests/sweeps/crash_sweep.py (a kill before every file-system
+call of the batch protocol, and again during the restart and replay), tests/sweeps/spool_campaign.py and
+tests/sweeps/spool_sweep.py (the Pub/Sub fetcher broken at every call from a pull to its acknowledgement: kills, torn
+writes, full disks).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from integration.campaign import FAULT_POINTS, PUBSUB_POINTS, Campaign, failures, print_table
+from integration.campaigns.campaign import FAULT_POINTS, PUBSUB_POINTS, Campaign, failures, print_table
 
 
 def _args(tmp_path, source: str, **kw) -> argparse.Namespace:
@@ -33,7 +34,7 @@ def test_campaign_directory_source_to_local_disk(tmp_path):
     """A SIGKILL at each of the batch protocol's points, a SIGTERM to the process and one to its group (both
     drain), a SIGKILL during a drain, a downtime longer than the idle timeout, a SIGKILL during the replay that
     follows a SIGKILL, a SIGKILL inside an idle tick (``--stops all``).  64 batches of input over more than six
-    event-time hours (``python -m integration.campaign`` makes 96 by default)."""
+    event-time hours (``python -m integration.campaigns.campaign`` makes 96 by default)."""
     args = _args(tmp_path, "dir")
     result = Campaign(args).run()
     print_table(result, args)
@@ -51,8 +52,8 @@ def test_campaign_pubsub_to_gcs(tmp_path):
     """A SIGKILL at each of Pub/Sub's own points (pulled, spooled, acknowledging, spool_acked, segments_committed),
     Pub/Sub emulator -> GCS emulator, then a last run that drains (``--points source --stops kills``).  The batch
     protocol's points and the other kinds of stop are the directory campaign's (above); ``python -m
-    integration.campaign --source pubsub`` adds random kills at them, SIGTERMs, a drain cut short, a downtime, a
-    double kill and an idle kill (RELIABILITY.md)."""
+    integration.campaigns.campaign --source pubsub`` adds random kills at them, SIGTERMs, a drain cut short, a
+    downtime, a double kill and an idle kill (RELIABILITY.md)."""
     args = _args(tmp_path, "pubsub", events=2000, files=72, kills=len(PUBSUB_POINTS), sigterms=0, points="source",
                  stops="kills")
     result = Campaign(args).run()

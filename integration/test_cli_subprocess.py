@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import check_manifest_matches_folder, read_sink
+from tests.lib.harness import check_manifest_matches_folder, read_sink
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 
@@ -132,7 +132,7 @@ def test_sigkill_then_restart_loses_and_duplicates_nothing(tmp_path):
     src = tmp_path / "in"
     src.mkdir()
     sink, ck = tmp_path / "data", tmp_path / "ck"
-    from tests.harness import make_event_type
+    from tests.lib.harness import make_event_type
 
     et = make_event_type(tmp_path / "types", "click", max_backfill="0")
     lines = []
@@ -162,7 +162,7 @@ def test_sigkill_then_restart_loses_and_duplicates_nothing(tmp_path):
 
 
 def test_a_second_writer_is_refused_at_once_and_a_killed_one_does_not_block_its_restart(tmp_path):
-    from tests.harness import make_event_type
+    from tests.lib.harness import make_event_type
 
     make_event_type(tmp_path / "types", "click", max_backfill="0")
     src = tmp_path / "in"

@@ -7,7 +7,7 @@ this environment's packages), so event_etl reaches them in the bundle or not at 
 whatever a job needs (emulator hosts, fault settings) reaches them through `submit`, as on
 a real cluster.  The jobs run as users run them: `event-etl submit ...` in its own process.
 
-The checks are those of the core tests (tests/harness.py): every event once, in its own
+The checks are those of the core tests (tests/lib/harness.py): every event once, in its own
 hour or late in a later one, or dead-lettered with the reason its kind implies; every
 hour marked from the first to the last; each manifest exactly its folder.
 """
@@ -32,7 +32,7 @@ from event_etl.errors import EventEtlError
 from event_etl.timeutil import HOUR_MS, now_millis
 from integration import test_pubsub_gcs as pubsub_gcs
 from integration.test_spark_job import GEN, placement, write_inputs
-from tests.harness import check_manifest_matches_folder, make_event_type, read_deadletter, read_sink
+from tests.lib.harness import check_manifest_matches_folder, make_event_type, read_deadletter, read_sink
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 ROOT = Path(__file__).resolve().parent.parent

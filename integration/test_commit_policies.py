@@ -23,7 +23,7 @@ from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.sources.publisher import setup_pubsub
 from event_etl.sources.pubsub import subscriber_client
 from event_etl.timeutil import iso
-from tests.harness import CLICK_SCHEMA, FakeClock, LocalPipeline, click, t
+from tests.lib.harness import CLICK_SCHEMA, FakeClock, LocalPipeline, click, t
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -152,7 +152,7 @@ import sys
 sys.path.insert(0, {root!r})
 from event_etl.eventtypes import load_event_type
 from event_etl.job.setup import start_policies
-from tests.harness import FakeClock, LocalPipeline, click, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, t
 p = LocalPipeline({tmp!r}, load_event_type({types!r}), FakeClock(t("13:10")))
 start_policies(p.controller)
 p.batch([click("a", "10:05"), click("b", "11:30")])  # hour 10 complete: its marker, then the policy (paused)

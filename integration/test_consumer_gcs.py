@@ -27,7 +27,7 @@ from event_etl.consumer import (
 )
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.storage import Storage
-from tests.harness import hour
+from tests.lib.harness import hour
 from tests.test_consumer_scenario import build_hours, complete_hour_15
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
@@ -145,7 +145,7 @@ def test_the_commands_as_a_process(sc):
 @pytest.mark.slow
 def test_could_not_check_when_the_storage_server_is_down(tmp_path, monkeypatch):
     """A stopped server is "could not check" (after the retries, ~1 s here), never "not started" or a timeout."""
-    from integration.servers import GcsEmulator
+    from tests.lib.servers import GcsEmulator
 
     server = GcsEmulator(tmp_path / "gcs").start()
     try:

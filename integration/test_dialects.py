@@ -1,7 +1,7 @@
 """Producers' dialects end to end, through real Spark, from each source kind (issue 56's done-when): the demo's page
 views sent as Protobuf (``page_view_pb``: a message of a descriptor set protoc wrote, its Avro schema derived) and as
 Confluent-framed Avro (``page_view_cf``: frames of confluent-kafka's own ``AvroSerializer``, schemas from the test
-registry, :mod:`tests.registry_server`), run as a fleet of the two, from a folder (base64 lines), from Pub/Sub (the
+registry, :mod:`tests.lib.registry_server`), run as a fleet of the two, from a folder (base64 lines), from Pub/Sub (the
 emulator) and from Kafka (noida-db).  Each good event lands once in its UTC hour, every hour is marked at the drain,
 and each bad payload is a dead letter with its reason and its bytes."""
 
@@ -21,7 +21,7 @@ from event_etl.job.setup import RunOptions
 from event_etl.storage import Storage
 from event_etl.storage.deadletter import iter_deadletters
 from event_etl.timeutil import HOUR_MS, hour_floor, now_millis
-from tests.dialects import (
+from tests.lib.dialects import (
     ROOT,
     confluent_avro_serializer,
     message_class,
@@ -29,7 +29,7 @@ from tests.dialects import (
     page_view_record,
     page_view_types,
 )
-from tests.harness import read_sink
+from tests.lib.harness import read_sink
 
 NAMES = ("page_view_pb", "page_view_cf")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from event_etl.job.driver import run_fleet
 from event_etl.job.setup import RunOptions
 from event_etl.job.status import job_statuses, read_status
-from tests.harness import check_manifest_matches_folder, make_event_type, read_sink
+from tests.lib.harness import check_manifest_matches_folder, make_event_type, read_sink
 
 BASE = 1_795_266_000_000  # 2026-11-21T09:00Z
 

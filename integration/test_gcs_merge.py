@@ -12,7 +12,7 @@ from event_etl.consumer import read_records, verify_hour
 from event_etl.job.merges import MERGE_REQUESTS
 from event_etl.rules.compaction import ROLLING_FILES, is_merged_name
 from event_etl.storage import Storage
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 H13 = "2026-11-21T13:00Z"
 

@@ -1,11 +1,11 @@
-"""The storage contract (tests/storage_contract.py) against the GCS emulator through gcsfs."""
+"""The storage contract (tests/lib/storage_contract.py) against the GCS emulator through gcsfs."""
 
 from __future__ import annotations
 
 import pytest
 
 from event_etl.storage import Storage
-from tests.storage_contract import StorageContract
+from tests.lib.storage_contract import StorageContract
 
 
 @pytest.fixture

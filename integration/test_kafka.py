@@ -4,7 +4,7 @@ separate process with ``EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS`` set), then more even
 
 tansu reports a partition's high watermark below what it serves (the base offset of its last record batch + 1), and
 ``--once`` never plans past the reported high watermark: these tests produce one record per request
-(:meth:`integration.servers.KafkaBroker.produce`) so that the reported watermark is exact.  What needs true
+(:meth:`tests.lib.servers.KafkaBroker.produce`) so that the reported watermark is exact.  What needs true
 watermarks and what tansu refuses (partitions added, records deleted, transactions) runs on noida-db:
 ``integration/test_kafka_broker.py``."""
 
@@ -24,7 +24,7 @@ from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_hour_dir
 from event_etl.rules.manifest import Manifest
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, now_millis
-from tests.shared import wait_until
+from tests.lib.waiting import wait_until
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 PARTITIONS = 4

@@ -1,7 +1,7 @@
 """What a Kafka broker does to a topic under a running job (issue 48): partitions added, records deleted by
 retention or DeleteRecords, transactions committed, aborted and left open.
 
-The broker is noida-db's Kafka service (:class:`integration.servers.NoidaKafka`): tansu refuses CreatePartitions,
+The broker is noida-db's Kafka service (:class:`tests.lib.servers.NoidaKafka`): tansu refuses CreatePartitions,
 AlterConfigs and DeleteRecords, and reports high watermarks below what it serves; noida-db does all of it and
 reports true watermarks (the last stable offset to a ``read_committed`` client while a transaction is open).  The
 job runs as users run it: ``event-etl run page_view --source kafka:TOPIC`` in a process of its own.
@@ -25,7 +25,7 @@ import pytest
 
 from event_etl.timeutil import HOUR_MS, now_millis
 from integration.test_kafka import EXE, _event, _sink_content
-from tests.shared import wait_until
+from tests.lib.waiting import wait_until
 
 
 def _types(tmp_path: Path, **settings: str) -> Path:

@@ -3,7 +3,7 @@
 The job is ``event-etl run`` as a process, with ``--metrics-port`` on 127.0.0.1 and a
 directory source of crafted files whose late, too-late, future and invalid events are
 known (and cross-checked through the real executor and controller in
-:class:`tests.harness.LocalPipeline`).  Prometheus (the Debian package) runs with the
+:class:`tests.lib.harness.LocalPipeline`).  Prometheus (the Debian package) runs with the
 shipped ``monitoring/prometheus.yml`` pointed at the job, scraping every second, and
 with the shipped alert rules loaded.  PromQL over its HTTP API then returns what the job
 did; every dashboard query is accepted; and ``event-etl graphs --prometheus`` draws
@@ -26,9 +26,9 @@ import yaml
 
 from event_etl.metrics import OUTCOMES
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, hour_floor, now_millis
-from integration.servers import PrometheusServer, free_port
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type
-from tests.shared import wait_until
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type
+from tests.lib.servers import PrometheusServer, free_port
+from tests.lib.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 EXE = str(Path(sys.executable).with_name("event-etl"))

@@ -25,7 +25,7 @@ from event_etl.rules.buckets import MARKER_NAME
 from event_etl.rules.manifest import Manifest
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, now_millis
-from tests.shared import wait_until
+from tests.lib.waiting import wait_until
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from event_etl.job.driver import run_fleet, run_job
 from event_etl.job.setup import RunOptions
-from tests.harness import check_manifest_matches_folder, make_event_type, read_sink
+from tests.lib.harness import check_manifest_matches_folder, make_event_type, read_sink
 
 BASE = 1_795_266_000_000  # 2026-11-21T09:00Z
 

@@ -31,7 +31,7 @@ import pytest
 from event_etl.eventtypes import load_event_types, resolve_event_types_dir
 from event_etl.job.stopping import SAME_SIGNAL_S
 from event_etl.sources.generator import Generator, GeneratorParams
-from tests.harness import check_manifest_matches_folder, read_sink
+from tests.lib.harness import check_manifest_matches_folder, read_sink
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 COUNT = 80_000

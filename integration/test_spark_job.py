@@ -17,7 +17,7 @@ from event_etl.job.driver import run_job
 from event_etl.job.setup import RunOptions
 from event_etl.sources.generator import Generator, GeneratorParams
 from event_etl.timeutil import HOUR_MS
-from tests.harness import (
+from tests.lib.harness import (
     FakeClock,
     LocalPipeline,
     check_manifest_matches_folder,

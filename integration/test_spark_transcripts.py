@@ -17,7 +17,7 @@ from event_etl.job.checkpoint import Checkpoint
 from event_etl.job.driver import run_job
 from event_etl.job.setup import RunOptions
 from event_etl.testing.transcripts import Case, Observed, TranscriptMismatch, run_case, t
-from tests.harness import FakeClock, make_event_type
+from tests.lib.harness import FakeClock, make_event_type
 from tests.test_transcripts import CASES, NEGATIVE
 
 SPARK_CASES = [c for c in CASES if c.runs_here("spark")]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from integration.servers import GcsEmulator
 from integration.test_pubsub_gcs import EXE
-from tests.harness import make_event_type
+from tests.lib.harness import make_event_type
+from tests.lib.servers import GcsEmulator
 
 N_FILES, PER_FILE = 12, 300
 

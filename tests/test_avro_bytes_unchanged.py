@@ -2,7 +2,7 @@
 
 Consumers and replays rely on the bytes: a batch replayed after an upgrade must write the same files under the
 same names (``_store_once`` compares them), and a manifest's sha256 of each file must stay what it was. So the
-real executor and controller (``tests.harness.LocalPipeline``: process_split on local disk, the controller's
+real executor and controller (``tests.lib.harness.LocalPipeline``: process_split on local disk, the controller's
 ledgers, merges, markers and drain; no Spark) write a fixed input of the shipped ``page_view`` and
 ``payment_authorization`` types on a fake clock, and every file of the sink (data files, ``late-`` files,
 merged files, dead letters, ``_COMPLETE`` manifests) must have the sha256 recorded below.
@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 
 from event_etl.eventtypes import load_event_type
-from tests.harness import FakeClock, LocalPipeline
+from tests.lib.harness import FakeClock, LocalPipeline
 
 EVENT_TYPES = Path(__file__).resolve().parents[1] / "event_types"
 MINUTE = 60_000

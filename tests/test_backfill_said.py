@@ -4,7 +4,7 @@ A job's first batches (no watermark yet) dead-letter an event more than ``max_ba
 a reason of its own, ``before_backfill`` (``too_late`` keeps its meaning: behind the watermark by more than
 ``allowed_lateness``).  The run says it once, in one line naming the count, the setting and the fix, in the
 progress output and in the summary; ``event-etl status`` says it too while the job has no watermark.  Batches run
-through the real executor and controller (:class:`tests.harness.LocalPipeline`), printed by the real printer.
+through the real executor and controller (:class:`tests.lib.harness.LocalPipeline`), printed by the real printer.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from event_etl.job.status import job_status
 from event_etl.metrics.spec import OUTCOMES
 from event_etl.rules.reasons import Reason
 from event_etl.timeutil import DAY_MS, HOUR_MS, iso
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, t
 
 NOW = t("13:30")
 SETTINGS = {"out_of_orderness": "2m", "allowed_lateness": "24h", "idle_timeout": "5m", "max_future_skew": "10m"}

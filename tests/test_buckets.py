@@ -15,7 +15,7 @@ from event_etl.rules.buckets import (
     validate_event_type_name,
 )
 from event_etl.timeutil import HOUR_MS
-from tests.harness import t
+from tests.lib.harness import t
 
 HOURS = st.integers(min_value=0, max_value=(253402300799999 // HOUR_MS) - 1).map(lambda h: h * HOUR_MS)
 

@@ -71,7 +71,7 @@ def test_a_registry_url_with_credentials_is_refused(types: Path) -> None:
 def test_a_set_written_without_its_imports_is_named(types: Path, tmp_path: Path) -> None:
     from grpc_tools import protoc
 
-    from tests.dialects import PAGE_VIEW_PROTO
+    from tests.lib.dialects import PAGE_VIEW_PROTO
 
     d = types / "page_view_pb"
     (tmp_path / "p").mkdir()
@@ -94,7 +94,7 @@ def _toml(d: Path, line: str) -> None:
 def test_a_changed_descriptor_is_a_new_schema_version_under_the_compatibility_rules(types: Path) -> None:
     from event_etl.errors import ConfigError
     from event_etl.eventtypes import register_current_schema
-    from tests.dialects import PAGE_VIEW_PROTO, compile_proto
+    from tests.lib.dialects import PAGE_VIEW_PROTO, compile_proto
 
     d = types / "page_view_pb"
     register_current_schema(load_event_type(d))  # v1: the derived schema of today's message
@@ -138,7 +138,7 @@ def test_a_run_names_the_setting_it_read_not_an_option(tmp_path: Path) -> None:
 def test_the_examples_descriptor_set_is_protocs_output_of_its_proto(tmp_path: Path) -> None:
     """examples/event_types/page_view_pb/schema.desc is what its README step 1 writes from page_view.proto (protoc
     with --include_imports): a .proto edited without the set compiled again is caught."""
-    from tests.dialects import compile_proto
+    from tests.lib.dialects import compile_proto
 
     d = EXAMPLES / "page_view_pb"
     made = compile_proto(tmp_path, {"page_view.proto": (d / "page_view.proto").read_text()})

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from event_etl.cli import main
-from tests.harness import CLICK_SCHEMA, FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import CLICK_SCHEMA, FakeClock, LocalPipeline, click, make_event_type, t
 
 
 @pytest.fixture

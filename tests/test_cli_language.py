@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from event_etl.cli import main
 from event_etl.cli.params import DURATION, Duration, to_duration
 from event_etl.exitcodes import ExitCode
-from tests.harness import CLICK_SCHEMA
+from tests.lib.harness import CLICK_SCHEMA
 from tests.test_consumer_scenario import build_hours
 
 

@@ -3,7 +3,7 @@
 The idle rule measures how long the source has been quiet on the monotonic clock: a forward
 step of two hours while the source is quiet for two real minutes advances the watermark by
 two minutes' worth, not by two hours; a backward step moves nothing back.  The step is seen,
-printed and counted.  The real executor and controller, without Spark (tests.harness)."""
+printed and counted.  The real executor and controller, without Spark (tests.lib.harness)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import io
 from event_etl.job.idle import IdleClock
 from event_etl.job.progress import ProgressPrinter
 from event_etl.rules.watermark import SourceActivity, clock_step, quiet_start
-from tests.harness import FakeClock, LocalPipeline, click, hour, make_event_type, read_sink, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, hour, make_event_type, read_sink, t
 
 MINUTE = 60_000
 

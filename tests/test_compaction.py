@@ -25,7 +25,7 @@ from event_etl.rules.compaction import (
 )
 from event_etl.rules.manifest import FileEntry
 from event_etl.storage.compaction import MergeError, merge_containers
-from tests.harness import (
+from tests.lib.harness import (
     FakeClock,
     LocalPipeline,
     check_manifest_matches_folder,

@@ -37,7 +37,7 @@ from event_etl.consumer import (
 )
 from event_etl.errors import StorageError
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
-from tests.harness import hour
+from tests.lib.harness import hour
 from tests.test_consumer_scenario import build_hours, complete_hour_15
 
 UTC = dt.UTC
@@ -100,7 +100,7 @@ def test_single_hour_status_matches_the_range(sc):
 
 
 def test_before_any_marker_nothing_is_never(tmp_path):
-    from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+    from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
     p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types"), FakeClock(t("13:10")))
     p.batch([click("a", "13:05")])
@@ -269,7 +269,7 @@ def test_read_table(sc):
 
 
 def test_a_quiet_hour_reads_as_an_empty_table_with_the_type_columns(tmp_path):
-    from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+    from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
     clock = FakeClock(t("13:10"))
     p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types"), clock)
@@ -353,7 +353,7 @@ def test_the_hour_own_late_files_hold_earlier_hours_and_do_not_count(sc):
 
 def test_late_records_are_attributed_to_their_own_event_hour(tmp_path):
     """Hour 15's late file holds records of 13 and of 14: each audit counts only its own."""
-    from tests.harness import click, t
+    from tests.lib.harness import click, t
 
     sc = build_hours(tmp_path, allowed_lateness="24h")
     sc.clock.now = t("15:11")

@@ -30,7 +30,7 @@ from event_etl.consumer.hours import hour_ms, hour_range, window
 from event_etl.consumer.verify import file_facts
 from event_etl.errors import UsageError
 from event_etl.rules.manifest import FileEntry, build_manifest
-from tests.harness import hour, t
+from tests.lib.harness import hour, t
 
 UTC = dt.UTC
 

@@ -1,6 +1,6 @@
 """A sink as a real job leaves it, for the consumer tests (local here, on the GCS emulator in integration/).
 
-Holds no tests.  Built with :class:`tests.harness.LocalPipeline` (the real executor and
+Holds no tests.  Built with :class:`tests.lib.harness.LocalPipeline` (the real executor and
 controller), one record per file so that an hour has several files::
 
     hour 12   never        (before the job's first hour)
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from event_etl.eventtypes import EventType
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 __all__ = ["Scenario", "build_hours", "build_recipe_hours", "complete_hour_15", "TYPES_DIR"]
 

@@ -1,7 +1,7 @@
 """The `_COMPLETE` contract under real conditions: kills in ticks, drains and the duplicate rewrite,
 jumps of event time, settings changed between a crash and its replay, sources that are not quiet.
 
-Each test drives the real executor and controller (:class:`tests.harness.LocalPipeline`); a
+Each test drives the real executor and controller (:class:`tests.lib.harness.LocalPipeline`); a
 kill is an exception raised at one of the fault points (:mod:`event_etl.faults`): the
 process stops there, nothing after it runs, and a new controller starts on the same
 checkpoint, as after a restart.
@@ -20,7 +20,7 @@ from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.rules.watermark import SourceActivity
 from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS, to_millis
-from tests.harness import (
+from tests.lib.harness import (
     FakeClock,
     LocalPipeline,
     check_manifest_matches_folder,
@@ -227,7 +227,7 @@ def test_settings_changed_between_a_crash_and_its_replay_do_not_change_the_batch
 
 
 def test_a_schema_edited_between_a_crash_and_its_replay_does_not_change_the_batch(tmp_path, kill_at):
-    from tests.harness import CLICK_SCHEMA
+    from tests.lib.harness import CLICK_SCHEMA
 
     p = pipeline(tmp_path)
     p.clock.now = t("13:30")

@@ -1,6 +1,6 @@
 """A kill before every file-system call of a scenario reaches every window (issue 38), at unit level.
 
-The harness is :mod:`tests.crash_sweep`: the real executor and controller without Spark, a scenario
+The harness is :mod:`tests.sweeps.crash_sweep`: the real executor and controller without Spark, a scenario
 of eight steps (a first batch that writes some splits again, producer retries, a batch that marks an
 hour after a final merge, late events, merges of ``part-`` and ``late-`` files, idle ticks that
 mark an hour, late events of marked hours, a drain), and a process killed just before one call
@@ -10,7 +10,7 @@ compared with a clean run of the scenario: every record once and in its place, t
 letters, every hour marked, every marker listing its folder and never changing, nothing left
 half-written.
 
-What runs here (the full sweep is ``python -m tests.crash_sweep``, see its docstring): every
+What runs here (the full sweep is ``python -m tests.sweeps.crash_sweep``, see its docstring): every
 *window* (the last fault point reached, the function, the kind of call and a pattern of its path)
 killed once, at the last call that reaches it (the shortest run), a window of an ``fsync`` at the
 kill equivalent to it (the next call of the same step: a process kill cannot tell a synced file
@@ -33,8 +33,8 @@ from event_etl.job.merges import Merger
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.rules.compaction import ROLLING_FILES
 from event_etl.rules.manifest import Manifest
-from tests import crash_sweep as cs
-from tests.harness import hour, read_deadletter, read_sink
+from tests.lib.harness import hour, read_deadletter, read_sink
+from tests.sweeps import crash_sweep as cs
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the sweep forks a process for each kill")
 

@@ -95,7 +95,7 @@ def test_a_redelivered_message_is_dropped_from_the_buckets_and_from_the_dead_let
 
     from event_etl.sources.pubsub import SPOOL_SCHEMA
     from event_etl.sources.splits import Split
-    from tests.harness import FakeClock, LocalPipeline, make_event_type, read_deadletter, read_sink, t
+    from tests.lib.harness import FakeClock, LocalPipeline, make_event_type, read_deadletter, read_sink, t
 
     p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types"), FakeClock(t("13:30")))
 
@@ -215,7 +215,7 @@ def test_a_dropped_redelivery_delivered_once_more_after_its_id_left_the_window_i
 
     from event_etl.sources.pubsub import SPOOL_SCHEMA
     from event_etl.sources.splits import Split
-    from tests.harness import FakeClock, LocalPipeline, make_event_type, read_sink, t
+    from tests.lib.harness import FakeClock, LocalPipeline, make_event_type, read_sink, t
 
     p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types"), FakeClock(t("13:30")))
     p.controller.source_done = lambda inputs: False  # acknowledgements lost (the job died before them)
@@ -296,7 +296,7 @@ def test_a_replay_decides_its_duplicates_as_its_first_attempt_did(tmp_path, monk
     from event_etl.job.checkpoint import Checkpoint
     from event_etl.sources.pubsub import SPOOL_SCHEMA
     from event_etl.sources.splits import Split
-    from tests.harness import FakeClock, LocalPipeline, check_manifest_matches_folder, hour, make_event_type, t
+    from tests.lib.harness import FakeClock, LocalPipeline, check_manifest_matches_folder, hour, make_event_type, t
 
     p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types", out_of_orderness="5m", dedupe_window="10m"),
                       FakeClock(t("14:40")))

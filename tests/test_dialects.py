@@ -1,4 +1,4 @@
-"""Producers' dialects through the real executor and controller (``tests.harness.LocalPipeline``: a folder source's
+"""Producers' dialects through the real executor and controller (``tests.lib.harness.LocalPipeline``: a folder source's
 base64 lines, process_split, the controller's ledgers and markers; no Spark): Confluent-framed Avro against the
 test registry (frames written by confluent-kafka's own ``AvroSerializer``), Gilt's frame, and the schema named by a
 message's attribute.  Each bad frame is a dead letter with its reason and its bytes; the good records land in their
@@ -28,8 +28,8 @@ from event_etl.storage.deadletter import iter_deadletters
 from event_etl.task.executor import BatchContext, process_split
 from event_etl.task.payload import Decoder
 from event_etl.timeutil import HOUR_MS
-from tests.dialects import ROOT, confluent_avro_serializer, page_view_record
-from tests.harness import FakeClock, LocalPipeline, read_sink, t
+from tests.lib.dialects import ROOT, confluent_avro_serializer, page_view_record
+from tests.lib.harness import FakeClock, LocalPipeline, read_sink, t
 
 PV = ROOT / "event_types" / "page_view"
 SCHEMA = json.loads((PV / "schema.avsc").read_text())
@@ -228,13 +228,13 @@ def test_a_schema_named_by_an_attribute(tmp_path, registry):
 
 @pytest.fixture(scope="module")
 def pb_types(tmp_path_factory, registry_server):
-    from tests.dialects import page_view_types
+    from tests.lib.dialects import page_view_types
 
     return page_view_types(tmp_path_factory.mktemp("types"), registry_url=registry_server.url)
 
 
 def test_protobuf_messages_land_in_their_hours_and_bad_bytes_are_dead_letters(tmp_path, pb_types):
-    from tests.dialects import message_class, page_view_message
+    from tests.lib.dialects import message_class, page_view_message
 
     et = load_event_type(pb_types / "page_view_pb")
     cls = message_class(pb_types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")
@@ -293,7 +293,7 @@ def test_protobuf_fast_path_writes_what_the_record_path_writes_and_counts_unknow
 
     from event_etl.sources.splits import Split
     from event_etl.storage import Storage
-    from tests.dialects import message_class, page_view_message
+    from tests.lib.dialects import message_class, page_view_message
 
     et = load_event_type(pb_types / "page_view_pb")
     cls = message_class(pb_types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")
@@ -321,7 +321,7 @@ def test_protobuf_fast_path_writes_what_the_record_path_writes_and_counts_unknow
 
 
 def test_confluent_protobuf_frames_are_read_against_the_registrys_descriptor(tmp_path, pb_types, registry):
-    from tests.dialects import confluent_protobuf_serializer, message_class, page_view_message
+    from tests.lib.dialects import confluent_protobuf_serializer, message_class, page_view_message
 
     cls = message_class(pb_types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")
     d = tmp_path / "types" / "page_view_cfpb"
@@ -413,7 +413,7 @@ def test_the_fast_and_record_paths_write_the_same_bytes_for_any_records(tmp_path
 
     from event_etl.sources import read
     from event_etl.storage import Storage
-    from tests.dialects import message_class, page_view_message
+    from tests.lib.dialects import message_class, page_view_message
 
     monkeypatch.setattr(read, "READ_BYTES", chunk)
     name = {"protobuf": "page_view_pb", "confluent": "page_view_cf"}[dialect]
@@ -486,7 +486,7 @@ def test_a_chunk_the_fast_path_gives_back_counts_its_dropped_fields_once(tmp_pat
     unknown fields; the fast path's reading of them counted nothing (found by the property test above)."""
     from event_etl.sources.splits import Split
     from event_etl.storage import Storage
-    from tests.dialects import message_class, page_view_message
+    from tests.lib.dialects import message_class, page_view_message
 
     et = load_event_type(pb_types / "page_view_pb")
     cls = message_class(pb_types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")

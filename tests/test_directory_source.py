@@ -9,7 +9,7 @@ import pytest
 from event_etl.errors import UsageError
 from event_etl.sources import parse_source
 from event_etl.sources.directory import DirectoryPlanner, align_ranges
-from tests.harness import FakeClock, t
+from tests.lib.harness import FakeClock, t
 
 
 def planner(tmp_path, clock=None, **kw):

@@ -11,7 +11,7 @@ from event_etl.job import driver
 from event_etl.job.engine import FleetMember
 from event_etl.job.setup import RunOptions
 from event_etl.job.stopping import StopSignals
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 
 class _StopHere(Exception):

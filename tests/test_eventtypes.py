@@ -9,7 +9,7 @@ import pytest
 
 from event_etl.errors import ConfigError
 from event_etl.eventtypes import load_event_type, load_event_types, resolve_event_types_dir
-from tests.harness import CLICK_SCHEMA, make_event_type
+from tests.lib.harness import CLICK_SCHEMA, make_event_type
 
 SHIPPED = Path(__file__).resolve().parent.parent / "event_types"
 

@@ -20,7 +20,7 @@ from event_etl.sources.splits import Split
 from event_etl.storage import open_storage
 from event_etl.task.executor import BatchContext, process_split, split_reference
 from event_etl.task.fastpath import _varints, _zigzag, plan_for
-from tests.harness import make_event_type, read_deadletter
+from tests.lib.harness import make_event_type, read_deadletter
 
 HOUR = 3_600_000
 BASE = 1_795_225_200_000  # 2026-11-20T00:00Z

@@ -21,7 +21,7 @@ import time
 from event_etl.sources import pubsub_fetch, pubsub_wire
 from event_etl.sources.pubsub_fetch import RunRecord
 from event_etl.sources.spool import OpenSegment, read_messages
-from tests.harness import t
+from tests.lib.harness import t
 from tests.test_pubsub_fetch import RealServiceLike, fetcher, segments, wait_until
 
 

@@ -12,7 +12,7 @@ from event_etl.eventtypes import load_event_types
 from event_etl.rules.reasons import Reason
 from event_etl.sources.generator import GeneratorParams, generate, parse_generator_params
 from event_etl.task.payload import Decoder
-from tests.harness import t
+from tests.lib.harness import t
 
 TYPES = load_event_types(Path(__file__).resolve().parent.parent / "event_types")
 
@@ -93,7 +93,7 @@ def test_a_producer_clock_8_minutes_fast_marks_no_hour_before_the_clock_passed_i
     import json
 
     from event_etl.sources.generate import GeneratorPlanner
-    from tests.harness import FakeClock, LocalPipeline, read_sink
+    from tests.lib.harness import FakeClock, LocalPipeline, read_sink
 
     et = TYPES["page_view"]
     p = params(rate=100, speedup=120, fast_clock=0.3, out_of_order=0, late=0, too_late=0, future=0, invalid=0,

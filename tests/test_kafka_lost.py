@@ -19,7 +19,7 @@ from event_etl.job.progress import ProgressPrinter, format_summary
 from event_etl.settings import Settings, settings_in_force
 from event_etl.sources.kafka import KafkaPlanner
 from event_etl.sources.kafka_offsets import batch_lost, lag_by_partition, lost_between
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type
 
 NOW = 1_764_003_600_000  # 2025-11-24 17:00 UTC
 
@@ -74,7 +74,7 @@ def test_a_fleets_summary_line_says_lost():
 
 @pytest.fixture(scope="module")
 def broker(kafka_broker):
-    """The module's tansu broker (tests/shared.py), the job's settings pointing at it."""
+    """The module's tansu broker (tests/lib/kafka_brokers.py), the job's settings pointing at it."""
     with settings_in_force(Settings.from_env({"EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap})):
         yield kafka_broker
 

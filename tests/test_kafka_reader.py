@@ -57,8 +57,8 @@ class _Script:
 
 @pytest.fixture(scope="module")
 def kafka_broker(tmp_path_factory):
-    """A tansu broker for the module (integration/servers.py ``KafkaBroker``)."""
-    from integration.servers import KafkaBroker
+    """A tansu broker for the module (tests/lib/servers.py ``KafkaBroker``)."""
+    from tests.lib.servers import KafkaBroker
 
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
     try:

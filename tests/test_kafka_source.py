@@ -128,7 +128,7 @@ def test_splits_are_cut_at_125000_records():
 
 @pytest.fixture(scope="module")
 def broker(kafka_broker):
-    """The module's tansu broker (tests/shared.py), the job's settings pointing at it."""
+    """The module's tansu broker (tests/lib/kafka_brokers.py), the job's settings pointing at it."""
     with settings_in_force(Settings.from_env({"EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": kafka_broker.bootstrap})):
         yield kafka_broker
 
@@ -278,7 +278,7 @@ def test_kafka_records_dedupe_by_their_message_id(tmp_path, broker):
     """The executor takes a Kafka record as a Pub/Sub message: ``time_attribute`` may name ``kafka.timestamp``,
     and its dedupe key is its ``topic/partition/offset`` (with its timestamp)."""
     from event_etl.task.payload import Decoder
-    from tests.harness import make_event_type
+    from tests.lib.harness import make_event_type
 
     et = make_event_type(tmp_path / "types", time_attribute="kafka.timestamp")
     topic = _topic(broker, 1, 0)
@@ -291,7 +291,7 @@ def test_kafka_records_dedupe_by_their_message_id(tmp_path, broker):
 def test_a_batch_of_kafka_splits_through_the_executor_and_controller(tmp_path, broker):
     """Kafka splits through the real executor and controller (no Spark): every record written once, at its
     payload's event time; the same offsets read again (a rewound checkpoint) are duplicates, by id and message."""
-    from tests.harness import FakeClock, LocalPipeline, click, make_event_type
+    from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type
 
     now = 1_764_003_600_000  # 2025-11-24 17:00 UTC
     et = make_event_type(tmp_path / "types")
@@ -317,7 +317,7 @@ def test_a_batch_of_kafka_splits_through_the_executor_and_controller(tmp_path, b
 
 def test_an_unreachable_cluster_is_a_source_error_with_the_fix(monkeypatch):
     from event_etl.sources import kafka
-    from integration.servers import free_port
+    from tests.lib.servers import free_port
 
     monkeypatch.setattr(kafka, "REQUEST_TIMEOUT_S", 2.0)
     unreachable = Settings.from_env({"EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{free_port()}"})
@@ -356,7 +356,7 @@ def test_kafka_records_take_the_fast_path_and_write_what_the_record_path_writes(
 
     from event_etl.sources import read
     from event_etl.task.dedupe import KEY_DTYPE, MESSAGE_KEY, key_hash
-    from tests.harness import make_event_type
+    from tests.lib.harness import make_event_type
     from tests.test_fastpath import ARRIVAL, BASE, HOUR, SCHEMA, assert_same, count_fast_decodes, dump
 
     et = make_event_type(tmp_path / "types", "mixed", SCHEMA, time_field="ts", id_field="id", dedupe_window="10m",

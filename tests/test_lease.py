@@ -12,7 +12,7 @@ import pytest
 from event_etl.errors import LeaseHeldError
 from event_etl.storage import Storage
 from event_etl.storage.lease import Lease
-from tests.harness import FakeClock, t
+from tests.lib.harness import FakeClock, t
 
 
 def lease(tmp_path, ck="ck1", clock=None, ttl=60_000):

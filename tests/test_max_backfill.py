@@ -4,7 +4,7 @@
 Issue 38: a job's first batch holding only an event stamped 1970 (``ts: 0``) used to set the job's first
 hour to 1970-01-01, and the next real batch then had ~498,000 empty hours to mark before any real one.
 The pure rule (:mod:`event_etl.rules.judge`), then the real executor and controller without Spark
-(:class:`tests.harness.LocalPipeline`): a stray event opens no hour, a backfill weeks old still does,
+(:class:`tests.lib.harness.LocalPipeline`): a stray event opens no hour, a backfill weeks old still does,
 and a replay judges with what its intent froze (no bound for an intent of an earlier release).
 """
 
@@ -29,7 +29,7 @@ from event_etl.rules.judge import (
     too_late_in_first_batch,
 )
 from event_etl.timeutil import DAY_MS, HOUR_MS, MINUTE_MS
-from tests.harness import FakeClock, LocalPipeline, click, hour, make_event_type, read_deadletter, read_sink, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, hour, make_event_type, read_deadletter, read_sink, t
 
 J = dict(allowed_lateness=DAY_MS, max_future_skew=10 * MINUTE_MS)
 BOUND = 30 * DAY_MS

@@ -32,7 +32,7 @@ from event_etl.rules.reasons import Reason
 from event_etl.rules.watermark import WatermarkState
 from event_etl.task.executor import DELAY_BUCKETS_S
 from event_etl.task.report import BatchResult
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, read_sink, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, read_sink, t
 
 POLICY_SERIES = ("event_etl_policy_runs_total", "event_etl_policy_failures_total", "event_etl_policy_backlog_markers")
 """Exported only by a job whose type has commit policies (tests/test_policies.py scrapes them)."""

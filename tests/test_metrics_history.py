@@ -21,7 +21,7 @@ from event_etl.storage import Storage
 from event_etl.storage.temporaries import sweep_temporaries
 from event_etl.task.executor import process_split
 from event_etl.timeutil import format_duration
-from tests.harness import FakeClock, click, make_event_type, t
+from tests.lib.harness import FakeClock, click, make_event_type, t
 
 SPARK = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=2))
 """All of Spark that opening a job asks (its parallelism, recorded in the checkpoint)."""

@@ -28,7 +28,7 @@ from event_etl.metrics.graphs import (
     windowed_rates,
     windowed_sums,
 )
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 UTC = UTC
 NOW = datetime(2026, 11, 21, 15, 0, tzinfo=UTC)

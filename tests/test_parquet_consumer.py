@@ -20,7 +20,7 @@ from event_etl.consumer.recipes import (
     type_root,
 )
 from event_etl.errors import UsageError
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 HOUR = "2026-11-21T13"
 

@@ -10,7 +10,7 @@ import pytest
 from event_etl.rules.reasons import Reason
 from event_etl.storage.avroio import encode_single_object
 from event_etl.task.payload import Decoder
-from tests.harness import make_event_type, t
+from tests.lib.harness import make_event_type, t
 
 
 @pytest.fixture(scope="module")

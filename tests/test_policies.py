@@ -17,8 +17,8 @@ from event_etl.metrics.exporters import PrometheusEndpoint
 from event_etl.metrics.job import JobMetrics
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.timeutil import iso
-from tests.harness import CLICK_SCHEMA, FakeClock, LocalPipeline, click, t
-from tests.shared import wait_until
+from tests.lib.harness import CLICK_SCHEMA, FakeClock, LocalPipeline, click, t
+from tests.lib.waiting import wait_until
 from tests.test_metrics import samples, value
 
 PUBSUB = '[[commit_policy]]\nkind = "pubsub"\ntopic = "projects/p1/topics/hours"\n'
@@ -91,9 +91,8 @@ class Recording:
 
 def chain(p: LocalPipeline, policies, **kw) -> PolicyChain:
     c = p.controller
-    ch = PolicyChain(policies, event_type="click", storage=c.storage, checkpoint=c.ckpt,
-                     marked=lambda: (p.controller.state.first_hour, p.controller.state.marked_through),
-                     clock=p.clock, **kw)
+    ch = PolicyChain(policies, c.ctx, marked=lambda: (p.controller.state.first_hour, p.controller.state.marked_through),
+                     **kw)
     c.listeners.append(ch.on_event)
     return ch
 

@@ -15,7 +15,7 @@ back, a new folder goes with all it holds), except those a test says reached the
 bytes are taken as durable: the code syncs every file it renames (a file it does not sync,
 format 1's ``.keys``, is never read while the file it stands beside exists).
 
-The scenario drives the real executor and controller (:class:`tests.harness.LocalPipeline`)
+The scenario drives the real executor and controller (:class:`tests.lib.harness.LocalPipeline`)
 through batches that write, merge, drop duplicates, dead-letter, mark hours, and a drain; the
 power is cut before each folder change or folder sync in turn; the job restarts on the same
 checkpoint and sink and Spark replays the batch it had not committed (Spark's own commit log
@@ -44,7 +44,7 @@ import pytest
 
 from event_etl.storage.atomic import write_json_atomic
 from event_etl.task.executor import process_split
-from tests.harness import (
+from tests.lib.harness import (
     FakeClock,
     LocalPipeline,
     check_manifest_matches_folder,

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from event_etl.payloads.protobuf import ProtoDecoder, ProtoSchema
 from event_etl.payloads.protocolumns import WireColumns
-from tests.dialects import PAGE_VIEW_PROTO, compile_proto, page_view_message, page_view_record
+from tests.lib.dialects import PAGE_VIEW_PROTO, compile_proto, page_view_message, page_view_record
 
 ROOT = Path(__file__).resolve().parents[1]
 

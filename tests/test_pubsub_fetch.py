@@ -21,8 +21,8 @@ from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
 from event_etl.sources.pubsub import ERROR_FILE, PubSubPlanner
 from event_etl.sources.pubsub_fetch import DRAINED, Fetcher, FetchSettings
 from event_etl.sources.spool import ack_ids, read_messages, segment_count
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, read_sink, t
-from tests.shared import wait_until
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, read_sink, t
+from tests.lib.waiting import wait_until
 
 
 class RealServiceLike:

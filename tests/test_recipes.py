@@ -360,7 +360,7 @@ def test_duckdbs_hour_is_one_type_whatever_the_hours(tmp_path):
     4); the recipe's ``hive_types`` gives BIGINT for a read of hours 08..10 as for 13..14."""
     pytest.importorskip("duckdb_extension_avro")
     from event_etl.consumer.recipes import duckdb_connect, hour_uris
-    from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+    from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
     et = make_event_type(tmp_path / "types")
     pipe = LocalPipeline(tmp_path, et, FakeClock(t("11:00")))

@@ -23,7 +23,7 @@ from event_etl.rules.completeness import MAX_HOURS_PER_STEP
 from event_etl.rules.manifest import FileEntry, Manifest
 from event_etl.rules.watermark import SourceActivity, counted_time, quiet_since
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, parse_duration
-from tests.harness import t
+from tests.lib.harness import t
 
 DAY = 24 * HOUR_MS
 J = dict(allowed_lateness=DAY, max_future_skew=10 * MINUTE_MS)

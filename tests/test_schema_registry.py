@@ -1,4 +1,4 @@
-"""event_etl.payloads.registry against a registry over real HTTP (tests/registry_server.py): confluent-kafka's own
+"""event_etl.payloads.registry against a registry over real HTTP (tests/lib/registry_server.py): confluent-kafka's own
 serializers register schemas and write frames; Registry.schema(id) gives back what decodes them, asks each id once,
 and tells "no such id" (SchemaNotFound) from "cannot ask" (RegistryUnavailable) in bounded time."""
 
@@ -32,7 +32,7 @@ from event_etl.payloads.registry import (
     url_has_credentials,
 )
 from event_etl.settings import ENV_SCHEMA_REGISTRY_AUTH, ENV_SCHEMA_REGISTRY_AUTH_FILE, Settings
-from tests.registry_server import UNRENDERED_PROTO, RegistryServer
+from tests.lib.registry_server import UNRENDERED_PROTO, RegistryServer
 
 CLICK = {
     "type": "record", "name": "Click", "namespace": "shop",

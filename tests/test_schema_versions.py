@@ -1,7 +1,7 @@
 """Schema versions of an event type: the registry in files, the decoder, hours that span a change, the commands.
 
 The hour that spans a change runs through the real executor and controller
-(:class:`tests.harness.LocalPipeline`): a type's schema gains a field with a default
+(:class:`tests.lib.harness.LocalPipeline`): a type's schema gains a field with a default
 mid-hour (the job restarted with the new type), an Avro single-object payload of the old
 version still arrives, the hour is marked, and one ``read_table`` reads it (and the hour
 before) into the current schema.
@@ -29,7 +29,7 @@ from event_etl.rules.manifest import MANIFEST_VERSION, Manifest
 from event_etl.rules.reasons import Reason
 from event_etl.storage.avroio import encode_single_object
 from event_etl.task.payload import Decoder
-from tests.harness import (
+from tests.lib.harness import (
     CLICK_SCHEMA,
     FakeClock,
     LocalPipeline,

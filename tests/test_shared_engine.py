@@ -11,7 +11,7 @@ import pytest
 from event_etl.errors import LeaseHeldError
 from event_etl.job.engine import Engine, Lane, Round, SparkLog, _balance, round_summary
 from event_etl.sources.directory import DirectoryPlanner
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 
 def _planner(tmp_path, src):

@@ -1,12 +1,12 @@
-"""A sample of the spool campaign (:mod:`tests.spool_campaign`): every 6th call of the fetcher's spool path broken
-(a kill, a torn write, a full disk, a failed sync), then restarted; nothing acknowledged lost, no redelivery the
+"""A sample of the spool campaign (:mod:`tests.sweeps.spool_campaign`): every 6th call of the fetcher's spool path
+broken (a kill, a torn write, a full disk, a failed sync), then restarted; nothing acknowledged lost, no redelivery the
 dedupe is not waiting for, no restart that fails, nothing markable before the dead run's messages are in hand."""
 
 from __future__ import annotations
 
 import logging
 
-from tests.spool_campaign import TAP_CLEAN, sweep, table
+from tests.sweeps.spool_campaign import TAP_CLEAN, sweep, table
 
 
 def test_a_sample_of_the_spool_campaign_loses_nothing(tmp_path, caplog):

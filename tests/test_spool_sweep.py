@@ -1,7 +1,7 @@
-"""A sample of the spool sweep (:mod:`tests.spool_sweep`, issue 47): the spool as a write-ahead log, broken at the
-steps :data:`~tests.spool_sweep.SAMPLE` names (full disks, real and injected; torn tails through the power-loss
-model; kills before and after an acknowledgement; a stream dead between its pull and its acknowledgement; rot; a
-second writer), restarted, and checked by message id: nothing acknowledged lost, no redelivery the dedupe was not
+"""A sample of the spool sweep (:mod:`tests.sweeps.spool_sweep`, issue 47): the spool as a write-ahead log, broken at
+the steps :data:`~tests.sweeps.spool_sweep.SAMPLE` names (full disks, real and injected; torn tails through the
+power-loss model; kills before and after an acknowledgement; a stream dead between its pull and its acknowledgement;
+rot; a second writer), restarted, and checked by message id: nothing acknowledged lost, no redelivery the dedupe was not
 told to expect, no restart that fails, no look that would let an hour be marked before its events were read.
 
 The sweep's checks must be able to fail: the last tests plant a bug in the fetcher and see the sweep find it.  The
@@ -16,8 +16,8 @@ import time
 from event_etl.sources import spool
 from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 from event_etl.sources.spool import OpenSegment
-from tests.harness import t
-from tests.spool_sweep import (
+from tests.lib.harness import t
+from tests.sweeps.spool_sweep import (
     LEASE,
     PART_SETTINGS,
     RUN,
@@ -68,7 +68,7 @@ def test_a_sample_of_the_spool_sweep_loses_nothing_and_marks_nothing_early(tmp_p
 
 # -- the bugs the sweep found --------------------------------------------------------------------------------------
 def test_a_look_while_a_segment_is_rolled_sees_its_acknowledged_messages(tmp_path, monkeypatch):
-    """:data:`tests.spool_sweep.ROLL_RACE`, fixed: a look during a roll still counts the segment."""
+    """:data:`tests.sweeps.spool_sweep.ROLL_RACE`, fixed: a look during a roll still counts the segment."""
     svc = CappedService(cap=20)
     for i in range(60):
         svc.publish(b"x", t("13:00") + i)
@@ -93,7 +93,7 @@ def test_a_look_while_a_segment_is_rolled_sees_its_acknowledged_messages(tmp_pat
 
 
 def test_the_driver_counts_what_a_fetch_partition_acknowledged_into_its_open_segment(tmp_path):
-    """:data:`tests.spool_sweep.EXECUTOR_BACKLOG`, fixed: the driver counts a partition's open segment."""
+    """:data:`tests.sweeps.spool_sweep.EXECUTOR_BACKLOG`, fixed: the driver counts a partition's open segment."""
     from event_etl.sources.pubsub_partitions import STOP, ExecutorFetcher, fetch_partition
 
     svc = Service()
@@ -130,7 +130,7 @@ def test_the_driver_counts_what_a_fetch_partition_acknowledged_into_its_open_seg
 
 
 def test_a_stop_returns_in_its_time_while_a_segments_close_hangs(tmp_path, monkeypatch):
-    """:data:`tests.spool_sweep.STOP_LOCK`, fixed: a stop waits for the fetcher's lock at most its timeout."""
+    """:data:`tests.sweeps.spool_sweep.STOP_LOCK`, fixed: a stop waits for the fetcher's lock at most its timeout."""
     svc = CappedService(cap=20)
     for i in range(60):
         svc.publish(b"x", t("13:00") + i)
@@ -157,7 +157,7 @@ def test_a_stop_returns_in_its_time_while_a_segments_close_hangs(tmp_path, monke
 
 
 def test_a_committed_segment_of_a_killed_run_is_no_backlog_once_deleted(tmp_path):
-    """:data:`tests.spool_sweep.STUCK_BACKLOG`, fixed: a look counts an earlier run's segments again."""
+    """:data:`tests.sweeps.spool_sweep.STUCK_BACKLOG`, fixed: a look counts an earlier run's segments again."""
     from event_etl.sources.pubsub import PubSubPlanner
     from event_etl.sources.spool import SegmentName, write_segment
     from tests.test_spool_wal import response
@@ -178,7 +178,8 @@ def test_a_committed_segment_of_a_killed_run_is_no_backlog_once_deleted(tmp_path
 
 
 def test_a_look_while_a_partitions_segment_is_renamed_counts_it_once(tmp_path):
-    """:data:`tests.spool_sweep.LISTING_RACE`, fixed: one listing, each segment counted once whatever its name."""
+    """:data:`tests.sweeps.spool_sweep.LISTING_RACE`, fixed: one listing, each segment counted once whatever its
+    name."""
     import os
 
     from event_etl.sources.pubsub_partitions import ExecutorFetcher

@@ -3,7 +3,7 @@ copy of its messages until their batch commits.  Short writes, torn and rotted f
 stops that look clean, two writers on one segment and acknowledgements that come after their lease: none may lose an
 acknowledged message or let an hour be marked before its events were read.
 
-Full disks are real: a tmpfs of a few pages (:mod:`tests.disks`).  The service is the fake of the real one in
+Full disks are real: a tmpfs of a few pages (:mod:`tests.lib.disks`).  The service is the fake of the real one in
 tests/test_pubsub_fetch.py (a pull on an empty subscription runs out with ``DeadlineExceeded``).
 """
 
@@ -38,8 +38,8 @@ from event_etl.sources.spool import (
     read_messages,
     write_segment,
 )
-from tests.disks import fill, small_disk
-from tests.harness import t
+from tests.lib.disks import fill, small_disk
+from tests.lib.harness import t
 from tests.test_pubsub_fetch import SUB, RealServiceLike, fetcher, segments, wait_until
 
 RUN = "a1b2c3d4"
@@ -565,7 +565,7 @@ def test_a_full_spool_disk_holds_the_watermark_and_says_so_in_the_progress_line(
     import io
 
     from event_etl.job.progress import ProgressPrinter
-    from tests.harness import FakeClock, LocalPipeline, click, make_event_type
+    from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type
 
     et = make_event_type(tmp_path / "types")
     clock = FakeClock(t("13:10"))

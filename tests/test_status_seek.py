@@ -22,7 +22,7 @@ from event_etl.cli import main
 from event_etl.job.status import job_status, seek_time
 from event_etl.sources.spool import SegmentName, write_segment
 from event_etl.timeutil import HOUR_MS, iso, now_millis
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 MINUTE = 60_000
 

@@ -20,7 +20,7 @@ from event_etl.job.stopping import (
     run_watched,
     wait_for,
 )
-from tests.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 
 def _signal(sig: int, stops: StopSignals) -> None:

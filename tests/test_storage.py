@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from event_etl.storage import Storage
-from tests.storage_contract import StorageContract
+from tests.lib.storage_contract import StorageContract
 
 
 @pytest.fixture

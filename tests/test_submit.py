@@ -36,7 +36,7 @@ from event_etl.cluster.submit import (
 from event_etl.errors import EventEtlError, UsageError
 from event_etl.eventtypes import load_event_types
 from event_etl.job.setup import RunOptions
-from tests.harness import make_event_type
+from tests.lib.harness import make_event_type
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "event_types"

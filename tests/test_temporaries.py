@@ -2,7 +2,7 @@
 
 A kill is modelled at the file-system call itself: the rename (or link, or unlink) that would
 have finished a write raises, as if the process died just before it, leaving the temporary
-behind.  The real executor and controller, without Spark (tests.harness)."""
+behind.  The real executor and controller, without Spark (tests.lib.harness)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,15 @@ import os
 
 import pytest
 
-from tests.harness import FakeClock, LocalPipeline, check_manifest_matches_folder, click, make_event_type, read_sink, t
+from tests.lib.harness import (
+    FakeClock,
+    LocalPipeline,
+    check_manifest_matches_folder,
+    click,
+    make_event_type,
+    read_sink,
+    t,
+)
 
 SETTINGS = {"out_of_orderness": "2m", "allowed_lateness": "24h", "idle_timeout": "5m", "max_future_skew": "10m"}
 # a job's first batch: the two old events are too late against the batch's own reference, so the splits holding

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from event_etl.testing.transcripts import Case, Observed, TranscriptMismatch, load_cases, run_case, t
-from tests.harness import FakeClock, LocalPipeline, make_event_type
+from tests.lib.harness import FakeClock, LocalPipeline, make_event_type
 
 FOLDER = Path(__file__).parent / "transcripts"
 CASES = load_cases(sorted(FOLDER.glob("*.yaml")))
@@ -20,7 +20,7 @@ NEGATIVE = load_cases(sorted((FOLDER / "negative").glob("*.yaml")))
 
 
 class LocalTranscripts:
-    """The local pipeline of the transcripts: :class:`tests.harness.LocalPipeline`, with a clock the test owns."""
+    """The local pipeline of the transcripts: :class:`tests.lib.harness.LocalPipeline`, with a clock the test owns."""
 
     name = "local"
 

@@ -1,7 +1,7 @@
 """The watermark per partition (issue 40): a source read in partitions (Kafka) holds the hours its slowest live
 partition still has data for; a partition quiet for ``idle_timeout`` stops holding them; one that wakes up, or is
 new, is judged against the watermark as it then stands.  The pure rules, then the real executor and controller
-without Spark (``tests.harness.LocalPipeline.batch_parts``: one split per part, as Kafka's)."""
+without Spark (``tests.lib.harness.LocalPipeline.batch_parts``: one split per part, as Kafka's)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from event_etl.rules.watermark import WatermarkState, merge_parts, parts_watermark, watermark_after_batch
-from tests.harness import FakeClock, LocalPipeline, click, hour, make_event_type, read_deadletter, read_sink, t
+from tests.lib.harness import FakeClock, LocalPipeline, click, hour, make_event_type, read_deadletter, read_sink, t
 
 MINUTE = 60_000
 OOO = 2 * MINUTE

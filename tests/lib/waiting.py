@@ -1,24 +1,18 @@
-"""What the tests share: one wait helper and the Kafka brokers as fixtures.
-
-``tests/conftest.py`` and ``integration/conftest.py`` import the fixtures, so a test asks for them by name
-(``kafka_broker``: tansu; ``noida``: noida-db, for what tansu refuses), each started once per test module on
-127.0.0.1 and stopped after it.  :func:`wait_until` is the one way a test waits for something: a predicate polled
-until it holds, failing with what it waited for, why it gave up (a process that exited, the end of a log) and the
-last value it saw."""
+"""How a test waits: :func:`wait_until`, a predicate polled until it holds, failing with what it waited for, why it
+gave up (a process that exited, the end of a log) and the last value it saw.  It is the one way a test waits for
+something."""
 
 from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
-
 T = TypeVar("T")
 
-__all__ = ["kafka_broker", "noida", "wait_until"]
+__all__ = ["wait_until"]
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "the condition", *,
@@ -48,28 +42,3 @@ def _tail(proc: subprocess.Popen | None, log: Path | None) -> str:
         out = proc.stdout.read()
         return ":\n" + (out.decode(errors="replace") if isinstance(out, bytes) else out)[-3000:]
     return ""
-
-
-@pytest.fixture(scope="module")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A tansu broker for the module (integration/servers.py ``KafkaBroker``)."""
-    from integration.servers import KafkaBroker
-
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
-
-
-@pytest.fixture(scope="module")
-def noida(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A noida-db broker for the module (integration/servers.py ``NoidaKafka``): partitions added, DeleteRecords,
-    retention, transactions and true high watermarks."""
-    from integration.servers import NoidaKafka
-
-    broker = NoidaKafka(tmp_path_factory.mktemp("noida")).start()
-    try:
-        yield broker
-    finally:
-        broker.stop()

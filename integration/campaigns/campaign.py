@@ -1,13 +1,13 @@
 """Fault campaign: a known event set, a job killed over and over, and a check of every event by id.
 
-    .venv/bin/python integration/campaign.py                      # directory source -> local disk
-    .venv/bin/python integration/campaign.py --source pubsub      # Pub/Sub emulator -> GCS emulator
-    .venv/bin/python integration/campaign.py --sink gcs           # directory source -> GCS emulator
-    .venv/bin/python integration/campaign.py --source pubsub --sink local
-    .venv/bin/python integration/campaign.py --source kafka      # tansu (Kafka protocol), 4 partitions -> local disk
-    .venv/bin/python integration/campaign.py --source kafka --kafka-scenario retention   # noida-db (issue 48)
-    .venv/bin/python -m integration.campaign --iceberg  # Parquet, an Iceberg snapshot per complete hour (issue 51)
-    .venv/bin/python -m integration.campaign --payload protobuf   # a Protobuf producer (issue 56), any --source
+    .venv/bin/python integration/campaigns/campaign.py                  # directory source -> local disk
+    .venv/bin/python integration/campaigns/campaign.py --source pubsub  # Pub/Sub emulator -> GCS emulator
+    .venv/bin/python integration/campaigns/campaign.py --sink gcs       # directory source -> GCS emulator
+    .venv/bin/python integration/campaigns/campaign.py --source pubsub --sink local
+    .venv/bin/python integration/campaigns/campaign.py --source kafka   # tansu (Kafka protocol), 4 partitions -> local
+    .venv/bin/python integration/campaigns/campaign.py --source kafka --kafka-scenario retention   # noida-db (issue 48)
+    .venv/bin/python -m integration.campaigns.campaign --iceberg  # Parquet, an Iceberg snapshot per complete hour (51)
+    .venv/bin/python -m integration.campaigns.campaign --payload protobuf   # a Protobuf producer (56), any --source
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
              --points all|source --stops all|kills --kafka-partitions P --idle-partition none|quiet
              --broker tansu|noida
@@ -52,14 +52,14 @@ appears.  At the end, by event id:
 It prints a table of these figures and exits non-zero if any of them is wrong.
 
 Kafka (``--source kafka``): each wave of events is produced to a topic of ``--kafka-partitions``
-partitions (4) on tansu, a Kafka-protocol broker (:class:`integration.servers.KafkaBroker`, memory
+partitions (4) on tansu, a Kafka-protocol broker (:class:`tests.lib.servers.KafkaBroker`, memory
 storage), the events dealt round robin over the partitions, one record per produce request (tansu's
 reported high watermark is exact only then).  With ``--idle-partition quiet`` (the default) the last
 partition gets nothing for a stretch of the waves (:data:`IDLE_WAVES`, ~12 % of them) while the
 others take its share, then wakes up: runs are killed while it is idle and after it woke.  tansu
 answers neither CreatePartitions nor DeleteRecords nor AlterConfigs: those run on noida-db.
 
-``--kafka-scenario`` (noida-db, :class:`integration.servers.NoidaKafka`, which reports true high watermarks and
+``--kafka-scenario`` (noida-db, :class:`tests.lib.servers.NoidaKafka`, which reports true high watermarks and
 takes records in batches), on top of the same kills:
 
 - ``grow``: the topic starts with ``--kafka-partitions`` - 2 partitions and gains one at each of
@@ -106,7 +106,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from event_etl.eventtypes import load_event_type  # noqa: E402
@@ -328,11 +328,11 @@ PROTOBUF_INVALID = {  # a JSON invalid kind -> what a Protobuf producer's bad pa
 
 class ProtobufProducer:
     """``--payload protobuf`` (issue 56): the campaign's events as a Protobuf producer sends them (the page view
-    message of :data:`tests.dialects.PAGE_VIEW_PROTO`): each valid event its message, each invalid kind a bad
+    message of :data:`tests.lib.dialects.PAGE_VIEW_PROTO`): each valid event its message, each invalid kind a bad
     payload of its own (:data:`PROTOBUF_INVALID`); a folder source's lines are base64."""
 
     def __init__(self, types: Path, *, lines: bool) -> None:
-        from tests.dialects import PAGE_VIEW_PROTO, compile_proto, message_class
+        from tests.lib.dialects import PAGE_VIEW_PROTO, compile_proto, message_class
 
         d = types / "page_view"
         compile_proto(d / "proto", {"page_view.proto": PAGE_VIEW_PROTO}, out=str(d / "schema.desc"))
@@ -351,7 +351,7 @@ class ProtobufProducer:
         return base64.b64encode(raw) if self.lines and raw else raw
 
     def message(self, rec: dict) -> bytes:
-        from tests.dialects import page_view_message
+        from tests.lib.dialects import page_view_message
 
         return page_view_message(self.cls, rec).SerializeToString()
 
@@ -569,7 +569,7 @@ class Campaign:
         self.checkpoint = str(self.work / "ck")
 
     def start_gcs(self) -> None:
-        from integration.servers import GcsEmulator
+        from tests.lib.servers import GcsEmulator
 
         gcs = GcsEmulator(self.work / "gcs").start()
         self.servers.append(gcs)
@@ -578,7 +578,7 @@ class Campaign:
         os.environ.update({k: self.env[k] for k in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")})
 
     def start_pubsub(self) -> None:
-        from integration.servers import PubSubEmulator
+        from tests.lib.servers import PubSubEmulator
 
         ps = PubSubEmulator(self.work / "pubsub").start(timeout=90)
         self.servers.append(ps)
@@ -596,7 +596,7 @@ class Campaign:
     def start_kafka(self) -> None:
         from confluent_kafka import Producer
 
-        from integration.servers import KafkaBroker, NoidaKafka
+        from tests.lib.servers import KafkaBroker, NoidaKafka
 
         noida = self.broker_kind == "noida"
         broker = (NoidaKafka(self.work / "noida") if noida else KafkaBroker(self.work / "kafka")).start()

@@ -1,7 +1,7 @@
 """A crash sweep that reaches every window: the process is killed before *each* file-system call of a scenario.
 
-The fault campaign (integration/campaign.py) kills a real job at a handful of named fault points.
-This sweep drives the real executor and controller (:class:`tests.harness.LocalPipeline`, no Spark)
+The fault campaign (integration/campaigns/campaign.py) kills a real job at a handful of named fault points.
+This sweep drives the real executor and controller (:class:`tests.lib.harness.LocalPipeline`, no Spark)
 through a small scenario (:data:`STEPS`: eight steps, ~600 calls on local disk) and kills it just
 before every call event_etl makes there (:class:`FsTap`): ``os.replace``, ``rename``, ``link``,
 ``unlink``, ``rmdir``, ``mkdir``, ``fsync``, ``shutil.rmtree`` (and the calls inside it), and an
@@ -34,14 +34,14 @@ After every run, against the clean run (:func:`check_run`): no record lost and n
 id, over every ``part-`` and ``late-`` file), each record where the clean run put it (its hour,
 ``late-`` or not), the dead letters equal (reason and payload), every hour the clean run marked is
 marked, every ``_COMPLETE`` lists exactly its folder's ``.avro`` files
-(:func:`~tests.harness.check_manifest_matches_folder`), a marker once seen (after each step and
+(:func:`~tests.lib.harness.check_manifest_matches_folder`), a marker once seen (after each step and
 each kill) never changes and neither do its folder's files, no restart and no step after a kill
 raises, and no temporary file (``.*.tmp``) is left in the sink or the checkpoint.
 
 The executor runs its record path (:data:`FAST_PATH`); work folders live on ``/dev/shm`` when it
 is there (tmpfs: ``fsync`` is cheap; it is still called).
 
-``.venv/bin/python -m tests.crash_sweep`` kills before every call, before every commit, and again
+``.venv/bin/python -m tests.sweeps.crash_sweep`` kills before every call, before every commit, and again
 at every call of the restart and replay of a sample of those kills (the first kill of each window
 and every 7th: :func:`double_kill_sample`), and prints a table per window; ``--all`` kills again
 after every kill (hours); ``--quick`` is :func:`every_window`, and ``--quick --replay-only`` what
@@ -80,7 +80,7 @@ from event_etl.rules.watermark import SourceActivity
 from event_etl.storage import Storage
 from event_etl.storage.temporaries import is_temporary
 from event_etl.task.executor import process_split
-from tests.harness import (
+from tests.lib.harness import (
     FakeClock,
     LocalPipeline,
     check_manifest_matches_folder,
@@ -997,7 +997,7 @@ def table(runs: list[Run]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.crash_sweep", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tests.sweeps.crash_sweep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--all", action="store_true", help="kill again at every call of the replay of every kill")
     ap.add_argument("--every", type=int, default=7, help="without --all: kill again during the replay of every "
                                                          "Nth kill and of the first kill of each window (default 7)")

@@ -1,11 +1,11 @@
 """The spool sweep (issue 47): the spool as a write-ahead log, broken at every step of its path, then restarted.
 
 From a pull's acknowledgement until its batch commits, the spool is the only copy of its messages.
-:mod:`tests.spool_campaign` kills the fetcher before every call of that path with injected errors; this sweep
+:mod:`tests.sweeps.spool_campaign` kills the fetcher before every call of that path with injected errors; this sweep
 adds what the issue asks of a write-ahead log, on a *real* small disk where the disk can do it itself:
 
 - **a full disk at every spool step, then space coming back.**  Every run's checkpoint is a tmpfs of 2 MiB
-  (:mod:`tests.disks`).  ``full``: the tmpfs is filled just before the call (its inodes too before a file is
+  (:mod:`tests.lib.disks`).  ``full``: the tmpfs is filled just before the call (its inodes too before a file is
   created), kept full until the fetcher reports it, then emptied; ``short``: filled but for one page, so that a
   frame's write is short, then ``ENOSPC``; ``full-lasting``: kept full past ``outage_timeout``, so that the job
   stops with the error (whose file cannot be written either), then space comes back and the job is restarted.
@@ -24,7 +24,7 @@ adds what the issue asks of a write-ahead log, on a *real* small disk where the 
   0 goes on.
 - **kills before and after each acknowledgement** (``kill``, ``kill-after``), a lost, failed or late answer to it
   (``ack-lost``, ``ack-fails``, ``ack-late``), and a kill before every other call (``kill``): every later call
-  of the dead process's threads raises :class:`~tests.crash_sweep.Killed`, so no ``finally`` of a dead process
+  of the dead process's threads raises :class:`~tests.sweeps.crash_sweep.Killed`, so no ``finally`` of a dead process
   touches the disk or the service; a restart is a new :class:`~event_etl.sources.pubsub_fetch.Fetcher` and
   :class:`~event_etl.sources.pubsub.PubSubPlanner` on the same spool.
 - **a stop with a stream dead between pull and acknowledgement**: ``dies`` (the stream's thread raises at a
@@ -63,7 +63,7 @@ acknowledged came again).  Counted apart, not failures of the contract: ``torn l
 hung`` (:data:`STOP_LOCK`).  The sweep found those four and :data:`EXECUTOR_BACKLOG`, all fixed since; each has a
 test in ``tests/test_spool_sweep.py``, whose sample also checks that none of them comes back.
 
-``.venv/bin/python -m tests.spool_sweep`` runs every window at every occurrence and prints a table per window
+``.venv/bin/python -m tests.sweeps.spool_sweep`` runs every window at every occurrence and prints a table per window
 (401 runs, ~8 minutes on 2 cores: a script, never in the suite); ``--sample`` runs what
 ``tests/test_spool_sweep.py`` runs (30 runs, ~30 s); ``--only FAULT`` one kind of fault; ``--repro
 'FAULT@OCCURRENCE@WINDOW'`` one case, with its details.
@@ -105,9 +105,9 @@ from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 from event_etl.sources.pubsub_partitions import STOP, ExecutorFetcher, PartitionFetcher, fetch_partition
 from event_etl.sources.spool import _HEAD, MAGIC, SpoolDamaged, _parse, _scan, oldest_publish_ms, read_messages
 from event_etl.storage.atomic import makedirs_durable
-from tests.crash_sweep import EVENT_ETL_DIR, Killed
-from tests.disks import fill, free_bytes, small_disk
-from tests.harness import t
+from tests.lib.disks import fill, free_bytes, small_disk
+from tests.lib.harness import t
+from tests.sweeps.crash_sweep import EVENT_ETL_DIR, Killed
 from tests.test_power_loss import Change, Disk, PowerCut
 from tests.test_spool_wal import CappedService
 

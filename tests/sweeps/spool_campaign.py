@@ -1,6 +1,6 @@
 """The spool campaign (issue 47): the Pub/Sub fetcher broken at every call of its spool path, then restarted.
 
-:mod:`tests.crash_sweep` kills the job's write path before every file-system call; this sweep does the same for
+:mod:`tests.sweeps.crash_sweep` kills the job's write path before every file-system call; this sweep does the same for
 the path from a pull to its acknowledgement, where the spool is the only copy of what was acknowledged.  The real
 :class:`~event_etl.sources.pubsub_fetch.Fetcher` pulls from a fake of the real service
 (:class:`tests.test_spool_wal.CappedService`: 20 messages a pull, leases that run out, ``DeadlineExceeded`` on an
@@ -22,7 +22,7 @@ not all acknowledged (``unexpected duplicates``: a redelivery the dedupe window 
 restart raised (``failed restarts``), and (``premature``) once the restarted fetcher stops settling, every message
 the dead one acknowledged is consumed or in the spool: no hour could be marked before it was read.
 
-``.venv/bin/python -m tests.spool_campaign`` runs every case and prints a table per window (the kind of call and
+``.venv/bin/python -m tests.sweeps.spool_campaign`` runs every case and prints a table per window (the kind of call and
 the fault); ``--every N`` runs every N-th call of each kind (``tests/test_spool_campaign.py`` runs a sample).
 """
 
@@ -43,7 +43,7 @@ from pathlib import Path
 from event_etl.sources import pubsub_fetch
 from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 from event_etl.sources.spool import _HEAD, MAGIC, _parse, _scan, read_messages
-from tests.harness import t
+from tests.lib.harness import t
 from tests.test_spool_wal import CappedService
 
 __all__ = ["Killed", "Tap", "Case", "run_case", "cases", "main"]

@@ -1,6 +1,6 @@
 """Producers' payloads for the tests, made as producers make them: a ``.proto`` compiled by protoc (grpcio-tools)
 into a descriptor set, messages built from it (no generated code), and Confluent's frames written by confluent-kafka's
-own ``AvroSerializer`` and ``ProtobufSerializer`` against the test registry (:mod:`tests.registry_server`).
+own ``AvroSerializer`` and ``ProtobufSerializer`` against the test registry (:mod:`tests.lib.registry_server`).
 
 :func:`page_view_types` writes the two types the end-to-end tests run beside the demo's ``page_view``: the same
 events sent as Protobuf (``page_view_pb``) and as Confluent-framed Avro (``page_view_cf``)."""
@@ -18,7 +18,7 @@ from typing import Any
 __all__ = ["PAGE_VIEW_PROTO", "compile_proto", "message_class", "page_view_message", "page_view_types",
            "confluent_avro_serializer", "confluent_protobuf_serializer", "ROOT", "page_view_record"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PAGE_VIEW_PROTO = (ROOT / "examples" / "event_types" / "page_view_pb" / "page_view.proto").read_text()
 """The page view as the shop's services send it: the example type's .proto (examples/event_types/page_view_pb)."""
