@@ -255,16 +255,20 @@ def hours_cmd(event_type: str, since: datetime | None, until: datetime | None, a
 @click.option("--since", type=HOUR, default=None, help="First hour looked at (instead of --day).")
 @click.option("--until", type=HOUR, default=None,
               help="First hour NOT looked at (ranges are half-open). Default with --since: the current hour.")
+@click.option("--never-final", is_flag=True,
+              help="Count the hours before a type's first hour (\"never\": no marker will come, no data there) as "
+                   "final. Without it they make the answer exit code 2, as `wait` on such an hour.")
 @JSON_OPTION
 @sink_option
 @handles_errors
 def complete_cmd(event_types: tuple[str, ...], day: str | None, since: datetime | None, until: datetime | None,
-                 as_json: bool, sink: str) -> None:
+                 never_final: bool, as_json: bool, sink: str) -> None:
     """Is everything complete? The hours of several event types at once (all the sink's types when none is named),
     yesterday by default: a grid of one character per hour, and the verdict in the exit code, as `wait`'s: 0 every
-    hour is complete (or before its type's first hour: "never"), 3 not yet.
+    hour is complete, 3 not yet, 2 hours before a type's first hour ("never": the type has no data there, e.g. a
+    type created today asked for yesterday) unless --never-final counts them as final.
     """
-    from event_etl.consumer.grid import completeness, grid_lines, summarise
+    from event_etl.consumer.grid import completeness, grid_lines, never_error, summarise
 
     if day is not None and (since is not None or until is not None):
         raise UsageError("--day and --since/--until both given", fix="pass a day, or a range of hours, not both")
@@ -277,12 +281,15 @@ def complete_cmd(event_types: tuple[str, ...], day: str | None, since: datetime 
     else:
         lo = _day_ms(day) if day is not None else (now_millis() // DAY_MS - 1) * DAY_MS
         hi = lo + DAY_MS
-    rows = completeness(sink, names, lo, hi)
+    rows = completeness(sink, names, lo, hi, never_final=never_final)
     if as_json:
         _echo_json(summarise(rows, lo, hi))
     else:
         for line in grid_lines(rows, lo, hi):
             click.echo(line)
+    error = never_error(rows)
+    if error is not None:
+        raise error
     if not rows or not all(r.is_complete for r in rows):
         sys.exit(int(ExitCode.NOT_COMPLETE))
 
