@@ -35,7 +35,7 @@ def run(*args: str):
 
 
 def test_every_type_of_the_sink_when_none_is_named_and_exit_3_while_an_hour_is_open(sink):
-    r = run("--since", "2026-11-21T12", "--until", "2026-11-21T16", "--sink", sink)
+    r = run("--since", "2026-11-21T12", "--until", "2026-11-21T16", "--never-final", "--sink", sink)
     assert r.exit_code == ExitCode.NOT_COMPLETE, r.output
     rows = {line.split()[0]: line for line in r.output.splitlines() if line.startswith(("click", "view"))}
     assert set(rows) == {"click", "view"}
@@ -48,14 +48,14 @@ def test_every_type_of_the_sink_when_none_is_named_and_exit_3_while_an_hour_is_o
 
 
 def test_the_types_named_only_and_exit_0_when_every_hour_is_final(sink):
-    r = run("view", "--since", "2026-11-21T12", "--until", "2026-11-21T16", "--sink", sink)
+    r = run("view", "--since", "2026-11-21T12", "--until", "2026-11-21T16", "--never-final", "--sink", sink)
     assert r.exit_code == 0, r.output
     assert "click" not in r.output
     assert r.output.splitlines()[-1].startswith("complete: every hour of 1 type from 2026-11-21T12:00:00Z")
 
 
 def test_json_lists_what_is_not_complete_per_type(sink):
-    r = run("click", "view", "--day", "2026-11-21", "--json", "--sink", sink)
+    r = run("click", "view", "--day", "2026-11-21", "--json", "--never-final", "--sink", sink)
     assert r.exit_code == ExitCode.NOT_COMPLETE, r.output
     doc = json.loads(r.output)
     assert doc["since"] == "2026-11-21T00:00:00Z" and doc["until"] == "2026-11-22T00:00:00Z"
@@ -85,7 +85,7 @@ def test_the_grid_draws_a_day_per_row_group_with_the_hours_ruler():
     day = t("2026-11-21T00:00:00Z")
     states = [HourState.NEVER] * 6 + [HourState.COMPLETE] * 10 + [HourState.AUDITED, HourState.MISMATCH] + \
         [HourState.OPEN] + [HourState.NOT_STARTED] * 5
-    rows = [TypeHours("page_view", tuple((day + i * HOUR_MS, s) for i, s in enumerate(states)))]
+    rows = [TypeHours("page_view", tuple((day + i * HOUR_MS, s) for i, s in enumerate(states)), never_final=True)]
     lines = grid_lines(rows, day, day + 24 * HOUR_MS)
     assert lines[0].startswith("2026-11-21 (UTC)  00     06     12     18") and lines[0].endswith("complete")
     assert lines[1].split()[:6] == ["page_view", "------", "######", "####A!", "o.....", "12/24"]
