@@ -218,7 +218,9 @@ def test_a_dropped_redelivery_delivered_once_more_after_its_id_left_the_window_i
     from tests.lib.harness import FakeClock, LocalPipeline, make_event_type, read_sink, t
 
     p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types"), FakeClock(t("13:30")))
-    p.controller.source_done = lambda inputs: False  # acknowledgements lost (the job died before them)
+    from event_etl.sources.face import Hooks
+
+    p.controller.source = Hooks(on_acknowledge=lambda inputs: False)  # acknowledgements lost (the job died before them)
 
     def msg(mid, data, at):
         return {"message_id": mid, "publish_time": t(at), "attributes": {}, "data": data, "ordering_key": "",
@@ -301,7 +303,9 @@ def test_a_replay_decides_its_duplicates_as_its_first_attempt_did(tmp_path, monk
     p = LocalPipeline(tmp_path, make_event_type(tmp_path / "types", out_of_orderness="5m", dedupe_window="10m"),
                       FakeClock(t("14:40")))
     acks = iter([False, True, True, True, True, True])
-    p.controller.source_done = lambda inputs: next(acks)  # batch 0's acknowledgement lost: Pub/Sub sends it again
+    from event_etl.sources.face import Hooks
+
+    p.controller.source = Hooks(on_acknowledge=lambda inputs: next(acks))  # batch 0 acknowledgement lost: sent again
 
     def msg(mid, id_, ts, at):
         return {"message_id": mid, "publish_time": t(at), "attributes": {}, "ordering_key": "", "delivery_attempt": 0,

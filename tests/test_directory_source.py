@@ -183,8 +183,10 @@ def test_a_file_logged_by_release_0_1_keeps_the_arrival_it_was_judged_with(tmp_p
 def test_every_source_kind_reads_the_job_clock_not_the_wall_clock(tmp_path, kind):
     """A job run on a test's clock must see its files arrive at that clock's time: a planner that read the wall
     clock made a test depend on the date it ran on (its ``future`` events were no longer in the future)."""
+    from event_etl.sources.face import OpenRequest
     from event_etl.sources.generator import GeneratorParams
-    from event_etl.sources.registry import make_planner
+    from event_etl.sources.pubsub_session import PubSubSource
+    from event_etl.sources.registry import open_source
 
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_bytes(b"1\n")
@@ -192,8 +194,10 @@ def test_every_source_kind_reads_the_job_clock_not_the_wall_clock(tmp_path, kind
               "generate": GeneratorParams(start=t("12:00"), rate=1, speedup=1.0, seed=1).to_json(),
               "pubsub": {"subscription": "projects/p/subscriptions/s"}}[kind]
     clock = FakeClock(t("13:00"))
-    p = make_planner({"kind": kind, "params": params, "log_dir": str(tmp_path / "log"), "split_bytes": 1 << 20,
-                      "max_files_per_batch": 10, "max_events_per_batch": 10}, clock)
+    request = OpenRequest(kind, {"kind": kind, "params": params, "log_dir": str(tmp_path / "log"),
+                                 "split_bytes": 1 << 20, "max_files_per_batch": 10, "max_events_per_batch": 10}, clock)
+    # Pub/Sub's session would start pulling: its planner, as the session makes it
+    p = PubSubSource.planner(request) if kind == "pubsub" else open_source(request).planner
     assert p.clock is clock
     if kind == "dir":
         p.discover()

@@ -18,7 +18,7 @@ import pytest
 from event_etl.job.progress import ProgressPrinter, format_summary
 from event_etl.settings import Settings, settings_in_force
 from event_etl.sources.kafka import KafkaPlanner
-from event_etl.sources.kafka_offsets import batch_lost, lag_by_partition, lost_between
+from event_etl.sources.kafka_offsets import lag_by_partition, lost_between
 from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type
 
 NOW = 1_764_003_600_000  # 2025-11-24 17:00 UTC
@@ -100,23 +100,25 @@ def test_lost_records_and_the_lag_per_partition_through_the_shared_engines_lane(
     """The shared engine's path without Spark: the lane plans with the real planner and writes the batch's offset
     to the Spark log, the controller runs the batch through the real executor and counts what the batch's offsets
     say was lost (as event_etl.job.setup wires it), the metrics read the lag from the lane's progress."""
-    from event_etl.job.engine import Lane, SparkLog
+    from event_etl.job.lane import Lane, SparkLog
     from event_etl.metrics import JobMetrics, PrometheusEndpoint
+    from event_etl.sources.kafka import KafkaSession
     from tests.test_metrics import value
 
     topic = _topic(broker, 2, [(i % 2, click(f"e{i}", NOW - 60_000 + i)) for i in range(40)])  # 20 a partition
     et = make_event_type(tmp_path / "types")
     p = LocalPipeline(tmp_path, et, FakeClock(NOW))
     spark_dir = p.ckpt.spark_dir
-    p.controller.source_lost = lambda batch_id: batch_lost(spark_dir, batch_id)
     out = io.StringIO()
     p.controller.listeners.append(ProgressPrinter(et.name, p.clock, out=out))
     prom = PrometheusEndpoint()
     metrics = JobMetrics(et.name, clock=p.clock, controller_state=lambda: p.controller.state, exports=[prom])
     p.controller.listeners.extend(metrics.listeners)
     planner = KafkaPlanner(topic, event_type=et.name, on_loss="skip")
+    session = KafkaSession(planner, str(spark_dir))
+    p.controller.source = session  # its hooks, as event_etl.job.setup gives them to the controller
     try:
-        lane = Lane.open(planner, SparkLog(spark_dir), cap=30, once=False)
+        lane = Lane.open(session, SparkLog(spark_dir), cap=30, once=False)
         assert value(prom.text(), "event_etl_input_lost_records_total", event_type=et.name) == 0  # from the start
 
         def run_batch() -> None:

@@ -273,7 +273,9 @@ def test_through_the_job_redeliveries_are_dropped_and_saved_batches_acknowledged
     et = make_event_type(tmp_path / "types")
     p = LocalPipeline(tmp_path, et, FakeClock(t("13:30")))
     f = fetcher(tmp_path, svc, streams=1, segment_age=0.05)
-    p.controller.source_done = f.ack
+    from event_etl.sources.face import Hooks
+
+    p.controller.source = Hooks(on_acknowledge=f.ack)
     svc.publish(click("a", "13:10"), t("13:20"))
     svc.publish(click("b", "13:11"), t("13:20"))
     f.start()

@@ -11,12 +11,14 @@ import pytest
 from event_etl.errors import LeaseHeldError
 from event_etl.job.engine import Engine, Lane, Round, SparkLog, _balance, round_summary
 from event_etl.sources.directory import DirectoryPlanner
+from event_etl.sources.face import PlannedSession
 from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
 
 
 def _planner(tmp_path, src):
-    return DirectoryPlanner(str(src), str(tmp_path / "ck" / "etl" / "source" / "dir"), split_bytes=1 << 20,
-                            max_files=2, clock=lambda: 1_000, tasks_per_batch=2)
+    """A folder's session, as the engine's lane holds it."""
+    return PlannedSession(DirectoryPlanner(str(src), str(tmp_path / "ck" / "etl" / "source" / "dir"),
+                                           split_bytes=1 << 20, max_files=2, clock=lambda: 1_000, tasks_per_batch=2))
 
 
 def _files(src, *names):
@@ -75,7 +77,7 @@ def test_a_lane_offers_new_input_durably_then_goes_on_after_its_commit(tmp_path)
     assert lane.offer(now=7, conf={}) == (1, {"files": 2}, {"files": 3})
     lane.committed()
     assert lane.offer(now=8, conf={}) is None and lane.exhausted
-    assert lane.activity.updated_at == 8 and lane.activity.backlog == 0
+    assert lane.session.activity().updated_at == 8 and lane.session.activity().backlog == 0
 
 
 def test_a_batch_offered_and_not_committed_is_replayed_over_the_same_range_whatever_arrived_since(tmp_path):
@@ -127,7 +129,7 @@ class _Engine(Engine):
     """The shared engine with its Spark job played by the real executor in this process (each call recorded)."""
 
     def __init__(self, pipes: dict[str, LocalPipeline], failing_tasks: set[str] = frozenset()) -> None:
-        self.members = {n: SimpleNamespace(name=n, job=SimpleNamespace(controller=p.controller))
+        self.members = {n: SimpleNamespace(name=n, opened=SimpleNamespace(controller=p.controller))
                         for n, p in pipes.items()}
         self.lanes = {n: SimpleNamespace(committed=lambda n=n: self.commits.append(n)) for n in pipes}
         self.pipes, self.failing_tasks = pipes, failing_tasks

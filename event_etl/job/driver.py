@@ -31,7 +31,7 @@ from typing import Any
 
 from event_etl.errors import UsageError, unwrap_task_error
 from event_etl.eventtypes import EventType
-from event_etl.job.engine import Engine, FleetMember, round_summary, rounds_before_drain, run_rounds
+from event_etl.job.engine import Engine, round_summary, rounds_before_drain, run_rounds
 from event_etl.job.fleet import (
     finish,
     member_checkpoint,
@@ -39,6 +39,7 @@ from event_etl.job.fleet import (
     status_line,
     write_status,
 )
+from event_etl.job.member import FleetMember
 from event_etl.job.setup import (
     RunOptions,
     acquire_lease,
@@ -46,7 +47,7 @@ from event_etl.job.setup import (
     open_shared,
     prepare_job,
     release_lease,
-    start_fetcher,
+    say_source_warning,
 )
 from event_etl.job.stopping import (
     Echo,
@@ -200,7 +201,7 @@ class _Driver:
         try:
             for m in self.members:
                 self.open_member(m)
-            engine = Engine(self.spark, self.members, {m.name: m.lane for m in self.members}, clock=self.clock)
+            engine = Engine(self.spark, self.members, {m.name: m.source for m in self.members}, clock=self.clock)
             if self.endpoint is not None:
                 self.endpoint.serve()
                 self.echo(f"[fleet] Prometheus metrics {self.endpoint.url}")
@@ -221,9 +222,9 @@ class _Driver:
         # Pub/Sub: pulling starts once the JVM runs, not while it is launched.  The JVM is forked with a
         # preexec_fn; a fork while the puller's threads are inside gRPC calls makes gRPC skip its fork
         # handlers, and the child could die before it ran Java (seen as JAVA_GATEWAY_EXITED at start-up).
+        say_source_warning(m.prepared, echo=self.echo)
         m.job, m.lane = open_shared(m.prepared, self.spark, clock=self.clock, listeners=self.listeners,
-                                    serve_metrics=not self.fleet, fetcher=start_fetcher(m.prepared, echo=self.echo),
-                                    echo=self.echo)
+                                    serve_metrics=not self.fleet, echo=self.echo)
         if self.endpoint is not None:
             self.endpoint.add(m.job.metrics)
 
@@ -231,7 +232,7 @@ class _Driver:
         try:
             for m in self.members:
                 if m.job is not None:
-                    close_shared(m.job, m.lane)
+                    close_shared(m.job)
         finally:
             if self.endpoint is not None:
                 self.endpoint.close()
@@ -281,7 +282,7 @@ class _Driver:
             if m.state == "quarantined" and time.monotonic() >= (m.restart_at or 0):
                 self._reopen(m)
             elif m.state == "running":
-                m.job.metrics.observe_progress(m.lane.progress())  # the backlog metric
+                m.opened.metrics.observe_progress(m.source.progress())  # the backlog metric
         if not self.options.once:
             self._tick([m for m in self.members if m.state == "running"], engine)
         if self.fleet and time.monotonic() - self.last_status >= self.status_every_s:
@@ -291,7 +292,8 @@ class _Driver:
 
     def _reopen(self, m: FleetMember) -> None:
         try:
-            close_shared(m.job, m.lane)
+            if m.job is not None:
+                close_shared(m.job)
             self.open_member(m)
             m.state, m.restart_at = "running", None
             self._status(m)
@@ -304,7 +306,7 @@ class _Driver:
 
         def tick(m: FleetMember) -> BaseException | None:
             try:
-                m.job.controller.tick()
+                m.opened.controller.tick()
             except Exception as err:  # noqa: BLE001 - e.g. a marker the sink refuses: this type only
                 return err
             return None
@@ -318,6 +320,6 @@ class _Driver:
     def _end(self, stopped_by: str | None, drain: bool, started: float) -> Summaries:
         if not self.fleet:
             (m,) = self.members
-            return {m.name: end_run(m.job, self.options, self.stops, started=started, stopped_by=stopped_by,
+            return {m.name: end_run(m.opened, self.options, self.stops, started=started, stopped_by=stopped_by,
                                     drain=drain, echo=self.echo)}
         return finish(self.members, self.stops, self.clock, drain=drain, started=started, echo=self.echo)

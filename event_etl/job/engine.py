@@ -3,7 +3,7 @@
 Every job runs here (``event-etl run TYPE``, a fleet: ``run T1 T2 ...``, ``--all``, ``submit``), driven by
 :mod:`event_etl.job.driver`; a single type is a round of one.
 There is no streaming query and no Python source process per type: every trigger interval
-the driver asks each type's source planner (:mod:`event_etl.sources.registry`) what is new,
+the driver asks each type's source session (:mod:`event_etl.sources.face`) what is new,
 writes that type's offsets, and then runs **one** Spark job over the splits of every type
 that has input.  Each type's controller then finishes its own batch (ledger, watermark,
 markers, state), as if it ran alone.  Each type keeps everything of its own: checkpoint, batch numbers, watermark,
@@ -36,7 +36,6 @@ replayed on the next run).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 import uuid
@@ -45,29 +44,22 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from event_etl import faults
 from event_etl.errors import EventEtlError
-from event_etl.eventtypes import EventType
+from event_etl.job.lane import Lane, Pending, SparkLog
+from event_etl.job.member import FleetMember
 from event_etl.job.phases import Phases, Tasks
 from event_etl.job.stopping import POLL_S, Echo, Escalated, StopSignals, run_watched, say, signal_name
-from event_etl.rules.watermark import SourceActivity
-from event_etl.sources.activity import observe
+from event_etl.sources.face import SourceSession
 from event_etl.sources.splits import Split
-from event_etl.storage.atomic import write_text_atomic
-from event_etl.timeutil import iso
 
-__all__ = ["SparkLog", "Lane", "Engine", "run_rounds", "rounds_before_drain", "round_summary",
-           "FleetMember"]
+__all__ = ["SparkLog", "Lane", "Pending", "Engine", "run_rounds", "rounds_before_drain", "round_summary",
+           "FleetMember"]  # SparkLog, Lane, Pending: event_etl.job.lane; FleetMember: event_etl.job.member
 
 Offset = Any
-"""A source's offset, as its planner makes it: JSON-able, read and written whole (None: none yet)."""
-Pending = tuple[int, Offset, Offset]
-"""A batch offered and not committed: ``(batch, start, end)``."""
+"""A source's offset, as its session makes it: JSON-able, read and written whole (None: none yet)."""
 
-RETAIN_BATCHES = 100  # as Spark's spark.sql.streaming.minBatchesToRetain
 PLANNERS = 16  # types whose sources are asked for offsets at a time
 HISTORY = 10_000  # rounds whose timings are kept for the summary (about 14 hours at a 5-s trigger)
 
@@ -82,178 +74,6 @@ _RECORDED_CONFS = (
     "spark.sql.streaming.join.stateFormatVersion",
     "spark.sql.streaming.stateStore.compression.codec",
 )
-
-
-@dataclass
-class FleetMember:
-    """One type of the fleet and what the supervisor knows of it."""
-
-    event_type: EventType
-    prepared: Any
-    job: Any = None  # its event_etl.job.setup.Job once opened
-    state: str = "starting"
-    lane: Any = None  # the shared engine's hold on its source (event_etl.job.engine.Lane)
-    failures: int = 0
-    restart_at: float | None = None
-    last_error: str | None = None
-    drain_error: str | None = None
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def name(self) -> str:
-        return self.event_type.name
-
-    def status(self, clock: Callable[[], int]) -> dict[str, Any]:
-        st = self.job.controller.state if self.job else None
-        wm = st.watermark if st else None
-        printer = self.job.printer if self.job else None
-        now = printer.now() if printer is not None else clock()  # the generator's own clock for generate:
-        return {
-            "event_type": self.name,
-            "state": self.state,
-            "watermark": iso(wm),
-            "lag_ms": None if wm is None or now is None else now - wm,
-            "last_marker": iso(st.marked_through) if st and st.marked_through is not None else None,
-            "last_batch": st.last_batch_id if st else None,
-            "restarts": self.failures,
-            "last_error": self.drain_error or self.last_error,
-            "updated_at": iso(clock()),
-        }
-
-
-class SparkLog:
-    """A type's Spark offset and commit logs (``<checkpoint>/spark/offsets/<n>``, ``commits/<n>``).
-
-    Written in Spark's format (``metadata``: the query's id; an offset: ``v1``, the batch's metadata,
-    the source's end offset; a commit: ``v1`` and ``{"nextBatchWatermarkMs":0}``), each file replaced
-    whole by a rename, so that a query of the type's own reads them as its own and the other way round."""
-
-    def __init__(self, spark_dir: str | os.PathLike[str]) -> None:
-        self.root = Path(spark_dir)
-        self.offsets = self.root / "offsets"
-        self.commits = self.root / "commits"
-
-    @staticmethod
-    def _batches(d: Path) -> list[int]:
-        try:
-            return sorted(int(f.name) for f in d.iterdir() if f.name.isdigit())
-        except FileNotFoundError:
-            return []
-
-    def latest_offset_batch(self) -> int | None:
-        b = self._batches(self.offsets)
-        return b[-1] if b else None
-
-    def latest_commit(self) -> int | None:
-        b = self._batches(self.commits)
-        return b[-1] if b else None
-
-    def end_offset(self, batch: int) -> Offset:
-        """The source's end offset of ``batch`` (the last line of its offset file), or None if there is none."""
-        try:
-            lines = (self.offsets / str(batch)).read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return None
-        if len(lines) < 3 or not lines[-1].startswith("{"):
-            raise EventEtlError(f"{self.offsets / str(batch)} is not an offset of one source",
-                                fix="the checkpoint's spark/ folder was changed by hand; restore it")
-        return json.loads(lines[-1])
-
-    @staticmethod
-    def _write(path: Path, text: str) -> None:
-        write_text_atomic(path, text)
-
-    def write_offset(self, batch: int, end: Offset, *, now: int, conf: dict[str, str]) -> None:
-        if not (self.root / "metadata").exists():  # the query's id: Spark refuses a log without one
-            self._write(self.root / "metadata", json.dumps({"id": str(uuid.uuid4())}, separators=(",", ":")))
-        meta = {"batchWatermarkMs": 0, "batchTimestampMs": int(now), "conf": conf}
-        self._write(self.offsets / str(batch),
-                    "v1\n" + json.dumps(meta, separators=(",", ":")) + "\n" + json.dumps(end, sort_keys=True))
-
-    def write_commit(self, batch: int) -> None:
-        self._write(self.commits / str(batch), 'v1\n{"nextBatchWatermarkMs":0}')
-        for d in (self.offsets, self.commits):  # the batch that falls out of the kept ones (see forget_old)
-            (d / str(batch - RETAIN_BATCHES)).unlink(missing_ok=True)
-
-    def forget_old(self) -> None:
-        """Forget the batches before the last :data:`RETAIN_BATCHES` (as Spark does): all of them at once when a
-        type opens (a log a query of its own wrote, or an older release); then one per commit."""
-        last = self.latest_offset_batch()
-        if last is None:
-            return
-        for d in (self.offsets, self.commits):
-            for b in self._batches(d):
-                if b <= last - RETAIN_BATCHES:
-                    (d / str(b)).unlink(missing_ok=True)
-
-
-@dataclass
-class Lane:
-    """Where one type's source stands: its planner, the offset the next batch starts at, a batch to replay."""
-
-    planner: Any
-    log: SparkLog
-    cap: int | None
-    next_batch: int = 0
-    start: Offset = None
-    pending: Pending | None = None  # (batch, start, end) offered, not committed
-    exhausted: bool = False  # --once: nothing more to read
-    delivered_at: int | None = None
-    activity: SourceActivity | None = None
-
-    @classmethod
-    def open(cls, planner: Any, log: SparkLog, *, cap: int | None, once: bool) -> Lane:
-        """Read the type's logs as Spark's engine would on a restart: the batch to replay, or where to go on."""
-        lane = cls(planner, log, cap)
-        log.forget_old()
-        last, committed = log.latest_offset_batch(), log.latest_commit()
-        if last is None:
-            lane.start = planner.initial_offset()
-        elif committed is not None and committed >= last:
-            lane.start = log.end_offset(last)
-            lane.next_batch = last + 1
-            planner.commit(lane.start)  # as Spark does for the last committed batch on a restart
-        else:
-            before = log.end_offset(last - 1) if last > 0 else None
-            lane.start = before if before is not None else planner.initial_offset()
-            lane.pending = (last, lane.start, log.end_offset(last))
-            lane.next_batch = last + 1
-        if once:
-            planner.prepare_available_now()
-        return lane
-
-    def offer(self, *, now: int, conf: dict[str, str]) -> Pending | None:
-        """The batch to run now: the pending one, or a new one over what arrived (its offset made durable first);
-        None when nothing is new."""
-        if self.pending is not None:
-            return self.pending
-        end = self.planner.latest_offset(self.start, self.cap)
-        self.activity = observe(self.planner, self.start, end, now=now, delivered_at=self.delivered_at)
-        self.delivered_at = self.activity.delivered_at
-        self.exhausted = end == self.start
-        if self.exhausted:
-            return None
-        self.log.write_offset(self.next_batch, end, now=now, conf=conf)
-        faults.point("offset_written", str(self.next_batch))
-        self.pending = (self.next_batch, self.start, end)
-        return self.pending
-
-    def progress(self) -> dict[str, Any] | None:
-        """What Spark's ``query.lastProgress`` would say of the source (for the backlog metric), or None."""
-        report = getattr(self.planner, "reported_latest", None)
-        latest = report() if report is not None else None
-        if latest is None or self.start is None:
-            return None
-        return {"sources": [{"endOffset": self.start, "latestOffset": latest}]}
-
-    def committed(self) -> None:
-        """The pending batch's state is saved: commit it, in the log and to the source."""
-        if self.pending is None:
-            raise AssertionError("a lane commits the batch it offered, and has none")
-        batch, _, end = self.pending
-        self.log.write_commit(batch)
-        self.planner.commit(end)
-        self.start, self.pending, self.next_batch = end, None, batch + 1
 
 
 @contextmanager
@@ -342,7 +162,7 @@ class Engine:
                 offered = lane.offer(now=now, conf=self.conf)
                 if offered is not None:
                     batch, start, end = offered
-                    rnd.work[name] = (batch, start, end, lane.planner.splits(start, end))
+                    rnd.work[name] = (batch, start, end, lane.session.splits(start, end))
             except Exception as err:  # noqa: BLE001 - this type is quarantined; the others go on
                 rnd.failed[name] = err
 
@@ -371,7 +191,7 @@ class Engine:
         with ExitStack() as turns:
             batches = {}
             for name, (batch, _, _, _) in rnd.work.items():
-                controller = self.members[name].job.controller
+                controller = self.members[name].opened.controller
                 turns.enter_context(_failures_kept(controller, rnd, name))
                 batches[name] = controller.batch_phases(batch)
             asks = self._advance(rnd, batches, dict.fromkeys(batches))  # 1. begin
@@ -408,7 +228,7 @@ class Engine:
                 rnd.finished.add(name)
             except BaseException as err:  # noqa: BLE001 - this type is quarantined; the others go on
                 rnd.failed[name] = err
-                self.members[name].job.controller.failure = err
+                self.members[name].opened.controller.failure = err
         return asks
 
     def _run_tasks(self, tasks: dict[str, Tasks], rnd: Round) -> dict[str, Any]:
@@ -544,9 +364,9 @@ def rounds_before_drain(engine: Engine, members: list[FleetMember], stops: StopS
     still pulling: one line says how long), then pulling stops (the fetcher closes its open segments) and rounds run
     until the planner has offered, and the job committed, every segment the spool holds."""
     running = [m for m in members if m.state == "running"]
-    spooled = [m for m in running if getattr(getattr(m, "job", None), "fetcher", None) is not None]
-    stop_pulling_for_drain([(m.name, m.job.fetcher) for m in spooled], stops, quiet=quiet, echo=echo)
-    want = {m.name for m in running if m.lane.pending is not None} | {m.name for m in spooled}
+    spooled = [m for m in running if m.source.session.spooled]
+    stop_pulling_for_drain([(m.name, m.source.session) for m in spooled], stops, quiet=quiet, echo=echo)
+    want = {m.name for m in running if m.source.pending is not None} | {m.name for m in spooled}
     while want:
         names = [n for n in want if engine.members[n].state == "running"]
         if not names:
@@ -563,25 +383,25 @@ def _planned_and_run(engine: Engine, names: list[str]) -> Callable[[], Round]:
     return lambda: engine.run(engine.plan(names))
 
 
-def stop_pulling_for_drain(fetchers: list[tuple[str, Any]], stops: StopSignals, *, quiet: bool = False,
+def stop_pulling_for_drain(sessions: list[tuple[str, SourceSession]], stops: StopSignals, *, quiet: bool = False,
                            echo: Echo = say) -> None:
-    """Before a drain: wait until no fetcher settles any more (what a killed run left leased has had its time to
-    come back, and was pulled: one line says how long), then stop them all (their open segments closed, for the
-    batches that follow to read).  ``fetchers``: ``(type name, fetcher)``."""
-    for name, fetcher in fetchers:
-        left = getattr(fetcher, "settle_until", 0.0) - time.monotonic()
-        if left > 0 and fetcher.settling():
+    """Before a drain: wait until no source settles any more (what a killed run left leased has had its time to
+    come back, and was pulled: one line says how long), then stop their pulling (their open segments closed, for the
+    batches that follow to read).  ``sessions``: ``(type name, source session)``."""
+    for name, session in sessions:
+        left = session.settling()
+        if left > 0:
             if not quiet:
                 echo(f"[{name}] before the drain marks hours: waiting {left:.0f} s for messages a killed run left "
                      "leased to come back")
-            run_watched(_settled(fetcher), stops, name="event_etl-settle")
-    for _name, fetcher in fetchers:
-        fetcher.stop()  # no more pulls; every open segment closed
+            run_watched(_settled(session), stops, name="event_etl-settle")
+    for _name, session in sessions:
+        session.drained()  # no more pulls; every open segment closed
 
 
-def _settled(fetcher: Any) -> Callable[[], None]:
+def _settled(session: SourceSession) -> Callable[[], None]:
     def settle() -> None:
-        while fetcher.settling():
+        while session.settling() > 0:
             time.sleep(0.1)
 
     return settle

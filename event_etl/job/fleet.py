@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from event_etl.errors import EventEtlError, unwrap_task_error
-from event_etl.job.engine import FleetMember
+from event_etl.job.member import FleetMember
 from event_etl.job.progress import BACKFILL_RUNBOOK
 from event_etl.job.setup import RunOptions
 from event_etl.job.status import STATUS_FILE

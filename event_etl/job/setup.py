@@ -23,7 +23,7 @@ from event_etl.job.controller import Controller
 from event_etl.job.progress import GeneratorClock, ProgressPrinter
 
 if TYPE_CHECKING:
-    from event_etl.job.engine import Lane
+    from event_etl.job.lane import Lane
 from event_etl.job.stopping import (
     Echo,
     StopSignals,
@@ -31,14 +31,15 @@ from event_etl.job.stopping import (
     wait_for,
 )
 from event_etl.sources import SourceSpec
-from event_etl.sources.registry import job_source, source_kind
+from event_etl.sources.face import OpenRequest, SourceSession
+from event_etl.sources.registry import job_source, open_source, source_kind
 from event_etl.storage import Storage
 from event_etl.storage.locations import default_checkpoint, is_remote, resolve_sink
 from event_etl.timeutil import iso, now_millis, parse_duration
 
 __all__ = ["DEFAULT_SINK", "DEFAULT_TRIGGER", "DEFAULT_MAX_FILES_PER_BATCH", "DEFAULT_MAX_EVENTS_PER_BATCH",
            "DEFAULT_SPLIT_BYTES", "RunOptions", "Prepared", "prepare_job", "release_lease", "acquire_lease", "Job",
-           "start_fetcher", "open_parts", "open_shared", "close_shared"]
+           "say_source_warning", "open_parts", "open_shared", "close_shared"]
 
 DEFAULT_SINK = "./data"
 DEFAULT_TRIGGER = "5s"
@@ -179,24 +180,27 @@ def acquire_lease(p: Prepared, stops: StopSignals | None = None, *, echo: Echo =
 
 @dataclass
 class Job:
-    """One event type's streaming job inside a Spark application: controller, metrics, progress printer, fetcher."""
+    """One event type's streaming job inside a Spark application: controller, metrics, progress printer, and its
+    source's session (:class:`~event_etl.sources.face.SourceSession`)."""
 
     prepared: Prepared
     controller: Controller
     metrics: Any
     source_dir: str
     printer: ProgressPrinter | None = None
-    fetcher: Any = None  # Pub/Sub: the background puller (event_etl.sources.pubsub_fetch)
+    source: SourceSession | None = None
     policies: Any = None  # the type's commit policies (event_etl.job.policies.PolicyChain), if it has some
     echo: Echo = say  # where its lines for people go (what the command line passed the driver)
 
     def close(self) -> None:
-        """After the last round: stop pulling (what was pulled and not saved comes again), stop the metrics."""
+        """After the last round: stop the source (what was pulled and not saved comes again; its summary line), the
+        commit policies, the metrics."""
         try:
-            if self.fetcher is not None:
-                self.fetcher.stop()
-                if not self.prepared.options.quiet:
-                    self.echo(self.fetcher.summary_line(self.prepared.event_type.name))
+            if self.source is not None:
+                self.source.stop()
+                line = self.source.summary_line(self.prepared.event_type.name)
+                if line and not self.prepared.options.quiet:
+                    self.echo(line)
         finally:
             try:
                 if self.policies is not None:  # after the drain's markers: a short, bounded time to notify them
@@ -205,31 +209,22 @@ class Job:
                 self.metrics.shutdown()
 
 
-def start_fetcher(p: Prepared, *, echo: Echo = say) -> Any:
-    """Pub/Sub: the background puller of a prepared (and leased) job, started at once (once Spark's JVM runs:
-    see :mod:`event_etl.job.driver`); ``None`` for other sources.  What the source says of itself at start goes
+def say_source_warning(p: Prepared, *, echo: Echo = say) -> None:
+    """What the source says of itself when the job starts (Pub/Sub: a volatile spool; Kafka: read_uncommitted),
     through ``echo``, on stderr."""
-    kind = source_kind(p.spec.kind)
-    warning = kind.warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
-    if warning:  # what the source says of itself at start (Pub/Sub: a volatile spool; Kafka: read_uncommitted)
+    warning = source_kind(p.spec.kind).warning(p.event_type.name, p.spec, str(p.ckpt.source_dir(p.spec.kind)))
+    if warning:
         echo(warning, err=True)
-    if not kind.fetches:
-        return None
-    make = kind.fetcher
-    fetcher = make(p.spec, str(p.ckpt.source_dir(p.spec.kind)), once=p.options.once) if make is not None else None
-    if fetcher is not None:
-        fetcher.leased_at = p.leased_at
-    return fetcher.start() if fetcher is not None else None  # None: it pulls on executors, once Spark runs
 
 
 Listener = Callable[[str, Any], None]
 
 
 def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-               serve_metrics: bool = True, fetcher: Any = None, echo: Echo = say) -> tuple[Job, dict[str, Any]]:
-    """Bind the checkpoint; build the controller, metrics and progress printer of a prepared job, and the spec of
-    its source, for the lane :func:`open_shared` opens on it (the engine plans the source itself)."""
-    from event_etl.metrics import job_metrics
+               serve_metrics: bool = True, echo: Echo = say) -> tuple[Job, dict[str, Any]]:
+    """Bind the checkpoint; open the type's source session; build the controller (given the session's hooks),
+    metrics and progress printer of a prepared job, and the spec of its source, for the lane :func:`open_shared`
+    opens on it."""
     from event_etl.sources.directory import SPLIT_PLAN
 
     et, options, ckpt = p.event_type, p.options, p.ckpt
@@ -250,53 +245,65 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
         "max_events_per_batch": options.max_events_per_batch,
         "event_type": et.name,  # Kafka: the consumer group it commits to
     }
+    # Pub/Sub: its fetcher pulls from now on, into the spool the session offers; it acknowledges what batches saved
+    session = open_source(OpenRequest(
+        et.name, source_spec, clock, once=options.once, spark_dir=str(ckpt.spark_dir), spark=spark,
+        leased_at=p.leased_at, fence=p.lease.fence() if p.lease is not None else None, sink=p.storage.url))
+    try:
+        opened = _open_controller(p, session, writer=str(job.get("writer", "")), log_dir=str(source_spec["log_dir"]),
+                                  clock=clock, listeners=listeners, serve_metrics=serve_metrics, echo=echo)
+    except BaseException:
+        session.stop()
+        raise
+    return opened, source_spec
+
+
+def _open_controller(p: Prepared, session: SourceSession, *, writer: str, log_dir: str, clock: Callable[[], int],
+                     listeners: list[Listener] | None, serve_metrics: bool, echo: Echo) -> Job:
+    """The controller, metrics, printer and commit policies of a prepared job whose source ``session`` is open."""
+    from event_etl.metrics import job_metrics
+
+    et, options, ckpt = p.event_type, p.options, p.ckpt
     # the generator's clock runs ahead of the wall clock: the lag is read on it, in the progress lines and in the
     # metrics history alike (marker delays are on the wall clock everywhere: event_etl.rules.delays)
     event_clock = GeneratorClock(ckpt.spark_dir, clock) if source_kind(p.spec.kind).event_clock else None
     printer = ProgressPrinter(et.name, clock, quiet=options.quiet, event_clock=event_clock,
                               settings_file=et.settings_file)  # named when a backfill goes to the dead letters
-    log_dir = str(source_spec["log_dir"])
     controller = Controller(
         event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
-        writer=str(job.get("writer", "")), guard=p.lease.guard if p.lease is not None else None,
+        writer=writer, guard=p.lease.guard if p.lease is not None else None,
         fence=p.lease.fence() if p.lease is not None else None, monotonic=time.monotonic,
         # the source reports at every trigger; a report older than this cannot tell what waits
-        activity_stale_ms=max(3 * p.trigger_ms, 30_000),
+        activity_stale_ms=max(3 * p.trigger_ms, 30_000), source=session,
     )
     if not options.quiet:
         say_backfill_held(controller, p.storage, echo=echo)
-    if source_kind(p.spec.kind).fetches:  # Pub/Sub
-        # pulls off the trigger's path, into the spool the source offers; acknowledges what batches saved
-        make_fetcher = source_kind(p.spec.kind).fetcher
-        if fetcher is None and make_fetcher is not None:
-            fetcher = make_fetcher(p.spec, log_dir, once=options.once, spark=spark)
-            fetcher.leased_at = p.leased_at
-        if p.lease is not None and hasattr(fetcher, "fence"):  # fetch partitions check the job's lease as they pull
-            fetcher.fence, fetcher.sink = p.lease.fence(), p.storage.url
-        if p.lease is not None:  # how far back a seek must go, in the sink: it outlives a lost checkpoint
-            from event_etl.job.status import seek_fields
-
-            spool, ooo, activity = fetcher.segdir, et.out_of_orderness, fetcher.activity
-
-            def for_people() -> dict[str, Any]:  # also why the source cannot deliver, while it cannot
-                down = activity().down
-                return {**seek_fields(controller.state, ooo, spool), **({"source_down": down} if down else {})}
-
-            p.lease.extra = for_people
-        controller.idle.source_activity = fetcher.activity  # the spool's puller reports, not the source's log
-        controller.source_done = fetcher.ack
-    lost_in_batch = source_kind(p.spec.kind).lost_in_batch  # Kafka: records retention deleted unread
-    if lost_in_batch is not None:
-        spark_dir = ckpt.spark_dir
-        controller.source_lost = lambda batch_id: lost_in_batch(str(spark_dir), batch_id)
+    if p.lease is not None and session.spooled:  # how far back a seek must go, in the sink (it outlives a lost
+        p.lease.extra = _lease_fields(controller, session)  # checkpoint)
     metrics = job_metrics(et, options, clock=clock, controller_state=lambda: controller.state, serve=serve_metrics,
                           checkpoint=str(ckpt.root), event_clock=event_clock)
     controller.listeners.extend(metrics.listeners)
-    job_ = Job(p, controller, metrics, log_dir, printer, fetcher, echo=echo)
+    job = Job(p, controller, metrics, log_dir, printer, session, echo=echo)
     if et.commit_policies:
-        job_.policies = start_policies(controller, listeners=metrics.listeners)
-        metrics.policy_pending = job_.policies.pending
-    return job_, source_spec
+        job.policies = start_policies(controller, listeners=metrics.listeners)
+        metrics.policy_pending = job.policies.pending
+    return job
+
+
+def _lease_fields(controller: Controller, session: SourceSession) -> Callable[[], dict[str, Any]]:
+    """What a spooling source's job writes into its lease at every renewal, for people: how far back a seek must go
+    (it outlives a lost checkpoint), and why the source cannot deliver, while it cannot."""
+    from event_etl.job.status import seek_fields_at
+
+    ooo = controller.et.out_of_orderness
+
+    def for_people() -> dict[str, Any]:
+        activity = session.activity()
+        down = activity.down if activity is not None else None
+        return {**seek_fields_at(controller.state, ooo, session.oldest_spooled()),
+                **({"source_down": down} if down else {})}
+
+    return for_people
 
 
 def say_backfill_held(controller: Controller, storage: Storage, *, echo: Echo = say) -> None:
@@ -319,10 +326,9 @@ def start_policies(controller: Controller, *, listeners: list[Any] | None = None
     from event_etl.job.policies import PolicyChain
 
     et = controller.et
-    chain = PolicyChain([make_policy(c, et, controller.storage) for c in et.commit_policies], event_type=et.name,
-                        storage=controller.storage, checkpoint=controller.ckpt,
+    chain = PolicyChain([make_policy(c, et, controller.storage) for c in et.commit_policies], controller.ctx,
                         marked=lambda: (controller.state.first_hour, controller.state.marked_through),
-                        clock=controller.clock, listeners=listeners)
+                        listeners=listeners)
     controller.listeners.append(chain.on_event)
     return chain.start()
 
@@ -345,37 +351,25 @@ def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage)
 
 
 def open_shared(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-                serve_metrics: bool = True, fetcher: Any = None, echo: Echo = say) -> tuple[Job, Lane]:
-    """A prepared job opened for the shared engine (:mod:`event_etl.job.engine`): its controller, metrics and
-    printer (no query), and its source's lane, which the engine plans itself.  Returns ``(job, lane)``."""
-    from event_etl.job.engine import Lane, SparkLog
-    from event_etl.sources.registry import batch_cap, make_planner
+                serve_metrics: bool = True, echo: Echo = say) -> tuple[Job, Lane]:
+    """A prepared job opened for the engine (:mod:`event_etl.job.engine`): its source's session, its controller,
+    metrics and printer, and its lane over the session.  Returns ``(job, lane)``."""
+    from event_etl.job.lane import Lane, SparkLog
+    from event_etl.sources.registry import batch_cap
 
+    job, spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics, echo=echo)
+    session = job.source
+    if session is None:
+        raise AssertionError("open_parts opens the source")
     try:
-        job, spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics,
-                               fetcher=fetcher, echo=echo)
-    except BaseException:
-        if fetcher is not None:
-            fetcher.stop()
-        raise
-    try:
-        lane = Lane.open(make_planner(spec, clock), SparkLog(p.ckpt.spark_dir), cap=batch_cap(spec),
-                         once=p.options.once)
+        lane = Lane.open(session, SparkLog(p.ckpt.spark_dir), cap=batch_cap(spec), once=p.options.once)
+        session.start()  # pulling on the executors starts now, with the lane (a driver's puller runs already)
     except BaseException:
         job.close()
         raise
-    if job.fetcher is None:  # the lane reports what it saw; Pub/Sub's fetcher reports for itself
-        job.controller.idle.source_activity = lambda: lane.activity
-    else:
-        job.fetcher.start()  # pulling on the executors starts now, with the session (a driver's puller runs already)
     return job, lane
 
 
-def close_shared(job: Job, lane: Lane | None) -> None:
-    """Close a job (and its lane's source, if the shared engine planned it)."""
-    try:
-        stop = getattr(lane.planner, "stop", None) if lane is not None else None
-        if stop is not None:
-            stop()
-    finally:
-        job.close()
+def close_shared(job: Job, lane: Lane | None = None) -> None:
+    """Close a job: its source's session (no more pulls), its policies and metrics."""
+    job.close()

@@ -57,6 +57,15 @@ def _oldest_open_hour(state: Any) -> int | None:
     return None if state.first_hour is None else int(state.first_hour)
 
 
+def seek_fields_at(state: Any, out_of_orderness: int | None, spool_oldest: int | None) -> dict[str, Any]:
+    """``seek_to`` (ISO UTC), ``seek_to_ms`` and ``seek_to_by`` for a Pub/Sub job whose spool's oldest publish time
+    is ``spool_oldest`` (see :func:`seek_time`); empty when nothing is known."""
+    found = seek_time(_oldest_open_hour(state), out_of_orderness, spool_oldest)
+    if found is None:
+        return {}
+    return {"seek_to": iso(found[0]), "seek_to_ms": found[0], "seek_to_by": found[1]}
+
+
 def seek_fields(state: Any, out_of_orderness: int | None, spool_dir: str | Path | None) -> dict[str, Any]:
     """``seek_to`` (ISO UTC), ``seek_to_ms`` and ``seek_to_by`` for a Pub/Sub job (see :func:`seek_time`); empty when
     nothing is known.  A job writes them into its lease at every renewal, so that they outlive a lost checkpoint."""

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from event_etl.errors import SourceError
+from event_etl.sources.face import OpenRequest, PlannedSession, Source
 from event_etl.sources.splits import Split
 from event_etl.storage.atomic import fsync_dir, makedirs_durable, write_json_atomic
 
-__all__ = ["DirectoryPlanner", "align_ranges"]
+__all__ = ["DirectoryPlanner", "DirectorySource", "align_ranges"]
 
 
 def _next_line_start(fh: BinaryIO, pos: int, size: int) -> int:
@@ -221,3 +222,16 @@ class DirectoryPlanner:
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
+
+
+class DirectorySource(Source):
+    """``dir:PATH``: the engine plans the folder itself, at every round (no fetcher)."""
+
+    @classmethod
+    def open(cls, request: OpenRequest) -> PlannedSession:
+        spec = request.spec
+        return PlannedSession(DirectoryPlanner(
+            spec["params"]["path"], spec["log_dir"], split_bytes=int(spec["split_bytes"]),
+            max_files=int(spec["max_files_per_batch"]), clock=request.clock,
+            tasks_per_batch=int(spec.get("tasks_per_batch", 2)), split_plan=int(spec.get("split_plan", 1)),
+        ))

@@ -14,10 +14,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from event_etl.sources.face import OpenRequest, PlannedSession, Source
 from event_etl.sources.generator import GeneratorParams
 from event_etl.sources.splits import Split
 
-__all__ = ["GeneratorPlanner"]
+__all__ = ["GeneratorPlanner", "GeneratorSource"]
 
 SPLIT_ROWS = 250_000
 MIN_SPLIT_ROWS = 5_000
@@ -80,3 +81,17 @@ class GeneratorPlanner:
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
+
+
+class GeneratorSource(Source):
+    """``generate:``: the built-in generator, planned by the engine at every round."""
+
+    @classmethod
+    def open(cls, request: OpenRequest) -> PlannedSession:
+        spec = request.spec
+        session = PlannedSession(GeneratorPlanner(
+            GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=request.clock,
+            tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
+        ))
+        session.event_clock = True
+        return session

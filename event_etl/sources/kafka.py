@@ -34,9 +34,11 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
 from event_etl.errors import SourceError
+from event_etl.sources.face import OpenRequest, PlannedSession, Source
 from event_etl.sources.splits import Split
 
-__all__ = ["KafkaPlanner", "MAX_SPLIT_RECORDS", "plan_partition", "fair_shares", "cut_range", "kafka_config",
+__all__ = ["KafkaPlanner", "KafkaSource", "KafkaSession", "MAX_SPLIT_RECORDS", "plan_partition", "fair_shares",
+           "cut_range", "kafka_config",
            "consumer_group", "describe_topic", "check_topic", "read_range", "read_messages", "record_times",
            "record_payload", "message_attributes", "READ_TIMEOUT_S", "CONSUME_RECORDS", "read_runs", "RecordRun",
            "record_columns", "record_fields", "READER_DEFAULTS"]
@@ -626,3 +628,47 @@ def read_range(topic: str, partition: int, start: int, end: int, *, timeout: flo
     for run in read_messages(topic, partition, start, end, timeout=timeout):
         for m, ts in zip(run, record_times(run, topic, partition)):
             yield record_payload(m, topic, partition, ts)
+
+
+class KafkaSession(PlannedSession):
+    """A Kafka topic, planned by the engine at every round; what retention deleted unread is read from the type's
+    offset log (:func:`event_etl.sources.kafka_offsets.batch_lost`)."""
+
+    def __init__(self, planner: KafkaPlanner, spark_dir: str | None) -> None:
+        super().__init__(planner)
+        self.spark_dir = spark_dir
+
+    def lost(self, batch_id: int) -> dict[int, int]:
+        if self.spark_dir is None:
+            return {}
+        from event_etl.sources.kafka_offsets import batch_lost
+
+        return batch_lost(self.spark_dir, batch_id)
+
+
+class KafkaSource(Source):
+    """``kafka:TOPIC``: the cluster and its credentials come from the settings, not the URL."""
+
+    @classmethod
+    def open(cls, request: OpenRequest) -> KafkaSession:
+        planner = KafkaPlanner(request.spec["params"]["topic"], event_type=request.spec.get("event_type"),
+                               clock=request.clock)
+        return KafkaSession(planner, request.spark_dir)
+
+    @classmethod
+    def check(cls, params: dict[str, Any]) -> None:
+        check_topic(params["topic"])
+
+    @classmethod
+    def warning(cls, event_type: str, params: dict[str, Any], log_dir: str) -> str | None:
+        """The line a job reading Kafka with ``isolation.level=read_uncommitted`` prints at start (the default,
+        ``read_committed``, says nothing): records of aborted transactions are then written too."""
+        from event_etl.settings import current_settings
+
+        level = str(current_settings().kafka_config().get("isolation.level", "read_committed")).strip().lower()
+        if level != "read_uncommitted":
+            return None
+        return (f"[{event_type}] warning: the job reads Kafka with isolation.level=read_uncommitted (from "
+                "EVENT_ETL_KAFKA_PROPERTIES): records of aborted transactions are written too, and records of open "
+                "ones before they commit; fix: remove isolation.level from the properties file to read committed "
+                "records only (read_committed, the default)")

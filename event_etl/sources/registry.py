@@ -1,16 +1,18 @@
-"""The kinds of source, in one table: what each one plans with, checks, needs and shares.
+"""The kinds of source, in one table: what is known of each without importing it, and its behaviour by name.
 
 Every decision that depends on a source's kind is made here, from :data:`SOURCES`:
 
 - :func:`parse_source`: a ``--source`` URL's scheme names its kind (:func:`kind_of_url`), and the kind parses the
   URL (``parse``, as each of fsspec's file systems strips its own protocol); a path without a scheme is a folder,
   an unknown scheme an error naming the nearest known one;
-- :func:`make_planner`: the planner of a type's source, which the engine's lane asks for offsets and splits
-  (:mod:`event_etl.job.engine`);
+- :func:`open_source`: one type's session on its source (:class:`~event_etl.sources.face.SourceSession`, the face
+  the engine and the controller use), opened by the kind's :class:`~event_etl.sources.face.Source` class, which
+  :attr:`SourceKind.source` names and which is imported on use (as fsspec's ``known_implementations``): a kind's
+  modules may need an extra (Pub/Sub's client, Kafka's);
 - :meth:`SourceKind.identity`: what a checkpoint remembers of its source (:meth:`SourceSpec.identity`, the
   parsed ``--source``, lives here for that reason; :mod:`event_etl.sources` re-exports it);
-- :meth:`SourceKind.check`: a check before the job starts (the subscription exists);
-- ``fetcher``: what the driver runs beside the rounds, if anything (Pub/Sub pulls into a spool);
+- :meth:`SourceKind.check` and :meth:`SourceKind.warning`: before the job starts (the packages it needs, the
+  subscription or topic exists; a line to print);
 - ``event_clock``: whether progress lines show the generator's event clock;
 - ``batch_unit``: what ``--max-files-per-batch`` or ``--max-events-per-batch`` counts for it (:func:`batch_cap`);
 - ``shared``: what a cluster's executors read from a local folder of the driver's
@@ -18,10 +20,8 @@ Every decision that depends on a source's kind is made here, from :data:`SOURCES
   preflight checks is mounted on every node;
 - ``requires`` and ``install_hint``: the optional packages the kind needs, and how to get them
   (``executor_requires``: those the executors need too, which the cluster's preflight checks);
-- :func:`split_reader`: how an executor task reads a split of each kind (:data:`SPLIT_READERS`, the
-  readers of :mod:`event_etl.sources.read`).
-
-The planners and readers are imported only when used: a kind's modules may need an extra (Pub/Sub's client).
+- ``splits`` and :func:`split_reader`: the kinds of split a kind's sessions plan, and how an executor task reads
+  each (:data:`SPLIT_READERS`, the readers of :mod:`event_etl.sources.read`).
 """
 
 from __future__ import annotations
@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from event_etl.errors import ConfigError, SourceError, UsageError
+from event_etl.sources.face import OpenRequest, Source, SourceSession, source_class
 
 if TYPE_CHECKING:
     from event_etl.eventtypes import EventType
     from event_etl.sources.read import SplitReader
 
 __all__ = ["SourceSpec", "SourceContext", "SourceKind", "SOURCES", "parse_source", "url_scheme", "kind_of_url",
-           "source_folder", "source_kind", "job_source", "type_source_kind", "make_planner", "batch_cap", "batch_unit",
+           "source_folder", "source_kind", "job_source", "type_source_kind", "open_source", "batch_cap", "batch_unit",
            "SPLIT_READERS", "split_reader"]
 
 
@@ -149,103 +150,10 @@ def _parse_kafka(url: str, context: SourceContext) -> SourceSpec:
     return SourceSpec("kafka", {"topic": topic}, f"kafka:{topic}")
 
 
-def _dir_planner(spec: dict[str, Any], clock: Callable[[], int]) -> Any:
-    from event_etl.sources.directory import DirectoryPlanner
-
-    return DirectoryPlanner(
-        spec["params"]["path"],
-        spec["log_dir"],
-        split_bytes=int(spec["split_bytes"]),
-        max_files=int(spec["max_files_per_batch"]),
-        clock=clock,
-        tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
-        split_plan=int(spec.get("split_plan", 1)),
-    )
-
-
-def _generate_planner(spec: dict[str, Any], clock: Callable[[], int]) -> Any:
-    from event_etl.sources.generate import GeneratorPlanner
-    from event_etl.sources.generator import GeneratorParams
-
-    return GeneratorPlanner(
-        GeneratorParams.from_json(spec["params"]), max_rows=int(spec["max_events_per_batch"]), clock=clock,
-        tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
-    )
-
-
-def _pubsub_planner(spec: dict[str, Any], clock: Callable[[], int]) -> Any:
-    from event_etl.sources.pubsub import PubSubPlanner
-
-    return PubSubPlanner(
-        spec["params"]["subscription"], spec["log_dir"], max_messages=int(spec["max_events_per_batch"]),
-        clock=clock, tasks_per_batch=int(spec.get("tasks_per_batch", 2)),
-    )
-
-
-def _pubsub_check(spec: SourceSpec) -> None:
-    from event_etl.sources.pubsub import check_subscription
-
-    check_subscription(spec.params["subscription"])
-
-
-def _pubsub_warning(name: str, spec: SourceSpec, log_dir: str) -> str | None:
-    from event_etl.settings import current_settings
-    from event_etl.sources.pubsub_fetch import FetchSettings, spool_warning
-
-    return spool_warning(name, log_dir, FetchSettings.from_env(dict(current_settings().pubsub)))
-
-
-def _pubsub_fetcher(spec: SourceSpec, log_dir: str, *, once: bool, spark: Any = None) -> Any:
-    from event_etl.settings import current_settings
-    from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
-
-    settings = FetchSettings.from_env(dict(current_settings().pubsub),  # the EVENT_ETL_PUBSUB_* variables
-                                      emulator=bool(os.environ.get("PUBSUB_EMULATOR_HOST")))
-    if settings.fetch_partitions > 0:  # pulling on the executors: needs the session, so not before Spark starts
-        if spark is None:
-            return None
-        from event_etl.sources.pubsub_partitions import ExecutorFetcher
-
-        return ExecutorFetcher(spec.params["subscription"], log_dir, spark=spark, once=once, settings=settings)
-    return Fetcher(spec.params["subscription"], log_dir, once=once, settings=settings)
-
-
-def _kafka_warning(name: str, spec: SourceSpec, log_dir: str) -> str | None:
-    """The line a job reading Kafka with ``isolation.level=read_uncommitted`` prints at start (the default,
-    ``read_committed``, says nothing): records of aborted transactions are then written too."""
-    from event_etl.settings import current_settings
-
-    level = str(current_settings().kafka_config().get("isolation.level", "read_committed")).strip().lower()
-    if level != "read_uncommitted":
-        return None
-    return (f"[{name}] warning: the job reads Kafka with isolation.level=read_uncommitted (from "
-            "EVENT_ETL_KAFKA_PROPERTIES): records of aborted transactions are written too, and records of open ones "
-            "before they commit; fix: remove isolation.level from the properties file to read committed records "
-            "only (read_committed, the default)")
-
-
-def _kafka_planner(spec: dict[str, Any], clock: Callable[[], int]) -> Any:
-    from event_etl.sources.kafka import KafkaPlanner
-
-    return KafkaPlanner(spec["params"]["topic"], event_type=spec.get("event_type"), clock=clock)
-
-
-def _kafka_check(spec: SourceSpec) -> None:
-    SOURCES["kafka"].check_installed()  # confluent-kafka: an extra
-    from event_etl.sources.kafka import check_topic
-
-    check_topic(spec.params["topic"])
-
-
-def _kafka_lost(spark_dir: str, batch_id: int) -> dict[int, int]:
-    from event_etl.sources.kafka_offsets import batch_lost
-
-    return batch_lost(spark_dir, batch_id)
-
-
 @dataclass(frozen=True)
 class SourceKind:
-    """One kind of source (see the module docstring)."""
+    """One kind of source: what is known of it without importing its modules (see the module docstring); its
+    behaviour is its :class:`~event_etl.sources.face.Source` class, named by :attr:`source` and imported on use."""
 
     name: str
     parse: Callable[[str, SourceContext], SourceSpec]
@@ -253,9 +161,11 @@ class SourceKind:
     with the fix."""
     usage: str
     """How a ``--source`` of this kind is written, for messages (``kafka:TOPIC``)."""
-    planner: Callable[[dict[str, Any], Callable[[], int]], Any]
-    """Makes the kind's planner: ``planner(spec, clock)``; the clock gives the arrival of what it finds."""
+    source: str
+    """The kind's :class:`~event_etl.sources.face.Source` class, ``module:Class`` (imported when a job opens)."""
     identity_of: Callable[[SourceSpec], str]
+    splits: tuple[str, ...]
+    """The kinds of :class:`~event_etl.sources.splits.Split` its sessions plan (:data:`SPLIT_READERS` reads them)."""
     schemes: tuple[str, ...] = ()
     """The URL schemes (before the ``:``) that name this kind; none given: its name alone."""
     bare: bool = False
@@ -266,39 +176,35 @@ class SourceKind:
     batch_unit: str = "events"
     """What a micro-batch's cap counts: ``files`` (``--max-files-per-batch``) or ``events``
     (``--max-events-per-batch``)."""
-    check_before_start: Callable[[SourceSpec], None] | None = None
-    fetcher: Callable[..., Any] | None = None
-    """Makes the fetcher the driver runs beside the rounds: ``fetcher(spec, log_dir, once=..., spark=None)``, which
-    may answer None without a session (one that pulls on executors); None here: no fetcher."""
     event_clock: bool = False
-    start_warning: Callable[[str, SourceSpec, str], str | None] | None = None
-    """``start_warning(event type, spec, log_dir)``: a line to print when the job starts, or None (Pub/Sub: a
-    checkpoint a restart of the machine loses)."""
     shared: str | None = None
     requires: tuple[str, ...] = ()
     install_hint: str | None = None
     executor_requires: tuple[str, ...] = ()
     """What the executors import to read the kind's splits beyond event_etl's own dependencies (Kafka: the client,
     they read the partitions themselves); the cluster's preflight checks it."""
-    lost_in_batch: Callable[[str, int], dict[int, int]] | None = None
-    """``lost_in_batch(spark_dir, batch_id)``: input the source lost before the batch could read it, by partition
-    (Kafka: records retention deleted unread); None: a kind that cannot lose input that way."""
-
-    @property
-    def fetches(self) -> bool:
-        return self.fetcher is not None
 
     def identity(self, spec: SourceSpec) -> str:
         return self.identity_of(spec)
 
+    def behaviour(self) -> type[Source]:
+        """The kind's :class:`~event_etl.sources.face.Source` class (imported now, once)."""
+        self.check_installed()
+        return source_class(self.source)
+
+    def open(self, request: OpenRequest) -> SourceSession:
+        """One type's session on its source (:meth:`event_etl.sources.face.Source.open`)."""
+        return self.behaviour().open(request)
+
     def warning(self, name: str, spec: SourceSpec, log_dir: str) -> str | None:
-        """What to warn of when the job starts (see :attr:`start_warning`)."""
-        return self.start_warning(name, spec, log_dir) if self.start_warning is not None else None
+        """What to warn of when the job starts (Pub/Sub: a checkpoint a restart of the machine loses; Kafka:
+        read_uncommitted), or None."""
+        return self.behaviour().warning(name, spec.params, log_dir)
 
     def check(self, spec: SourceSpec) -> None:
-        """What must hold before the job starts (raises with the fix); nothing for most kinds."""
-        if self.check_before_start is not None:
-            self.check_before_start(spec)
+        """What must hold before the job starts (raises with the fix): the packages it needs, and what the kind
+        checks (the subscription or the topic exists)."""
+        self.behaviour().check(spec.params)
 
     def check_installed(self) -> None:
         """Raise :class:`UsageError` with :attr:`install_hint` when a package the kind needs is missing."""
@@ -313,20 +219,20 @@ class SourceKind:
 
 
 SOURCES: dict[str, SourceKind] = {
-    "dir": SourceKind("dir", _parse_dir, "dir:PATH", _dir_planner, lambda spec: f"dir:{spec.params['path']}",
-                      schemes=("dir", "file"), folder_of=_dir_path, batch_unit="files", shared="input"),
-    "generate": SourceKind("generate", _parse_generate, "generate:[k=v,...]", _generate_planner,
-                           lambda spec: "generate:", bare=True, event_clock=True),
-    "pubsub": SourceKind("pubsub", _parse_pubsub, "pubsub:projects/P/subscriptions/S", _pubsub_planner,
-                         lambda spec: spec.url, check_before_start=_pubsub_check,
-                         fetcher=_pubsub_fetcher, start_warning=_pubsub_warning, shared="checkpoint",
-                         requires=("google.cloud.pubsub_v1",), install_hint="pip install 'event_etl[job]'"),
-    "kafka": SourceKind("kafka", _parse_kafka, "kafka:TOPIC", _kafka_planner,
-                        lambda spec: f"kafka:{spec.params['topic']}",
-                        check_before_start=_kafka_check, start_warning=_kafka_warning, shared=None,
+    "dir": SourceKind("dir", _parse_dir, "dir:PATH", "event_etl.sources.directory:DirectorySource",
+                      lambda spec: f"dir:{spec.params['path']}", ("files",), schemes=("dir", "file"),
+                      folder_of=_dir_path, batch_unit="files", shared="input"),
+    "generate": SourceKind("generate", _parse_generate, "generate:[k=v,...]",
+                           "event_etl.sources.generate:GeneratorSource", lambda spec: "generate:", ("gen",),
+                           bare=True, event_clock=True),
+    "pubsub": SourceKind("pubsub", _parse_pubsub, "pubsub:projects/P/subscriptions/S",
+                         "event_etl.sources.pubsub_session:PubSubSource", lambda spec: spec.url, ("seg", "spool"),
+                         shared="checkpoint", requires=("google.cloud.pubsub_v1",),
+                         install_hint="pip install 'event_etl[job]'"),
+    "kafka": SourceKind("kafka", _parse_kafka, "kafka:TOPIC", "event_etl.sources.kafka:KafkaSource",
+                        lambda spec: f"kafka:{spec.params['topic']}", ("kafka",), shared=None,
                         requires=("confluent_kafka",), executor_requires=("confluent_kafka",),
-                        install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')",
-                        lost_in_batch=_kafka_lost),
+                        install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')"),
 }
 """Every kind of source, by the ``kind`` of its :class:`SourceSpec`."""
 
@@ -427,17 +333,10 @@ def source_kind(kind: str) -> SourceKind:
         raise ValueError(f"unknown source kind {kind!r}") from None
 
 
-def make_planner(spec: dict[str, Any], clock: Callable[[], int] | None = None) -> Any:
-    """The planner for a source spec (``kind``, ``params``, ``log_dir``, limits).
-
-    ``clock`` is the job's clock (milliseconds since the epoch, UTC): what the planner finds arrives at its
-    time, so a job run on a test's clock judges ``future`` events against that clock, whatever today's date.
-    None: the wall clock."""
-    if clock is None:
-        from event_etl.timeutil import now_millis
-
-        clock = now_millis
-    return source_kind(spec["kind"]).planner(spec, clock)
+def open_source(request: OpenRequest) -> SourceSession:
+    """One type's session on the source its spec names (``request.spec``: ``kind``, ``params``, ``log_dir``,
+    limits), opened by the kind's :class:`~event_etl.sources.face.Source`."""
+    return source_kind(request.spec["kind"]).open(request)
 
 
 def batch_unit(spec: dict[str, Any]) -> str:
