@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from event_etl.errors import EventEtlError
+from event_etl.job.context import TypeContext
 from event_etl.job.markers import MarkerWriter
 from event_etl.job.merges import Merger
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
@@ -30,10 +31,10 @@ def test_a_marker_writer_marks_an_hour_from_what_it_is_given(tmp_path):
     assert _marker(p, hour("13")) is None and state.marked_through is None
 
     guarded, events = [], []
-    merger = Merger(event_type=et, storage=p.storage, checkpoint=p.ckpt, writer="", guard=lambda: guarded.append(1),
-                    emit=lambda kind, payload: events.append(kind))
-    markers = MarkerWriter(event_type=et, storage=p.storage, checkpoint=p.ckpt, merger=merger,
-                           guard=lambda: guarded.append(1))
+    ctx = TypeContext(event_type=et, storage=p.storage, checkpoint=p.ckpt, clock=clock,
+                      guard=lambda: guarded.append(1), emit=lambda kind, payload: events.append(kind))
+    merger = Merger(ctx)
+    markers = MarkerWriter(ctx, merger=merger)
     new, marked = markers.mark(state.with_watermark(t("14:00")), t("14:01"), "drain")
 
     assert [m.hour for m in marked] == [hour("13")] and new.marked_through == hour("13")

@@ -91,9 +91,8 @@ class Recording:
 
 def chain(p: LocalPipeline, policies, **kw) -> PolicyChain:
     c = p.controller
-    ch = PolicyChain(policies, event_type="click", storage=c.storage, checkpoint=c.ckpt,
-                     marked=lambda: (p.controller.state.first_hour, p.controller.state.marked_through),
-                     clock=p.clock, **kw)
+    ch = PolicyChain(policies, c.ctx, marked=lambda: (p.controller.state.first_hour, p.controller.state.marked_through),
+                     **kw)
     c.listeners.append(ch.on_event)
     return ch
 

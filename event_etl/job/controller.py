@@ -54,6 +54,7 @@ from event_etl import faults
 from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
+from event_etl.job.context import TypeContext
 from event_etl.job.idle import IdleClock
 from event_etl.job.markers import MarkerWriter
 from event_etl.job.merges import Merger
@@ -125,14 +126,13 @@ class Controller:
         self.ckpt = checkpoint
         self.clock = clock
         self.listeners = list(listeners or [])
-        # the steps, each given what it works with (the guard and the listeners as the controller's own, which
-        # a job may change after construction)
-        self.merger = Merger(event_type=event_type, storage=storage, checkpoint=checkpoint, writer=writer,
-                             guard=self._guard, emit=self._emit)
-        self.markers = MarkerWriter(event_type=event_type, storage=storage, checkpoint=checkpoint,
-                                    merger=self.merger, guard=self._guard)
-        self.rewriter = Rewriter(event_type=event_type, storage=storage, checkpoint=checkpoint, writer=writer,
-                                 guard=self._guard)
+        # the steps, each given the type's context (the guard and the listeners as the controller's own, which
+        # a job may change after construction); not a batch's BatchContext, the ``ctx`` of batch_phases
+        self.ctx = TypeContext(event_type=event_type, storage=storage, checkpoint=checkpoint, clock=clock,
+                               writer=writer, guard=self._guard, emit=self._emit)
+        self.merger = Merger(self.ctx)
+        self.markers = MarkerWriter(self.ctx, merger=self.merger)
+        self.rewriter = Rewriter(self.ctx)
         self.duplicates: Duplicates | None = None  # the window of keys, for a type with a dedupe window (below)
         # before anything is replayed or judged: what a killed run left half written (see event_etl.storage.temporaries)
         self.swept = sweep_temporaries(storage.path(event_type.name), keep_top=True) if storage.local else []
@@ -159,7 +159,7 @@ class Controller:
             self.adopted = self._adopt_markers()
             self.markers.drop_marked_ledgers(self.state.marked_through)
         if event_type.dedupe_window > 0:
-            self.duplicates = Duplicates.load(event_type.dedupe_window, checkpoint, self._event_clock(self.state))
+            self.duplicates = Duplicates.load(self.ctx, self._event_clock(self.state))
 
     @property
     def merges(self) -> int:

@@ -4,26 +4,24 @@ saving the state that records it, and adopting at start the markers a killed ste
 A marker is built from the hour's ledger and checked against the folder's listing (:mod:`event_etl.rules.manifest`),
 written create-only, in hour order, each recording the watermark that completed it; which hours a state
 completes is :func:`event_etl.rules.completeness.hours_to_mark`.  :class:`MarkerWriter` is a collaborator of
-:class:`~event_etl.job.controller.Controller`, given at construction what it works with (the type, the sink, the
-checkpoint, the :class:`~event_etl.job.merges.Merger` that merges an hour before its marker, the lease guard), and
-handed the state whose hours it marks; the controller saves the state that records them.
+:class:`~event_etl.job.controller.Controller`, given at construction what it works with (the type's
+:class:`~event_etl.job.context.TypeContext`: the type, the sink, the checkpoint, the lease guard; and the
+:class:`~event_etl.job.merges.Merger` that merges an hour before its marker), and handed the state whose hours it
+marks; the controller saves the state that records them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 
 from event_etl import faults
 from event_etl.errors import IntegrityError
-from event_etl.eventtypes import EventType
-from event_etl.job.checkpoint import Checkpoint
+from event_etl.job.context import TypeContext
 from event_etl.job.merges import Merger
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import Manifest, build_manifest, compare_listing
 from event_etl.rules.watermark import WatermarkState
-from event_etl.storage import Storage
 from event_etl.timeutil import HOUR_MS
 
 __all__ = ["MarkerWriter"]
@@ -33,13 +31,12 @@ class MarkerWriter:
     """Writes the markers of the hours a state completes, and finds those a killed step wrote (see the module
     docstring)."""
 
-    def __init__(self, *, event_type: EventType, storage: Storage, checkpoint: Checkpoint, merger: Merger,
-                 guard: Callable[[], None]) -> None:
-        self.et = event_type
-        self.storage = storage
-        self.ckpt = checkpoint
+    def __init__(self, ctx: TypeContext, *, merger: Merger) -> None:
+        self.et = ctx.event_type
+        self.storage = ctx.storage
+        self.ckpt = ctx.checkpoint
         self.merger = merger
-        self.guard = guard  # raises if this job may no longer write (it lost its lease)
+        self.guard = ctx.guard  # raises if this job may no longer write (it lost its lease)
 
     def mark(
         self, state: WatermarkState, now: int, closed_by: str = "watermark"

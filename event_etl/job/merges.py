@@ -4,8 +4,9 @@ saved, the final merge before an hour's marker, and finishing what a merge kille
 The rules of what to merge are pure (:mod:`event_etl.rules.compaction`); the container surgery is
 :mod:`event_etl.storage.compaction`.  Every merge is recorded in the checkpoint before its members are
 deleted, so a replay or a marker finds the hour's files as the ledger says.  :class:`Merger` is a collaborator
-of :class:`~event_etl.job.controller.Controller`, given at construction what it works with (the type, the sink,
-the checkpoint, the writer's name, the lease guard, the event callback); it keeps its own counters (what each open
+of :class:`~event_etl.job.controller.Controller`, given at construction what it works with (the type's
+:class:`~event_etl.job.context.TypeContext`: the type, the sink, the checkpoint, the writer's name, the lease guard,
+the event callback); it keeps its own counters (what each open
 hour gathered since its last merge, the merges done) and is handed the state it merges after.
 """
 
@@ -15,11 +16,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from event_etl import faults
-from event_etl.eventtypes import EventType
-from event_etl.job.checkpoint import Checkpoint
+from event_etl.job.context import TypeContext
 from event_etl.rules.buckets import hour_dir
 from event_etl.rules.compaction import (
     MAX_GENERATION,
@@ -31,7 +31,6 @@ from event_etl.rules.compaction import (
 )
 from event_etl.rules.manifest import FileEntry, sum_event_hours
 from event_etl.rules.watermark import WatermarkState
-from event_etl.storage import Storage
 from event_etl.task.report import BatchResult
 
 __all__ = ["Merge", "Merger", "MERGE_REQUESTS"]
@@ -55,14 +54,13 @@ class Merger:
     """Merges an hour's small files for a :class:`~event_etl.job.controller.Controller` (see the module docstring):
     :meth:`rolling_merges` (rolling merges of open hours) and :meth:`merge_hour` (the final one, before a marker)."""
 
-    def __init__(self, *, event_type: EventType, storage: Storage, checkpoint: Checkpoint, writer: str,
-                 guard: Callable[[], None], emit: Callable[[str, Any], None]) -> None:
-        self.et = event_type
-        self.storage = storage
-        self.ckpt = checkpoint
-        self.writer = writer
-        self.guard = guard  # raises if this job may no longer write (it lost its lease)
-        self.emit = emit
+    def __init__(self, ctx: TypeContext) -> None:
+        self.et = ctx.event_type
+        self.storage = ctx.storage
+        self.ckpt = ctx.checkpoint
+        self.writer = ctx.writer
+        self.guard = ctx.guard  # raises if this job may no longer write (it lost its lease)
+        self.emit = ctx.emit
         # records in small files written to an open hour since its last merge (by hour; a rolling merge is
         # tried when they could fill a file)
         self.unmerged: Counter[int] = Counter()

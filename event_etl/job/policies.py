@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from event_etl import faults
+from event_etl.job.context import TypeContext
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.rules.manifest import Manifest
 from event_etl.timeutil import HOUR_MS, iso
@@ -101,19 +102,21 @@ def pending_hours(record: dict[str, Any], first_hour: int | None, marked_through
 class PolicyChain:
     """Runs a job's commit policies for every hour it marks (see the module docstring).
 
-    ``marked()`` returns ``(first_hour, marked_through)`` of the job's *saved* state; ``listeners`` get
-    ``("policy_done", (name, hour))`` and ``("policy_failed", (name, hour, error))`` (the metrics)."""
+    ``ctx`` is the job's :class:`~event_etl.job.context.TypeContext` (the type, the sink the markers are read back
+    from, the checkpoint that keeps the records, the clock); ``marked()`` returns ``(first_hour, marked_through)`` of
+    the job's *saved* state; ``listeners`` get ``("policy_done", (name, hour))`` and
+    ``("policy_failed", (name, hour, error))`` (the metrics)."""
 
-    def __init__(self, policies: list[Policy], *, event_type: str, storage: Any, checkpoint: Any,
-                 marked: Callable[[], tuple[int | None, int | None]], clock: Callable[[], int],
+    def __init__(self, policies: list[Policy], ctx: TypeContext, *,
+                 marked: Callable[[], tuple[int | None, int | None]],
                  listeners: list[Callable[[str, Any], None]] | None = None,
                  backoff_first: float | None = None, backoff_cap: float | None = None) -> None:
         self.policies = policies
-        self.event_type = event_type
-        self.storage = storage
-        self.ckpt = checkpoint
+        self.event_type = ctx.event_type.name
+        self.storage = ctx.storage
+        self.ckpt = ctx.checkpoint
         self.marked = marked
-        self.clock = clock
+        self.clock = ctx.clock
         self.listeners = list(listeners or [])
         self.backoff_first = BACKOFF_FIRST_S if backoff_first is None else backoff_first
         self.backoff_cap = BACKOFF_CAP_S if backoff_cap is None else backoff_cap
@@ -124,11 +127,11 @@ class PolicyChain:
         self.records: dict[str, dict[str, Any]] = {}
         _, marked_through = marked()
         for p in policies:
-            rec = checkpoint.load_policy_record(p.name)
+            rec = self.ckpt.load_policy_record(p.name)
             if rec is None:  # first seen: the hours marked before it are not its business
                 rec = {"format": RECORD_FORMAT, "policy": p.name, "kind": p.kind, "done_through": marked_through,
-                       "failures": 0, "last_error": None, "last_error_at": None, "created_at": iso(clock())}
-                checkpoint.save_policy_record(p.name, rec)
+                       "failures": 0, "last_error": None, "last_error_at": None, "created_at": iso(self.clock())}
+                self.ckpt.save_policy_record(p.name, rec)
             self.records[p.name] = rec
 
     # -- feeding and stopping ------------------------------------------------------------------

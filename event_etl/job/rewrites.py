@@ -4,15 +4,16 @@ give (:class:`Rewriter`), and splits written again without the duplicates found 
 Both decide once and record the decision in the checkpoint (the intent's ``reference``, the batch's drop list)
 before anything is rewritten, so a replay writes the same files as the first attempt and removes what a killed
 attempt left.  Both are collaborators of :class:`~event_etl.job.controller.Controller`, given at construction what
-they work with (the type, the sink, the checkpoint, the lease guard; :class:`Duplicates` also the window of keys it
-keeps), and handed the batch's intent, the context its tasks ran with and their outputs.  A rewrite asks for tasks
+they work with (the type's :class:`~event_etl.job.context.TypeContext`: the type, the sink, the checkpoint, the
+lease guard; :class:`Duplicates` also the window of keys it keeps), and handed the batch's intent, the context its
+tasks ran with (a :class:`~event_etl.task.executor.BatchContext`) and their outputs.  A rewrite asks for tasks
 with that context, changed only by its decision (:class:`~event_etl.job.phases.Tasks`), as the batch's phases do.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import replace
 from typing import Any, TypeAlias, TypeVar
 
@@ -20,12 +21,11 @@ import numpy as np
 
 from event_etl import faults
 from event_etl.errors import IntegrityError
-from event_etl.eventtypes import EventType
-from event_etl.job.checkpoint import BatchIntent, Checkpoint
+from event_etl.job.checkpoint import BatchIntent
+from event_etl.job.context import TypeContext
 from event_etl.job.phases import Outputs, Tasks
 from event_etl.rules.buckets import deadletter_file_path, hour_dir, parse_data_file_name
 from event_etl.rules.judge import too_late_in_first_batch
-from event_etl.storage import Storage
 from event_etl.task.dedupe import DedupeState
 from event_etl.task.executor import BatchContext
 
@@ -47,13 +47,12 @@ class Rewriter:
     """A job's first batch written again against its own reference, and the files a batch's duplicates emptied
     removed (see the module docstring)."""
 
-    def __init__(self, *, event_type: EventType, storage: Storage, checkpoint: Checkpoint, writer: str,
-                 guard: Callable[[], None]) -> None:
-        self.et = event_type
-        self.storage = storage
-        self.ckpt = checkpoint
-        self.writer = writer
-        self.guard = guard  # raises if this job may no longer write (it lost its lease)
+    def __init__(self, ctx: TypeContext) -> None:
+        self.et = ctx.event_type
+        self.storage = ctx.storage
+        self.ckpt = ctx.checkpoint
+        self.writer = ctx.writer
+        self.guard = ctx.guard  # raises if this job may no longer write (it lost its lease)
 
     def settle_first_batch(self, intent: BatchIntent, ctx: BatchContext, outputs: Outputs
                            ) -> Rewrite[tuple[BatchIntent, Outputs]]:
@@ -148,15 +147,17 @@ class Duplicates:
     its state is saved (:meth:`remember`), and forget old ones (:meth:`forget`).  Each of these is durable in the
     checkpoint (``etl/batches/<id>.drop.json`` and ``.dropkeys``, ``etl/dedupe/``) before what relies on it."""
 
-    def __init__(self, *, window: DedupeState, checkpoint: Checkpoint) -> None:
+    def __init__(self, ctx: TypeContext, *, window: DedupeState) -> None:
         self.window = window
-        self.ckpt = checkpoint
+        self.ckpt = ctx.checkpoint
 
     @classmethod
-    def load(cls, window_ms: int, checkpoint: Checkpoint, event_clock: int | None) -> Duplicates:
-        """The keys the checkpoint keeps, as of ``event_clock`` (see ``Controller._event_clock``)."""
-        return cls(window=DedupeState.from_batches(window_ms, checkpoint.load_dedupe_rows(), event_clock),
-                   checkpoint=checkpoint)
+    def load(cls, ctx: TypeContext, event_clock: int | None) -> Duplicates:
+        """The keys the checkpoint keeps for the type's ``dedupe_window``, as of ``event_clock`` (see
+        ``Controller._event_clock``)."""
+        ckpt = ctx.checkpoint
+        return cls(ctx, window=DedupeState.from_batches(ctx.event_type.dedupe_window, ckpt.load_dedupe_rows(),
+                                                        event_clock))
 
     def settle(self, intent: BatchIntent, ctx: BatchContext, drop: Drops, outputs: Outputs, *, replayed: bool
                ) -> Rewrite[tuple[Outputs, np.ndarray, Drops]]:
