@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.lib.kafka_brokers import kafka_broker, noida  # noqa: F401 - fixtures are found by their name in a conftest
+from tests.lib.pubsub_scenario import scenario  # noqa: F401 - fixtures are found by their name in a conftest
 from tests.lib.registry_server import registry_server  # noqa: F401 - fixtures are found by their name in a conftest
 
 LONGEST = ("integration/test_campaign.py::test_campaign_directory_source_to_local_disk",

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_consumer_scenario import build_hours, complete_hour_15
+from tests.lib.consumer_scenario import build_hours, complete_hour_15
 
 ROOT = Path(__file__).resolve().parents[1]
 

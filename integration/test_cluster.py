@@ -30,9 +30,9 @@ import pytest
 from event_etl.cluster.localcluster import LocalCluster
 from event_etl.errors import EventEtlError
 from event_etl.timeutil import HOUR_MS, now_millis
-from integration import test_pubsub_gcs as pubsub_gcs
-from integration.test_spark_job import GEN, placement, write_inputs
+from tests.lib.generated import GEN, placement, write_inputs
 from tests.lib.harness import check_manifest_matches_folder, make_event_type, read_deadletter, read_sink
+from tests.lib.pubsub_scenario import Scenario
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +153,7 @@ def test_directory_to_local_sink_on_the_cluster(cluster, node_python, bundle_dir
     check_every_event_once(tmp_path / "sink", page, batches)
 
 
-class ClusterScenario(pubsub_gcs.Scenario):
+class ClusterScenario(Scenario):
     """The Pub/Sub tests' scenario, its job submitted to the cluster instead of run on local[2]."""
 
     submit_args: list[str] = []

@@ -27,8 +27,8 @@ from event_etl.consumer import (
 )
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.storage import Storage
+from tests.lib.consumer_scenario import build_hours, complete_hour_15
 from tests.lib.harness import hour
-from tests.test_consumer_scenario import build_hours, complete_hour_15
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 UTC = dt.UTC

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_consumer_scenario import build_hours
+from tests.lib.consumer_scenario import build_hours
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("pyspark", "matplotlib", "google.cloud.pubsub_v1", "opentelemetry.sdk", "opentelemetry.exporter", "pandas",

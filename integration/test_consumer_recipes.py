@@ -15,7 +15,7 @@ import pytest
 
 from event_etl.consumer import hour_status, read_table
 from event_etl.consumer.recipes import SPARK_AVRO_FORMAT, bq_external_table_ddl, hour_uris, spark_avro_package
-from tests.test_consumer_scenario import RECIPE_HOUR_13, RECIPE_HOUR_14, build_hours, build_recipe_hours
+from tests.lib.consumer_scenario import RECIPE_HOUR_13, RECIPE_HOUR_14, build_hours, build_recipe_hours
 
 DAY = dt.date(2026, 11, 21)
 

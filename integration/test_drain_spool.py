@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from event_etl.timeutil import HOUR_MS, now_millis
-from integration.test_pubsub_gcs import Scenario
+from tests.lib.pubsub_scenario import Scenario
 
 
 def test_a_drain_on_stop_sigterm_reads_what_the_spool_holds_before_it_marks_the_hour(tmp_path, pubsub_server,

@@ -10,8 +10,8 @@ import pytest
 
 from event_etl.storage import Storage, gcs, sink
 from event_etl.storage.gcs_light import GCSLightFileSystem
+from tests.lib.consumer_scenario import build_hours
 from tests.lib.storage_contract import StorageContract
-from tests.test_consumer_scenario import build_hours
 
 
 @pytest.fixture

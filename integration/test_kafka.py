@@ -10,7 +10,6 @@ watermarks and what tansu refuses (partitions added, records deleted, transactio
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
@@ -20,41 +19,14 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from event_etl.rules.buckets import MARKER_NAME, hour_dir, parse_hour_dir
-from event_etl.rules.manifest import Manifest
-from event_etl.storage import Storage
+from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.timeutil import HOUR_MS, now_millis
+from tests.lib.kafka_job import kafka_sink_content as _sink_content
+from tests.lib.kafka_job import page_view_event as _event
 from tests.lib.waiting import wait_until
 
 EXE = str(Path(sys.executable).with_name("event-etl"))
 PARTITIONS = 4
-
-
-def _event(event_time: int) -> dict:
-    eid = str(uuid.uuid4())
-    return {"event_id": eid, "event_time": event_time, "anonymous_id": "a1", "session_id": "s1", "product_id": "p1",
-            "page_url": "https://shop.example.com/p/1", "device_type": "MOBILE"}
-
-
-def _sink_content(sink: str) -> dict[int, dict]:
-    import fastavro
-
-    st = Storage(sink)
-    out: dict[int, dict] = {}
-    for day in st.list_dirs("page_view"):
-        if not day.startswith("dt="):
-            continue
-        for h in st.list_dirs(f"page_view/{day}"):
-            rel = f"page_view/{day}/{h}"
-            entry: dict = {"ids": [], "late": [], "marker": None}
-            for name in st.list_files(rel):
-                if name == MARKER_NAME:
-                    entry["marker"] = Manifest.from_bytes(st.read(f"{rel}/{name}"))
-                elif name.endswith(".avro"):
-                    recs = list(fastavro.reader(io.BytesIO(st.read(f"{rel}/{name}"))))
-                    entry["late" if name.startswith("late-") else "ids"].extend(str(r["event_id"]) for r in recs)
-            out[parse_hour_dir(rel)[1]] = entry
-    return out
 
 
 def test_a_topic_of_four_partitions_ends_in_its_hours_and_the_group_offsets_follow(tmp_path, kafka_broker):

@@ -24,8 +24,11 @@ from pathlib import Path
 import pytest
 
 from event_etl.timeutil import HOUR_MS, now_millis
-from integration.test_kafka import EXE, _event, _sink_content
+from tests.lib.kafka_job import kafka_sink_content as _sink_content
+from tests.lib.kafka_job import page_view_event as _event
 from tests.lib.waiting import wait_until
+
+EXE = str(Path(sys.executable).with_name("event-etl"))
 
 
 def _types(tmp_path: Path, **settings: str) -> Path:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections import Counter
 
 from event_etl.timeutil import HOUR_MS, now_millis
-from integration.test_pubsub_gcs import scenario  # noqa: F401 - the fixture
 
 
-def test_pulling_on_an_executor_delivers_every_message_once_and_acknowledges_them(scenario):  # noqa: F811
+def test_pulling_on_an_executor_delivers_every_message_once_and_acknowledges_them(scenario):
     s = scenario
     s.env["EVENT_ETL_PUBSUB_FETCH_PARTITIONS"] = "1"
     s.env["EVENT_ETL_PUBSUB_STREAMS"] = "1"  # the emulator's delivery order: hours published in order stay timely
@@ -39,7 +38,7 @@ def test_pulling_on_an_executor_delivers_every_message_once_and_acknowledges_the
     assert "pulled 0," in again.stdout, again.stdout
 
 
-def test_fetch_partitions_that_would_take_every_core_are_refused_with_the_fix(scenario):  # noqa: F811
+def test_fetch_partitions_that_would_take_every_core_are_refused_with_the_fix(scenario):
     s = scenario
     s.env["EVENT_ETL_PUBSUB_FETCH_PARTITIONS"] = "2"  # local[2]: no core left for the batches
     r = s.run("--once")

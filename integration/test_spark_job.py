@@ -15,8 +15,8 @@ from event_etl.errors import CheckpointMismatchError
 from event_etl.job.checkpoint import Checkpoint
 from event_etl.job.driver import run_job
 from event_etl.job.setup import RunOptions
-from event_etl.sources.generator import Generator, GeneratorParams
 from event_etl.timeutil import HOUR_MS
+from tests.lib.generated import GEN, placement, write_inputs
 from tests.lib.harness import (
     FakeClock,
     LocalPipeline,
@@ -26,22 +26,6 @@ from tests.lib.harness import (
     read_sink,
     t,
 )
-
-GEN = GeneratorParams(start=t("10:50"), rate=20, speedup=60, seed=11, out_of_order=0.1, late=0.04, too_late=0.02,
-                      future=0.01, invalid=0.03, duplicate=0.0)
-
-
-def write_inputs(et, folder: Path, files: int, per_file: int, params=GEN) -> list[list]:
-    """Generated events in ``files`` files (they arrive when the job lists them: see :func:`listed_arrivals`)."""
-    gen = Generator(et, params)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = []
-    for k in range(files):
-        evs = [gen.one(i) for i in range(k * per_file, (k + 1) * per_file)]
-        f = folder / f"events-{k:04d}.jsonl"
-        f.write_bytes(b"\n".join(g.payload for g in evs) + b"\n")
-        out.append(evs)
-    return out
 
 
 def listed_arrivals(ckpt: Path) -> dict[str, int]:
@@ -56,15 +40,6 @@ def opts(tmp: Path, **kw) -> RunOptions:
     base = dict(source=f"dir:{tmp / 'in'}", sink=str(tmp / "sink"), checkpoint=str(tmp / "ckpt"), quiet=True)
     base.update(kw)
     return RunOptions(**base)
-
-
-def placement(sink: Path, et_name: str, id_field: str = "event_id") -> Counter:
-    """Multiset of (hour, id, late) over every data file of the sink."""
-    c = Counter()
-    for h, hc in read_sink(sink, et_name, id_field).items():
-        c.update((h, i, False) for i in hc.timely)
-        c.update((h, i, True) for i in hc.late)
-    return c
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from event_etl.job.driver import run_job
 from event_etl.job.setup import RunOptions
 from event_etl.testing.transcripts import Case, Observed, TranscriptMismatch, run_case, t
 from tests.lib.harness import FakeClock, make_event_type
-from tests.test_transcripts import CASES, NEGATIVE
+from tests.lib.transcript_cases import CASES, NEGATIVE
 
 SPARK_CASES = [c for c in CASES if c.runs_here("spark")]
 # one negative case is enough to show the Spark pipeline's observations reach the checker

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from integration.test_pubsub_gcs import EXE
 from tests.lib.harness import make_event_type
+from tests.lib.pubsub_scenario import EXE
 from tests.lib.servers import GcsEmulator
 
 N_FILES, PER_FILE = 12, 300
@@ -55,7 +55,7 @@ def _run(tmp_path, gcs, src, *extra, retry_seconds="120", wait=True):
 
 
 def _check(gcs, ids: list[str]) -> None:
-    from integration.test_pubsub_gcs import Scenario
+    from tests.lib.pubsub_scenario import Scenario
 
     s = Scenario.__new__(Scenario)
     s.sink = "gs://faults/data"

@@ -19,20 +19,10 @@ from event_etl.job.status import job_status
 from event_etl.metrics.spec import OUTCOMES
 from event_etl.rules.reasons import Reason
 from event_etl.timeutil import DAY_MS, HOUR_MS, iso
-from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, t
+from tests.lib.backfill import NOW, SETTINGS, pipeline, sixty_days_old
+from tests.lib.harness import LocalPipeline, click, make_event_type, read_deadletter
 
-NOW = t("13:30")
-SETTINGS = {"out_of_orderness": "2m", "allowed_lateness": "24h", "idle_timeout": "5m", "max_future_skew": "10m"}
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-
-
-def pipeline(tmp_path, **settings) -> LocalPipeline:
-    et = make_event_type(tmp_path / "types", **{**SETTINGS, **settings})
-    return LocalPipeline(tmp_path, et, FakeClock(NOW))
-
-
-def sixty_days_old(n: int) -> list[bytes]:
-    return [click(f"old{i}", NOW - 60 * DAY_MS + i * 60_000) for i in range(n)]
 
 
 def printed(printer_out: io.StringIO) -> list[str]:

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from event_etl.cli import main
 from event_etl.cli.params import DURATION, Duration, to_duration
 from event_etl.exitcodes import ExitCode
+from tests.lib.consumer_scenario import build_hours
 from tests.lib.harness import CLICK_SCHEMA
-from tests.test_consumer_scenario import build_hours
 
 
 @pytest.fixture

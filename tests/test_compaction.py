@@ -290,7 +290,7 @@ KILLS = [(point, nth) for point in ("merge_write", "merged_written", "merge_reco
 @pytest.mark.parametrize("point,nth", KILLS)
 def test_a_kill_at_any_step_of_a_merge_loses_and_duplicates_nothing(tmp_path, monkeypatch, point, nth):
     """Killed at the ``nth`` time a step is reached, or (``final``) in the merge just before the hour's marker."""
-    from tests.test_contract import Killed
+    from tests.lib.kills import Killed
 
     et = small_type(tmp_path)
     clock = FakeClock(t("13:00"))

@@ -37,8 +37,8 @@ from event_etl.consumer import (
 )
 from event_etl.errors import StorageError
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
+from tests.lib.consumer_scenario import build_hours, complete_hour_15
 from tests.lib.harness import hour
-from tests.test_consumer_scenario import build_hours, complete_hour_15
 
 UTC = dt.UTC
 

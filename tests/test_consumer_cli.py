@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from event_etl.cli import main
 from event_etl.consumer import ExitCode, HourState, hour_status
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
+from tests.lib.consumer_scenario import build_hours, complete_hour_15
 from tests.lib.harness import hour
-from tests.test_consumer_scenario import build_hours, complete_hour_15
 
 
 @pytest.fixture

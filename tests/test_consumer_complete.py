@@ -11,8 +11,8 @@ from event_etl.cli import main
 from event_etl.consumer import ExitCode, HourState
 from event_etl.consumer.grid import TypeHours, grid_lines, summarise
 from event_etl.timeutil import HOUR_MS
+from tests.lib.consumer_scenario import build_hours
 from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
-from tests.test_consumer_scenario import build_hours
 
 # build_hours: click on 2026-11-21, hours 13 and 14 complete (13 the job's first), hour 15 open
 

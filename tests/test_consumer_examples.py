@@ -10,7 +10,7 @@ from datetime import UTC
 from pathlib import Path
 
 from event_etl.consumer import poke_hour
-from tests.test_consumer_scenario import build_hours
+from tests.lib.consumer_scenario import build_hours
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "airflow_dag.py"
 

@@ -31,12 +31,9 @@ from tests.lib.harness import (
     read_sink,
     t,
 )
+from tests.lib.kills import Killed
 
 SETTINGS = {"out_of_orderness": "2m", "allowed_lateness": "24h", "idle_timeout": "5m", "max_future_skew": "10m"}
-
-
-class Killed(BaseException):
-    """The process died here (a BaseException: no ``except Exception`` of the code under test catches it)."""
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ from event_etl.sources import pubsub_fetch, pubsub_wire
 from event_etl.sources.pubsub_fetch import RunRecord
 from event_etl.sources.spool import OpenSegment, read_messages
 from tests.lib.harness import t
-from tests.test_pubsub_fetch import RealServiceLike, fetcher, segments, wait_until
+from tests.lib.pubsub_service import RealServiceLike, fetcher, segments
+from tests.lib.waiting import wait_until
 
 
 class RecordingService(RealServiceLike):

@@ -103,7 +103,7 @@ def test_lost_records_and_the_lag_per_partition_through_the_shared_engines_lane(
     from event_etl.job.lane import Lane, SparkLog
     from event_etl.metrics import JobMetrics, PrometheusEndpoint
     from event_etl.sources.kafka import KafkaSession
-    from tests.test_metrics import value
+    from tests.lib.metrics import value
 
     topic = _topic(broker, 2, [(i % 2, click(f"e{i}", NOW - 60_000 + i)) for i in range(40)])  # 20 a partition
     et = make_event_type(tmp_path / "types")
@@ -164,7 +164,7 @@ def _lint(text: str) -> None:
     """promtool's lint of a Kafka job's scrape (tests/test_monitoring.py lints one of a directory source's)."""
     import subprocess
 
-    from tests.test_monitoring import promtool
+    from tests.lib.metrics import promtool
 
     r = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     flagged = {line.split()[0] for line in (r.stdout + r.stderr).splitlines() if line.startswith("event_etl_")}

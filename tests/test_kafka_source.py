@@ -334,7 +334,7 @@ def _run_both_kafka(tmp_path, broker, et, values_and_times, wm_start, *, partiti
     from event_etl.sources.splits import Split
     from event_etl.storage import open_storage
     from event_etl.task.executor import BatchContext, process_split
-    from tests.test_fastpath import ARRIVAL, sink_files
+    from tests.lib.fastpath import ARRIVAL, sink_files
 
     topic = _topic(broker, partition_count, 0)
     broker.produce(topic, [(0, v, b"k", ts, [("h", b"v")]) for v, ts in values_and_times])
@@ -356,8 +356,8 @@ def test_kafka_records_take_the_fast_path_and_write_what_the_record_path_writes(
 
     from event_etl.sources import read
     from event_etl.task.dedupe import KEY_DTYPE, MESSAGE_KEY, key_hash
+    from tests.lib.fastpath import ARRIVAL, BASE, HOUR, SCHEMA, assert_same, count_fast_decodes, dump
     from tests.lib.harness import make_event_type
-    from tests.test_fastpath import ARRIVAL, BASE, HOUR, SCHEMA, assert_same, count_fast_decodes, dump
 
     et = make_event_type(tmp_path / "types", "mixed", SCHEMA, time_field="ts", id_field="id", dedupe_window="10m",
                          max_events_per_file=7, allowed_lateness="1d")

@@ -12,8 +12,8 @@ from event_etl.consumer.late import late_records_of, late_window
 from event_etl.rules.buckets import MARKER_NAME
 from event_etl.rules.manifest import Manifest
 from event_etl.timeutil import HOUR_MS
+from tests.lib.consumer_scenario import build_hours, complete_hour_15
 from tests.lib.harness import FakeClock, LocalPipeline, click, hour, make_event_type, t
-from tests.test_consumer_scenario import build_hours, complete_hour_15
 
 
 def _manifest(p: LocalPipeline, hh: str) -> Manifest:

@@ -9,7 +9,6 @@ import socket
 import threading
 import urllib.request
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,67 +31,11 @@ from event_etl.rules.reasons import Reason
 from event_etl.rules.watermark import WatermarkState
 from event_etl.task.executor import DELAY_BUCKETS_S
 from event_etl.task.report import BatchResult
-from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, read_deadletter, read_sink, t
+from tests.lib.harness import FakeClock, click, make_event_type, read_deadletter, read_sink, t
+from tests.lib.metrics import Job, feed_known_mix, samples, value
 
 POLICY_SERIES = ("event_etl_policy_runs_total", "event_etl_policy_failures_total", "event_etl_policy_backlog_markers")
 """Exported only by a job whose type has commit policies (tests/test_policies.py scrapes them)."""
-
-
-def samples(text: str) -> dict[tuple[str, frozenset], float]:
-    """``{(series name, labels): value}`` of a Prometheus text exposition."""
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(text_or_samples, name: str, **labels) -> float | None:
-    ss = samples(text_or_samples) if isinstance(text_or_samples, str) else text_or_samples
-    return ss.get((name, frozenset(labels.items())))
-
-
-class Job:
-    """A LocalPipeline with a JobMetrics attached as the runner attaches it (no HTTP server)."""
-
-    def __init__(self, tmp_path: Path, *, history: Path | None = None, **settings) -> None:
-        self.et = make_event_type(tmp_path / "types", **settings)
-        self.clock = FakeClock(t("14:10"))
-        self.p = LocalPipeline(tmp_path, self.et, self.clock)
-        self.history = history
-        self.attach()
-
-    def attach(self) -> None:
-        self.prom = PrometheusEndpoint()
-        self.metrics = JobMetrics(self.et.name, clock=self.clock, controller_state=lambda: self.p.controller.state,
-                                  exports=[self.prom],
-                                  history=MetricsHistory(str(self.history)) if self.history else None)
-        self.p.controller.listeners.extend(self.metrics.listeners)
-
-    def restart(self) -> None:
-        """A new process on the same checkpoint: new controller, new metrics (counters from 0)."""
-        self.metrics.shutdown()
-        self.p.restart()
-        self.attach()
-
-    def scrape(self) -> dict:
-        return samples(self.prom.text())
-
-
-def feed_known_mix(job: Job) -> dict[str, int]:
-    """Two batches with known outcomes; returns the expected count of each outcome."""
-    p, clock = job.p, job.clock
-    clock.now = t("14:10")
-    first = [click(f"a{i}", f"13:{i:02d}") for i in range(0, 60, 3)] + [click("b1", "14:05"), click("b2", "14:06")]
-    first += [b"not json", b"[1, 2]", b'{"id": "no-time"}']
-    p.batch(first, shards=5)  # watermark 14:04: hour 13 complete, its 4-5 files over the bound: merged
-    clock.now = t("14:20")
-    late = [click(f"late{i}", f"13:{30 + i:02d}") for i in range(7)]  # hour 13 is complete: late
-    too_late = [click("old1", "2026-11-19T10:00"), click("old2", "2026-11-19T11:00")]
-    future = [click("fut", "15:00")]  # 40 minutes after arrival, more than max_future_skew
-    timely = [click(f"c{i}", f"14:{10 + i:02d}") for i in range(5)]
-    p.batch(late + too_late + future + timely + [b"", b"{broken"], shards=2)
-    return {"timely": 22 + 5, "late": 7, "too_late": 2, "future": 1, "invalid": 3 + 2}
 
 
 def test_counters_equal_the_events_fed_through_the_real_executor_and_controller(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import yaml
 
 from event_etl.metrics import METRICS, exported_series
 from event_etl.metrics.graphs import PROMQL
+from tests.lib.metrics import promtool
 
 ROOT = Path(__file__).resolve().parents[1]
 MONITORING = ROOT / "monitoring"
@@ -24,14 +24,6 @@ DASHBOARD = MONITORING / "grafana" / "event_etl.json"
 PROMETHEUS_SERIES = {"up"}
 _SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?=\{|\[)")  # a name right before {matchers} or [range]
 _OUR_NAME = re.compile(r"\bevent_etl_[a-zA-Z0-9_]+")
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail("promtool is missing: install Prometheus (Debian/Ubuntu: sudo apt-get install -y prometheus); "
-                    "bin/test installs it by itself")
-    return path
 
 
 def run_promtool(*args: str) -> subprocess.CompletedProcess:
@@ -176,7 +168,7 @@ def test_every_alert_has_a_runbook_section():
 def test_promtool_check_metrics_passes_on_a_real_scrape(tmp_path, monkeypatch):
     """A job's /metrics (every metric present) passes promtool's lint; with the 0.1 names still exported
     (the default for one release) only the deprecated hours counter is flagged."""
-    from tests.test_metrics import Job, feed_known_mix
+    from tests.lib.metrics import Job, feed_known_mix
 
     def lint(text: str) -> subprocess.CompletedProcess:
         return subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)

@@ -18,8 +18,8 @@ from event_etl.metrics.job import JobMetrics
 from event_etl.rules.buckets import MARKER_NAME, hour_dir
 from event_etl.timeutil import iso
 from tests.lib.harness import CLICK_SCHEMA, FakeClock, LocalPipeline, click, t
+from tests.lib.metrics import samples, value
 from tests.lib.waiting import wait_until
-from tests.test_metrics import samples, value
 
 PUBSUB = '[[commit_policy]]\nkind = "pubsub"\ntopic = "projects/p1/topics/hours"\n'
 

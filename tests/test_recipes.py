@@ -31,7 +31,7 @@ from event_etl.consumer.recipes import (
     type_root,
 )
 from event_etl.errors import NoDataError, UsageError
-from tests.test_consumer_scenario import (
+from tests.lib.consumer_scenario import (
     RECIPE_HOUR_13,
     RECIPE_HOUR_14,
     RECIPE_TEMPORARY,
@@ -267,7 +267,7 @@ def test_poke_answers_done_not_yet_or_fails(sc, tmp_path):
 
 def test_the_trigger_polls_until_complete_then_yields_once(sc):
     from event_etl.consumer.airflow import watch
-    from tests.test_consumer_scenario import complete_hour_15
+    from tests.lib.consumer_scenario import complete_hour_15
 
     naps = []
 

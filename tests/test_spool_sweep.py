@@ -17,6 +17,8 @@ from event_etl.sources import spool
 from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 from event_etl.sources.spool import OpenSegment
 from tests.lib.harness import t
+from tests.lib.pubsub_service import CappedService, fetcher
+from tests.lib.waiting import wait_until
 from tests.sweeps.spool_sweep import (
     LEASE,
     PART_SETTINGS,
@@ -32,8 +34,6 @@ from tests.sweeps.spool_sweep import (
     sweeping,
     table,
 )
-from tests.test_pubsub_fetch import fetcher, wait_until
-from tests.test_spool_wal import CappedService
 
 
 def test_a_sample_of_the_spool_sweep_loses_nothing_and_marks_nothing_early(tmp_path):
@@ -160,7 +160,7 @@ def test_a_committed_segment_of_a_killed_run_is_no_backlog_once_deleted(tmp_path
     """:data:`tests.sweeps.spool_sweep.STUCK_BACKLOG`, fixed: a look counts an earlier run's segments again."""
     from event_etl.sources.pubsub import PubSubPlanner
     from event_etl.sources.spool import SegmentName, write_segment
-    from tests.test_spool_wal import response
+    from tests.lib.pubsub_service import response
 
     segdir = tmp_path / "spool" / "segments"
     segdir.mkdir(parents=True)
@@ -183,7 +183,7 @@ def test_a_look_while_a_partitions_segment_is_renamed_counts_it_once(tmp_path):
     import os
 
     from event_etl.sources.pubsub_partitions import ExecutorFetcher
-    from tests.test_spool_wal import response
+    from tests.lib.pubsub_service import response
 
     segdir = tmp_path / "spool" / "segments"
     segdir.mkdir(parents=True)

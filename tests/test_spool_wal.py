@@ -4,7 +4,7 @@ stops that look clean, two writers on one segment and acknowledgements that come
 acknowledged message or let an hour be marked before its events were read.
 
 Full disks are real: a tmpfs of a few pages (:mod:`tests.lib.disks`).  The service is the fake of the real one in
-tests/test_pubsub_fetch.py (a pull on an empty subscription runs out with ``DeadlineExceeded``).
+tests/lib/pubsub_service.py (a pull on an empty subscription runs out with ``DeadlineExceeded``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from google.protobuf import timestamp_pb2
-from google.pubsub_v1.types import PubsubMessage, PullResponse, ReceivedMessage
+from google.pubsub_v1.types import PullResponse
 
 from event_etl.errors import LeaseHeldError, SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
@@ -40,20 +39,10 @@ from event_etl.sources.spool import (
 )
 from tests.lib.disks import fill, small_disk
 from tests.lib.harness import t
-from tests.test_pubsub_fetch import SUB, RealServiceLike, fetcher, segments, wait_until
+from tests.lib.pubsub_service import SUB, CappedService, RealServiceLike, fetcher, response, segments
+from tests.lib.waiting import wait_until
 
 RUN = "a1b2c3d4"
-
-
-def response(first: int, n: int, *, size: int = 10, published: int | None = None) -> bytes:
-    """A serialized PullResponse of messages ``first``..``first + n - 1`` with ``size``-byte payloads."""
-    msgs = []
-    for i in range(first, first + n):
-        pub = published if published is not None else t("13:00") + i
-        ts = timestamp_pb2.Timestamp(seconds=pub // 1000, nanos=(pub % 1000) * 1_000_000)
-        msgs.append(ReceivedMessage(ack_id=f"ack-{i}", message=PubsubMessage(
-            data=(b"%08d" % i).ljust(size, b"x"), message_id=str(i), publish_time=ts)))
-    return PullResponse.serialize(PullResponse(received_messages=msgs))
 
 
 def leased(svc: RealServiceLike) -> list[str]:
@@ -69,17 +58,6 @@ def ids_in(path: Path) -> list[int]:
 def kill(seg: OpenSegment) -> None:
     """The writer dies: its file descriptor closes, nothing else happens."""
     os.close(seg.fd)
-
-
-class CappedService(RealServiceLike):
-    """The real service, returning at most ``cap`` messages a pull (as the emulator returns at most 100)."""
-
-    def __init__(self, cap: int = 100, **kw) -> None:
-        super().__init__(**kw)
-        self.cap = cap
-
-    def pull(self, subscription, max_messages, timeout=None):
-        return super().pull(subscription, min(max_messages, self.cap), timeout)
 
 
 # -- 1. an append writes all of its bytes or fails, and leaves the segment as it was -------------------------------

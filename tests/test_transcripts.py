@@ -11,12 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from event_etl.testing.transcripts import Case, Observed, TranscriptMismatch, load_cases, run_case, t
+from event_etl.testing.transcripts import Case, Observed, TranscriptMismatch, run_case, t
 from tests.lib.harness import FakeClock, LocalPipeline, make_event_type
-
-FOLDER = Path(__file__).parent / "transcripts"
-CASES = load_cases(sorted(FOLDER.glob("*.yaml")))
-NEGATIVE = load_cases(sorted((FOLDER / "negative").glob("*.yaml")))
+from tests.lib.transcript_cases import CASES, NEGATIVE
 
 
 class LocalTranscripts:

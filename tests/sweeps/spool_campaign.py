@@ -3,7 +3,7 @@
 :mod:`tests.sweeps.crash_sweep` kills the job's write path before every file-system call; this sweep does the same for
 the path from a pull to its acknowledgement, where the spool is the only copy of what was acknowledged.  The real
 :class:`~event_etl.sources.pubsub_fetch.Fetcher` pulls from a fake of the real service
-(:class:`tests.test_spool_wal.CappedService`: 20 messages a pull, leases that run out, ``DeadlineExceeded`` on an
+(:class:`tests.lib.pubsub_service.CappedService`: 20 messages a pull, leases that run out, ``DeadlineExceeded`` on an
 empty pull); a consumer plays the planner and the batches (reads each closed segment, tells the fetcher it was
 saved, deletes it).  A :class:`Tap` wraps the calls the fetcher's threads make (``os.open``, ``os.write``,
 ``os.fdatasync``, ``os.fsync``, ``os.ftruncate``, ``os.replace`` and the service's ``pull``, ``acknowledge`` and
@@ -44,7 +44,7 @@ from event_etl.sources import pubsub_fetch
 from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 from event_etl.sources.spool import _HEAD, MAGIC, _parse, _scan, read_messages
 from tests.lib.harness import t
-from tests.test_spool_wal import CappedService
+from tests.lib.pubsub_service import CappedService
 
 __all__ = ["Killed", "Tap", "Case", "run_case", "cases", "main"]
 

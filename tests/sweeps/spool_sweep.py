@@ -14,7 +14,7 @@ adds what the issue asks of a write-ahead log, on a *real* small disk where the 
   fails and so does the error file the job stops with), ``enospc+broken`` (a short write whose truncation back
   fails too: the segment is broken, its tail torn).
 - **torn tails through the power-loss model.**  ``cut``: the power goes before the call
-  (:class:`tests.test_power_loss.Disk`, extended by :class:`SpoolDisk`: a rename not synced gives the file its old
+  (:class:`tests.lib.power_loss.Disk`, extended by :class:`SpoolDisk`: a rename not synced gives the file its old
   name back, a file created and not synced in its folder goes, and bytes written after a file's last
   ``fdatasync`` are *lost*, *zeros* (the size kept, the data not) or *half* kept; ``cut-mid``: half of a write
   reached the disk).
@@ -107,9 +107,9 @@ from event_etl.sources.spool import _HEAD, MAGIC, SpoolDamaged, _parse, _scan, o
 from event_etl.storage.atomic import makedirs_durable
 from tests.lib.disks import fill, free_bytes, small_disk
 from tests.lib.harness import t
+from tests.lib.power_loss import Change, Disk, PowerCut
+from tests.lib.pubsub_service import CappedService
 from tests.sweeps.crash_sweep import EVENT_ETL_DIR, Killed
-from tests.test_power_loss import Change, Disk, PowerCut
-from tests.test_spool_wal import CappedService
 
 __all__ = ["Case", "Outcome", "SpoolDisk", "Tap", "run_case", "run_second_writer", "clean_windows", "cases",
            "sample", "sweep", "table", "main"]

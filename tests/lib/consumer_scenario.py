@@ -1,6 +1,6 @@
-"""A sink as a real job leaves it, for the consumer tests (local here, on the GCS emulator in integration/).
+"""A sink as a real job leaves it, for the consumer tests (local in tests/, on the GCS emulator in integration/).
 
-Holds no tests.  Built with :class:`tests.lib.harness.LocalPipeline` (the real executor and
+Built with :class:`tests.lib.harness.LocalPipeline` (the real executor and
 controller), one record per file so that an hour has several files::
 
     hour 12   never        (before the job's first hour)
