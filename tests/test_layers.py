@@ -182,7 +182,7 @@ def test_the_circle_finder_finds_a_circle_through_three_modules_and_none_in_a_ch
 
 # Only the command line prints for people (CONTRIBUTING.md): elsewhere a line goes through the ``echo`` it passes in
 # (``event_etl.job.stopping.Echo``; its ``say``, which writes to the streams, is the echo of a caller that gives
-# none, and the last line of ``exit_now``).  The modules that still print, each with its reason:
+# none, and the last line of ``end_at_once``).  The modules that still print, each with its reason:
 PRINTS_ALLOWED: dict[str, str] = {
     "event_etl.job.sparkdaemon": "runs in PySpark's daemon process on a worker, where no command line is: its stderr "
                                  "is the executor's log",

@@ -93,7 +93,7 @@ def handles_errors(fn: Command) -> Command:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from event_etl.job.stopping import Interrupted
+        from event_etl.job.stopping import Interrupted, StoppedAtOnce, end_at_once
 
         try:
             return fn(*args, **kwargs)
@@ -101,6 +101,8 @@ def handles_errors(fn: Command) -> Command:
             end_on_closed_pipe()
         except EventEtlError as err:
             fail(err)
+        except StoppedAtOnce as stop:  # stopped where nothing can be finished: ended now, no cleanup
+            end_at_once(stop.exit_code, stop.message)
         except Interrupted as stop:  # asked to stop at once (a second signal): one line, exit 128+N
             click.echo(stop.message, err=True)
             sys.exit(stop.exit_code)

@@ -53,9 +53,9 @@ from event_etl.job.stopping import (
     Echo,
     Escalated,
     Interrupted,
+    StoppedAtOnce,
     StopSignals,
     at_once_line,
-    exit_now,
     run_watched,
     say,
 )
@@ -149,7 +149,7 @@ class _Driver:
             self.release_leases()
             what = ("stopped at once while waiting for the leases" if self.fleet
                     else f"[{self.who}] stopped at once while waiting for the lease")
-            exit_now(128 + esc.signum, f"{what}; nothing was processed")
+            raise StoppedAtOnce(esc.signum, f"{what}; nothing was processed") from None
         except BaseException:
             self._restore_signals()
             raise
@@ -170,6 +170,9 @@ class _Driver:
         try:
             self.spark = self._start_session() if own_spark else spark
             return self._run_shared()
+        except StoppedAtOnce:
+            own_spark = False  # not stopped: the JVM ends with the process (event_etl.job.stopping.end_at_once)
+            raise
         finally:
             try:
                 if own_spark and self.spark is not None:
@@ -187,7 +190,8 @@ class _Driver:
             spark = run_watched(lambda: get_session(self.options.master, self.options.conf, app_name=app),
                                 self.stops, name="event_etl-spark-start")
         except Escalated as esc:
-            exit_now(128 + esc.signum, f"[{self.who}] stopped at once while Spark was starting; nothing was processed")
+            raise StoppedAtOnce(esc.signum, f"[{self.who}] stopped at once while Spark was starting; nothing was "
+                                "processed") from None
         if self.install_signals:
             self.stops.install()  # once more, now that the SparkContext exists
         return spark

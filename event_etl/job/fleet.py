@@ -36,9 +36,9 @@ from event_etl.job.status import STATUS_FILE
 from event_etl.job.stopping import (
     Echo,
     Escalated,
+    StoppedAtOnce,
     StopSignals,
     cut_short_line,
-    exit_now,
     run_finished_line,
     run_watched,
     say,
@@ -95,7 +95,7 @@ def drain_all(members: list[FleetMember], stops: StopSignals | None, clock: Cloc
         try:
             run_watched(_drainer(m, echo), stops, name="event_etl-drain")
         except Escalated as esc:
-            exit_now(128 + esc.signum, cut_short_line(m.name, esc.signum))
+            raise StoppedAtOnce(esc.signum, cut_short_line(m.name, esc.signum)) from None
 
 
 def _drainer(m: FleetMember, echo: Echo) -> Callable[[], None]:

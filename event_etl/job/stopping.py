@@ -43,7 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 __all__ = [
     "EXIT_OK",
@@ -68,8 +68,9 @@ __all__ = [
     "at_once_line",
     "with_exit_code",
     "run_finished_line",
-    "exit_now",
+    "end_at_once",
     "on_exit_now",
+    "StoppedAtOnce",
     "abandoned_steps",
     "LATE_STEP_WAIT_S",
 ]
@@ -113,6 +114,13 @@ class Interrupted(Exception):
         self.exit_code = exit_code_for(signum)
         self.message = message
         super().__init__(message)
+
+
+class StoppedAtOnce(Interrupted):
+    """A repeated signal stopped the job where no step can be finished or undone (Spark starting, a lease waited
+    for, a drain under way): the command line ends the process at once with ``exit_code`` and ``message``, without
+    the cleanup a normal exit runs (:func:`end_at_once`; what was durable stays).  Library code raises it; the
+    command line's error handler is the one place that ends the process."""
 
 
 class StopSignals:
@@ -346,7 +354,7 @@ _AT_ONCE: list[Callable[[], None]] = []
 
 
 def on_exit_now(fn: Callable[[], None]) -> None:
-    """Run ``fn`` when the process ends at once (:func:`exit_now`), before its last line.
+    """Run ``fn`` when the process ends at once (:func:`end_at_once`), before its last line.
 
     :mod:`event_etl.job.session` registers the end of the JVM it started, with everything in
     its session (PySpark's daemon and workers): ended together by
@@ -355,8 +363,11 @@ def on_exit_now(fn: Callable[[], None]) -> None:
         _AT_ONCE.append(fn)
 
 
-def exit_now(code: int, line: str) -> None:
-    """Print ``line`` on stderr and end the process at once (no cleanup: what was durable stays)."""
+def end_at_once(code: int, line: str) -> NoReturn:
+    """Print ``line`` on stderr and end the process at once (no cleanup: what was durable stays).
+
+    Called by the command line's error handler only (:func:`event_etl.cli.options.handles_errors`), for a
+    :class:`StoppedAtOnce` a job raised: the one way a signal ends the process before its job finished."""
     try:
         sys.stdout.flush()
     except (OSError, ValueError):

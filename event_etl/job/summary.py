@@ -15,9 +15,9 @@ from event_etl.job.setup import Job, RunOptions
 from event_etl.job.stopping import (
     Echo,
     Escalated,
+    StoppedAtOnce,
     StopSignals,
     cut_short_line,
-    exit_now,
     run_finished_line,
     run_watched,
 )
@@ -35,7 +35,7 @@ def end_run(job: Job, options: RunOptions, stops: StopSignals, *, started: float
         try:
             run_watched(job.controller.drain, stops, name="event_etl-drain")
         except Escalated as esc:
-            exit_now(128 + esc.signum, cut_short_line(job.prepared.event_type.name, esc.signum))
+            raise StoppedAtOnce(esc.signum, cut_short_line(job.prepared.event_type.name, esc.signum)) from None
     summary = run_summary(job, time.monotonic() - started, options, stopped_by, drained=drain)
     signal_stop_only = stopped_by is not None and stopped_by != "time limit" and not drain
     if not options.quiet and not signal_stop_only:
