@@ -352,10 +352,9 @@ def _figures_of_every_kind(tmp_path):
 
 
 def _charts_of(**series):
-    from event_etl.metrics.graphs import _charts
+    from event_etl.metrics.graphs import ChartData, _charts
 
-    kw = {k: series.get(k, []) for k in ("lag", "timely", "late", "delay", "files", "marker")}
-    return _charts(**kw)
+    return _charts(ChartData(**series))
 
 
 def test_y_limits_hold_every_point_with_a_margin_below_and_above(tmp_path):

@@ -21,9 +21,9 @@ from event_etl.rules.manifest import FileEntry, Manifest, build_manifest, compar
 from event_etl.sources import read
 from event_etl.storage.compaction import MergeError, merge_containers
 from event_etl.storage.parquetio import AvroArrow, encode_parquet
-from event_etl.storage.rolling import ParquetOutput, RollingFiles
-from tests.lib.fastpath import BASE, HOUR, SCHEMA, assert_same, count_fast_decodes, dump, lines, run_both
+from event_etl.storage.rolling import ParquetOutput, RollingFiles, SplitFiles
 from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
+from tests.test_fastpath import BASE, HOUR, SCHEMA, assert_same, count_fast_decodes, dump, lines, run_both
 
 H13 = t("13:00")
 
@@ -94,8 +94,8 @@ def _rows(table: pa.Table) -> list[dict]:
 def test_every_avro_type_keeps_its_values_in_parquet_columns():
     # the mapping written down in event_etl/storage/parquetio.py, on edge values of each type
     parsed = fastavro.parse_schema(EDGES)
-    group = RollingFiles(0, H13, False, batch_id=1, shard=0, writer="", schema=parsed, codec="snappy",
-                         max_records=10, drop={}, parquet=ParquetOutput.of(EDGES, "snappy"))
+    group = RollingFiles(0, H13, False, SplitFiles(batch_id=1, shard=0, writer="", schema=parsed, codec="snappy",
+                                                   max_records=10, drop={}, parquet=ParquetOutput.of(EDGES, "snappy")))
     for rec in edge_records():
         assert group.add(rec, H13) is None
     ((name, data, n, _),) = group.finish()

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from event_etl.cli.job import deadletter_cmd
-from event_etl.consumer.replay import load_entries, parse_target, plan_replay, replay_records, run_replay
+from event_etl.consumer.replay import Criteria, load_entries, parse_target, plan_replay, replay_records, run_replay
 from event_etl.errors import UsageError
 from event_etl.job.checkpoint import Checkpoint
 from event_etl.rules.replay import select, split_too_late, too_late_again
@@ -105,8 +105,8 @@ def test_a_dir_replay_writes_one_file_the_job_finds_whole_and_is_recorded(sink, 
                                         "dt=2026-11-19/dl-b0000000003-s0001.avro#0"]
     (tmp_path / "in").mkdir()
     target = parse_target(f"dir:{tmp_path / 'in'}")
-    plan = plan_replay(entries, [], target, now=T0 + 11 * H, reasons=["schema_mismatch"], watermark=T0 + 3 * H,
-                       allowed_lateness=24 * H)
+    plan = plan_replay(entries, [], target, now=T0 + 11 * H, criteria=Criteria(reasons=["schema_mismatch"]),
+                       watermark=T0 + 3 * H, allowed_lateness=24 * H)
     assert [e.letter.payload for e in plan.send] == [b'{"n": 1}', b'{"n": 5}']
     assert [e.letter.payload for e in plan.not_a_line] == [b'{"n":\n 4}'], "a newline cannot be one line"
     rec = run_replay(storage, "page_view", plan, now=T0 + 11 * H)
@@ -117,7 +117,7 @@ def test_a_dir_replay_writes_one_file_the_job_finds_whole_and_is_recorded(sink, 
     assert replay_records(storage, "page_view") == [rec]
     assert len(load_entries(storage, "page_view")) == 5, "the record sits next to the dead letters, not among them"
     again = plan_replay(load_entries(storage, "page_view"), replay_records(storage, "page_view"), target,
-                        now=T0 + 12 * H, reasons=["schema_mismatch"])
+                        now=T0 + 12 * H, criteria=Criteria(reasons=["schema_mismatch"]))
     assert again.send == [] and again.selection.already_sent == 2
 
 
@@ -217,7 +217,7 @@ def test_a_replay_cut_short_is_named_by_the_next(sink, tmp_path, monkeypatch):
     folder.mkdir()
     storage = Storage(str(sink))
     plan = plan_replay(load_entries(storage, "page_view"), [], parse_target(f"dir:{folder}"), now=T0,
-                       reasons=["invalid_json"])
+                       criteria=Criteria(reasons=["invalid_json"]))
     rec = {"format": 1, "replay": plan.replay_id, "state": "sending", "entries": [e.key for e in plan.send]}
     storage.write_atomic(f"page_view/_deadletter/_replays/{plan.replay_id}.json", json.dumps(rec).encode())
     r = CliRunner().invoke(deadletter_cmd, ["page_view", "--sink", str(sink), "--event-types", str(types),

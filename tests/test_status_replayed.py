@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 
-from event_etl.consumer.replay import load_entries, parse_target, plan_replay, replay_records, run_replay
+from event_etl.consumer.replay import Criteria, load_entries, parse_target, plan_replay, replay_records, run_replay
 from event_etl.job.status import job_status
 from event_etl.rules.reasons import Reason
 from event_etl.timeutil import HOUR_MS
-from tests.lib.backfill import NOW, pipeline, sixty_days_old
+from tests.test_backfill_said import NOW, pipeline, sixty_days_old
 
 
 def replay(p, folder, limit=None) -> None:
     folder.mkdir(exist_ok=True)
     plan = plan_replay(load_entries(p.storage, "click"), replay_records(p.storage, "click"),
-                       parse_target(f"dir:{folder}"), now=NOW, reasons=[Reason.BEFORE_BACKFILL.value], limit=limit)
+                       parse_target(f"dir:{folder}"), now=NOW,
+                       criteria=Criteria(reasons=[Reason.BEFORE_BACKFILL.value], limit=limit))
     run_replay(p.storage, "click", plan, now=NOW)
 
 

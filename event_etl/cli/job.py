@@ -380,7 +380,7 @@ def _replay(storage: Any, et: Any, event_type: str, replay_to: str, *, reason: s
     """``deadletter --replay-to``: plan, say, send (event_etl.consumer.replay)."""
     from pathlib import Path
 
-    from event_etl.consumer.replay import load_entries, parse_target, plan_replay, replay_records, run_replay
+    from event_etl.consumer.replay import Criteria, load_entries, parse_target, plan_replay, replay_records, run_replay
     from event_etl.consumer.sink import could_not_check
     from event_etl.eventtypes import EventType
     from event_etl.job.checkpoint import Checkpoint
@@ -401,11 +401,11 @@ def _replay(storage: Any, et: Any, event_type: str, replay_to: str, *, reason: s
     with could_not_check():
         entries = load_entries(storage, event_type)
         records = replay_records(storage, event_type)
-    plan = plan_replay(entries, records, target, now=now, reasons=[reason] if reason else [],
-                       since=None if since is None else to_millis(since),
-                       until=None if until is None else to_millis(until), limit=limit, again=again,
-                       watermark=watermark, allowed_lateness=lateness, include_too_late=too_late,
-                       binary=et.payload != "json")
+    criteria = Criteria(reasons=[reason] if reason else [], since=None if since is None else to_millis(since),
+                        until=None if until is None else to_millis(until), limit=limit, again=again,
+                        too_late=too_late)
+    plan = plan_replay(entries, records, target, now=now, criteria=criteria, watermark=watermark,
+                       allowed_lateness=lateness, binary=et.payload != "json")
     sel = plan.selection
     wm = (iso(watermark) if watermark is not None else "- (none yet)" if (ck / "etl").is_dir()
           else f"unknown (no checkpoint at {ck}: --checkpoint DIR names the job's); nothing is counted as too late")

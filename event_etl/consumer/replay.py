@@ -41,7 +41,7 @@ from event_etl.storage import Storage
 from event_etl.storage.deadletter import DeadLetter, iter_deadletters
 from event_etl.timeutil import iso, to_datetime
 
-__all__ = ["REPLAYS_DIR", "REPLAY_ATTRIBUTE", "REPLAY_OF_ATTRIBUTE", "Entry", "Target", "ReplayPlan",
+__all__ = ["REPLAYS_DIR", "REPLAY_ATTRIBUTE", "REPLAY_OF_ATTRIBUTE", "Entry", "Target", "Criteria", "ReplayPlan",
            "load_entries", "replay_records", "parse_target", "plan_replay", "run_replay"]
 
 REPLAYS_DIR = "_replays"
@@ -174,23 +174,38 @@ def wire_payload(payload: bytes, source: str, target_kind: str, *, binary: bool)
         return payload
 
 
+@dataclass(frozen=True)
+class Criteria:
+    """Which dead letters a replay asks for (the options of ``deadletter --replay-to``): of any of ``reasons`` (none
+    given: every reason), whose event time's hour is in ``[since, until)`` (hour starts; either may be None: open),
+    at most ``limit`` of them (None: all), as :func:`~event_etl.rules.replay.select` takes them; those an earlier
+    replay sent too with ``again``, and those too late again for the live job with ``too_late``."""
+
+    reasons: Sequence[str] = ()
+    since: int | None = None
+    until: int | None = None
+    limit: int | None = None
+    again: bool = False
+    too_late: bool = False
+
+
 def plan_replay(entries: Sequence[Entry], records: Sequence[dict[str, Any]], target: Target, *, now: int,
-                reasons: Sequence[str] = (), since: int | None = None, until: int | None = None,
-                limit: int | None = None, again: bool = False, watermark: int | None = None,
-                allowed_lateness: int = 0, include_too_late: bool = False, binary: bool = False) -> ReplayPlan:
-    """The replay of the dead letters ``entries`` matching the selection, given the earlier ``records`` and the
+                criteria: Criteria, watermark: int | None = None, allowed_lateness: int = 0,
+                binary: bool = False) -> ReplayPlan:
+    """The replay of the dead letters ``entries`` matching ``criteria``, given the earlier ``records`` and the
     live job's ``watermark`` (None: none, or unknown) at ``now``."""
+    c = criteria
     sent = {k for r in records for k in r.get("entries", [])}
-    sel = select(entries, reasons=reasons, since=since, until=until, limit=limit, sent=sent, again=again)
+    sel = select(entries, reasons=c.reasons, since=c.since, until=c.until, limit=c.limit, sent=sent, again=c.again)
     ok, late = split_too_late(sel.chosen, watermark, allowed_lateness)
-    chosen = sel.chosen if include_too_late else ok
+    chosen = sel.chosen if c.too_late else ok
     not_a_line = [e for e in chosen if target.kind == "dir"
                   and b"\n" in wire_payload(e.letter.payload, e.letter.source, target.kind, binary=binary)]
     bad = {e.key for e in not_a_line}
     stamp = to_datetime(now).strftime("%Y%m%dT%H%M%S") + f"{now % 1000:03d}Z"  # ids sort as they were made
     return ReplayPlan(
         replay_id=f"{stamp}-{uuid.uuid4().hex[:6]}", target=target, selection=sel,
-        send=[e for e in chosen if e.key not in bad], too_late=late, too_late_sent=include_too_late,
+        send=[e for e in chosen if e.key not in bad], too_late=late, too_late_sent=c.too_late,
         not_a_line=not_a_line, unfinished=[r["replay"] for r in records if r.get("state") == "sending"],
         binary=binary,
     )

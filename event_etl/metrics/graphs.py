@@ -105,6 +105,7 @@ __all__ = [
     "render",
     "graphs_range",
     "make_graphs",
+    "ChartData",
 ]
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -232,36 +233,51 @@ def _not_negative(series: Sequence[Series], ahead: str) -> tuple[tuple[Series, .
     return tuple(kept), events
 
 
-def _charts(lag: Sequence[Series], timely: Sequence[Series], late: Sequence[Series], delay: Sequence[Series],
-            files: Sequence[Series], marker: Sequence[Series], *, lag_clock: str | None = None,
-            events: Sequence[Event] = (), marker_events: Sequence[Event] = ()) -> list[Chart]:
-    """The five charts, in order, from their series (both sources end here).
+@dataclass(frozen=True)
+class ChartData:
+    """What a source measured for the five charts, before they are laid out (both sources end here: the charts of
+    :class:`PrometheusSource` and :func:`history_charts`): the series of each chart, and what is drawn as events.
 
     ``lag_clock``: the clock "now" was read on for the lag when it is not the wall clock (``"generator"``): the panel
     and the title say so.  The marker delay is on the wall clock, always (the manifest's figure).  ``events`` (a
     drain) are drawn on the lag and marker-delay panels, ``marker_events`` (hours marked before they ended) on the
     marker-delay panel; a negative point of a lag or a delay is drawn as an event, not below zero."""
+
+    lag: Sequence[Series] = ()
+    timely: Sequence[Series] = ()
+    late: Sequence[Series] = ()
+    delay: Sequence[Series] = ()
+    files: Sequence[Series] = ()
+    marker: Sequence[Series] = ()
+    lag_clock: str | None = None
+    events: Sequence[Event] = ()
+    marker_events: Sequence[Event] = ()
+
+
+def _charts(data: ChartData) -> list[Chart]:
+    """The five charts, in order, from what a source measured (see :class:`ChartData`)."""
+    lag_clock, events = data.lag_clock, data.events
     lag_title = f"watermark lag ({lag_clock + ' clock' if lag_clock else 'now'} minus watermark)"
-    lag_series, lag_ahead = _not_negative(lag, LAG_AHEAD)
-    marker_series, marker_ahead = _not_negative(marker, MARKED_AHEAD)
+    lag_series, lag_ahead = _not_negative(data.lag, LAG_AHEAD)
+    marker_series, marker_ahead = _not_negative(data.marker, MARKED_AHEAD)
     marker_title = f"{MARKER_DELAY_NAME}: _COMPLETE written after the end of its hour"
     return [
         Chart("watermark-lag", lag_title,
               (Panel("watermark lag" + (f" ({lag_clock} clock)" if lag_clock else ""), "s", lag_series,
                      title=lag_title, events=tuple(sorted([*events, *lag_ahead], key=lambda e: e.t))),)),
         Chart("events", "events per second, timely and late", (
-            Panel("timely events", "events/s", tuple(timely), title="timely events per second"),
-            Panel("late events", "events/s", tuple(late),
+            Panel("timely events", "events/s", tuple(data.timely), title="timely events per second"),
+            Panel("late events", "events/s", tuple(data.late),
                   title="late events per second (arrived after their hour was complete)"),
         )),
         Chart("event-delay", "event delay (arrival minus event time): median, p95, p99",
-              (Panel("event delay", "s", tuple(delay), log=True,
+              (Panel("event delay", "s", tuple(data.delay), log=True,
                      title="event delay (arrival minus event time): median, p95, p99"),)),
         Chart("files", "files written per second",
-              (Panel("files written", "files/s", tuple(files), title="files written per second"),)),
+              (Panel("files written", "files/s", tuple(data.files), title="files written per second"),)),
         Chart("marker-delay", marker_title,
               (Panel(MARKER_DELAY_NAME, "s", marker_series, style="points", title=marker_title,
-                     events=tuple(sorted([*events, *marker_events, *marker_ahead], key=lambda e: e.t))),)),
+                     events=tuple(sorted([*events, *data.marker_events, *marker_ahead], key=lambda e: e.t))),)),
     ]
 
 
@@ -484,14 +500,14 @@ class PrometheusSource:
             return [Series(label, tuple(pts)) for _, pts in res]
 
         by_outcome = {m.get("outcome"): pts for m, pts in self.query_range(PROMQL["events"].format(sel=sel, w=w), rng)}
-        return _charts(
+        return _charts(ChartData(
             lag=one("watermark_lag", "watermark lag"),
             timely=[Series("timely", tuple(by_outcome.get("timely", ())))],
             late=[Series("late", tuple(by_outcome.get("late", ())))],
             delay=[s for q in QUANTILES for s in one("event_delay", _quantile_label(q), q=q)],
             files=one("files", "files"),
             marker=one("marker_delay", "marker delay"),
-        )
+        ))
 
 
 # -- the local history ---------------------------------------------------------------------------
@@ -640,9 +656,9 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
             for q in QUANTILES:
                 pts = [(t, histogram_quantile(q, bounds, c)) for t, c in zip(steps, dsums)]
                 delay.append(Series(_quantile_label(q), tuple((t, v) for t, v in pts if v is not None)))
-    return _charts(lag=lag, timely=[Series("timely", timely)], late=[Series("late", late)], delay=delay,
-                   files=[Series("files", files)], marker=marker, lag_clock=lag_clock, events=events,
-                   marker_events=marker_events)
+    return _charts(ChartData(lag=lag, timely=[Series("timely", timely)], late=[Series("late", late)], delay=delay,
+                             files=[Series("files", files)], marker=marker, lag_clock=lag_clock, events=events,
+                             marker_events=marker_events))
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -892,18 +908,17 @@ def graphs_range(source: PrometheusSource | HistorySource, event_type: str, *, s
                                   window or timedelta(minutes=5)))
 
 
-def make_graphs(event_type: str, *, rng: TimeRange | None = None, out_dir: str | Path, prometheus: str | None = None,
-                history: str | None = None, checkpoint: str | None = None, step: timedelta | None = None,
-                window: timedelta | None = None, now: datetime | None = None,
-                source: PrometheusSource | HistorySource | None = None) -> tuple[list[Chart], list[Path]]:
+def make_graphs(event_type: str, *, out_dir: str | Path, source: PrometheusSource | HistorySource | None = None,
+                rng: TimeRange | None = None) -> tuple[list[Chart], list[Path]]:
     """Fetch the charts of ``event_type`` from one source and write the PNGs.  Returns ``(charts, paths)``.
 
-    The source is ``source``, else the one the options name (:func:`open_source`); the range is ``rng``, else
-    :func:`graphs_range` (``step``, ``window``; ``now`` for Prometheus)."""
+    The source is ``source``, else the history in the type's default checkpoint (:func:`open_source` without
+    options); the range is ``rng``, else :func:`graphs_range`'s default.  Other sources and ranges are made with
+    those two functions, as ``event-etl graphs`` makes them from its options."""
     if source is None:
-        source = open_source(event_type, prometheus=prometheus, history=history, checkpoint=checkpoint)
+        source = open_source(event_type)
     if rng is None:
-        rng = graphs_range(source, event_type, step=step, window=window, now=now)
+        rng = graphs_range(source, event_type)
     charts = source.charts(event_type, rng)
     where = source.url if isinstance(source, PrometheusSource) else source.path
     if not any(c.has_data for c in charts):

@@ -131,11 +131,16 @@ class JobMetrics:
     carried); ``backlog`` a callable returning ``{unit: amount}`` that overrides what
     :meth:`observe_progress` derives.
 
-    ``event_clock`` (e.g. the generator's :class:`~event_etl.job.progress.GeneratorClock`, which
+    ``event_clock`` (the generator's :class:`~event_etl.job.progress.GeneratorClock`, which
     may not know the time yet: None) is the source's own clock, when it is not the wall clock:
     the history's lag and marker delay are then measured against it, as the progress lines are,
-    and its lines say so (``"clock": event_clock_name``).  The Prometheus gauges keep the wall clock.
+    and its lines say so (``"clock": "generator"``, :attr:`event_clock_name`).  The Prometheus gauges keep the
+    wall clock.
     """
+
+    event_clock_name = "generator"
+    """The name the history gives the ``event_clock``: the generator's is the only source clock there is (the
+    source registry's ``event_clock``)."""
 
     def __init__(
         self,
@@ -148,7 +153,6 @@ class JobMetrics:
         history: MetricsHistory | None = None,
         policies: Sequence[str] = (),
         event_clock: Callable[[], int | None] | None = None,
-        event_clock_name: str = "generator",
     ) -> None:
         self.event_type = event_type
         self.policies = tuple(policies)  # names of the type's commit policies: their series exist from the start
@@ -160,7 +164,6 @@ class JobMetrics:
         self.history = history
         self.attrs = {"event_type": event_type}
         self.event_clock = event_clock
-        self.event_clock_name = event_clock_name
         self.started_at = clock()
         self._history_since = self.started_at  # the start of the time the next batch line covers
         self.last_batch_at: int | None = None

@@ -30,7 +30,7 @@ from event_etl.rules.buckets import data_file_name
 from event_etl.storage.avroio import sync_marker_for
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["BLOCK_BYTES", "EncodedBlock", "OpenAvroFile", "ParquetOutput", "RollingFiles"]
+__all__ = ["BLOCK_BYTES", "EncodedBlock", "OpenAvroFile", "ParquetOutput", "RollingFiles", "SplitFiles"]
 
 BLOCK_BYTES = 64 * 1024
 """A block is closed after the record that brings its uncompressed bytes to this size."""
@@ -139,8 +139,26 @@ class OpenAvroFile:
         return self.out.getvalue()
 
 
+@dataclass(frozen=True)
+class SplitFiles:
+    """What the files of every (hour, late) group of one split share: their names' parts (the split's ``batch_id``
+    and ``shard``, the ``writer``), how they are filled (``schema``, ``codec``, ``max_records`` positions a file,
+    ``parquet`` for a Parquet type), and the positions an earlier attempt of the batch found to be duplicates
+    (``drop``: file name -> positions)."""
+
+    batch_id: int
+    shard: int
+    writer: str
+    schema: Schema
+    codec: str
+    max_records: int
+    drop: Mapping[str, Iterable[int]]
+    parquet: ParquetOutput | None = None
+
+
 class RollingFiles:
-    """The files of one (hour, late) group of a split, filled in order, rolled over every ``max_records`` positions.
+    """The files of one (hour, late) group of a split, filled in order, rolled over every ``max_records`` positions
+    (the split's :class:`SplitFiles`).
 
     ``index`` is the group's order of opening in its split: with ``seq``, the number of its
     current file, it makes :attr:`file_key` (what dedupe key rows point at).  ``pos`` counts the
@@ -149,13 +167,11 @@ class RollingFiles:
     same positions as in that attempt, so they come out the same.
     """
 
-    def __init__(self, index: int, hour: int, late: bool, *, batch_id: int, shard: int, writer: str,
-                 schema: Schema, codec: str, max_records: int, drop: Mapping[str, Iterable[int]],
-                 parquet: ParquetOutput | None = None) -> None:
+    def __init__(self, index: int, hour: int, late: bool, files: SplitFiles) -> None:
         self.index, self.hour, self.late = index, hour, late
-        self.parquet = parquet
-        self.batch_id, self.shard, self.writer = batch_id, shard, writer
-        self.schema, self.codec, self.max_records, self.drop = schema, codec, max_records, drop
+        self.parquet = files.parquet
+        self.batch_id, self.shard, self.writer = files.batch_id, files.shard, files.writer
+        self.schema, self.codec, self.max_records, self.drop = files.schema, files.codec, files.max_records, files.drop
         self.seq = 0
         self.pos = 0
         self.max_t: int | None = None

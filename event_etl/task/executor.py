@@ -41,7 +41,7 @@ from event_etl.storage import Storage, open_storage
 from event_etl.storage.avroio import encode_container
 from event_etl.storage.deadletter import DEADLETTER_SCHEMA, Rejected
 from event_etl.storage.lease import Fence
-from event_etl.storage.rolling import ParquetOutput, RollingFiles
+from event_etl.storage.rolling import ParquetOutput, RollingFiles, SplitFiles
 from event_etl.task.fastpath import FastChunk, int64_array, offset_message_keys, plan_for, rows_buffer
 from event_etl.task.report import DELAY_BUCKETS_S, SplitReport
 
@@ -253,10 +253,9 @@ class _SplitRun:
         g = self.groups.get((hour, late))
         if g is None:
             ctx, et = self.ctx, self.et
-            g = self.groups[(hour, late)] = RollingFiles(
-                len(self.groups), hour, late, batch_id=ctx.batch_id, shard=self.shard, writer=ctx.writer,
-                schema=self.decoder.schema, codec=et.codec, max_records=et.max_events_per_file, drop=ctx.drop,
-                parquet=self.parquet)
+            files = SplitFiles(batch_id=ctx.batch_id, shard=self.shard, writer=ctx.writer, schema=self.decoder.schema,
+                               codec=et.codec, max_records=et.max_events_per_file, drop=ctx.drop, parquet=self.parquet)
+            g = self.groups[(hour, late)] = RollingFiles(len(self.groups), hour, late, files)
         return g
 
     # -- reading ------------------------------------------------------------------------------------------
