@@ -22,8 +22,8 @@ from event_etl.sources import read
 from event_etl.storage.compaction import MergeError, merge_containers
 from event_etl.storage.parquetio import AvroArrow, encode_parquet
 from event_etl.storage.rolling import ParquetOutput, RollingFiles, SplitFiles
+from tests.lib.fastpath import BASE, HOUR, SCHEMA, assert_same, count_fast_decodes, dump, lines, run_both
 from tests.lib.harness import FakeClock, LocalPipeline, click, make_event_type, t
-from tests.test_fastpath import BASE, HOUR, SCHEMA, assert_same, count_fast_decodes, dump, lines, run_both
 
 H13 = t("13:00")
 

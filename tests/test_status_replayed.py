@@ -9,7 +9,7 @@ from event_etl.consumer.replay import Criteria, load_entries, parse_target, plan
 from event_etl.job.status import job_status
 from event_etl.rules.reasons import Reason
 from event_etl.timeutil import HOUR_MS
-from tests.test_backfill_said import NOW, pipeline, sixty_days_old
+from tests.lib.backfill import NOW, pipeline, sixty_days_old
 
 
 def replay(p, folder, limit=None) -> None:
