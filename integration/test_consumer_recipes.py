@@ -1,9 +1,11 @@
-"""The Spark recipe on real Spark, and hour_uris and the BigQuery DDL on the GCS emulator.
+"""The recipes of docs/consumers.md that need Spark or Cloud Storage, run as the page writes them
+(tests/lib/doc_recipes.py): Spark's and the Parquet one on real Spark, BigQuery's on a ``gs://my-events/prod`` sink
+on the GCS emulator (the DDL printed is the page's, byte for byte); and hour_uris on the GCS emulator.
 
 PySpark 4 reads the sink's Avro with its built-in source, named by its class
 (``SPARK_AVRO_FORMAT``, ``org.apache.spark.sql.avro.AvroFileFormat``): no ``spark-avro`` package,
 which ``format("avro")`` asks for.  One Spark session (the suite's), the small sink of
-tests/test_consumer_scenario.py ``build_recipe_hours``.
+tests/lib/consumer_scenario.py ``build_recipe_hours``.
 """
 
 from __future__ import annotations
@@ -14,22 +16,22 @@ import re
 import pytest
 
 from event_etl.consumer import hour_status, read_table
-from event_etl.consumer.recipes import SPARK_AVRO_FORMAT, bq_external_table_ddl, hour_uris, spark_avro_package
+from event_etl.consumer.recipes import (
+    SPARK_AVRO_FORMAT,
+    bq_external_table_ddl,
+    hour_uris,
+    spark_avro_package,
+    type_root,
+)
 from tests.lib.consumer_scenario import RECIPE_HOUR_13, RECIPE_HOUR_14, build_hours, build_recipe_hours
+from tests.lib.doc_recipes import CLICK_13, CLICK_14, CONSUMERS, build_docs_sink, recipe, run_recipe
 
 DAY = dt.date(2026, 11, 21)
 
 
 def test_spark_reads_the_manifests_files_with_its_built_in_avro_source(spark, tmp_path):
     sink = build_recipe_hours(tmp_path).sink
-    # -- the recipe (docs/consumers.md, Spark) --
-    from event_etl.consumer.recipes import SPARK_AVRO_FORMAT, hour_uris, type_root
-
-    files = hour_uris(sink, "click", "2026-11-21T13", until="2026-11-21T15")     # complete hours, late files too
-    df = (spark.read.format(SPARK_AVRO_FORMAT)                  # org.apache.spark.sql.avro.AvroFileFormat
-          .option("basePath", type_root(sink, "click"))          # dt and hour stay partition columns
-          .load(files))                                          # a list: exactly these files
-    # -- end of the recipe --
+    df = run_recipe(CONSUMERS, "spark", sink=sink, spark=spark)["df"]
     assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
         ("id", "string"), ("ts", "timestamp"), ("page", "string"), ("dt", "date"), ("hour", "int")]
     per_hour = [tuple(r) for r in df.groupBy("dt", "hour").count().orderBy("hour").collect()]
@@ -74,3 +76,36 @@ def test_hour_uris_and_the_bigquery_ddl_on_gcs(tmp_path, gcs_bucket):
     ddl = bq_external_table_ddl(uris, "analytics.click_hours")
     assert f"hive_partition_uri_prefix = '{gcs_bucket}/events/click'" in ddl
     assert re.findall(r"'(gs://[^']*\.avro)'", ddl) == uris
+
+
+def test_the_parquet_recipe_reads_a_parquet_types_hours_with_spark_and_duckdb(spark, tmp_path):
+    sink = build_docs_sink(tmp_path, fmt="parquet")
+    ns = run_recipe(CONSUMERS, "parquet", sink=sink, spark=spark)
+    assert all(f.endswith(".parquet") for f in ns["files"]) and len(ns["files"]) == 3
+    assert sorted(tuple(r) for r in ns["df"].groupBy("hour").count().collect()) == [(13, CLICK_13), (14, CLICK_14)]
+    assert ns["per_hour"] == [(13, CLICK_13), (14, CLICK_14)]
+
+
+@pytest.fixture(scope="module")
+def my_events(gcs_server, tmp_path_factory) -> str:
+    """The page's sink, ``gs://my-events/prod``, on the GCS emulator: the recipes' URIs are the page's."""
+    gcs_server.create_bucket("my-events")
+    return build_docs_sink(tmp_path_factory.mktemp("my-events"), sink_url="gs://my-events/prod")
+
+
+def test_the_bigquery_load_recipe_on_a_gcs_sink(my_events, capsys):
+    ns = run_recipe(CONSUMERS, "bigquery-load", sink=my_events)
+    assert ns["uris"] == ["gs://my-events/prod/page_view/dt=2026-11-21/hour=13/part-2026112113-b0000000000-s0000-0000"
+                          ".avro"]
+    printed = capsys.readouterr().out
+    assert printed.startswith("bq load --source_format=AVRO --use_avro_logical_types "
+                              "--time_partitioning_field=event_time --time_partitioning_type=HOUR --replace "
+                              "'analytics.page_view$2026112113' gs://my-events/prod/page_view/"), printed
+    commented = [line.lstrip("# ").split()[:3] for line in recipe(CONSUMERS, "bigquery-load").text.splitlines()
+                 if line.startswith("# bq load")]
+    assert commented == [printed.split()[:3]], "the page's comment shows the command printed"
+
+
+def test_the_bigquery_external_table_recipe_prints_the_pages_ddl(my_events, capsys):
+    run_recipe(CONSUMERS, "bigquery-external-table", sink=my_events)
+    assert capsys.readouterr().out == recipe(CONSUMERS, "bigquery-external-table-output").text

@@ -1,6 +1,6 @@
 """A type of ``format = "parquet"`` end to end through the command line (issue 51, item 1): ``run --drain`` on Spark
 writes Parquet hours with manifests, ``verify`` and ``cat`` read them, and Spark reads the manifest's files with the
-recipe of docs/consumers.md ("Parquet types") and counts each hour as its manifest does."""
+way of docs/consumers.md's Parquet recipe and counts each hour as its manifest does."""
 
 from __future__ import annotations
 
@@ -69,10 +69,9 @@ def test_a_parquet_type_marks_its_hours_with_parquet_files_that_verify_and_cat_r
 
 def test_spark_reads_the_manifests_parquet_files_as_the_manifests_count(job, spark):
     sink, hours = str(job["sink"]), sorted(job["manifests"])
-    # -- the recipe (docs/consumers.md, Parquet types: Spark) --
+    # as the Parquet recipe of docs/consumers.md (run as the page writes it: integration/test_consumer_recipes.py)
     files = hour_uris(sink, "page_view", hours[0], until=hours[-1])
     df = spark.read.format(spark_format(files)).option("basePath", type_root(sink, "page_view")).load(files)
-    # -- end of the recipe --
     per_hour = {(str(r["dt"]), int(r["hour"])): r["count"] for r in df.groupBy("dt", "hour").count().collect()}
     want = {(h[:10], int(h[11:13])): m.records for h, m in job["manifests"].items() if h != hours[-1] and m.records}
     assert per_hour == want

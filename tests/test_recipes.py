@@ -38,6 +38,7 @@ from tests.lib.consumer_scenario import (
     build_hours,
     build_recipe_hours,
 )
+from tests.lib.doc_recipes import CONSUMERS, run_recipe
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def test_pandas_reads_an_hour(sc):
     assert list(df["id"]) == ["c"] and str(df["ts"].dt.tz) == "UTC"
 
 
-# -- DuckDB's Avro extension, pandas, BigQuery: each recipe as docs/consumers.md gives it ------------------------
+# -- DuckDB's Avro extension, pandas, BigQuery: each recipe of docs/consumers.md, read from the page ----------
 def test_the_manifests_count_what_the_recipes_must_read(rs):
     assert hour_status(rs.sink, "click", "2026-11-21T13").records == RECIPE_HOUR_13
     assert hour_status(rs.sink, "click", "2026-11-21T14").records == RECIPE_HOUR_14
@@ -120,15 +121,8 @@ def test_the_manifests_count_what_the_recipes_must_read(rs):
 def test_duckdb_reads_the_manifests_files_with_its_avro_extension(rs):
     pytest.importorskip("duckdb_extension_avro")
     sink = rs.sink
-    # -- the recipe (docs/consumers.md, DuckDB) --
-    from event_etl.consumer.recipes import duckdb_connect, hour_uris
-
-    con = duckdb_connect()                       # DuckDB with its Avro extension loaded (no download)
-    files = hour_uris(sink, "click", "2026-11-21T13", until="2026-11-21T15")
-    per_hour = con.execute("SELECT dt, hour, count(*) AS n FROM read_avro($files, hive_partitioning = true, "
-                           "hive_types = {'dt': DATE, 'hour': BIGINT}) GROUP BY dt, hour ORDER BY dt, hour",
-                           {"files": files}).fetchall()
-    # -- end of the recipe --
+    recipe = run_recipe(CONSUMERS, "duckdb", sink=sink)  # the page's text, as it stands
+    con, files, per_hour = recipe["con"], recipe["files"], recipe["per_hour"]
     assert per_hour == [(DAY, 13, RECIPE_HOUR_13), (DAY, 14, RECIPE_HOUR_14)], "each hour's count is its manifest's"
     own = hour_uris(sink, "click", "2026-11-21T14", include_late=False)
     n_own = con.execute("SELECT count(*) FROM read_avro($files)", {"files": own}).fetchone()
@@ -195,11 +189,7 @@ def test_a_mismatched_avro_extension_says_which_versions(monkeypatch):
 def test_pandas_reads_hours_with_their_late_records(rs):
     pytest.importorskip("pandas")
     sink = rs.sink
-    # -- the recipe (docs/consumers.md, pandas) --
-    from event_etl.consumer import read_table
-
-    df = read_table(sink, "click", "2026-11-21T14").to_pandas()
-    # -- end of the recipe --
+    df = run_recipe(CONSUMERS, "pandas", sink=sink)["df"]  # the page's text, as it stands
     assert len(df) == RECIPE_HOUR_14 and str(df["ts"].dt.tz) == "UTC"
     assert sorted(df.loc[df["ts"].dt.hour == 13, "id"]) == ["d0", "d1"], "the late records of 13:30"
     own = read_table(sink, "click", "2026-11-21T14", include_late=False).to_pandas()
