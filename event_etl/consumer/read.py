@@ -22,7 +22,9 @@ Both file formats read alike: a type of ``format = "parquet"`` writes Parquet fi
 the Avro schema they were written in (:mod:`event_etl.storage.parquetio`); each is read back into
 the same Avro records (and resolved into a reader schema, written out as JSON lines or Avro) as
 an Avro file of the same records would be.  An hour whose files are of both formats (the type's
-format changed within it) reads as one.
+format changed within it) reads as one.  :func:`read_table` reads a Parquet file's columns with pyarrow as they
+are, cast to the Arrow types its Avro schema maps to (no record is made), when the file is written in the reader
+schema (or there is none); only a file that must be resolved into another schema goes through its records.
 
 Ranges and schema changes: ``until=`` reads every hour of ``[hour, until)`` (each must be
 complete) in one go.  An event type's schema may change between hours, or within one (the
@@ -303,18 +305,18 @@ def read_table(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, inc
 
     parts = _parts(sink, event_type, hour, until, include_late)
     reading = _plan(parts, event_type, reader_schema)
-    opened = [reading.open(p) for p in parts]  # every file checked (and its schema) before the first record
-    if reading.reader is None and len({_key(r.writer_schema) for r in opened}) > 1:
+    files = [_TableFile(p, reading) for p in parts]  # every file checked (and its schema) before the first record
+    if reading.reader is None and len({_key(f.writer) for f in files}) > 1:
         # manifests of version 1 do not say so, but the files are of several schemas: the newest one reads them
         newest = max(range(len(parts)), key=lambda i: _age(parts[i]))
-        reading = _Reading(json.loads(opened[newest].metadata["avro.schema"]))
-        opened = [reading.open(p) for p in parts]
-    tables, converter = [], None
+        reading = _Reading(files[newest].writer_json)
+    converter = None
     if reading.reader is not None:
         converter = ArrowConverter(reading.reader)
-    for r in opened:
-        converter = converter or ArrowConverter(r.writer_schema)
-        tables.append(converter.table(r))
+    tables = []
+    for f in files:
+        converter = converter or ArrowConverter(f.writer_json)
+        tables.append(f.table(reading, converter))
     if tables:
         return pa.concat_tables(tables)
     if converter is not None:
@@ -322,6 +324,51 @@ def read_table(sink: SinkLike, event_type: EventTypeLike, hour: HourLike, *, inc
     if isinstance(event_type, EventType):
         return ArrowConverter(event_type.schema).table([])
     return pa.table({})
+
+
+class _TableFile:
+    """A file of :func:`read_table`, checked against its manifest entry: a Parquet file's columns as pyarrow reads
+    them (no record is made: item 8 of issue 60), an Avro file's records."""
+
+    def __init__(self, part: _Part, reading: _Reading) -> None:
+        self.part = part
+        self.path = part.folder.display(part.entry.name)
+        self.data = reading.bytes_of(part)
+        self.columns: pa.Table | None = None
+        if self.path.endswith(".parquet"):
+            self.columns, self.writer_json = _parquet_columns(self.data, self.path)
+            self.writer: Any = fastavro.parse_schema(self.writer_json, _write_hint=False)
+        else:
+            self.avro = _open_container(self.data, self.path)
+            self.writer = self.avro.writer_schema
+            self.writer_json = json.loads(self.avro.metadata["avro.schema"])
+
+    def table(self, reading: _Reading, converter: Any) -> pa.Table:
+        """The file's rows in the converter's columns: a Parquet file written in the reader schema (or read without
+        one) as its columns are; any other file through its records, resolved into the reader schema."""
+        if self.columns is not None and (reading.reader is None or _same_schema(self.writer, reading.parsed)):
+            return _conform(self.columns, converter.schema, self.path)
+        records = self.avro if self.columns is None and reading.reader is None else reading.open(self.part, self.data)
+        return cast("pa.Table", converter.table(records))
+
+
+def _parquet_columns(data: bytes, path: str) -> tuple[pa.Table, dict[str, Any]]:
+    from event_etl.storage.parquetio import parquet_table
+
+    try:
+        return parquet_table(data)
+    except Exception as err:  # noqa: BLE001 - the bytes match the manifest, yet are no Parquet file of ours
+        raise CorruptHourError(f"{path} is not a Parquet data file: {err}", path=path,
+                               fix="the job wrote a damaged file; report it with the file") from err
+
+
+def _conform(table: pa.Table, schema: pa.Schema, path: str) -> pa.Table:
+    """A Parquet file's columns in the Arrow schema its Avro schema maps to (the one its writer used)."""
+    try:
+        return table.cast(schema)
+    except (ValueError, TypeError, NotImplementedError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise CorruptHourError(f"{path}: its columns are not those of the Avro schema it carries: {err}", path=path,
+                               fix="the job wrote a damaged file; report it with the file") from err
 
 
 def _key(schema: Any) -> str:

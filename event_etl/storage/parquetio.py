@@ -59,7 +59,7 @@ from event_etl.storage.avroio import sync_marker_for
 
 __all__ = ["AvroArrow", "UnsupportedSchema", "ROW_GROUP_ROWS", "PARQUET_MAGIC", "PARQUET_COMPRESSION",
            "encode_parquet", "parquet_problems", "merge_parquet", "plain_schema",
-           "parquet_rows", "parquet_as_container", "AVRO_SCHEMA_KEY"]
+           "parquet_rows", "parquet_as_container", "parquet_table", "AVRO_SCHEMA_KEY"]
 
 AVRO_SCHEMA_KEY = b"avro.schema"
 """The footer key of the Avro schema a Parquet file was written in (its JSON)."""
@@ -263,6 +263,17 @@ def parquet_as_container(data: bytes) -> bytes:
     buf = io.BytesIO()
     fastavro.writer(buf, fastavro.parse_schema(schema), rows, codec="null", sync_marker=sync_marker_for("parquet"))
     return buf.getvalue()
+
+
+def parquet_table(data: bytes) -> tuple[pa.Table, dict[str, Any]]:
+    """A Parquet data file's columns as an Arrow table, read by pyarrow as they are (no record is made), and the Avro
+    schema it was written in (its footer's :data:`AVRO_SCHEMA_KEY`).  ``ValueError`` as :func:`parquet_as_container`."""
+    f = pq.ParquetFile(io.BytesIO(data))
+    meta = f.schema_arrow.metadata or {}
+    if AVRO_SCHEMA_KEY not in meta:
+        raise ValueError("a Parquet file without the Avro schema it was written in (footer key avro.schema)")
+    schema: dict[str, Any] = json.loads(meta[AVRO_SCHEMA_KEY])
+    return f.read(), schema
 
 
 def parquet_rows(data: bytes) -> int:
