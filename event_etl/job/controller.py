@@ -62,7 +62,8 @@ from event_etl.job.phases import MARKED, Phases, RunTasks, Tasks, drive
 from event_etl.job.rewrites import Drops, Duplicates, Rewriter
 from event_etl.rules.completeness import hours_to_mark
 from event_etl.rules.manifest import Manifest
-from event_etl.rules.watermark import SourceActivity, WatermarkState, drain_watermark, parts_watermark
+from event_etl.rules.watermark import WatermarkState, drain_watermark, parts_watermark
+from event_etl.sources.face import SourceHooks
 from event_etl.storage import Storage
 from event_etl.storage.temporaries import sweep_temporaries
 from event_etl.task.executor import BatchContext
@@ -93,7 +94,8 @@ class Controller:
     """Drives one event type's job on the driver.  See the module docstring; its steps are its collaborators
     ``rewriter``, ``duplicates``, ``markers`` and ``merger`` (:mod:`~event_etl.job.rewrites`,
     :mod:`~event_etl.job.markers`, :mod:`~event_etl.job.merges`), its idle timers ``idle``
-    (:mod:`~event_etl.job.idle`: given ``monotonic``, ``source_activity`` and ``activity_stale_ms``)."""
+    (:mod:`~event_etl.job.idle`: given ``monotonic``, the ``source``'s activity and ``activity_stale_ms``); its
+    source's hooks ``source`` (:class:`~event_etl.sources.face.SourceHooks`), given once."""
 
     def __init__(
         self,
@@ -106,22 +108,18 @@ class Controller:
         writer: str = "",
         guard: Callable[[], None] | None = None,
         fence: dict[str, Any] | None = None,
-        source_activity: Callable[[], SourceActivity | None] | None = None,
+        source: SourceHooks | None = None,
         activity_stale_ms: int = 60_000,
-        source_done: Callable[[set[str]], bool] | None = None,
         monotonic: Callable[[], float] | None = None,
-        source_lost: Callable[[int], dict[int, int]] | None = None,
     ) -> None:
         self.et = event_type
         self.writer = writer
         self._attempt_started: int | None = None
         self.guard = guard  # raises if this job may no longer write (it lost its lease)
         self.fence = fence  # what executor tasks check before they write (see event_etl.storage.lease)
-        # told, after a batch's state is saved, what the batch read (Pub/Sub acknowledges it); True if all of
-        # it was acknowledged in time (else redeliveries are expected: see event_etl.task.dedupe)
-        self.source_done = source_done
-        # what the source lost before a batch could read it, by partition (Kafka: from the batch's offsets)
-        self.source_lost = source_lost
+        # the source's hooks (event_etl.sources.face.SourceHooks), given once: what it says of its backlog (the
+        # idle rule), told what a saved batch read (Pub/Sub acknowledges it), what it lost before a batch read it
+        self.source = source
         self.storage = storage
         self.ckpt = checkpoint
         self.clock = clock
@@ -143,7 +141,8 @@ class Controller:
         latest = checkpoint.latest_intent_id()
         self.pending_batch: int | None = latest if latest is not None and latest > self.state.last_batch_id else None
         # how long the source (and each part the state knows) has been quiet, from now
-        self.idle = IdleClock(clock=clock, monotonic=monotonic, source_activity=source_activity,
+        self.idle = IdleClock(clock=clock, monotonic=monotonic,
+                              source_activity=source.activity if source is not None else None,
                               activity_stale_ms=activity_stale_ms, parts=self.state.parts,
                               watermark=self.state.watermark, emit=self._emit)
         self.busy = False
@@ -349,10 +348,10 @@ class Controller:
         intents the job no longer needs forgotten."""
         batch_id = intent.batch_id
         self.merger.rolling_merges(result, self.state, self.event_type_of(intent).max_events_per_file, advance)
-        if result.inputs and self.source_done is not None:
-            told, acked = True, self.source_done(result.inputs)  # Pub/Sub: acknowledged now, not at the next batch
-        else:
-            told, acked = False, True
+        # Pub/Sub: acknowledged now, not at the next batch; True if all of it was acknowledged in time (else
+        # redeliveries are expected: see event_etl.task.dedupe); None: a source with nothing to acknowledge
+        answer = self.source.acknowledge(result.inputs) if result.inputs and self.source is not None else None
+        told, acked = (answer is not None), (answer is None or answer)
         if self.duplicates is not None:
             if acked:
                 self.duplicates.acknowledged(batch_id, durable=told)
@@ -373,7 +372,7 @@ class Controller:
         self.totals["bytes"] += result.bytes_written
         if result.dropped_fields:  # Protobuf fields schema.desc does not know: dropped, counted, said
             self.totals["dropped_fields"] += result.dropped_fields
-        lost = self.source_lost(intent.batch_id) if self.source_lost is not None else {}
+        lost = self.source.lost(intent.batch_id) if self.source is not None else {}
         if lost:
             self.totals["lost"] += sum(lost.values())
         self.last_batch_at = now
