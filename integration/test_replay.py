@@ -92,8 +92,8 @@ def test_dead_letters_replayed_into_the_live_dir_folder_land_once_by_the_rules(t
     r = _run("schema", "register", "page_view", "--event-types", str(types))
     assert r.returncode == 0, r.stdout + r.stderr
 
-    replay = ["deadletter", "page_view", "--replay-to", f"dir:{folder}", "--checkpoint",
-              str(ckroot / "page_view"), *common]
+    replay = ["deadletter", "page_view", "--replay-to", f"dir:{folder}", "--checkpoint-root", str(ckroot),
+              *common]  # the job's checkpoint as `run` was given it (issue 60 item 5)
     r = _run(*replay)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"[page_view] 5 would be too late again (hour {iso(base - 3 * DAY_MS)}" in r.stdout, r.stdout

@@ -21,11 +21,11 @@ from event_etl.cli.job import deadletter_cmd
 from event_etl.consumer.replay import Criteria, load_entries, parse_target, plan_replay, replay_records, run_replay
 from event_etl.errors import UsageError
 from event_etl.job.checkpoint import Checkpoint
-from event_etl.rules.replay import select, split_too_late, too_late_again
+from event_etl.rules.replay import future_again, select, split_future, split_too_late, too_late_again
 from event_etl.rules.watermark import WatermarkState
 from event_etl.storage import Storage
 from event_etl.storage.deadletter import DEADLETTER_SCHEMA
-from event_etl.timeutil import iso
+from event_etl.timeutil import iso, now_millis
 
 ROOT = Path(__file__).resolve().parents[1]
 H = 3_600_000
@@ -212,7 +212,8 @@ def test_the_replay_goes_where_the_live_job_reads_and_its_checkpoint_is_of_this_
 
 
 def test_a_replay_cut_short_is_named_by_the_next(sink, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # no ./checkpoints/page_view: no live job's watermark known
+    monkeypatch.chdir(tmp_path)
+    Checkpoint(tmp_path / "checkpoints" / "page_view").save_state(WatermarkState(watermark=T0))  # the default's
     types, folder = _types(tmp_path), tmp_path / "in"
     folder.mkdir()
     storage = Storage(str(sink))
@@ -224,7 +225,7 @@ def test_a_replay_cut_short_is_named_by_the_next(sink, tmp_path, monkeypatch):
                                             "--replay-to", f"dir:{folder}", "--reason", "invalid_json"])
     assert r.exit_code == 0, r.output
     assert f"warning: replay {plan.replay_id} was cut short" in r.output and "nothing to replay" in r.output
-    assert "live job's watermark: unknown (no checkpoint at checkpoints/page_view" in r.output
+    assert f"live job's watermark: {iso(T0)}" in r.output, "./checkpoints/page_view, as `run` has it by default"
 
 
 def test_kafka_originals_reads_each_partition_in_runs_and_counts_what_is_gone(monkeypatch):
@@ -259,3 +260,75 @@ def test_kafka_originals_reads_each_partition_in_runs_and_counts_what_is_gone(mo
     assert out["kafka:t/0@7"] == (b"k7", [("h", b"v")]) and set(out) == {"kafka:t/0@5", "kafka:t/0@7",
                                                                           "kafka:t/0@5000"}
     assert missing == 1
+
+
+# -- issue 60 item 5: future dead letters warn as too-late ones do; the checkpoint found as `run` has it --------------
+def test_future_again_is_the_judges_rule_at_the_replays_arrival():
+    skew = 10 * 60_000
+    assert future_again(T0 + skew + 1, T0, skew) and not future_again(T0 + skew, T0, skew)
+    assert not future_again(None, T0, skew), "no event time: the job decides"
+    ok, ahead = split_future([C("a", "future", T0 + H), C("b", "future", T0), C("c", "x", None)], T0, skew)
+    assert [c.key for c in ok] == ["b", "c"] and [c.key for c in ahead] == ["a"]
+
+
+@pytest.fixture
+def future_sink(tmp_path):
+    """Two future dead letters, one whose time has come (an hour ago) and one still two days ahead of now."""
+    sink = tmp_path / "data"
+    now = now_millis()
+    _dead_letters(sink, "page_view", "2026-11-18", "dl-b0000000000-s0000.avro", [
+        ("future", now - H, b'{"n": 1}'), ("future", now + 48 * H, b'{"n": 2}'), ("schema_mismatch", T0, b'{"n": 3}')])
+    return sink
+
+
+def test_future_dead_letters_still_ahead_are_counted_and_left_out_unless_future(future_sink, tmp_path):
+    types, folder, ck = _types(tmp_path), tmp_path / "in", tmp_path / "ck"
+    folder.mkdir()
+    Checkpoint(ck).save_state(WatermarkState(watermark=T0))
+    args = ["page_view", "--sink", str(future_sink), "--event-types", str(types), "--replay-to", f"dir:{folder}",
+            "--checkpoint", str(ck), "--reason", "future"]
+    r = CliRunner().invoke(deadletter_cmd, args)
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if "would be future again" in x)
+    assert line.startswith("[page_view] 1 would be future again (event time up to ")
+    assert "still more than max_future_skew, 10m, ahead of now): left out (--future sends them anyway" in line
+    assert "sent 1 dead letters" in r.output
+    assert [f.read_bytes() for f in folder.iterdir()] == [b'{"n": 1}\n'], "the one whose time has come"
+
+    r = CliRunner().invoke(deadletter_cmd, [*args, "--future"])
+    assert r.exit_code == 0, r.output
+    assert "1 would be future again" in r.output and "sent anyway (--future)" in r.output
+    assert "sent 1 dead letters" in r.output, "the other one was sent by the first replay"
+    recs = replay_records(Storage(str(future_sink)), "page_view")
+    assert [r["future_sent"] for r in recs] == [0, 1]
+
+
+def test_the_replay_finds_the_checkpoint_as_run_has_it_and_refuses_without_one(sink, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    types, folder = _types(tmp_path), tmp_path / "in"
+    folder.mkdir()
+    common = ["page_view", "--sink", str(sink), "--event-types", str(types), "--replay-to", f"dir:{folder}",
+              "--dry-run"]
+    # no ./checkpoints/page_view: refused (was "watermark: unknown ... nothing is counted as too late", exit 0)
+    r = CliRunner().invoke(deadletter_cmd, common)
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith("error: no checkpoint of page_view's job at checkpoints/page_view"), r.output
+    assert "--checkpoint-root DIR" in r.output.splitlines()[1] and "Traceback" not in r.output
+    assert "unknown" not in r.output and "would send" not in r.output
+    # the job ran with --checkpoint-root ROOT: found at ROOT/page_view
+    root = tmp_path / "ckroot"
+    Checkpoint(root / "page_view").save_state(WatermarkState(watermark=T0 + 3 * H))
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--checkpoint-root", str(root)])
+    assert r.exit_code == 0, r.output
+    assert f"live job's watermark: {iso(T0 + 3 * H)}" in r.output and "1 would be too late again" in r.output
+    # a fleet's --checkpoint ROOT is ROOT/<type>, as `run --all --checkpoint ROOT` has it
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--checkpoint", str(root)])
+    assert r.exit_code == 0 and f"live job's watermark: {iso(T0 + 3 * H)}" in r.output, r.output
+    for bad in (["--checkpoint-root", str(tmp_path / "nope")], ["--checkpoint", str(root), "--checkpoint-root",
+                                                                 str(root)]):
+        r = CliRunner().invoke(deadletter_cmd, [*common, *bad])
+        assert r.exit_code == 2 and "error:" in r.output and "fix:" in r.output, r.output
+    # --too-late sends them all: no watermark needed, and it says so
+    r = CliRunner().invoke(deadletter_cmd, [*common, "--too-late"])
+    assert r.exit_code == 0, r.output
+    assert "live job's watermark: not read (no checkpoint; --too-late" in r.output and "would send 4" in r.output

@@ -286,21 +286,31 @@ def _check_status_sink(sink: str, rows: list[dict[str, Any]]) -> None:
 @click.option("--again", is_flag=True, help="With --replay-to: send also what an earlier replay sent.")
 @click.option("--too-late", "too_late", is_flag=True,
               help="With --replay-to: send also the events the live job would dead-letter as too_late again.")
+@click.option("--future", is_flag=True,
+              help="With --replay-to: send also the events whose event time is still more than the type's "
+              "max_future_skew ahead of now (the job dead-letters them as future again).")
 @click.option("--dry-run", "dry_run", is_flag=True, help="With --replay-to: say what would be sent; send nothing.")
 @click.option("--checkpoint", default=None, metavar="DIR",
-              help="With --replay-to: the live job's checkpoint (its watermark). Default: ./checkpoints/<EVENT_TYPE>.")
+              help="With --replay-to: the live job's checkpoint (its watermark), as `run` was given it (a fleet's "
+              "--checkpoint ROOT: ROOT/<EVENT_TYPE>).")
+@click.option("--checkpoint-root", "checkpoint_root", default=None, metavar="DIR",
+              help="With --replay-to, without --checkpoint: the folder of the checkpoints, one per type (DIR/<type>), "
+              "as `run` was given it. Default: ./checkpoints.")
 @event_types_option
 @handles_errors
 def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, as_json: bool, counts: bool,
-                   replay_to: str | None, since: Any, until: Any, again: bool, too_late: bool, dry_run: bool,
-                   checkpoint: str | None, event_types_dir: str | None) -> None:
+                   replay_to: str | None, since: Any, until: Any, again: bool, too_late: bool, future: bool,
+                   dry_run: bool, checkpoint: str | None, checkpoint_root: str | None,
+                   event_types_dir: str | None) -> None:
     """Show the records of EVENT_TYPE that went to the dead-letter area, with their reasons.
 
     With --replay-to, send them back through the live job's source instead (docs/runbook.md, "Replaying dead
     letters"): the job takes them as new input, through its rules (timely into their hour, late into the open
     hour). Each replay is recorded in <sink>/<type>/_deadletter/_replays/; what an earlier replay sent is not sent
-    again unless --again. Events whose hours the live job's watermark has passed by more than allowed_lateness
-    would be too late again: counted before sending and left out unless --too-late.
+    again unless --again. Events whose hours the live job's watermark (read from its checkpoint: --checkpoint or
+    --checkpoint-root; none found is an error unless --too-late) has passed by more than allowed_lateness would be
+    too late again: counted before sending and left out unless --too-late. Events still more than max_future_skew
+    ahead of now would be future again: counted and left out unless --future.
     """
     import base64
     from collections import Counter
@@ -314,8 +324,8 @@ def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, a
     event_type = type_name(et)
     storage = open_sink(sink)
     require_type_data(storage, event_type)
-    replay_only = {"since": since, "until": until, "again": again, "too_late": too_late, "dry_run": dry_run,
-                   "checkpoint": checkpoint}
+    replay_only = {"since": since, "until": until, "again": again, "too_late": too_late, "future": future,
+                   "dry_run": dry_run, "checkpoint": checkpoint, "checkpoint_root": checkpoint_root}
     if replay_to is None:
         given = [n for n, v in replay_only.items() if v not in (None, False)]
         if given:
@@ -324,10 +334,16 @@ def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, a
     else:
         if as_json or counts:
             raise UsageError("--replay-to sends; --json and --counts list", fix="give one or the other")
+        from event_etl.consumer.replay import Criteria
+        from event_etl.timeutil import to_millis
+
         limit_given = click.get_current_context().get_parameter_source("limit") != click.core.ParameterSource.DEFAULT
-        _replay(storage, et, event_type, replay_to, reason=reason, since=since, until=until,
-                limit=(limit or None) if limit_given else None, again=again, too_late=too_late, dry_run=dry_run,
-                checkpoint=checkpoint)
+        criteria = Criteria(reasons=[reason] if reason else [], since=None if since is None else to_millis(since),
+                            until=None if until is None else to_millis(until),
+                            limit=(limit or None) if limit_given else None, again=again, too_late=too_late,
+                            future=future)
+        _replay(storage, et, event_type, replay_to, criteria, dry_run=dry_run, checkpoint=checkpoint,
+                checkpoint_root=checkpoint_root)
         return
     def checked(it: Iterable[Any]) -> Iterator[Any]:
         with could_not_check():
@@ -375,62 +391,64 @@ def _check_reason(reason: str | None) -> None:
                          fix=(f"did you mean '{close[0]}'? " if close else "") + f"reasons: {', '.join(known)}")
 
 
-def _replay(storage: Any, et: Any, event_type: str, replay_to: str, *, reason: str | None, since: Any, until: Any,
-            limit: int | None, again: bool, too_late: bool, dry_run: bool, checkpoint: str | None) -> None:
-    """``deadletter --replay-to``: plan, say, send (event_etl.consumer.replay)."""
-    from pathlib import Path
+def _replay_checkpoint(event_type: str, checkpoint: str | None, checkpoint_root: str | None, *,
+                       too_late: bool) -> Path | None:
+    """The live job's checkpoint for ``deadletter --replay-to``, as ``run`` was given it: ``--checkpoint DIR`` (a
+    fleet's ``--checkpoint ROOT``: ``ROOT/<type>``) or ``--checkpoint-root DIR`` (``DIR/<type>``, default
+    ``./checkpoints``).  None found is an error: without the job's watermark nothing could be counted as too late
+    again; only ``--too-late`` (send them all) does without it, and then None."""
+    if checkpoint is not None and checkpoint_root is not None:
+        raise UsageError("--checkpoint-root and --checkpoint say the same thing twice",
+                         fix="give --checkpoint-root DIR (the type's checkpoint is DIR/<type>), or --checkpoint")
+    if checkpoint is not None:
+        ck = Path(checkpoint)
+        if not (ck / "etl").is_dir() and (ck / event_type / "etl").is_dir():
+            ck = ck / event_type  # a fleet's --checkpoint ROOT
+        if not (ck / "etl").is_dir():
+            raise UsageError(f"--checkpoint {checkpoint}: no job's checkpoint there",
+                             fix="give the live job's checkpoint (as `run` was given it), or --checkpoint-root DIR")
+        return ck
+    ck = Path(checkpoint_root or "checkpoints") / event_type
+    if (ck / "etl").is_dir():
+        return ck
+    if too_late and checkpoint_root is None:
+        return None
+    where = f"--checkpoint-root {checkpoint_root}" if checkpoint_root is not None else "the default, ./checkpoints"
+    raise UsageError(
+        f"no checkpoint of {event_type}'s job at {ck} ({where}): the live job's watermark there says which dead "
+        "letters would be too late again",
+        fix="give the live job's checkpoint as `run` was given it: --checkpoint DIR, or --checkpoint-root DIR (its "
+            "DIR/<type>); or --too-late to send them all, too late or not")
 
-    from event_etl.consumer.replay import Criteria, load_entries, parse_target, plan_replay, replay_records, run_replay
+
+def _replay(storage: Any, et: Any, event_type: str, replay_to: str, criteria: Any, *, dry_run: bool,
+            checkpoint: str | None, checkpoint_root: str | None) -> None:
+    """``deadletter --replay-to``: plan, say, send (event_etl.consumer.replay)."""
+    from event_etl.consumer.replay import load_entries, parse_target, plan_replay, replay_records, run_replay
     from event_etl.consumer.sink import could_not_check
     from event_etl.eventtypes import EventType
     from event_etl.job.checkpoint import Checkpoint
-    from event_etl.timeutil import format_duration, iso, now_millis, to_millis
+    from event_etl.timeutil import format_duration, iso, now_millis
 
     if not isinstance(et, EventType):
         raise UsageError(f"--replay-to needs the event type {event_type}'s settings (its allowed_lateness, topic)",
                          fix="give the folder of the event types: --event-types DIR (or $EVENT_ETL_EVENT_TYPES)")
     target = parse_target(replay_to, (et.pubsub or {}).get("topic"))
-    ck = Path(checkpoint) if checkpoint else Path("checkpoints") / event_type
-    if checkpoint and not (ck / "etl").is_dir():
-        raise UsageError(f"--checkpoint {checkpoint}: no job's checkpoint there",
-                         fix="give the live job's checkpoint (as `run` was given it), or leave --checkpoint out")
-    _check_live_job(ck, storage, target)
-    watermark = Checkpoint(ck).load_state().watermark if (ck / "etl" / "state.json").exists() else None
-    lateness = int(et.allowed_lateness)
+    ck = _replay_checkpoint(event_type, checkpoint, checkpoint_root, too_late=criteria.too_late)
+    if ck is not None:
+        _check_live_job(ck, storage, target)
+    watermark = Checkpoint(ck).load_state().watermark if ck and (ck / "etl" / "state.json").exists() else None
+    lateness, skew = int(et.allowed_lateness), int(et.max_future_skew)
     now = now_millis()
     with could_not_check():
         entries = load_entries(storage, event_type)
         records = replay_records(storage, event_type)
-    criteria = Criteria(reasons=[reason] if reason else [], since=None if since is None else to_millis(since),
-                        until=None if until is None else to_millis(until), limit=limit, again=again,
-                        too_late=too_late)
     plan = plan_replay(entries, records, target, now=now, criteria=criteria, watermark=watermark,
-                       allowed_lateness=lateness, binary=et.payload != "json")
-    sel = plan.selection
-    wm = (iso(watermark) if watermark is not None else "- (none yet)" if (ck / "etl").is_dir()
-          else f"unknown (no checkpoint at {ck}: --checkpoint DIR names the job's); nothing is counted as too late")
+                       allowed_lateness=lateness, max_future_skew=skew, binary=et.payload != "json")
+    wm = (iso(watermark) if watermark is not None else "- (none yet)" if ck is not None
+          else "not read (no checkpoint; --too-late: nothing is left out as too late)")
     click.echo(f"[{event_type}] live job's watermark: {wm}; allowed_lateness {format_duration(lateness)}")
-    for rid in plan.unfinished:
-        click.echo(f"[{event_type}] warning: replay {rid} was cut short (recorded as sending): some of its dead "
-                   "letters may not have been sent; they count as sent (--again sends them once more)")
-    if sel.already_sent:
-        click.echo(f"[{event_type}] {sel.already_sent:,} matching dead letters were sent by an earlier replay: "
-                   "left out (--again sends them again)")
-    if sel.no_event_time:
-        click.echo(f"[{event_type}] {sel.no_event_time:,} matching dead letters have no event time: outside any hour "
-                   "range, left out")
-    if sel.beyond_limit:
-        click.echo(f"[{event_type}] {sel.beyond_limit:,} more match beyond --limit: left for a next replay")
-    if plan.too_late:
-        hours = sorted({e.event_time - e.event_time % 3_600_000 for e in plan.too_late if e.event_time is not None})
-        what = ("sent anyway (--too-late): the job dead-letters them as too_late again" if too_late
-                else "left out (--too-late sends them anyway)")
-        span = f"hour {iso(hours[0])}" if len(hours) == 1 else f"hours {iso(hours[0])} to {iso(hours[-1])}"
-        click.echo(f"[{event_type}] {len(plan.too_late):,} would be too late again ({span}: the live job's watermark "
-                   f"passed their hour's end by more than allowed_lateness): {what}")
-    if plan.not_a_line:
-        click.echo(f"[{event_type}] {len(plan.not_a_line):,} payloads hold a newline and cannot be a line of a dir: "
-                   "file: left out (replay them through pubsub or kafka)")
+    _say_plan(event_type, plan, skew)
     if not plan.send:
         click.echo(f"[{event_type}] nothing to replay")
         return
@@ -446,6 +464,40 @@ def _replay(storage: Any, et: Any, event_type: str, replay_to: str, *, reason: s
     where = storage.display(f"{event_type}/_deadletter/_replays/{rec['replay']}.json")
     click.echo(f"[{event_type}] replay {rec['replay']}: sent {rec['count']:,} dead letters to {rec['sent_to']} "
                f"({by_reason}); recorded in {where}")
+
+
+def _say_plan(event_type: str, plan: Any, max_future_skew: int) -> None:
+    """What a replay leaves out, or sends although the job will dead-letter it again, and why: a line each."""
+    from event_etl.timeutil import format_duration, iso
+
+    sel = plan.selection
+    for rid in plan.unfinished:
+        click.echo(f"[{event_type}] warning: replay {rid} was cut short (recorded as sending): some of its dead "
+                   "letters may not have been sent; they count as sent (--again sends them once more)")
+    if sel.already_sent:
+        click.echo(f"[{event_type}] {sel.already_sent:,} matching dead letters were sent by an earlier replay: "
+                   "left out (--again sends them again)")
+    if sel.no_event_time:
+        click.echo(f"[{event_type}] {sel.no_event_time:,} matching dead letters have no event time: outside any hour "
+                   "range, left out")
+    if sel.beyond_limit:
+        click.echo(f"[{event_type}] {sel.beyond_limit:,} more match beyond --limit: left for a next replay")
+    if plan.too_late:
+        hours = sorted({e.event_time - e.event_time % 3_600_000 for e in plan.too_late if e.event_time is not None})
+        what = ("sent anyway (--too-late): the job dead-letters them as too_late again" if plan.too_late_sent
+                else "left out (--too-late sends them anyway)")
+        span = f"hour {iso(hours[0])}" if len(hours) == 1 else f"hours {iso(hours[0])} to {iso(hours[-1])}"
+        click.echo(f"[{event_type}] {len(plan.too_late):,} would be too late again ({span}: the live job's watermark "
+                   f"passed their hour's end by more than allowed_lateness): {what}")
+    if plan.future:
+        last = max(e.event_time for e in plan.future if e.event_time is not None)
+        what = ("sent anyway (--future): the job dead-letters them as future again" if plan.future_sent
+                else "left out (--future sends them anyway; or replay them once their time has come)")
+        click.echo(f"[{event_type}] {len(plan.future):,} would be future again (event time up to {iso(last)}: still "
+                   f"more than max_future_skew, {format_duration(max_future_skew)}, ahead of now): {what}")
+    if plan.not_a_line:
+        click.echo(f"[{event_type}] {len(plan.not_a_line):,} payloads hold a newline and cannot be a line of a dir: "
+                   "file: left out (replay them through pubsub or kafka)")
 
 
 def _check_live_job(ck: Path, storage: Any, target: Any) -> None:

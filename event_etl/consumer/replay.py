@@ -36,7 +36,7 @@ from typing import Any
 
 from event_etl.errors import UsageError
 from event_etl.rules.buckets import DEADLETTER_DIR, validate_event_type_name
-from event_etl.rules.replay import Selection, select, split_too_late
+from event_etl.rules.replay import Selection, select, split_future, split_too_late
 from event_etl.storage import Storage
 from event_etl.storage.deadletter import DeadLetter, iter_deadletters
 from event_etl.timeutil import iso, to_datetime
@@ -131,8 +131,8 @@ def parse_target(text: str, pubsub_topic: str | None = None) -> Target:
 
 @dataclass
 class ReplayPlan:
-    """What a replay would do: ``send`` (in order); ``too_late`` (too late again: left out unless asked);
-    ``not_a_line`` (a ``dir:`` target cannot carry a payload holding a newline)."""
+    """What a replay would do: ``send`` (in order); ``too_late`` (too late again) and ``future`` (future again), each
+    left out unless asked; ``not_a_line`` (a ``dir:`` target cannot carry a payload holding a newline)."""
 
     replay_id: str
     target: Target
@@ -140,6 +140,10 @@ class ReplayPlan:
     send: list[Entry] = field(default_factory=list)
     too_late: list[Entry] = field(default_factory=list)
     too_late_sent: bool = False
+    future: list[Entry] = field(default_factory=list)
+    """Event time still more than the type's ``max_future_skew`` ahead of now: ``future`` again, left out unless
+    asked (``future_sent``)."""
+    future_sent: bool = False
     not_a_line: list[Entry] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)
     """Earlier replays recorded as ``sending``: cut short, some of their dead letters may not have been sent."""
@@ -179,7 +183,8 @@ class Criteria:
     """Which dead letters a replay asks for (the options of ``deadletter --replay-to``): of any of ``reasons`` (none
     given: every reason), whose event time's hour is in ``[since, until)`` (hour starts; either may be None: open),
     at most ``limit`` of them (None: all), as :func:`~event_etl.rules.replay.select` takes them; those an earlier
-    replay sent too with ``again``, and those too late again for the live job with ``too_late``."""
+    replay sent too with ``again``, those too late again for the live job with ``too_late``, and those whose event
+    time is still too far ahead (``future`` again) with ``future``."""
 
     reasons: Sequence[str] = ()
     since: int | None = None
@@ -187,18 +192,22 @@ class Criteria:
     limit: int | None = None
     again: bool = False
     too_late: bool = False
+    future: bool = False
 
 
 def plan_replay(entries: Sequence[Entry], records: Sequence[dict[str, Any]], target: Target, *, now: int,
                 criteria: Criteria, watermark: int | None = None, allowed_lateness: int = 0,
-                binary: bool = False) -> ReplayPlan:
+                max_future_skew: int | None = None, binary: bool = False) -> ReplayPlan:
     """The replay of the dead letters ``entries`` matching ``criteria``, given the earlier ``records`` and the
-    live job's ``watermark`` (None: none, or unknown) at ``now``."""
+    live job's ``watermark`` (None: none, or unknown) at ``now``; with the type's ``max_future_skew``, those whose
+    event time is still too far ahead of now are ``future`` again (None: not looked at)."""
     c = criteria
     sent = {k for r in records for k in r.get("entries", [])}
     sel = select(entries, reasons=c.reasons, since=c.since, until=c.until, limit=c.limit, sent=sent, again=c.again)
     ok, late = split_too_late(sel.chosen, watermark, allowed_lateness)
-    chosen = sel.chosen if c.too_late else ok
+    ok, ahead = split_future(ok, now, max_future_skew) if max_future_skew is not None else (ok, [])
+    left_out = {e.key for e in [*([] if c.too_late else late), *([] if c.future else ahead)]}
+    chosen = [e for e in sel.chosen if e.key not in left_out]
     not_a_line = [e for e in chosen if target.kind == "dir"
                   and b"\n" in wire_payload(e.letter.payload, e.letter.source, target.kind, binary=binary)]
     bad = {e.key for e in not_a_line}
@@ -206,6 +215,7 @@ def plan_replay(entries: Sequence[Entry], records: Sequence[dict[str, Any]], tar
     return ReplayPlan(
         replay_id=f"{stamp}-{uuid.uuid4().hex[:6]}", target=target, selection=sel,
         send=[e for e in chosen if e.key not in bad], too_late=late, too_late_sent=c.too_late,
+        future=ahead, future_sent=c.future,
         not_a_line=not_a_line, unfinished=[r["replay"] for r in records if r.get("state") == "sending"],
         binary=binary,
     )
@@ -224,6 +234,7 @@ def run_replay(storage: Storage, event_type: str, plan: ReplayPlan, *, now: int,
         "created_at": iso(now), "state": "sending", "count": len(plan.send),
         "reasons": dict(sorted(_count(e.reason for e in plan.send).items())),
         "too_late_sent": len(plan.too_late) if plan.too_late_sent else 0,
+        "future_sent": len(plan.future) if plan.future_sent else 0,
         "entries": [e.key for e in plan.send],
     }
     if not storage.create_only(rel, _record_bytes(rec)):

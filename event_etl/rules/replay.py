@@ -10,6 +10,10 @@ hour: sent back, the job would dead-letter it as ``too_late`` once more (the rul
 sends them only if asked.  An event without an event time (``invalid_json``, ``missing_time``...) is never too
 late: the job decides once it can read it.
 
+An event is *future again* when its event time is still more than ``max_future_skew`` ahead of now, when it would
+arrive: sent back, the job would dead-letter it as ``future`` once more (the rule of
+:func:`event_etl.rules.judge.make_judge`).  A replay says how many, and until when, and sends them only if asked.
+
 Milliseconds since the epoch, UTC; no clock read here.
 """
 
@@ -21,7 +25,7 @@ from typing import Generic, Protocol, TypeVar
 
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["Candidate", "Selection", "select", "too_late_again", "split_too_late"]
+__all__ = ["Candidate", "Selection", "select", "too_late_again", "split_too_late", "future_again", "split_future"]
 
 
 class Candidate(Protocol):
@@ -98,3 +102,18 @@ def split_too_late(chosen: Iterable[C], watermark: int | None, allowed_lateness:
     for c in chosen:
         (late if too_late_again(c.event_time, watermark, allowed_lateness) else ok).append(c)
     return ok, late
+
+
+def future_again(event_time: int | None, now: int, max_future_skew: int) -> bool:
+    """Whether an event sent back at ``now`` would be ``future`` for the live job again: its event time is still more
+    than ``max_future_skew`` ahead of its arrival (now, or a little later: never earlier)."""
+    return event_time is not None and event_time > now + max_future_skew
+
+
+def split_future(chosen: Iterable[C], now: int, max_future_skew: int) -> tuple[list[C], list[C]]:
+    """``chosen`` as (in time or late: the job takes them; future again), each in its order."""
+    ok: list[C] = []
+    ahead: list[C] = []
+    for c in chosen:
+        (ahead if future_again(c.event_time, now, max_future_skew) else ok).append(c)
+    return ok, ahead
