@@ -55,7 +55,7 @@ import urllib.parse
 import urllib.request
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +106,9 @@ __all__ = [
     "graphs_range",
     "make_graphs",
     "ChartData",
+    "STOPPED",
+    "history_stops",
+    "missing_steps",
 ]
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -185,6 +188,11 @@ LAG_AHEAD = "watermark ahead of now"
 """The name of the event of a watermark ahead of now (its lag would be negative)."""
 MARKED_AHEAD = "marked before its hour ended (ahead of the wall clock)"
 """The name of the event of an hour marked before it ended by the wall clock, other than by a drain."""
+STOPPED = "job stopped"
+"""The legend of a time the job was not running: a shaded band, where no line is drawn across."""
+_STOP_GAP_S = 1.0
+"""A run's first batch line covers the time since the run started (``since``); one that starts this much or more
+after the line before it (one run's batches follow each other without a gap) follows a stop."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +207,10 @@ class Panel:
     log: bool = False  # for durations that span orders of magnitude (median 1 s, p99 1 h)
     title: str = ""
     events: tuple[Event, ...] = ()
+    stopped: tuple[tuple[float, float], ...] = ()
+    """The times the job was not running, ``(from, to)`` seconds since the epoch: a shaded band, and no series'
+    line is drawn across one (a line from the last point before a stop to the first after it showed a job running
+    through the stop)."""
 
     @property
     def has_data(self) -> bool:
@@ -252,10 +264,17 @@ class ChartData:
     lag_clock: str | None = None
     events: Sequence[Event] = ()
     marker_events: Sequence[Event] = ()
+    stopped: Sequence[tuple[float, float]] = ()
+    """The times the job was not running (:attr:`Panel.stopped`), on every panel."""
 
 
 def _charts(data: ChartData) -> list[Chart]:
     """The five charts, in order, from what a source measured (see :class:`ChartData`)."""
+    return [Chart(c.key, c.title, tuple(replace(p, stopped=tuple(data.stopped)) for p in c.panels))
+            for c in _laid_out(data)]
+
+
+def _laid_out(data: ChartData) -> list[Chart]:
     lag_clock, events = data.lag_clock, data.events
     lag_title = f"watermark lag ({lag_clock + ' clock' if lag_clock else 'now'} minus watermark)"
     lag_series, lag_ahead = _not_negative(data.lag, LAG_AHEAD)
@@ -500,14 +519,25 @@ class PrometheusSource:
             return [Series(label, tuple(pts)) for _, pts in res]
 
         by_outcome = {m.get("outcome"): pts for m, pts in self.query_range(PROMQL["events"].format(sel=sel, w=w), rng)}
+        lag = one("watermark_lag", "watermark lag")
         return _charts(ChartData(
-            lag=one("watermark_lag", "watermark lag"),
+            lag=lag, stopped=missing_steps(lag, rng.step.total_seconds()),
             timely=[Series("timely", tuple(by_outcome.get("timely", ())))],
             late=[Series("late", tuple(by_outcome.get("late", ())))],
             delay=[s for q in QUANTILES for s in one("event_delay", _quantile_label(q), q=q)],
             files=one("files", "files"),
             marker=one("marker_delay", "marker delay"),
         ))
+
+
+def missing_steps(series: Sequence[Series], step: float) -> list[tuple[float, float]]:
+    """Where a Prometheus series a running job always has (its watermark lag) has no point for more than two steps:
+    the job was not scraped, it was stopped (pure)."""
+    out: list[tuple[float, float]] = []
+    for s in series:
+        ts = sorted(t for t, _ in s.points)
+        out += [(a, b) for a, b in zip(ts, ts[1:]) if b - a > 2 * step]
+    return sorted(out)
 
 
 # -- the local history ---------------------------------------------------------------------------
@@ -616,12 +646,33 @@ def history_events(records: Sequence[dict[str, Any]], rng: TimeRange) -> tuple[l
     return events, sorted(marker_events, key=lambda e: e.t)
 
 
+def history_stops(records: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The times the job of one event type's history was not running (pure): from the last line of a run to the
+    start of the next, which its first batch line gives (``since``: a run's batch lines follow each other, each
+    ``since`` the ``t`` of the one before).  Lines written before ``since`` existed show no stop."""
+    recs = sorted(records, key=lambda r: r["t"])
+    batches = [r for r in recs if r["kind"] == "batch"]
+    stops = []
+    for prev, cur in zip(batches, batches[1:]):
+        since = cur.get("since")
+        if since is None or float(since) - float(prev["t"]) < _STOP_GAP_S:
+            continue
+        last = max(float(r["t"]) for r in recs if float(prev["t"]) <= float(r["t"]) < float(since))
+        stops.append((last, float(since)))
+    return stops
+
+
+def _running(t: float, stopped: Sequence[tuple[float, float]]) -> bool:
+    return not any(a < t < b for a, b in stopped)
+
+
 def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Chart]:
     """The charts of one event type's history records (pure)."""
     a, b = rng.start.timestamp(), rng.end.timestamp()
     window = rng.window.total_seconds()
     recs = sorted(records, key=lambda r: r["t"])
     batches = [r for r in recs if r["kind"] == "batch"]
+    stopped = [(x, y) for x, y in history_stops(recs) if y > a and x < b]
 
     def in_range(t: float) -> bool:
         return a <= t <= b
@@ -640,7 +691,7 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
     if batches:
         intervals = _batch_intervals(batches)
         first, last = intervals[0][0], batches[-1]["t"]
-        steps = [t for t in rng.steps if first <= t <= last + window]
+        steps = [t for t in rng.steps if first <= t <= last + window and _running(t, stopped)]
         rates = windowed_rates(intervals,
                                [(r["events"].get("timely", 0), r["events"].get("late", 0), r["files"])
                                 for r in batches], steps, window)
@@ -658,7 +709,7 @@ def history_charts(records: Sequence[dict[str, Any]], rng: TimeRange) -> list[Ch
                 delay.append(Series(_quantile_label(q), tuple((t, v) for t, v in pts if v is not None)))
     return _charts(ChartData(lag=lag, timely=[Series("timely", timely)], late=[Series("late", late)], delay=delay,
                              files=[Series("files", files)], marker=marker, lag_clock=lag_clock, events=events,
-                             marker_events=marker_events))
+                             marker_events=marker_events, stopped=stopped))
 
 
 # -- rendering ------------------------------------------------------------------------------------
@@ -735,16 +786,12 @@ def _draw_panel(ax: _Axes, panel: Panel, xlim: tuple[datetime, datetime]) -> Non
         divisor, unit = 1.0, panel.unit
     for s in panel.series:
         pts = [(t, v) for t, v in s.points if not log or v > 0]
-        if not pts:
-            continue
-        xs = [datetime.fromtimestamp(t, _UTC) for t, _ in pts]
-        ys = [v / divisor for _, v in pts]
-        color = _COLORS.get(s.label)
-        if panel.style == "points":
-            ax.plot(xs, ys, "o", markersize=5, label=s.label, color=color)
-        else:
-            ax.plot(xs, ys, "-", linewidth=1.6, label=s.label, color=color, marker="." if len(xs) < 40 else None)
+        if pts:
+            _draw_series(ax, s.label, pts, divisor, panel)
     _draw_events(ax, panel.events)
+    for i, (a, b) in enumerate(panel.stopped):
+        ax.axvspan(datetime.fromtimestamp(a, _UTC), datetime.fromtimestamp(b, _UTC), color="#7f7f7f", alpha=0.15,
+                   linewidth=0, label=STOPPED if i == 0 else None)
     ax.set_ylabel(_ylabel(panel.quantity, unit))
     ax.grid(True, alpha=0.3)
     ax.set_xlim(*xlim)
@@ -760,7 +807,7 @@ def _draw_panel(ax: _Axes, panel: Panel, xlim: tuple[datetime, datetime]) -> Non
     elif panel.has_data:
         ax.set_ylim(*_linear_ylim([v / divisor for v in values] or [0.0]))  # events alone: on the zero line
     if panel.has_data:
-        if len([s for s in panel.series if s.points]) + len({e.name for e in panel.events}) > 1:
+        if len([s for s in panel.series if s.points]) + len({e.name for e in panel.events}) + bool(panel.stopped) > 1:
             # beside the panel, not on it: inside it, it covered the first points
             ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0.0, fontsize="small")
     else:
@@ -771,6 +818,26 @@ def _draw_panel(ax: _Axes, panel: Panel, xlim: tuple[datetime, datetime]) -> Non
     ax.xaxis.set_major_locator(FixedLocator([date2num(datetime.fromtimestamp(t, _UTC)) for t in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: num2date(x, tz=_UTC).strftime(fmt)))
+
+
+def _draw_series(ax: _Axes, label: str, pts: Sequence[tuple[float, float]], divisor: float, panel: Panel) -> None:
+    """One series: points, or a line broken where the job was stopped (one legend entry)."""
+    color = _COLORS.get(label)
+    if panel.style == "points":
+        xs = [datetime.fromtimestamp(t, _UTC) for t, _ in pts]
+        ax.plot(xs, [v / divisor for _, v in pts], "o", markersize=5, label=label, color=color)
+        return
+    runs: list[list[tuple[float, float]]] = [[pts[0]]]
+    for p, q in zip(pts, pts[1:]):
+        if any(p[0] <= a and q[0] >= b for a, b in panel.stopped):
+            runs.append([])
+        runs[-1].append(q)
+    dots = "." if len(pts) < 40 else None
+    for i, run in enumerate(runs):
+        line = ax.plot([datetime.fromtimestamp(t, _UTC) for t, _ in run], [v / divisor for _, v in run], "-",
+                       linewidth=1.6, label=label if i == 0 else None, color=color,
+                       marker=dots if len(run) > 1 else ".")  # a run of one point: a dot, not nothing
+        color = color or line[0].get_color()  # every run of a series in its first run's colour
 
 
 def _draw_events(ax: _Axes, events: Sequence[Event]) -> None:
