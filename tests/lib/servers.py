@@ -13,6 +13,10 @@
   ``retention.ms`` through IncrementalAlterConfigs, transactions) and reports true high
   watermarks.  It keeps records in memory and saves its state as one JSON file in its data
   folder: small topics only.
+- :class:`LakanaCatalog`: lakana-server (PyPI ``lakana-server``), an Iceberg REST catalog with its metadata in
+  SQLite and one environment whose storage is a folder of the test's: pyiceberg's ``RestCatalog`` reaches it with
+  ``uri``, ``token`` and ``prefix`` (the environment).  It allows tables only under the namespaces ``bronze``,
+  ``silver`` and ``gold``.
 
 A missing server fails the test with a message that says how to get it; nothing is skipped.
 """
@@ -23,6 +27,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -377,3 +382,83 @@ class PrometheusServer(_Server):
     def query(self, promql: str) -> list[dict]:
         """An instant query's result: ``[{"metric": {...}, "value": [t, "v"]}, ...]``."""
         return self.api_get("/api/v1/query", {"query": promql})["result"]
+
+
+def lakana_binary() -> str:
+    """lakana-server, beside the interpreter (a console script of the ``lakana-server`` package): fails the test with
+    the fix when it is missing."""
+    path = Path(sys.executable).with_name("lakana-server")
+    if not os.access(path, os.X_OK):
+        found = shutil.which("lakana-server")
+        if found is None:
+            pytest.fail("the Iceberg REST catalog lakana-server is missing: pip install 'lakana-server>=0.20,<0.21' "
+                        "(the test extra: pip install -e '.[test]', as bin/test and .ci/run do)")
+        return found
+    return str(path)
+
+
+class LakanaCatalog(_Server):
+    """lakana-server on 127.0.0.1: an Iceberg REST catalog (``/v1``), its metadata in ``workdir/lakana.db`` (SQLite,
+    ``lakana-server migrate`` first), one environment :attr:`ENVIRONMENT` whose tables live under
+    ``workdir/warehouse``, and a fixed administrator's token (``LAKANA_BOOTSTRAP_PAT_*``).  A restart keeps the
+    catalog (the database file and the warehouse stay)."""
+
+    name = "lakana-server"
+    ENVIRONMENT = "events"
+    _KEY_ID, _SECRET = "eventetltest", "eventetl0test0secret0only0for0tests"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def token(self) -> str:
+        return f"lakana_pat_{self._KEY_ID}_{self._SECRET}"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.workdir / "warehouse"
+
+    def properties(self) -> dict[str, str]:
+        """What pyiceberg's ``load_catalog`` takes to reach it: ``uri``, ``token``, ``prefix``."""
+        return {"uri": self.url, "token": self.token, "prefix": self.ENVIRONMENT}
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "LAKANA_DATABASE__URL": f"sqlite:///{self.workdir / 'lakana.db'}",
+                "LAKANA_HOST": "127.0.0.1", "LAKANA_PORT": str(self.port), "LAKANA_LOG__LEVEL": "WARNING",
+                "LAKANA_BOOTSTRAP_PAT_KEY_ID": self._KEY_ID, "LAKANA_BOOTSTRAP_PAT_SECRET": self._SECRET}
+
+    def command(self) -> list[str]:
+        return [lakana_binary()]
+
+    def ready_url(self) -> str:
+        return f"{self.url}/v1/config"
+
+    def start(self, timeout: float = 60) -> LakanaCatalog:
+        with open(self.log, "ab") as log:
+            migrate = subprocess.run([*self.command(), "migrate"], env=self._env(), stdout=log,
+                                     stderr=subprocess.STDOUT, timeout=120)
+        if migrate.returncode != 0:
+            raise RuntimeError(f"lakana-server migrate exited with {migrate.returncode}; log:\n"
+                               f"{self.log.read_text()[-3000:]}")
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(self.command(), env=self._env(), stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        _wait_http(self.ready_url(), timeout, self.proc, self.log)
+        self._environment()
+        return self
+
+    def _environment(self) -> None:
+        """The environment the tables live in (created once; a restart finds it)."""
+        import json
+
+        self.warehouse.mkdir(exist_ok=True)
+        body = {"name": self.ENVIRONMENT, "storage": {"scheme": "file", "root": self.warehouse.as_uri()}}
+        req = urllib.request.Request(f"{self.url}/api/v1/environments", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self.token}"})
+        try:
+            urllib.request.urlopen(req, timeout=10)
+        except urllib.error.HTTPError as err:
+            if err.code != 409:  # 409: there already
+                raise
