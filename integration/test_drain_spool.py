@@ -71,7 +71,7 @@ def _placed(s: Scenario) -> set[str]:
 
 def _acknowledged_in_open_segment(segdir: Path, n: int) -> bool:
     """Whether the open segments hold ``n`` messages, the last frame durable (acknowledged soon after)."""
-    from event_etl.sources.spool import _scan
+    from event_etl.sources.spool.segment import _scan
 
     total = 0
     for p in segdir.glob("*.open"):

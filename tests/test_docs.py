@@ -34,7 +34,7 @@ def test_every_event_etl_variable_the_code_reads_is_in_the_one_table():
     # the Pub/Sub fetcher builds its names from its settings' fields: EVENT_ETL_PUBSUB_<FIELD>
     from dataclasses import fields
 
-    from event_etl.sources.pubsub_fetch import FetchSettings
+    from event_etl.sources.pubsub_settings import FetchSettings
 
     names |= {"EVENT_ETL_PUBSUB_OUTAGE_SECONDS" if f.name == "outage_timeout" else f"EVENT_ETL_PUBSUB_{f.name.upper()}"
               for f in fields(FetchSettings)}
@@ -49,7 +49,7 @@ def test_only_the_settings_object_names_the_variables_it_reads():
     (faults.py) and the Pub/Sub fetcher's settings, named after their fields (EVENT_ETL_PUBSUB_<FIELD>)."""
     import ast
 
-    allowed = {"settings.py", "faults.py", "pubsub_fetch.py"}
+    allowed = {"settings.py", "faults.py", "pubsub_settings.py"}
     spelled = []
     for path in sorted((ROOT / "event_etl").rglob("*.py")):
         if path.name in allowed:

@@ -18,7 +18,7 @@ import json
 import threading
 import time
 
-from event_etl.sources import pubsub_fetch, pubsub_wire
+from event_etl.sources import pubsub_stream, pubsub_wire
 from event_etl.sources.pubsub_fetch import RunRecord
 from event_etl.sources.spool import OpenSegment, read_messages
 from tests.lib.harness import t
@@ -122,8 +122,8 @@ def test_a_durable_pull_whose_acknowledgement_raises_is_handed_back_and_its_segm
     svc = RecordingService()
     for i in range(100):
         svc.publish(b"x", t("13:00") + i)
-    monkeypatch.setattr(pubsub_fetch, "acknowledge_in_bulk",
-                        once(pubsub_fetch.acknowledge_in_bulk, RuntimeError("a bug")))
+    monkeypatch.setattr(pubsub_stream, "acknowledge_in_bulk",  # what a stream acknowledges its pulls with
+                        once(pubsub_stream.acknowledge_in_bulk, RuntimeError("a bug")))
     f = fetcher(tmp_path, svc, streams=1, segment_age=60.0, segment_messages=10_000).start()
     wait_until(lambda: f.error is not None, what="the stream's death")
     f.stop()

@@ -144,9 +144,9 @@ def test_a_segment_whose_rename_was_not_synced_is_not_named_by_the_log_after_a_c
     logdir = os.path.realpath(spool / "log")
     disk.power_cut(reached_disk=lambda c: c.folder == logdir)
     again = _planner(spool)
-    missing = [n for n in again.entries if not (spool / "segments" / n).exists()]
+    missing = [n for n in again.log.entries if not (spool / "segments" / n).exists()]
     assert not missing, f"the log names segments the power cut took back: {missing}"
-    assert again.entries == [first, second]
+    assert again.log.entries == [first, second]
     assert len(again.splits({"spool": 0, "seg": 0}, {"spool": 0, "seg": 2})) == 1
 
 
@@ -166,7 +166,7 @@ def test_a_committed_segment_is_not_offered_again_after_a_cut(disk):
     disk.power_cut(reached_disk=lambda c: c.folder == logdir)
     again = _planner(spool)
     assert again.latest_offset({"spool": 0, "seg": 2}, None)["seg"] == 2, (
-        f"a committed segment is offered again (log: {again.entries}, segments: "
+        f"a committed segment is offered again (log: {again.log.entries}, segments: "
         f"{sorted(os.listdir(spool / 'segments'))})")
 
 

@@ -550,7 +550,7 @@ def test_a_close_whose_rename_finds_no_room_pauses_as_a_full_disk_and_goes_on_wh
     is room."""
     import errno
 
-    from event_etl.sources import spool
+    from event_etl.sources.spool import segment as spool
 
     for code in (errno.ENOSPC, errno.EDQUOT):
         work = tmp_path / errno.errorcode[code]
@@ -588,7 +588,7 @@ def test_a_close_whose_folder_sync_finds_no_room_goes_on(tmp_path, monkeypatch):
     on."""
     import errno
 
-    from event_etl.sources import spool
+    from event_etl.sources.spool import segment as spool
 
     failed = []
     real_replace, real_sync = os.replace, spool.fsync_dir

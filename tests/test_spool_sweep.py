@@ -13,9 +13,9 @@ from __future__ import annotations
 import threading
 import time
 
-from event_etl.sources import spool
 from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 from event_etl.sources.spool import OpenSegment
+from event_etl.sources.spool import segment as spool
 from tests.lib.harness import t
 from tests.lib.pubsub_service import CappedService, fetcher
 from tests.lib.waiting import wait_until
@@ -227,14 +227,15 @@ def test_the_sweep_finds_an_acknowledgement_of_what_was_never_synced(tmp_path, m
 
 
 def test_the_sweep_finds_a_redelivery_the_dedupe_was_not_told_to_expect(tmp_path, monkeypatch):
-    monkeypatch.setattr(Fetcher, "ack", lambda self, names: (self._release(names), True)[1])  # says: all acknowledged
+    # says: all acknowledged
+    monkeypatch.setattr(Fetcher, "ack", lambda self, names: (self.acks.release(names), True)[1])
     o = _one(tmp_path, "kill", "_spool_pull > acknowledge_in_bulk: acknowledge", 2)
     assert o.reached and o.unexpected >= 20, o
 
 
 def test_the_sweep_finds_a_look_that_would_mark_an_hour_before_its_events_were_read(tmp_path, monkeypatch):
     def closed_only(self):  # the backlog of closed segments only, as EXECUTOR_BACKLOG
-        return self.leftover[0] + self.held.messages, self.leftover[1] + self.held.bytes
+        return self.acks.totals()
 
     monkeypatch.setattr(Fetcher, "held_totals", closed_only)
     o = _one(tmp_path, "hang", "_spool_pull > acknowledge_in_bulk: acknowledge", 2)

@@ -23,7 +23,6 @@ from google.pubsub_v1.types import PullResponse
 
 from event_etl.errors import LeaseHeldError, SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
-from event_etl.sources import spool
 from event_etl.sources.pubsub import ERROR_FILE, read_error
 from event_etl.sources.pubsub_fetch import FetchSettings, RunRecord, spool_warning
 from event_etl.sources.spool import (
@@ -37,6 +36,7 @@ from event_etl.sources.spool import (
     read_messages,
     write_segment,
 )
+from event_etl.sources.spool import segment as spool
 from tests.lib.disks import fill, small_disk
 from tests.lib.harness import t
 from tests.lib.pubsub_service import SUB, CappedService, RealServiceLike, fetcher, response, segments

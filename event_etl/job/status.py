@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from event_etl.job.checkpoint import Checkpoint
+from event_etl.sources.spool import Spool
 from event_etl.storage import Storage
 from event_etl.storage.lease import LEASE_NAME
 from event_etl.storage.locations import resolve_sink
@@ -66,12 +67,13 @@ def seek_fields_at(state: Any, out_of_orderness: int | None, spool_oldest: int |
     return {"seek_to": iso(found[0]), "seek_to_ms": found[0], "seek_to_by": found[1]}
 
 
-def seek_fields(state: Any, out_of_orderness: int | None, spool_dir: str | Path | None) -> dict[str, Any]:
+def seek_fields(state: Any, out_of_orderness: int | None, spool: Spool | str | Path | None) -> dict[str, Any]:
     """``seek_to`` (ISO UTC), ``seek_to_ms`` and ``seek_to_by`` for a Pub/Sub job (see :func:`seek_time`); empty when
-    nothing is known.  A job writes them into its lease at every renewal, so that they outlive a lost checkpoint."""
-    from event_etl.sources.spool import oldest_publish_ms
-
-    spool_oldest = oldest_publish_ms(spool_dir) if spool_dir is not None else None
+    nothing is known.  A job writes them into its lease at every renewal, so that they outlive a lost checkpoint.
+    ``spool``: the job's spool, or its segments' folder (a fetcher's ``segdir``)."""
+    if spool is not None and not isinstance(spool, Spool):
+        spool = Spool.of_segments(spool)
+    spool_oldest = spool.oldest_publish_ms() if spool is not None else None
     found = seek_time(_oldest_open_hour(state), out_of_orderness, spool_oldest)
     if found is None:
         return {}
@@ -146,11 +148,11 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
         st = "stopped"
     wm = state.watermark if state else None
     seek: dict[str, Any] = {}
-    spool = ck.etl / "source" / "pubsub" / "segments"
+    spool = Spool.at(ck.etl / "source" / "pubsub")  # read-only: None if the checkpoint holds no spool
     if live and lease.get("seek_to"):  # the running job's own view, at most a renewal old
         seek = {k: lease.get(k) for k in ("seek_to", "seek_to_ms", "seek_to_by")}
         seek["seek_to_from"] = f"the running job, at {lease.get('renewed_at')}"
-    elif spool.is_dir():
+    elif spool is not None:
         seek = seek_fields(state, out_of_orderness, spool)
         if seek:
             seek["seek_to_from"] = "the checkpoint"

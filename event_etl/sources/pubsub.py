@@ -44,8 +44,7 @@ import fastavro
 from event_etl import faults
 from event_etl.errors import SourceError
 from event_etl.sources.splits import Split
-from event_etl.sources.spool import segment_count
-from event_etl.storage.atomic import fsync_dir, write_json_atomic
+from event_etl.sources.spool import ERROR_FILE, Spool, segment_count
 
 __all__ = ["PubSubPlanner", "SPOOL_SCHEMA", "read_spool", "parse_subscription", "subscriber_client",
            "publisher_client", "check_subscription", "ERROR_FILE", "permanent_error"]
@@ -55,7 +54,6 @@ log = logging.getLogger(__name__)
 _SUB_RE = re.compile(
     r"^projects/([a-z][a-z0-9-]{4,28}[a-z0-9]|[a-zA-Z][\w.-]{2,})/subscriptions/([a-zA-Z][\w.~+%-]{2,254})$"
 )
-ERROR_FILE = "error.json"
 ONCE_FILL_SECONDS = 2.0
 """``--once``: how long a batch waits for its source to hold a batch's worth (``--max-events-per-batch``) before it
 takes what there is (the subscription found empty ends the wait)."""
@@ -159,111 +157,64 @@ def read_spool(path: str, start: int, end: int) -> Iterator[tuple[int, dict[str,
 
 class PubSubPlanner:
     """Plans micro-batches over the spool a :class:`~event_etl.sources.pubsub_fetch.Fetcher` fills
-    (runs in the driver, asked by the engine's lane: :mod:`event_etl.job.engine`)."""
+    (runs in the driver, asked by the engine's lane: :mod:`event_etl.job.engine`).  It reads the spool
+    through :class:`~event_etl.sources.spool.Spool`: the segments found, the discovery log whose positions
+    its offsets are, and release 0.1.0's spool files."""
 
     def __init__(self, subscription: str, spool_dir: str, *, max_messages: int, clock: Callable[[], int],
                  tasks_per_batch: int = 2, once_wait: float = 900.0) -> None:
         self.subscription = subscription
-        self.dir = Path(spool_dir)
-        self.segdir = self.dir / "segments"
-        self.logdir = self.dir / "log"
-        for d in (self.dir, self.segdir, self.logdir):
-            d.mkdir(parents=True, exist_ok=True)
+        self.spool = Spool(spool_dir)
+        self.log = self.spool.log  # loaded here: a log that does not load is an error at once
         self.max_messages = max_messages
         self.clock = clock
         self.tasks_per_batch = max(1, tasks_per_batch)
         self.once = False
         self.once_wait = once_wait  # --once: how long to wait for the fetcher to find the subscription empty
-        self.base = 0  # log index of self.entries[0]
-        self.entries: list[str] = []
-        self._load()
-
-    # -- the segment log -----------------------------------------------------------------------
-    _dirs_synced = False  # whether the spool's folders were synced (the first time the log is written)
-    _log_unsynced = True  # whether a log file may have been unlinked since the log's folder was synced (at
-    # first: unknown, a run killed before it synced may have)
-
-    def _load(self) -> None:
-        files = sorted((p for p in self.logdir.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
-        if files:
-            self.base = int(files[0].stem)
-        for p in files:
-            first = int(p.stem)
-            if first != self.base + len(self.entries):
-                raise SourceError(f"segment log {self.logdir} is inconsistent at {p.name}",
-                                  fix="the checkpoint was edited; restore it or start with a new --checkpoint")
-            self.entries.extend(json.loads(p.read_text()))
-        self.seen = set(self.entries)
 
     def _discover(self) -> None:
-        new = sorted(n for n in os.listdir(self.segdir) if n.endswith(".seg") and not n.startswith(".")
-                     and n not in self.seen)
-        if new:
-            # Before the log names them, the segments must be durable: the fetcher syncs each after its rename,
-            # but may not have yet (it runs beside).  The first time, the folders themselves too: they may be
-            # new, and a log in a folder a power cut takes back is lost with it.
-            if not self._dirs_synced:
-                fsync_dir(self.dir.parent)
-                fsync_dir(self.dir)
-                self._dirs_synced = True
-            fsync_dir(self.segdir)
-            write_json_atomic(self.logdir / f"{self.base + len(self.entries):012d}.json", new)
-            self._log_unsynced = False  # the log's folder was synced with it
-            self.entries.extend(new)
-            self.seen.update(new)
-
-    def _legacy_files(self) -> list[Path]:
-        return sorted(p for p in self.dir.glob("*.avro") if p.stem.isdigit())
+        self.log.discover(self.spool.closed())
 
     def _check_error(self) -> None:
-        err = read_error(self.dir)
+        err = self.spool.error()
         if err is not None:
             raise err
 
     # -- the streaming-source protocol ------------------------------------------------------
     def initial_offset(self) -> dict[str, Any]:
-        files = self._legacy_files()
-        return {"spool": int(files[0].stem) if files else 0, "seg": self.base}
+        legacy = self.spool.legacy()
+        return {"spool": legacy[0] if legacy else 0, "seg": self.log.base}
 
     def prepare_available_now(self) -> None:
         self.once = True
 
-    def _offered(self) -> int:
-        """The log position this source last offered Spark (0 if never)."""
-        try:
-            return int(json.loads((self.logdir / "offered").read_text())["seg"])
-        except (FileNotFoundError, ValueError, KeyError):
-            return 0
-
-    def _position(self, offset: dict[str, Any]) -> int:
-        """The segment position of an offset.  An offset without one was written by release 0.1.0 (a
-        rollback, and an upgrade again): what this source offered before then was saved, or is unacknowledged
-        and comes again, so it goes on from there instead of offering the log from its start.  That position
-        is fixed the first time such an offset is seen, so a batch's splits are planned as its offsets were."""
-        if "seg" in offset:
-            return int(offset["seg"])
-        path = self.logdir / "resume"
-        try:
-            resume = json.loads(path.read_text())
-        except (FileNotFoundError, ValueError):
-            resume = {}
-        key = str(int(offset.get("spool", 0)))
-        if key not in resume:
-            resume[key] = max(self.base, self._offered())
-            write_json_atomic(path, resume)
-        return int(resume[key])
-
     def latest_offset(self, start: dict[str, Any], max_rows: int | None) -> dict[str, Any]:
         self._check_error()
-        n, k = int(start.get("spool", 0)), self._position(start)
-        legacy = [int(p.stem) for p in self._legacy_files() if int(p.stem) >= n]
+        n, k = int(start.get("spool", 0)), self.log.position(start)
+        legacy = [x for x in self.spool.legacy() if x >= n]
         if legacy:  # spooled by release 0.1.0 before it stopped, never given to Spark: they come first
             return {"spool": max(legacy) + 1, "seg": k}
         cap = min(self.max_messages, max_rows or self.max_messages)
         self._discover()
-        if self.once and self.base + len(self.entries) <= k:
+        if self.once:
+            self._wait_for_once(k, cap)
+        end, taken, log = k, 0, self.log
+        while end < log.end:
+            c = segment_count(log.entries[end - log.base])
+            if taken and taken + c > cap:
+                break
+            taken += c
+            end += 1
+        self.log.offer(end)  # before Spark logs an offset past it
+        return {"spool": n, "seg": end}
+
+    def _wait_for_once(self, k: int, cap: int) -> None:
+        """``--once``: wait until the spool holds something past ``k`` or the fetcher found the subscription empty;
+        then, while a backlog streams in, a moment more for a batch's worth (``cap`` messages) rather than a trickle
+        (each batch costs a Spark job; thousands of small ones would take the cores the pulling needs)."""
+        if self.log.end <= k:
             deadline = time.monotonic() + self.once_wait
-            while self.base + len(self.entries) <= k and not (self.segdir / "DRAINED").exists():
+            while self.log.end <= k and not self.spool.drained():
                 self._check_error()
                 if time.monotonic() > deadline:
                     raise SourceError(f"--once: nothing came from {self.subscription} for {self.once_wait:.0f}s "
@@ -272,34 +223,21 @@ class PubSubPlanner:
                 time.sleep(0.1)
                 self._discover()
             self._discover()  # segments flushed just before the subscription was found empty
-        if self.once:
-            # A backlog streaming in: wait a moment for a batch's worth rather than take a trickle (each batch
-            # costs a Spark job; thousands of small ones would take the cores the pulling needs)
-            until = time.monotonic() + ONCE_FILL_SECONDS
-            while (sum(segment_count(e) for e in self.entries[k - self.base:]) < cap and time.monotonic() < until
-                   and not (self.segdir / "DRAINED").exists()):
-                self._check_error()
-                time.sleep(0.1)
-                self._discover()
-        end, taken = k, 0
-        while end < self.base + len(self.entries):
-            c = segment_count(self.entries[end - self.base])
-            if taken and taken + c > cap:
-                break
-            taken += c
-            end += 1
-        if end > self._offered():
-            write_json_atomic(self.logdir / "offered", {"seg": end})  # before Spark logs an offset past it
-        return {"spool": n, "seg": end}
+        until = time.monotonic() + ONCE_FILL_SECONDS
+        while (sum(segment_count(e) for e in self.log.entries[k - self.log.base:]) < cap and time.monotonic() < until
+               and not self.spool.drained()):
+            self._check_error()
+            time.sleep(0.1)
+            self._discover()
 
     def backlog(self, start: dict[str, Any]) -> dict[str, int]:
-        k = self._position(start)
-        return {"messages": sum(segment_count(e) for e in self.entries[max(0, k - self.base):])}
+        k = self.log.position(start)
+        return {"messages": sum(segment_count(e) for e in self.log.names(k))}
 
     def splits(self, start: dict[str, Any], end: dict[str, Any]) -> list[Split]:
         out: list[Split] = []
         for n in range(int(start.get("spool", 0)), int(end.get("spool", 0))):
-            path = self._legacy_path(n)
+            path = self.spool.legacy_file(n)
             if not path.exists():
                 raise SourceError(f"spool file {path} of a batch not yet committed is missing",
                                   fix="the checkpoint was changed by hand; restore it or start a new one")
@@ -309,12 +247,11 @@ class PubSubPlanner:
             for lo, hi in zip(bounds, bounds[1:]):
                 if hi > lo:
                     out.append(Split(len(out), "spool", str(path), lo, hi, 0))
-        a = self._position(start)
+        a = self.log.position(start)
         b = int(end["seg"]) if "seg" in end else a
-        names = self.entries[max(0, a - self.base):max(0, b - self.base)]
         ranges = []
-        for name in names:
-            path = self.segdir / name
+        for name in self.log.names(a, b):
+            path = self.spool.path(name)
             if not path.exists():
                 raise SourceError(f"spool segment {path} of a batch not yet committed is missing",
                                   fix="the checkpoint was changed by hand; restore it or start a new one")
@@ -327,9 +264,6 @@ class PubSubPlanner:
                                  json.dumps([[p, a, b, 0] for p, a, b in part])))
         return out
 
-    def _legacy_path(self, n: int) -> Path:
-        return self.dir / f"{n:012d}.avro"
-
     @staticmethod
     def _legacy_count(path: Path) -> int:
         with open(path, "rb") as fh:
@@ -337,36 +271,10 @@ class PubSubPlanner:
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed every batch up to ``end``: their spool is no longer needed."""
-        for p in self._legacy_files():
-            if int(p.stem) < int(end.get("spool", 0)):
-                p.unlink(missing_ok=True)
-        k = self._position(end)
+        self.spool.delete_legacy_before(int(end.get("spool", 0)))
+        k = self.log.position(end)
         faults.point("segments_committed", str(k))  # Spark committed the batches; their segments not yet deleted
-        for name in self.entries[:max(0, k - self.base)]:
-            (self.segdir / name).unlink(missing_ok=True)
-            (self.segdir / (name + ".acked")).unlink(missing_ok=True)  # left by the driver for fetch partitions
-        # forget log files whose segments are all committed (the first one stays: it holds the base)
-        files = sorted((p for p in self.logdir.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
-        segments_synced = False
-        for p, nxt in zip(files, files[1:]):
-            if int(nxt.stem) <= k:
-                drop = int(nxt.stem) - int(p.stem)
-                if not segments_synced:
-                    # The segments' unlinks before the log's: a segment a power cut brings back that no log
-                    # names any more would be discovered, and offered, again (its messages twice).
-                    fsync_dir(self.segdir)
-                    segments_synced = True
-                if self._log_unsynced:
-                    # Log files go oldest first, each unlink durable before the next: one brought back after
-                    # a later one is gone would leave a gap, and a log that does not load.
-                    fsync_dir(self.logdir)
-                p.unlink(missing_ok=True)
-                self._log_unsynced = True
-                self.entries = self.entries[drop:]
-                self.base += drop
-                self.seen = set(self.entries)
-            else:
-                break
+        self.log.forget(k)
 
     def stop(self) -> None:
         pass
@@ -388,19 +296,7 @@ def _cut(ranges: list[tuple[str, int]], pieces: int) -> list[list[tuple[str, int
 
 
 def read_error(spool_dir: str | os.PathLike[str]) -> SourceError | None:
-    """The error the source left for the driver, if any: the fetcher's in this process first (known in memory even
-    when a full disk kept the file from being written), then the file a fetcher elsewhere left."""
-    from event_etl.sources.live import live_error
-
-    live = live_error(spool_dir)
-    if live is not None:
-        return live
-    p = Path(spool_dir) / ERROR_FILE
-    try:
-        d = json.loads(p.read_text())
-    except FileNotFoundError:
-        return None
-    except ValueError:  # half-written (a full disk): an error all the same
-        return SourceError(f"the Pub/Sub source left an error in {p} that could not be read whole",
-                           fix="see the job's log for the cause; the job can be restarted on the same checkpoint")
-    return SourceError(d["message"], fix=d.get("fix"))
+    """The error the source left for the driver, if any (:meth:`Spool.error`): the fetcher's in this process first
+    (known in memory even when a full disk kept the file from being written), then the file a fetcher elsewhere
+    left."""
+    return Spool(spool_dir, create=False).error()

@@ -48,32 +48,20 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
-from event_etl.sources.pubsub_fetch import (
-    DRAINED,
-    SETTLE_MARGIN_SECONDS,
-    Fetcher,
-    FetchSettings,
-    RunRecord,
-    acknowledge_in_bulk,
-    settle_until,
-    stats_line,
-    subscriber,
-    subscription_deadline,
-)
-from event_etl.sources.spool import SegmentName, ack_ids, finish_open_segments, segment_count
+from event_etl.sources.pubsub_ack import acknowledge_in_bulk
+from event_etl.sources.pubsub_fetch import Fetcher, stats_line, subscriber
+from event_etl.sources.pubsub_run import FetchRun
+from event_etl.sources.pubsub_settings import FetchSettings, spool_warning
+from event_etl.sources.spool import ACKED_SUFFIX, STOP, SegmentName, Spool, segment_count
 
 __all__ = ["ExecutorFetcher", "PartitionFetcher", "fetch_partition", "acknowledge_segments", "ACKED_SUFFIX", "STOP"]
 
 log = logging.getLogger(__name__)
 
-ACKED_SUFFIX = ".acked"
-STOP = "STOP"
-STATUS_DIR = "status"
 _TAKEN: dict[int, int] = {}
 """Cores taken by the fetch partitions of each SparkContext (by its id), across the event types of a fleet."""
 _TAKEN_LOCK = threading.Lock()
@@ -97,16 +85,13 @@ class PartitionFetcher(Fetcher):
         self.partition = partition
         self.attempt = attempt
         if lease_seconds:  # the subscription's, as the driver learnt it: acknowledgements after it count as late
-            self.lease_seconds = lease_seconds
+            self.acks.lease_seconds = lease_seconds
         for s in self.streams:
             s.seq = attempt * ATTEMPT_SEQ
         # an earlier attempt of this task that died left its open segments: acknowledged messages, finished here
         streams = {s.index for s in self.streams}
-        finish_open_segments(self.segdir, keep=lambda r, stream, seq: r == run and stream in streams
-                             and seq < attempt * ATTEMPT_SEQ)
+        self.spool.recover(keep=lambda r, stream, seq: r == run and stream in streams and seq < attempt * ATTEMPT_SEQ)
         self.pulls_done = threading.Event()
-        from event_etl.sources.pubsub_fetch import spool_warning
-
         # the spool's mount as this executor's host sees it: the driver's check says nothing of it
         self.warning = spool_warning(f"fetch partition {partition} on {socket.gethostname()}", self.segdir,
                                      self.settings)
@@ -116,10 +101,10 @@ class PartitionFetcher(Fetcher):
             self.settle_seconds = settle_seconds
             self.settle_until = time.monotonic() + settle_seconds
 
-    def _spool_acked(self, name: str, ok: bool) -> None:
+    def segment_acked(self, name: str, ok: bool) -> None:
         """``spooled``: tell the driver the segment's messages were acknowledged (they come again otherwise)."""
         if ok:
-            (self.segdir / (name + ACKED_SUFFIX)).touch()
+            self.spool.mark_acked(name)
 
     def _forget_acked(self) -> None:
         """The driver acknowledged a segment (``.acked`` beside it) or the planner deleted it: no longer held."""
@@ -128,17 +113,17 @@ class PartitionFetcher(Fetcher):
 
     def _drop_acked(self) -> None:
         """:meth:`_forget_acked` with the lock already held."""
-        gone = [n for n, h in self.held.items() if (not self.spooled and (self.segdir / (n + ACKED_SUFFIX)).exists())
-                or (h.written and not (self.segdir / n).exists())]
+        gone = [n for n, h in self.held.items() if (not self.spooled and self.spool.is_acked(n))
+                or (h.written and not self.spool.holds(n))]
         for n in gone:
             h = self.held.pop(n)
             if not self.spooled:
-                self.acked += h.count
+                self.acks.acked += h.count
         if gone:
             self.room.notify_all()
 
-    def _count_leftovers(self) -> None:  # called with the lock held, while waiting for room
-        super()._count_leftovers()
+    def count_leftovers(self) -> None:  # called with the lock held, while waiting for room
+        super().count_leftovers()
         self._drop_acked()
 
     def _mark_drained(self) -> None:
@@ -149,18 +134,17 @@ class PartitionFetcher(Fetcher):
 
     def status(self) -> dict[str, Any]:
         msgs, size = self.held_totals()
+        leased, until = self.acks.leaves_leased(self.streams), self.acks.left_leased_until(self.streams)
         return {"partition": self.partition, "run": self.run, "attempt": self.attempt, "host": socket.gethostname(),
-                "pid": os.getpid(), "left_leased": self._leaves_leased(), "leased_until": self._leased_until(),
-                "fenced": self.fenced, "down": self.down(), "late_acks": self.late_acks, "warning": self.warning,
+                "pid": os.getpid(), "left_leased": leased, "leased_until": until,
+                "fenced": self.fenced, "down": self.down(), "late_acks": self.acks.late_acks, "warning": self.warning,
                 "pulled": self.pulled, "acked": self.acked, "held_messages": msgs, "held_bytes": size,
                 "requests": dict(self.requests), "delivered_at": self.delivered_at,
                 "outage": self.stalls.outage_since is not None, "error": self.error.message if self.error else None,
                 "at": self.clock()}
 
     def write_status(self) -> None:
-        from event_etl.storage.atomic import write_json_atomic
-
-        write_json_atomic(self.dir / STATUS_DIR / f"{self.partition:04d}.json", self.status(), durable=False)
+        self.spool.write_status(self.partition, self.status())
 
 
 def fetch_partition(subscription: str, spool_dir: str, partition: int, partitions: int, settings: dict[str, Any],
@@ -176,24 +160,23 @@ def fetch_partition(subscription: str, spool_dir: str, partition: int, partition
     ``report_every``, and ends with that error.  A task whose open segment another attempt finished (a retry, a
     speculative copy) stops pulling and ends quietly: that attempt has taken over.  An error raises, so that the
     driver learns it from the task's failure even when no file could be written (a full disk)."""
-    d = Path(spool_dir)
-    if not (d / "segments").is_dir():
-        raise SourceError(f"fetch partition {partition} on {socket.gethostname()} cannot reach the spool {d}",
+    spool = Spool.at(spool_dir)
+    if spool is None:
+        raise SourceError(f"fetch partition {partition} on {socket.gethostname()} cannot reach the spool {spool_dir}",
                           fix="with EVENT_ETL_PUBSUB_FETCH_PARTITIONS the checkpoint must be on a mount every node "
                               "shares at the same path (NFS, Filestore), or set it to 0 to pull in the driver")
-    (d / STATUS_DIR).mkdir(exist_ok=True)
-    f = PartitionFetcher(subscription, d, partition=partition, partitions=partitions,
+    spool.begin_statuses(clear=False)
+    f = PartitionFetcher(subscription, spool.dir, partition=partition, partitions=partitions,
                          settings=FetchSettings(**settings), run=run, attempt=attempt, once=once,
                          client_factory=client_factory, settle_seconds=settle_seconds, lease_seconds=lease_seconds)
     f.start()
-    stop = d / "segments" / STOP
     try:
-        while not stop.exists() and f.error is None and not f.fenced:
+        while not spool.stop_requested() and f.error is None and not f.fenced:
             if still_ours is not None:
                 try:
                     still_ours()
                 except Exception as err:  # noqa: BLE001 - LeaseHeldError, or the lease cannot be read: stop pulling
-                    f._fail(SourceError(f"fetch partition {partition} stops: {err}",
+                    f.fail(SourceError(f"fetch partition {partition} stops: {err}",
                                         fix=getattr(err, "fix", None) or "the job that owns this spool runs "
                                         "elsewhere; this task's job stops"))
                     break
@@ -219,28 +202,31 @@ def _write_status(f: PartitionFetcher) -> None:
         log.warning("fetch partition %d could not report its status: %s", f.partition, err)
 
 
-def acknowledge_segments(client: Any, subscription: str, segdir: Path, names: Iterable[str],
-                         requests: Counter[str]) -> tuple[int, bool]:
+def acknowledge_segments(client: Any, subscription: str, spool: Spool | str | os.PathLike[str],
+                         names: Iterable[str], requests: Counter[str]) -> tuple[int, bool]:
     """Acknowledge, in bulk, the messages of the spool segments ``names`` with the ack ids they carry, then
-    leave ``<segment>.acked`` beside each, so the partition that pulled them stops extending them.
+    mark each acknowledged in the spool (``<segment>.acked``), so the partition that pulled them stops extending
+    them.  ``spool``: the spool, or its segments' folder.
 
     Returns the messages acknowledged and whether every request succeeded.  A segment already marked,
     or gone, is skipped."""
+    if not isinstance(spool, Spool):
+        spool = Spool.of_segments(spool)
     ids: list[str] = []
     done: list[str] = []
     for name in names:
         base = os.path.basename(name)
-        if SegmentName.parse(base) is None or (segdir / (base + ACKED_SUFFIX)).exists():
+        if SegmentName.parse(base) is None or spool.is_acked(base):
             continue
         try:
-            ids.extend(ack_ids(segdir / base))
+            ids.extend(spool.ack_ids(base))
         except FileNotFoundError:
             continue
         done.append(base)
     if not acknowledge_in_bulk(client, subscription, ids, requests):
         return 0, False
     for base in done:
-        (segdir / (base + ACKED_SUFFIX)).touch()
+        spool.mark_acked(base)
     return sum(segment_count(b) for b in done), True
 
 
@@ -283,9 +269,8 @@ class ExecutorFetcher:
         from event_etl.timeutil import now_millis
 
         self.subscription = subscription
-        self.dir = Path(spool_dir)
-        self.segdir = self.dir / "segments"
-        self.segdir.mkdir(parents=True, exist_ok=True)
+        self.spool = Spool(spool_dir)
+        self.dir, self.segdir = self.spool.dir, self.spool.segdir  # where it lies (the job reads segdir, for now)
         self.settings = settings
         self.partitions = settings.fetch_partitions
         self.once = once
@@ -300,8 +285,8 @@ class ExecutorFetcher:
         self.error: SourceError | None = None
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
-        self.record = RunRecord(self.dir)
-        self.settle_until = 0.0  # monotonic (see event_etl.sources.pubsub_fetch: settling)
+        self.this_run = FetchRun(self.spool, subscription, clock=self.clock)
+        self.settle_until = 0.0  # monotonic (see event_etl.sources.pubsub_run: settling)
         self.settle_until_ms = 0  # the same on the wall clock, for the tasks on other hosts
         self.leased_at: float | None = None  # monotonic: when the job took its checkpoint (see Fetcher.leased_at)
         self.cancelled = False
@@ -339,38 +324,23 @@ class ExecutorFetcher:
     def start(self) -> ExecutorFetcher:
         if self._thread is not None:
             return self
-        from event_etl.sources.pubsub import ERROR_FILE
-
-        for p in (self.segdir / DRAINED, self.segdir / STOP, self.dir / ERROR_FILE):
-            p.unlink(missing_ok=True)
-        status = self.dir / STATUS_DIR
-        status.mkdir(exist_ok=True)
-        for p in status.glob("*.json"):
-            p.unlink(missing_ok=True)
-        for p in self.segdir.glob("*" + ACKED_SUFFIX):  # marks of segments the planner deleted since
-            if not (self.segdir / p.name[:-len(ACKED_SUFFIX)]).exists():
-                p.unlink(missing_ok=True)
-        finish_open_segments(self.segdir)  # a killed run's open segments: acknowledged messages, offered now
-        lease = self.record.previous_lease()
-        if lease > 0:
-            self.settle_until = settle_until(lease + SETTLE_MARGIN_SECONDS, self.leased_at)
+        self.spool.clear_drained()
+        self.spool.clear_stop()
+        self.spool.clear_error()
+        self.spool.begin_statuses(clear=True)
+        self.spool.forget_stale_marks()  # marks of segments the planner deleted since
+        # a killed run's open segments (acknowledged messages, offered now), its leases, and this run's record
+        self.lease_seconds, _, self.settle_until = self.this_run.begin(  # the tasks judge acknowledgements by it
+            self.run, self.settings.ack, self.client, self.requests, leased_at=self.leased_at,
+            extensions=0 if self.settings.spooled else self.settings.ack_deadline)
+        if self.settling():
             left = max(0.0, self.settle_until - time.monotonic())
             self.settle_until_ms = self.clock() + int(left * 1000)
-            log.warning("the last run of %s did not stop cleanly: messages it held may come back within %.0f s; "
-                        "until then no hour is marked", self.subscription, left)
-        own = subscription_deadline(self.client, self.subscription)
-        self.requests["get_subscription"] += 1
-        self.lease_seconds = own  # the tasks judge their acknowledgements by it
-        self.record.begin(self.run, self.settings.ack,
-                          own if self.settings.spooled else max(own, self.settings.ack_deadline), clock=self.clock)
         self._thread = threading.Thread(target=self._run_job, name="pubsub-fetch-job", daemon=True)
         self._thread.start()
         return self
 
     def _run_job(self) -> None:
-        from event_etl.sources.pubsub import ERROR_FILE
-        from event_etl.storage.atomic import write_json_atomic
-
         sc = self.spark.sparkContext
         settings = asdict(self.settings)
         try:
@@ -381,17 +351,16 @@ class ExecutorFetcher:
             sc.parallelize(range(self.partitions), self.partitions).mapPartitionsWithIndex(body).collect()
             while self.once and self.settling():  # a killed run's leases: the tasks waited too, this is their rest
                 time.sleep(0.1)
-            if self.once and not (self.segdir / STOP).exists() and not (self.dir / ERROR_FILE).exists():
-                write_json_atomic(self.segdir / DRAINED, {"run": self.run, "at": self.clock(),
-                                                          "pulled": self.stats()["pulled"]})
+            if self.once and not self.spool.stop_requested() and not self.spool.error_left():
+                self.spool.mark_drained({"run": self.run, "at": self.clock(), "pulled": self.stats()["pulled"]})
         except Exception as err:  # noqa: BLE001 - the fetch job failed: the job stops with the cause
-            if not (self.segdir / STOP).exists() and not (self.dir / ERROR_FILE).exists():
+            if not self.spool.stop_requested() and not self.spool.error_left():
                 text = str(err).strip().splitlines()
                 cause = next((ln for ln in reversed(text) if "Error" in ln), text[-1] if text else repr(err))
                 self.error = SourceError(f"pulling {self.subscription} on the executors failed: {cause}",
                                          fix="see the executors' log for the cause; the job can be restarted on "
                                              "the same checkpoint and loses nothing")
-                write_json_atomic(self.dir / ERROR_FILE, {"message": self.error.message, "fix": self.error.fix})
+                self.spool.leave_error(self.error)
         finally:
             self._done.set()
 
@@ -407,7 +376,7 @@ class ExecutorFetcher:
         self._release_cores()
         if self._thread is None:
             return
-        (self.segdir / STOP).write_text("stop\n")
+        self.spool.request_stop()
         self._thread.join(timeout)
         if self._thread.is_alive():
             self.cancelled = True
@@ -418,8 +387,8 @@ class ExecutorFetcher:
             self._thread.join(5.0)
         statuses = self._statuses()
         until = max((int(d.get("leased_until") or 0) for d in statuses), default=0)
-        self.record.end(self.run, clean=not self.cancelled and not self._leaves_leased(), clock=self.clock,
-                        leased_until=None if self.cancelled or len(statuses) < self.partitions else until)
+        self.this_run.end(self.run, clean=not self.cancelled and not self._leaves_leased(),
+                          leased_until=None if self.cancelled or len(statuses) < self.partitions else until)
 
     def _leaves_leased(self) -> bool:
         """Whether messages this run's tasks pulled may still be leased (they come back when their lease runs out)."""
@@ -437,8 +406,8 @@ class ExecutorFetcher:
         them is acknowledged in time: ``spooled``, its task left the ``.acked`` mark; ``committed``, it is this
         run's and the attempt that wrote it still runs (its lease was extended).  Otherwise they come again."""
         if self.settings.spooled:
-            return all((self.segdir / (os.path.basename(x) + ACKED_SUFFIX)).exists() for x in names)
-        acked, ok = acknowledge_segments(self.client, self.subscription, self.segdir, names, self.requests)
+            return all(self.spool.is_acked(os.path.basename(x)) for x in names)
+        acked, ok = acknowledge_segments(self.client, self.subscription, self.spool, names, self.requests)
         self.acked += acked
         running = {int(d["partition"]): int(d.get("attempt", 0)) for d in self._statuses()}
         streams = max(1, self.settings.streams)
@@ -452,50 +421,12 @@ class ExecutorFetcher:
 
     # -- what the controller asks ----------------------------------------------------------
     def _statuses(self) -> list[dict[str, Any]]:
-        out = []
-        for p in sorted((self.dir / STATUS_DIR).glob("*.json")):
-            try:
-                d = json.loads(p.read_text())
-            except (OSError, ValueError):
-                continue
-            if d.get("run") == self.run:
-                out.append(d)
-        return out
+        return self.spool.statuses(self.run)
 
     def held_totals(self) -> tuple[int, int]:
         """Messages and bytes in segments no batch has saved yet (``committed``: not yet acknowledged), the
-        partitions' open and fenced segments included (spooled: acknowledged messages, unread until it closes).
-
-        One listing of the folder, each segment counted once by its run, stream and number whatever its name (a
-        close renames ``.open`` to ``.seg``, a retried attempt's finish ``.open`` to ``.fenced`` to ``.seg``): a
-        listing per kind missed a segment renamed between two of them, or counted it twice.  A segment that moves
-        on (or goes) between the listing and its look is looked for again: the next listing has it as it is now."""
-        from event_etl.sources.spool import _scan
-
-        while True:
-            names = set(os.listdir(self.segdir))
-            found: dict[str, tuple[int, int]] = {}  # by run-stream-seq: a closed segment's name wins
-            moved = False
-            for name in names:
-                if name.endswith(".seg") and SegmentName.parse(name) is not None:
-                    if not self.settings.spooled and name + ACKED_SUFFIX in names:
-                        continue
-                    try:
-                        size = (self.segdir / name).stat().st_size
-                    except FileNotFoundError:  # deleted once committed (the next look does not list it)
-                        moved = True
-                        break
-                    found[name.rsplit("-n", 1)[0]] = (segment_count(name), size)
-                elif name.endswith((".open", ".fenced")):
-                    key = name.rsplit(".", 1)[0]
-                    try:
-                        data = (self.segdir / name).read_bytes()
-                    except FileNotFoundError:
-                        moved = True  # closed or fenced since the listing
-                        break
-                    found.setdefault(key, (_scan(data).count, len(data)))
-            if not moved:
-                return sum(m for m, _ in found.values()), sum(b for _, b in found.values())
+        partitions' open and fenced segments included (:meth:`Spool.unsaved`)."""
+        return self.spool.unsaved(skip_acked=not self.settings.spooled)
 
     def activity(self) -> SourceActivity:
         st = self._statuses()

@@ -40,9 +40,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from event_etl.sources import pubsub_fetch
+from event_etl.sources import pubsub_run
 from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
-from event_etl.sources.spool import _HEAD, MAGIC, _parse, _scan, read_messages
+from event_etl.sources.spool.segment import _HEAD, MAGIC, _parse, _scan, read_messages
 from tests.lib.harness import t
 from tests.lib.pubsub_service import CappedService
 
@@ -327,8 +327,8 @@ def table(outcomes: list[Outcome]) -> str:
 
 
 def sweep(every: int = 1, workroot: Path | None = None) -> list[Outcome]:
-    margin = pubsub_fetch.SETTLE_MARGIN_SECONDS
-    pubsub_fetch.SETTLE_MARGIN_SECONDS = 0.2  # the settling: the lease (1 s) and a little; put back at the end
+    margin = pubsub_run.SETTLE_MARGIN_SECONDS
+    pubsub_run.SETTLE_MARGIN_SECONDS = 0.2  # the settling: the lease (1 s) and a little; put back at the end
     try:
         root = Path(workroot or tempfile.mkdtemp(prefix="spool-campaign-"))
         calls = clean_calls(root / "clean")
@@ -340,7 +340,7 @@ def sweep(every: int = 1, workroot: Path | None = None) -> list[Outcome]:
             shutil.rmtree(work, ignore_errors=True)
         return outcomes
     finally:
-        pubsub_fetch.SETTLE_MARGIN_SECONDS = margin
+        pubsub_run.SETTLE_MARGIN_SECONDS = margin
 
 
 def main(argv: list[str] | None = None) -> int:

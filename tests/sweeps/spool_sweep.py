@@ -99,11 +99,12 @@ from google.api_core import exceptions as gex
 
 from event_etl import faults
 from event_etl.errors import SourceError
-from event_etl.sources import live, pubsub_fetch
+from event_etl.sources import live, pubsub_run
 from event_etl.sources.pubsub import PubSubPlanner
 from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
 from event_etl.sources.pubsub_partitions import STOP, ExecutorFetcher, PartitionFetcher, fetch_partition
-from event_etl.sources.spool import _HEAD, MAGIC, SpoolDamaged, _parse, _scan, oldest_publish_ms, read_messages
+from event_etl.sources.pubsub_stream import PullStream
+from event_etl.sources.spool.segment import _HEAD, MAGIC, SpoolDamaged, _parse, _scan, oldest_publish_ms, read_messages
 from event_etl.storage.atomic import makedirs_durable
 from tests.lib.disks import fill, free_bytes, small_disk
 from tests.lib.harness import t
@@ -355,7 +356,11 @@ def _kind_of(window: str) -> str:
     return window.split(": ", 1)[1].split(" ", 1)[0] if ": " in window else ""
 
 
-_SKIP = {"Fetcher._stream_loop", "write_json_atomic", "_write_all", "Fetcher.start", "Fetcher.__init__"}
+_SKIP = {"PullStream.run", "write_json_atomic", "_write_all", "Fetcher.start", "Fetcher.__init__",
+         # the fetcher's parts that pass a call on to the spool or the run record, named by the call they pass on
+         "FetchRun.begin", "FetchRun.end", "Spool.open_segment", "Spool.write_segment", "Spool.recover",
+         "Spool.mark_acked", "Spool.write_status", "Spool.leave_error", "Spool.mark_drained",
+         "Acknowledger.hand_back"}
 _NAMES = re.compile(r"[0-9a-f]{8}-\d{2,}-\d{8,}(?:-n\d+)?")
 
 
@@ -363,7 +368,7 @@ def _short(qualname: str) -> str:
     cls, _, name = qualname.rpartition(".")
     if name == "__init__":
         return f"{cls}()"
-    return name if cls in ("Fetcher", "PartitionFetcher", "OpenSegment") else qualname
+    return name if cls in ("Fetcher", "PartitionFetcher", "PullStream", "OpenSegment") else qualname
 
 
 def _fd_path(fd: int) -> str:
@@ -375,9 +380,10 @@ def _fd_path(fd: int) -> str:
 
 class Tap:
     """Counts the calls of the fetchers' spool path and breaks the one a :class:`Case` names (see the module
-    docstring).  A call is the fetcher's when a frame of a :class:`Fetcher` method is on its stack: its
-    *generation* (0: the first process, 1 and on: restarts; a fetch partition's attempt) is ``_sweep_gen`` or,
-    for a fetch partition, its attempt.  Calls of a dead generation raise :class:`Killed`."""
+    docstring).  A call is the fetcher's when a frame of a method of a :class:`Fetcher` or of one of its pull
+    streams (:class:`PullStream`) is on its stack: its *generation* (0: the first process, 1 and on: restarts; a
+    fetch partition's attempt) is ``_sweep_gen`` or, for a fetch partition, its attempt.  Calls of a dead
+    generation raise :class:`Killed`."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -415,6 +421,8 @@ class Tap:
                 chain.append(code.co_qualname)
                 if gen is None:
                     me = f.f_locals.get("self")
+                    if isinstance(me, PullStream):  # a stream's thread: its fetcher's generation
+                        me = me.fetcher
                     if isinstance(me, Fetcher):
                         gen = getattr(me, "_sweep_gen", None)
                         if gen is None and isinstance(me, PartitionFetcher):
@@ -1226,16 +1234,16 @@ def _wait(cond: Callable[[], bool], timeout: float) -> bool:
 @contextlib.contextmanager
 def sweeping() -> Iterator[None]:
     """The tap installed, short settling (a killed run's 1-s leases and 0.2 s), the fetcher's log lines quiet."""
-    margin = pubsub_fetch.SETTLE_MARGIN_SECONDS
+    margin = pubsub_run.SETTLE_MARGIN_SECONDS
     logger = logging.getLogger("event_etl")
     level = logger.level
-    pubsub_fetch.SETTLE_MARGIN_SECONDS = 0.2
+    pubsub_run.SETTLE_MARGIN_SECONDS = 0.2
     logger.setLevel(logging.CRITICAL)
     try:
         with TAP.installed():
             yield
     finally:
-        pubsub_fetch.SETTLE_MARGIN_SECONDS = margin
+        pubsub_run.SETTLE_MARGIN_SECONDS = margin
         logger.setLevel(level)
 
 

@@ -84,8 +84,12 @@ __all__ = [
     "ack_ids",
     "segment_count",
     "frame",
+    "oldest_of",
     "oldest_publish_ms",
     "publish_range",
+    "describe",
+    "NO_TIME",
+    "RUNBOOK_SEEK",
 ]
 
 log = logging.getLogger(__name__)
