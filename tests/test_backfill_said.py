@@ -72,7 +72,16 @@ def test_a_backfill_older_than_max_backfill_gets_its_own_reason_and_the_run_says
     assert re.match(r"  before backfill 8 \(more than max_backfill before their arrival", row[0]), row[0]
     assert 'max_backfill = "0" or a longer bound in the type\'s etl.toml' in row[0]
     assert BACKFILL_RUNBOOK in row[0]
-    assert "  too late       0" in text, "too_late keeps its meaning: none was behind a watermark"
+    assert "  too late        0" in text, "too_late keeps its meaning: none was behind a watermark"
+    # every value in one column, the row with the longest label too (issue 60 item 6)
+    labels = ("events in", "timely", "late", "too late", "future", "before backfill", "invalid", "duplicates",
+              "dead-lettered", "files written", "watermark", "hours marked", "stopped by")
+    columns = set()
+    for line in text.splitlines()[1:]:
+        label = next(x for x in labels if line.startswith(f"  {x} "))
+        rest = line[2 + len(label):]
+        columns.add(2 + len(label) + len(rest) - len(rest.lstrip()))
+    assert columns == {18}, text
 
 
 def test_a_batch_without_such_events_prints_no_such_line_nor_summary_row(tmp_path):

@@ -204,33 +204,37 @@ def lost_text(lost: dict[int, int]) -> str:
 
 
 def format_summary(summary: dict[str, Any]) -> str:
+    """The run's summary: a title, then one row a count, their values in one column (as wide as the longest label
+    shown: ``before backfill`` widens it by one, for every row)."""
     t = summary["totals"]
-    lines = [
-        f"[{summary['event_type']}] run finished: {summary['batches']} batches in {summary['seconds']:.1f}s",
-        f"  events in      {_n(summary['events_in'])}  ({summary['events_per_second']:,.0f} ev/s)",
-        f"  timely         {_n(t.get('timely', 0))}",
-        f"  late           {_n(t.get('late', 0))}",
-        f"  too late       {_n(t.get('too_late', 0))}",
-        f"  future         {_n(t.get('future', 0))}",
-        *([f"  before backfill {_n(t['before_backfill'])} (more than max_backfill before their arrival, with no "
-           'watermark yet: dead-lettered; set max_backfill = "0" or a longer bound in the type\'s etl.toml, then '
-           f"replay them: {BACKFILL_RUNBOOK})"] if t.get("before_backfill") else []),
-        f"  invalid        {_n(t.get('invalid', 0))}",
-        f"  duplicates     {_n(t.get('duplicate', 0))} (dropped)",
-        f"  dead-lettered  {_n(t.get('deadlettered', 0))}",
-        f"  files written  {_n(t.get('files', 0))} ({_size(t.get('bytes', 0))})",
-        f"  watermark      {summary['watermark'] or '-'}",
-        f"  hours marked   {len(summary['hours_marked'])}"
-        + (f" ({summary['hours_marked'][0]} .. {summary['hours_marked'][-1]})" if summary["hours_marked"] else ""),
+    rows: list[tuple[str, str]] = [
+        ("events in", f"{_n(summary['events_in'])}  ({summary['events_per_second']:,.0f} ev/s)"),
+        ("timely", _n(t.get("timely", 0))),
+        ("late", _n(t.get("late", 0))),
+        ("too late", _n(t.get("too_late", 0))),
+        ("future", _n(t.get("future", 0))),
+        *([("before backfill", f"{_n(t['before_backfill'])} (more than max_backfill before their arrival, with no "
+            'watermark yet: dead-lettered; set max_backfill = "0" or a longer bound in the type\'s etl.toml, then '
+            f"replay them: {BACKFILL_RUNBOOK})")] if t.get("before_backfill") else []),
+        ("invalid", _n(t.get("invalid", 0))),
+        ("duplicates", f"{_n(t.get('duplicate', 0))} (dropped)"),
+        ("dead-lettered", _n(t.get("deadlettered", 0))),
+        ("files written", f"{_n(t.get('files', 0))} ({_size(t.get('bytes', 0))})"),
+        ("watermark", str(summary["watermark"] or "-")),
+        ("hours marked", f"{len(summary['hours_marked'])}"
+         + (f" ({summary['hours_marked'][0]} .. {summary['hours_marked'][-1]})" if summary["hours_marked"] else "")),
     ]
     if t.get("dropped_fields"):
-        lines.append(f"  dropped fields {_n(t['dropped_fields'])} (Protobuf fields the type's schema.desc does not "
+        rows.append(("dropped fields", f"{_n(t['dropped_fields'])} (Protobuf fields the type's schema.desc does not "
                      "know, a newer producer's: the records were written without them; compile the producer's .proto "
-                     "into schema.desc to keep them)")
+                     "into schema.desc to keep them)"))
     if t.get("lost"):
-        lines.append(f"  LOST           {_n(t['lost'])} (deleted by the source's retention before they were read; "
-                     "skipped: EVENT_ETL_KAFKA_ON_DATA_LOSS=skip)")
+        rows.append(("LOST", f"{_n(t['lost'])} (deleted by the source's retention before they were read; "
+                     "skipped: EVENT_ETL_KAFKA_ON_DATA_LOSS=skip)"))
     if summary.get("stopped_by"):
-        lines.append(f"  stopped by     {summary['stopped_by']}" + ("; drained: every hour holding data is complete"
-                                                                   if summary.get("drained") else ""))
+        rows.append(("stopped by", f"{summary['stopped_by']}" + ("; drained: every hour holding data is complete"
+                                                                 if summary.get("drained") else "")))
+    width = max(15, *(len(label) + 1 for label, _ in rows))
+    lines = [f"[{summary['event_type']}] run finished: {summary['batches']} batches in {summary['seconds']:.1f}s",
+             *(f"  {label:<{width}}{value}" for label, value in rows)]
     return "\n".join(lines)
