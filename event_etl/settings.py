@@ -56,7 +56,7 @@ DEFAULT_OUTAGE_S = 120.0
 """How long an unreachable Pub/Sub service or schema registry is retried before the job stops, by default."""
 KAFKA_ON_DATA_LOSS = ("fail", "skip")
 PUBSUB_PREFIX = "EVENT_ETL_PUBSUB_"
-"""The Pub/Sub fetcher's settings (:class:`event_etl.sources.pubsub_fetch.FetchSettings`) are
+"""The Pub/Sub fetcher's settings (:class:`event_etl.sources.pubsub_settings.FetchSettings`) are
 ``EVENT_ETL_PUBSUB_<FIELD>``."""
 
 LOCAL_ONLY = frozenset({ENV_EVENT_TYPES, ENV_DRIVER_PIDFILE, ENV_CACHE_DIR, "EVENT_ETL_VENV", "EVENT_ETL_PYTHON"})
