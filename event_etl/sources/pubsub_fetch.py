@@ -83,20 +83,15 @@ from event_etl.errors import SourceError
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources import live
 from event_etl.sources.pubsub_ack import ACK_CHUNK, Acknowledger, HeldSegments, acknowledge_in_bulk
-from event_etl.sources.pubsub_run import (
-    SETTLE_MARGIN_SECONDS,
-    FetchRun,
-    settle_until,
-    subscription_deadline,
-)
+from event_etl.sources.pubsub_run import FetchRun, subscription_deadline
 from event_etl.sources.pubsub_settings import ACK_MODES, FetchSettings, spool_warning
 from event_etl.sources.pubsub_stalls import WAIT_CAP, WAIT_FIRST, Stalls, waited_since
 from event_etl.sources.pubsub_stream import Parking, PullStream
 from event_etl.sources.spool import DRAINED, AppendFailed, RunRecord, Spool
 
 __all__ = ["Fetcher", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
-           "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning", "settle_until",
-           "SETTLE_MARGIN_SECONDS", "waited_since", "WAIT_FIRST", "WAIT_CAP"]
+           "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning", "waited_since", "WAIT_FIRST",
+           "WAIT_CAP"]
 
 log = logging.getLogger(__name__)
 
