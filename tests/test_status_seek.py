@@ -221,9 +221,7 @@ def test_after_a_lost_checkpoint_the_runbook_command_prints_what_the_job_last_wr
     lease = Lease(p.storage, "click", p.ckpt.root, now_millis, ttl_ms=400)
     lease.extra = lambda: seek_fields(p.controller.state, et.out_of_orderness, spool)
     lease.acquire()
-    lease._stop.set()  # killed with its disk: the lease stays in the sink until it expires
-    if lease._thread is not None:
-        lease._thread.join(timeout=10)
+    lease.stop_renewing(timeout=10)  # killed with its disk: the lease stays in the sink until it expires
     doc = json.loads((p.sink / "click" / LEASE_NAME).read_text())
     assert doc["seek_to"] == iso(t("13:22"))
     time.sleep(max(0, doc["expires_at_ms"] - now_millis() + 50) / 1000)

@@ -53,6 +53,7 @@ from typing import Any, TextIO
 from event_etl.errors import LeaseHeldError, StorageError
 from event_etl.storage import Storage
 from event_etl.timeutil import format_duration, iso
+from event_etl.util.timers import Timer, shared_timers
 
 __all__ = ["Lease", "Fence", "DEFAULT_TTL_MS", "default_ttl_ms", "LEASE_NAME"]
 
@@ -102,8 +103,8 @@ class Lease:
         if self.margin_ms is None:
             self.margin_ms = self.ttl_ms // 4
         self._lock_fh: TextIO | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()  # set: no more renewals
+        self._timer: Timer | None = None  # its turn in the process's schedule (event_etl.util.timers)
         self.lost: str | None = None
         self.started_at = self.clock()
         self.valid_until = 0  # the last instant this job may write (its last renewal's expiry minus the margin)
@@ -210,7 +211,7 @@ class Lease:
     check = renew  # the name release 0.1.0 used
 
     def guard(self) -> None:
-        """Raise unless this job may still write (no I/O: the renewal thread keeps the lease fresh)."""
+        """Raise unless this job may still write (no I/O: the renewals keep the lease fresh)."""
         if self.lost:
             raise LeaseHeldError(self.lost, fix="another job took over this event type and sink; this one stops")
         now = self.clock()
@@ -225,14 +226,24 @@ class Lease:
         """What executor tasks check before they write (see :class:`Fence`)."""
         return {"rel": self.rel, "holder": self.holder, "margin_ms": self.margin_ms}
 
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl_ms / 4000):
-            try:
-                self.renew()
-            except LeaseHeldError:
-                return
-            except (StorageError, OSError):  # a failed renewal is retried; the lease lasts ttl
-                continue
+    def _renew_turn(self) -> bool:
+        """One renewal, in its turn of the process's schedule; False ends the renewals (stopped, or lost)."""
+        if self._stop.is_set():
+            return False
+        try:
+            self.renew()
+        except LeaseHeldError:
+            return False
+        except (StorageError, OSError):  # a failed renewal is retried at the next turn; the lease lasts ttl
+            pass
+        return not self._stop.is_set()
+
+    def stop_renewing(self, timeout: float = 5.0) -> None:
+        """No more renewals (a renewal under way ends first, within ``timeout``); the lease stays as it is."""
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join(timeout)
 
     def acquire(self) -> Lease:
         self._lock_checkpoint()
@@ -242,8 +253,9 @@ class Lease:
             self._unlock()
             raise
         self._sweep_lease_temporaries()
-        self._thread = threading.Thread(target=self._renew_loop, name="event-etl-lease", daemon=True)
-        self._thread.start()
+        # renewed every ttl / 4 by the process's one scheduler (a thousand types: no thread each), each lease's
+        # first renewal at its own point of the period, so that a fleet's renewals do not all come at once
+        self._timer = shared_timers().every(self.ttl_ms / 4000, self._renew_turn, name=f"lease {self.rel}")
         return self
 
     def _sweep_lease_temporaries(self) -> None:
@@ -303,11 +315,11 @@ class Lease:
         """Stop renewing, but keep the lease and the checkpoint lock: the process is about to end with a step still
         running, and the kernel releases the lock with it (a restart on this host then takes the lease over)."""
         self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
 
     def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self.stop_renewing()
         try:
             current = self.storage.read_versioned(self.rel)
             if current is not None and _parse(current[0]).get("holder") == self.holder:
