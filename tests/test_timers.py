@@ -1,4 +1,4 @@
-"""The process's one scheduler of periodic duties (event_etl.util.timers): a thousand types' renewals, no thread each."""
+"""The process's one scheduler of periodic duties (event_etl.util.timers): many types' renewals, no thread each."""
 
 from __future__ import annotations
 
