@@ -3,6 +3,8 @@ the command line goes through it, and that it refuses --engine queries (removed 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from click.testing import CliRunner
 
@@ -52,14 +54,20 @@ def test_a_fleet_takes_a_checkpoint_per_type_and_refuses_one_source(tmp_path, mo
     assert seen == [str(tmp_path / "ck" / "a")]
 
 
+def test_runs_keyword_arguments_are_hostings_fields():
+    """``run(types, options, clock=..., echo=...)``: each keyword beside ``fleet`` and ``spark`` is a field of
+    :class:`driver.Hosting`, with Hosting's default."""
+    assert list(driver.HostingArgs.__annotations__) == [f.name for f in dataclasses.fields(driver.Hosting)]
+
+
 def _driver(tmp_path, *, fleet: bool, clock) -> tuple[driver._Driver, FleetMember, LocalPipeline, list]:
     """A driver of one type whose job is a real controller on local disk (no Spark); the lines it echoes."""
     et = make_event_type(tmp_path / "types")
     pipe = LocalPipeline(tmp_path / "p", et, clock)
     lines: list[tuple[str, bool]] = []
-    d = driver._Driver([et], RunOptions(sink=str(pipe.sink)), fleet=fleet, clock=clock, listeners=None,
-                       install_signals=False, stops=StopSignals(), stop_event=None, status_every_s=30.0,
-                       echo=lambda line, err=False: lines.append((line, err)))
+    d = driver._Driver([et], RunOptions(sink=str(pipe.sink)), fleet=fleet,
+                       hosting=driver.Hosting(clock=clock, install_signals=False, stops=StopSignals(),
+                                              echo=lambda line, err=False: lines.append((line, err))))
     m = FleetMember(et, prepared=_Prepared(pipe), job=_Job(pipe), state="running")
     d.members.append(m)
     return d, m, pipe, lines

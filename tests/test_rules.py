@@ -21,7 +21,7 @@ from event_etl.rules import (
 )
 from event_etl.rules.completeness import MAX_HOURS_PER_STEP
 from event_etl.rules.manifest import FileEntry, Manifest
-from event_etl.rules.watermark import SourceActivity, counted_time, quiet_since
+from event_etl.rules.watermark import BatchTimes, SourceActivity, counted_time, quiet_since
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, parse_duration
 from tests.lib.harness import t
 
@@ -82,8 +82,8 @@ def test_watermark_never_goes_back(maxima, ooo):
     state = WatermarkState()
     last = None
     for i, m in enumerate(maxima):
-        state = state.after_batch(batch_id=i, wm_start=state.watermark, batch_max_event_time=m,
-                                  batch_max_counted=m, batch_min_hour=None, batch_max_hour=None, out_of_orderness=ooo)
+        times = BatchTimes(max_event_time=m, max_counted=m)
+        state = state.after_batch(batch_id=i, wm_start=state.watermark, times=times, out_of_orderness=ooo)
         if last is not None:
             assert state.watermark >= last
         last = state.watermark
@@ -152,10 +152,9 @@ def test_an_event_counts_toward_the_watermark_at_most_up_to_its_arrival():
     """A producer clock 8 minutes fast: its event at 13:52 says 14:00; it must not complete hour 13."""
     assert counted_time(t("14:00"), t("13:52")) == t("13:52")
     assert counted_time(t("13:40"), t("13:52")) == t("13:40")
-    state = WatermarkState().after_batch(batch_id=0, wm_start=None, batch_max_event_time=t("14:00"),
-                                         batch_max_counted=counted_time(t("14:00"), t("13:52")),
-                                         batch_min_hour=t("13:00"), batch_max_hour=t("14:00"),
-                                         out_of_orderness=2 * MINUTE_MS)
+    times = BatchTimes(max_event_time=t("14:00"), max_counted=counted_time(t("14:00"), t("13:52")),
+                       min_hour=t("13:00"), max_hour=t("14:00"))
+    state = WatermarkState().after_batch(batch_id=0, wm_start=None, times=times, out_of_orderness=2 * MINUTE_MS)
     assert state.watermark == t("13:50")
     assert not is_complete(t("13:00"), state.watermark)
     assert state.max_event_time == t("14:00"), "the event itself still lies in hour 14"

@@ -10,7 +10,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from event_etl.rules.watermark import WatermarkState, merge_parts, parts_watermark, watermark_after_batch
+from event_etl.rules.watermark import BatchTimes, WatermarkState, merge_parts, parts_watermark, watermark_after_batch
 from tests.lib.harness import FakeClock, LocalPipeline, click, hour, make_event_type, read_deadletter, read_sink, t
 
 MINUTE = 60_000
@@ -43,9 +43,8 @@ def test_merge_parts_keeps_each_parts_largest_and_adds_new_ones():
 def _after(state, batch_id, parts, quiet, *, wm_start=None):
     counted = max((v for v in parts.values() if v is not None), default=None)
     return state.after_batch(batch_id=batch_id, wm_start=wm_start if wm_start is not None else state.watermark,
-                             batch_max_event_time=counted, batch_max_counted=counted, batch_min_hour=None,
-                             batch_max_hour=None, out_of_orderness=OOO, batch_parts=parts, parts_quiet_for=quiet,
-                             idle_timeout=IDLE)
+                             times=BatchTimes(max_event_time=counted, max_counted=counted, parts=parts),
+                             out_of_orderness=OOO, parts_quiet_for=quiet, idle_timeout=IDLE)
 
 
 def test_a_slow_part_holds_and_a_waking_part_never_moves_the_watermark_back():
@@ -71,9 +70,8 @@ def test_the_watermark_of_parts_never_goes_back(steps):
 def test_without_parts_the_rule_and_the_saved_state_are_as_before(maxima, ooo):
     s, wm = WatermarkState(), None
     for i, m in enumerate(maxima):
-        s = s.after_batch(batch_id=i, wm_start=s.watermark, batch_max_event_time=m, batch_max_counted=m,
-                          batch_min_hour=None, batch_max_hour=None, out_of_orderness=ooo, batch_parts={},
-                          parts_quiet_for={}, idle_timeout=IDLE)
+        s = s.after_batch(batch_id=i, wm_start=s.watermark, times=BatchTimes(max_event_time=m, max_counted=m),
+                          out_of_orderness=ooo, parts_quiet_for={}, idle_timeout=IDLE)
         wm = watermark_after_batch(wm, m, out_of_orderness=ooo)
         assert s.watermark == wm
     # what a source without parts saves: the keys it always saved, no "parts"

@@ -18,7 +18,7 @@ from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import Checkpoint
 from event_etl.storage import Storage
 
-__all__ = ["TypeContext"]
+__all__ = ["TypeContext", "Writer"]
 
 
 def _nothing(*_args: Any) -> None:
@@ -42,3 +42,17 @@ class TypeContext:
     writer: str = ""
     guard: Callable[[], None] = _nothing
     emit: Callable[[str, Any], None] = _nothing
+
+
+@dataclass(frozen=True)
+class Writer:
+    """One type's job as a writer of its sink, as its :class:`~event_etl.job.controller.Controller` is given it:
+    ``name`` (the writer bound in the checkpoint, in the name of every file the job writes), ``guard`` (raises once
+    the job may no longer write, having lost its lease: called before every write) and ``fence`` (what the job's
+    executor tasks check before they write, see :class:`event_etl.storage.lease.Fence`).  The last two are the
+    lease's (:meth:`~event_etl.storage.lease.Lease.guard`, :meth:`~event_etl.storage.lease.Lease.fence`); a job
+    without a lease (tests) has neither."""
+
+    name: str = ""
+    guard: Callable[[], None] | None = None
+    fence: dict[str, Any] | None = None

@@ -54,8 +54,8 @@ from event_etl import faults
 from event_etl.errors import IntegrityError
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import FROZEN_SETTINGS, BatchIntent, Checkpoint
-from event_etl.job.context import TypeContext
-from event_etl.job.idle import IdleClock
+from event_etl.job.context import TypeContext, Writer
+from event_etl.job.idle import IdleClock, IdleSettings
 from event_etl.job.markers import MarkerWriter
 from event_etl.job.merges import Merger
 from event_etl.job.phases import MARKED, Phases, RunTasks, Tasks, drive
@@ -94,8 +94,9 @@ class Controller:
     """Drives one event type's job on the driver.  See the module docstring; its steps are its collaborators
     ``rewriter``, ``duplicates``, ``markers`` and ``merger`` (:mod:`~event_etl.job.rewrites`,
     :mod:`~event_etl.job.markers`, :mod:`~event_etl.job.merges`), its idle timers ``idle``
-    (:mod:`~event_etl.job.idle`: given ``monotonic``, the ``source``'s activity and ``activity_stale_ms``); its
-    source's hooks ``source`` (:class:`~event_etl.sources.face.SourceHooks`), given once."""
+    (:mod:`~event_etl.job.idle`: given the ``source``'s activity and the ``idle`` settings); its source's hooks
+    ``source`` (:class:`~event_etl.sources.face.SourceHooks`), given once; ``writer``, the job as a writer of its
+    sink (:class:`~event_etl.job.context.Writer`: its name in the files, its lease's guard and fence)."""
 
     def __init__(
         self,
@@ -105,18 +106,16 @@ class Controller:
         checkpoint: Checkpoint,
         clock: Callable[[], int],
         listeners: list[Callable[[str, Any], None]] | None = None,
-        writer: str = "",
-        guard: Callable[[], None] | None = None,
-        fence: dict[str, Any] | None = None,
+        writer: Writer | None = None,
         source: SourceHooks | None = None,
-        activity_stale_ms: int = 60_000,
-        monotonic: Callable[[], float] | None = None,
+        idle: IdleSettings | None = None,
     ) -> None:
+        writer, idle = writer or Writer(), idle or IdleSettings()
         self.et = event_type
-        self.writer = writer
+        self.writer = writer.name
         self._attempt_started: int | None = None
-        self.guard = guard  # raises if this job may no longer write (it lost its lease)
-        self.fence = fence  # what executor tasks check before they write (see event_etl.storage.lease)
+        self.guard = writer.guard  # raises if this job may no longer write (it lost its lease)
+        self.fence = writer.fence  # what executor tasks check before they write (see event_etl.storage.lease)
         # the source's hooks (event_etl.sources.face.SourceHooks), given once: what it says of its backlog (the
         # idle rule), told what a saved batch read (Pub/Sub acknowledges it), what it lost before a batch read it
         self.source = source
@@ -127,7 +126,7 @@ class Controller:
         # the steps, each given the type's context (the guard and the listeners as the controller's own, which
         # a job may change after construction); not a batch's BatchContext, the ``ctx`` of batch_phases
         self.ctx = TypeContext(event_type=event_type, storage=storage, checkpoint=checkpoint, clock=clock,
-                               writer=writer, guard=self._guard, emit=self._emit)
+                               writer=writer.name, guard=self._guard, emit=self._emit)
         self.merger = Merger(self.ctx)
         self.markers = MarkerWriter(self.ctx, merger=self.merger)
         self.rewriter = Rewriter(self.ctx)
@@ -141,9 +140,9 @@ class Controller:
         latest = checkpoint.latest_intent_id()
         self.pending_batch: int | None = latest if latest is not None and latest > self.state.last_batch_id else None
         # how long the source (and each part the state knows) has been quiet, from now
-        self.idle = IdleClock(clock=clock, monotonic=monotonic,
+        self.idle = IdleClock(clock=clock, monotonic=idle.monotonic,
                               source_activity=source.activity if source is not None else None,
-                              activity_stale_ms=activity_stale_ms, parts=self.state.parts,
+                              activity_stale_ms=idle.activity_stale_ms, parts=self.state.parts,
                               watermark=self.state.watermark, emit=self._emit)
         self.busy = False
         self.failure: BaseException | None = None
@@ -316,12 +315,8 @@ class Controller:
         return self.state.after_batch(
             batch_id=intent.batch_id,
             wm_start=intent.wm_start,
-            batch_max_event_time=result.max_event_time,
-            batch_max_counted=result.max_counted_time,
-            batch_min_hour=result.min_hour,
-            batch_max_hour=result.max_hour,
+            times=result.times,
             out_of_orderness=self.event_type_of(intent).out_of_orderness,
-            batch_parts=result.parts,
             parts_quiet_for=self.idle.parts_quiet_for(mono),
             idle_timeout=self.et.idle_timeout,
         )

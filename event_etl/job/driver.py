@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict, Unpack
 
 from event_etl.errors import UsageError, unwrap_task_error
 from event_etl.eventtypes import EventType
@@ -62,27 +63,52 @@ from event_etl.job.stopping import (
 from event_etl.job.summary import end_run
 from event_etl.timeutil import now_millis
 
-__all__ = ["run", "run_job", "run_fleet", "Summaries"]
+__all__ = ["run", "run_job", "run_fleet", "Summaries", "Hosting", "HostingArgs"]
 
 Summaries = dict[str, dict[str, Any]]
 """What a run returns: each type's summary, by name."""
 
 
+@dataclass(frozen=True)
+class Hosting:
+    """What the caller of a run (the command line, ``submit``'s driver, a test) gives around its types and options:
+    the wall ``clock`` (ms); ``listeners`` of every type's events (beside its printer and metrics); ``stops``, the
+    record of stop signals the job obeys (a new one by default), its handlers installed when ``install_signals``;
+    ``stop_event`` (a ``threading.Event``), which, when set, stops the run as SIGINT does; ``status_every_s``, how
+    often a fleet prints its status lines; ``echo``, which says every line for people."""
+
+    clock: Callable[[], int] = now_millis
+    listeners: list[Callable[[str, Any], None]] | None = None
+    install_signals: bool = True
+    stops: StopSignals | None = None
+    stop_event: Any = None
+    status_every_s: float = 30.0
+    echo: Echo = say
+
+
+class HostingArgs(TypedDict, total=False):
+    """:class:`Hosting`'s fields, as keyword arguments of :func:`run` (each optional, its default Hosting's)."""
+
+    clock: Callable[[], int]
+    listeners: list[Callable[[str, Any], None]] | None
+    install_signals: bool
+    stops: StopSignals | None
+    stop_event: Any
+    status_every_s: float
+    echo: Echo
+
+
 def run(event_types: list[EventType], options: RunOptions, *, fleet: bool | None = None, spark: Any = None,
-        clock: Callable[[], int] = now_millis, listeners: list[Callable[[str, Any], None]] | None = None,
-        install_signals: bool = True, stops: StopSignals | None = None, stop_event: Any = None,
-        status_every_s: float = 30.0, echo: Echo = say) -> Summaries:
+        **hosting: Unpack[HostingArgs]) -> Summaries:
     """Run ``event_types`` in one Spark application until their input ends (``once``/``drain``), a signal, or
     ``max_seconds``; returns each type's summary.
 
     ``fleet`` (default: more than one type) makes it a fleet: each type's checkpoint is ``<checkpoint>/<type>``,
-    a failing type is quarantined, and the end is a line per type (printed by the caller).  ``stops`` is the record
-    of stop signals the job obeys (its handlers installed when ``install_signals``); ``stop_event`` (a
-    ``threading.Event``), when set, stops it as SIGINT does.  A session the driver starts itself (``spark=None``) is
-    stopped, its JVM gone, before it returns."""
-    d = _Driver(event_types, options, fleet=len(event_types) > 1 if fleet is None else fleet, clock=clock,
-                listeners=listeners, install_signals=install_signals, stops=stops, stop_event=stop_event,
-                status_every_s=status_every_s, echo=echo)
+    a failing type is quarantined, and the end is a line per type (printed by the caller).  The keyword arguments
+    ``hosting`` are :class:`Hosting`'s (the clock, listeners, stop signals, the lines' ``echo``).  A session the
+    driver starts itself (``spark=None``) is stopped, its JVM gone, before it returns."""
+    d = _Driver(event_types, options, fleet=len(event_types) > 1 if fleet is None else fleet,
+                hosting=Hosting(**hosting))
     try:
         d.lease_all()
         return d.run(spark)
@@ -116,24 +142,22 @@ def _check(event_types: list[EventType], options: RunOptions, fleet: bool) -> No
 class _Driver:
     """One run's parts and steps (see the module docstring); :func:`run` calls them in order."""
 
-    def __init__(self, event_types: list[EventType], options: RunOptions, *, fleet: bool, clock: Callable[[], int],
-                 listeners: list[Callable[[str, Any], None]] | None, install_signals: bool,
-                 stops: StopSignals | None, stop_event: Any, status_every_s: float, echo: Echo) -> None:
+    def __init__(self, event_types: list[EventType], options: RunOptions, *, fleet: bool, hosting: Hosting) -> None:
         _check(event_types, options, fleet)
         if options.drain:
             options.once = True  # drain: process what is available, then close every open hour
-        self.event_types, self.options, self.fleet, self.clock = event_types, options, fleet, clock
-        self.listeners, self.install_signals, self.echo = listeners, install_signals, echo
-        self.stop_event, self.status_every_s = stop_event, status_every_s
+        self.event_types, self.options, self.fleet, self.clock = event_types, options, fleet, hosting.clock
+        self.listeners, self.install_signals, self.echo = hosting.listeners, hosting.install_signals, hosting.echo
+        self.stop_event, self.status_every_s = hosting.stop_event, hosting.status_every_s
         self.who = "fleet" if fleet else event_types[0].name
         self.members: list[FleetMember] = []
         self.spark: Any = None
         self.endpoint: Any = None
         self.last_status = time.monotonic()
-        self.stops = stops if stops is not None else StopSignals()
+        self.stops = hosting.stops if hosting.stops is not None else StopSignals()
         self.stops.drain_on_stop = self.stops.drain_on_stop or options.drain_on_stop
         self.stops.accept_drain_requests()  # SIGUSR1 (event-etl drain): before the locks name this process the job's
-        if install_signals:
+        if hosting.install_signals:
             self.stops.install()  # before the leases: a stop asked for while one is waited for is obeyed later
 
     # -- 1. checks and leases ---------------------------------------------------------------------
@@ -248,9 +272,7 @@ class _Driver:
         trigger_ms = min(m.prepared.trigger_ms for m in self.members)
         try:
             stopped_by = run_rounds(engine, self.members, self.options, self.stops, trigger_ms=trigger_ms,
-                                    on_failure=self.on_failure, on_done=self.on_done,
-                                    supervise=lambda: self.supervise(engine), deadline=deadline,
-                                    stop_event=self.stop_event)
+                                    supervisor=self, deadline=deadline, stop_event=self.stop_event)
             line = round_summary(engine.history) if self.fleet else None
             if line and not self.options.quiet:
                 self.echo(line)

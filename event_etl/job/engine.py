@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from event_etl.errors import EventEtlError
 from event_etl.job.lane import Lane, Pending, SparkLog
@@ -54,7 +54,7 @@ from event_etl.job.stopping import POLL_S, Echo, Escalated, StopSignals, run_wat
 from event_etl.sources.face import SourceSession
 from event_etl.sources.splits import Split
 
-__all__ = ["SparkLog", "Lane", "Pending", "Engine", "run_rounds", "rounds_before_drain", "round_summary",
+__all__ = ["SparkLog", "Lane", "Pending", "Engine", "Supervisor", "run_rounds", "rounds_before_drain", "round_summary",
            "FleetMember"]  # SparkLog, Lane, Pending: event_etl.job.lane; FleetMember: event_etl.job.member
 
 Offset = Any
@@ -297,11 +297,22 @@ def _balance(rows: list[SplitRow], parallelism: int) -> list[list[SplitRow]]:
     return [b for b in bins if b]
 
 
+class Supervisor(Protocol):
+    """What runs the rounds (the driver), as :func:`run_rounds` sees it: told of each type that failed
+    (``on_failure``) and, with ``--once``, of each whose input ended (``on_done``); asked to look after the types
+    between rounds (``supervise``: ticks, backlog metrics, a quarantined type tried again)."""
+
+    def on_failure(self, m: FleetMember, err: BaseException) -> None: ...
+
+    def on_done(self, m: FleetMember) -> None: ...
+
+    def supervise(self, engine: Engine) -> None: ...
+
+
 def run_rounds(engine: Engine, members: list[FleetMember], options: Any, stops: StopSignals, *,
-               trigger_ms: int, on_failure: Callable[[Any, BaseException], None], on_done: Callable[[Any], None],
-               supervise: Callable[[], None], deadline: float | None, stop_event: Any = None) -> str | None:
-    """The job's loop: a round every trigger interval (at once again if one took longer), ticks and supervision in
-    between.  Returns what stopped it (a signal's name, ``time limit``) or None: input ended."""
+               trigger_ms: int, supervisor: Supervisor, deadline: float | None, stop_event: Any = None) -> str | None:
+    """The job's loop: a round every trigger interval (at once again if one took longer), the ``supervisor``'s
+    turn in between.  Returns what stopped it (a signal's name, ``time limit``) or None: input ended."""
     next_round = time.monotonic()
     next_tick = time.monotonic() + options.tick_seconds
     while True:
@@ -314,11 +325,11 @@ def run_rounds(engine: Engine, members: list[FleetMember], options: Any, stops: 
         if now >= next_round:
             next_round = now + (0.0 if options.once else trigger_ms / 1000.0)  # --once: rounds back to back
             _round(engine, [m.name for m in members if m.state == "running"], stops, once=options.once,
-                   on_failure=on_failure, on_done=on_done)
+                   on_failure=supervisor.on_failure, on_done=supervisor.on_done)
             continue
         if now >= next_tick:
             next_tick = now + options.tick_seconds
-            supervise()
+            supervisor.supervise(engine)
         stops.sleep(min(POLL_S, max(0.0, next_round - time.monotonic())))
 
 

@@ -12,6 +12,7 @@ moves no watermark.  The rules are :mod:`event_etl.rules.watermark`'s; this is t
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from event_etl.rules.watermark import (
@@ -23,7 +24,17 @@ from event_etl.rules.watermark import (
     quiet_start,
 )
 
-__all__ = ["IdleClock"]
+__all__ = ["IdleClock", "IdleSettings"]
+
+
+@dataclass(frozen=True)
+class IdleSettings:
+    """How a job's idle timers (:class:`IdleClock`) tell the time that passes and the age of what the source says:
+    ``monotonic``, seconds on a clock that never steps (``time.monotonic`` in a job; None: the wall clock stands in,
+    for tests driving a fake one), and ``activity_stale_ms``, past which a source's report cannot tell what waits."""
+
+    monotonic: Callable[[], float] | None = None
+    activity_stale_ms: int = 60_000
 
 
 class IdleClock:

@@ -19,7 +19,9 @@ from event_etl import faults
 from event_etl.errors import UsageError
 from event_etl.eventtypes import EventType
 from event_etl.job.checkpoint import Checkpoint
+from event_etl.job.context import Writer
 from event_etl.job.controller import Controller
+from event_etl.job.idle import IdleSettings
 from event_etl.job.progress import GeneratorClock, ProgressPrinter
 
 if TYPE_CHECKING:
@@ -271,10 +273,10 @@ def _open_controller(p: Prepared, session: SourceSession, *, writer: str, log_di
                               settings_file=et.settings_file)  # named when a backfill goes to the dead letters
     controller = Controller(
         event_type=et, storage=p.storage, checkpoint=ckpt, clock=clock, listeners=[printer, *(listeners or [])],
-        writer=writer, guard=p.lease.guard if p.lease is not None else None,
-        fence=p.lease.fence() if p.lease is not None else None, monotonic=time.monotonic,
+        writer=Writer(writer, guard=p.lease.guard if p.lease is not None else None,
+                      fence=p.lease.fence() if p.lease is not None else None),
         # the source reports at every trigger; a report older than this cannot tell what waits
-        activity_stale_ms=max(3 * p.trigger_ms, 30_000), source=session,
+        idle=IdleSettings(monotonic=time.monotonic, activity_stale_ms=max(3 * p.trigger_ms, 30_000)), source=session,
     )
     if not options.quiet:
         say_backfill_held(controller, p.storage, echo=echo)

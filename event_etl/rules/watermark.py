@@ -42,9 +42,9 @@ from typing import Any
 
 from event_etl.timeutil import HOUR_MS
 
-__all__ = ["WatermarkState", "SourceActivity", "counted_time", "drain_watermark", "idle_watermark", "idle_advance",
-           "parts_watermark", "merge_parts", "quiet_since", "quiet_start", "clock_step", "CLOCK_STEP_TOLERANCE_MS",
-           "watermark_after_batch"]
+__all__ = ["WatermarkState", "BatchTimes", "SourceActivity", "counted_time", "drain_watermark", "idle_watermark",
+           "idle_advance", "parts_watermark", "merge_parts", "quiet_since", "quiet_start", "clock_step",
+           "CLOCK_STEP_TOLERANCE_MS", "watermark_after_batch"]
 
 CLOCK_STEP_TOLERANCE_MS = 1_000
 """How far the wall clock may drift from the monotonic clock between two looks before it counts as a step (NTP
@@ -211,6 +211,24 @@ def quiet_since(last_input: int, activity: SourceActivity | None, *, now: int, s
 
 
 @dataclass(frozen=True)
+class BatchTimes:
+    """What a written batch tells of event time (``BatchResult.times``), summed over its splits.
+
+    - ``max_event_time``: the batch's largest accepted event time, or ``None``.
+    - ``max_counted``: its largest counted time (:func:`counted_time`): what the watermark follows.
+    - ``min_hour``, ``max_hour``: the earliest and the latest hour it wrote data to.
+    - ``parts``: a partitioned source's parts it read, each with its largest counted time (``None``: nothing of it
+      counted, see :func:`merge_parts`); empty for a source without parts.
+    """
+
+    max_event_time: int | None = None
+    max_counted: int | None = None
+    min_hour: int | None = None
+    max_hour: int | None = None
+    parts: Mapping[str, int | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class WatermarkState:
     """What a job knows of event time, persisted after every micro-batch.
 
@@ -243,41 +261,37 @@ class WatermarkState:
         *,
         batch_id: int,
         wm_start: int | None,
-        batch_max_event_time: int | None,
-        batch_max_counted: int | None,
-        batch_min_hour: int | None,
-        batch_max_hour: int | None,
+        times: BatchTimes,
         out_of_orderness: int,
-        batch_parts: Mapping[str, int | None] | None = None,
         parts_quiet_for: Mapping[str, int] | None = None,
         idle_timeout: int = 0,
     ) -> WatermarkState:
-        """State after batch ``batch_id`` (judged against ``wm_start``) was written.
+        """State after batch ``batch_id`` (judged against ``wm_start``) was written, with the event ``times`` it saw.
 
-        ``batch_max_counted`` is the batch's largest counted time (:func:`counted_time`); the
-        watermark follows it, not the raw ``batch_max_event_time``.  A partitioned source's batch reports its parts
-        (``batch_parts``: each part's largest counted time, see :func:`merge_parts`); with parts known, the
-        watermark follows :func:`parts_watermark` instead (``parts_quiet_for``: how long each part has been quiet,
-        0 for those of this batch)."""
-        parts = merge_parts(self.parts, batch_parts) if batch_parts else self.parts
+        The watermark follows the batch's largest counted time (``times.max_counted``, :func:`counted_time`), not
+        its raw ``times.max_event_time``.  A partitioned source's batch reports its parts (``times.parts``: each
+        part's largest counted time, see :func:`merge_parts`); with parts known, the watermark follows
+        :func:`parts_watermark` instead (``parts_quiet_for``: how long each part has been quiet, 0 for those of this
+        batch)."""
+        parts = merge_parts(self.parts, times.parts) if times.parts else self.parts
         if parts:
             wm = _max(_max(wm_start, self.watermark),
                       parts_watermark(parts, parts_quiet_for or {}, out_of_orderness=out_of_orderness,
                                       idle_timeout=idle_timeout))
         else:
             wm = watermark_after_batch(
-                _max(wm_start, self.watermark), batch_max_counted, out_of_orderness=out_of_orderness
+                _max(wm_start, self.watermark), times.max_counted, out_of_orderness=out_of_orderness
             )
         first = self.first_hour
-        if batch_min_hour is not None and (first is None or batch_min_hour < first):
-            first = batch_min_hour
+        if times.min_hour is not None and (first is None or times.min_hour < first):
+            first = times.min_hour
         return replace(
             self,
             watermark=wm,
-            max_event_time=_max(self.max_event_time, batch_max_event_time),
-            max_counted_time=_max(self.max_counted_time, batch_max_counted),
+            max_event_time=_max(self.max_event_time, times.max_event_time),
+            max_counted_time=_max(self.max_counted_time, times.max_counted),
             first_hour=first,
-            last_hour=_max(self.last_hour, batch_max_hour),
+            last_hour=_max(self.last_hour, times.max_hour),
             last_batch_id=max(self.last_batch_id, batch_id),
             parts=parts,
         )

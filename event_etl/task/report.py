@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from event_etl.rules.manifest import FileEntry, event_hours_of
+from event_etl.rules.watermark import BatchTimes
 
 __all__ = ["DELAY_BUCKETS_S", "SplitReport", "BatchResult", "summarize", "merge_backfill"]
 
@@ -139,6 +140,12 @@ class BatchResult:
     @property
     def deadlettered(self) -> int:
         return sum(self.reasons.values())
+
+    @property
+    def times(self) -> BatchTimes:
+        """What the batch tells of event time, for :meth:`WatermarkState.after_batch`."""
+        return BatchTimes(max_event_time=self.max_event_time, max_counted=self.max_counted_time,
+                          min_hour=self.min_hour, max_hour=self.max_hour, parts=self.parts)
 
 
 def summarize(reports: list[dict[str, Any]]) -> BatchResult:
