@@ -180,12 +180,17 @@ class SourceSession(ABC):
         a seek must go to bring it all back, which the job writes into its lease for people."""
         return None
 
+    def stop_soon(self) -> None:
+        """Ask what runs beside the rounds to stop, without waiting (a fleet asks every session, then waits for each
+        in :meth:`stop`: a thousand types stop in parallel); nothing for most kinds."""
+        return None
+
     def summary_line(self, name: str) -> str | None:
         """A line on what the source did in this run, for the end of the job (None: nothing to say)."""
         return None
 
     def stop(self) -> None:
-        """Stop the session: no more pulls; what was pulled and not saved comes again."""
+        """Stop the session: no more pulls; what was pulled and not saved comes again.  A second call does nothing."""
         return None
 
 
@@ -195,6 +200,7 @@ class PlannedSession(SourceSession):
     def __init__(self, planner: Planner) -> None:
         self.planner = planner
         self._activity: SourceActivity | None = None
+        self._stopped = False
 
     def initial_offset(self) -> Offset:
         return self.planner.initial_offset()
@@ -227,6 +233,10 @@ class PlannedSession(SourceSession):
         return self._activity
 
     def stop(self) -> None:
+        """Stop the planner (Kafka: its consumer); once (a fleet's stop and the job's close both ask)."""
+        if self._stopped:
+            return
+        self._stopped = True
         stop: Callable[[], None] | None = getattr(self.planner, "stop", None)
         if stop is not None:
             stop()

@@ -77,6 +77,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from event_etl.errors import SourceError
@@ -89,7 +90,7 @@ from event_etl.sources.pubsub_stalls import WAIT_CAP, WAIT_FIRST, Stalls, waited
 from event_etl.sources.pubsub_stream import Parking, PullStream
 from event_etl.sources.spool import DRAINED, AppendFailed, RunRecord, Spool
 
-__all__ = ["Fetcher", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
+__all__ = ["Fetcher", "SharedRun", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
            "acknowledge_in_bulk", "stats_line", "subscription_deadline", "spool_warning", "waited_since", "WAIT_FIRST",
            "WAIT_CAP"]
 
@@ -144,16 +145,25 @@ def stats_line(name: str, stats: dict[str, Any]) -> str:
 
 
 
+@dataclass(frozen=True)
+class SharedRun:
+    """The run a fetch partition's fetcher (:mod:`event_etl.sources.pubsub_partitions`) pulls in, its driver's: the
+    ``run`` its segments are named by (the run's record and hold are the driver's), and the number of its first
+    stream (``stream_base``: the partitions' streams are numbered apart)."""
+
+    run: str
+    stream_base: int = 0
+
+
 class Fetcher:
     """Background pulling of one subscription into spool segments.  See the module docstring.
 
-    ``run``, ``stream_base`` and ``fresh=False``: a fetch partition's (:mod:`event_etl.sources.pubsub_partitions`),
-    whose run, record and hold are its driver's."""
+    ``shared``: a fetch partition's fetcher, pulling in its driver's run; without it the fetcher owns a run of its
+    own (``fresh``: its record, the hold)."""
 
     def __init__(self, subscription: str, spool_dir: str | os.PathLike[str], *, settings: FetchSettings | None = None,
                  once: bool = False, client_factory: Callable[[], Any] | None = None,
-                 clock: Callable[[], int] | None = None, run: str | None = None, stream_base: int = 0,
-                 fresh: bool = True) -> None:
+                 clock: Callable[[], int] | None = None, shared: SharedRun | None = None) -> None:
         from event_etl.timeutil import now_millis
 
         self.subscription = subscription
@@ -166,7 +176,7 @@ class Fetcher:
         self._client_factory = client_factory
         self._client: Any = None
         self.clock = clock or now_millis
-        self.run = run or secrets.token_hex(4)
+        self.run = shared.run if shared is not None else secrets.token_hex(4)
         self.lock = threading.Lock()
         self.room = threading.Condition(self.lock)  # streams wait here for room in the spool
         self.parking = Parking(self.lock)
@@ -175,6 +185,7 @@ class Fetcher:
         self.acks = Acknowledger(subscription, self.settings, client=lambda: self.client, requests=self.requests,
                                  room=self.room, clock=self.clock)
         self.held: HeldSegments = self.acks.held  # the segments this run wrote and no batch saved yet
+        stream_base = shared.stream_base if shared is not None else 0
         self.streams = [PullStream(self, stream_base + i) for i in range(max(1, self.settings.streams))]
         self.pulled = 0
         self.delivered_at: int | None = None
@@ -184,7 +195,7 @@ class Fetcher:
         self._stop = threading.Event()  # everything: pulling and extending deadlines
         self._no_more_pulls = threading.Event()  # pulling only (``once``: the subscription stayed empty)
         self._threads: list[threading.Thread] = []
-        self.fresh = fresh  # this fetcher owns the run (its record, the hold): a fetch partition's driver does
+        self.fresh = shared is None  # this fetcher owns the run (its record, the hold): a fetch partition's driver does
         self.this_run = FetchRun(self.spool, subscription, clock=self.clock)
         self.settle_until = 0.0  # monotonic: until then a killed run's leases may still come back (settling)
         self.settle_seconds = 0.0
@@ -192,7 +203,7 @@ class Fetcher:
         # out by that time + their length: the settling runs while Spark starts); None: when this run begins
         self.leased_at: float | None = None
         self.fenced = False  # another writer finished one of its open segments: it pulls no more
-        if fresh:  # a fetch partition leaves this to the driver's coordinator
+        if self.fresh:  # a fetch partition leaves this to the driver's coordinator
             self.spool.clear_drained()
             self.spool.clear_error()  # an earlier run's error: this run tries again
 
@@ -253,6 +264,11 @@ class Fetcher:
     def settling(self) -> bool:
         """Whether messages a killed run left leased may still come back (see the module docstring)."""
         return time.monotonic() < self.settle_until
+
+    def request_stop(self) -> None:
+        """Ask every stream to stop, without waiting (:meth:`stop` then finds them ended: a fleet asks all its fetchers
+        first, then waits for each)."""
+        self._stop.set()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop pulling; messages pulled but not written are left to be delivered again.  Returns within about

@@ -47,18 +47,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from event_etl.errors import SourceError, UsageError
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.pubsub_ack import acknowledge_in_bulk
-from event_etl.sources.pubsub_fetch import Fetcher, stats_line, subscriber
+from event_etl.sources.pubsub_fetch import Fetcher, SharedRun, stats_line, subscriber
 from event_etl.sources.pubsub_run import FetchRun
 from event_etl.sources.pubsub_settings import FetchSettings, spool_warning
 from event_etl.sources.spool import ACKED_SUFFIX, STOP, SegmentName, Spool, segment_count
 
-__all__ = ["ExecutorFetcher", "PartitionFetcher", "fetch_partition", "acknowledge_segments", "ACKED_SUFFIX", "STOP"]
+__all__ = ["ExecutorFetcher", "PartitionFetcher", "FetchJob", "fetch_partition", "acknowledge_segments", "ACKED_SUFFIX",
+           "STOP"]
 
 log = logging.getLogger(__name__)
 
@@ -70,22 +71,41 @@ ATTEMPT_SEQ = 10_000_000
 """A retried task's segments are numbered from ``attempt * ATTEMPT_SEQ``: never the name of an earlier attempt's."""
 
 
-class PartitionFetcher(Fetcher):
-    """One fetch partition's puller, in an executor task (see the module docstring)."""
+@dataclass(frozen=True)
+class FetchJob:
+    """What every task of one fetch job pulls by, the same for all (sent to the executors with the task): the
+    ``subscription``; the spool's folder ``spool_dir`` (on a mount every node shares at the same path); how many
+    ``partitions`` pull; the fetcher's ``settings`` (:class:`FetchSettings`' fields, as a dict: each partition takes
+    its share of the bounds); the driver's ``run``, which the partitions pull in; ``once`` (end once the
+    subscription stayed empty); and ``lease_seconds``, the subscription's ack deadline as the driver learnt it
+    (acknowledgements after it count as late; None: not learnt)."""
 
-    def __init__(self, subscription: str, spool_dir: str | os.PathLike[str], *, partition: int, partitions: int,
-                 settings: FetchSettings, run: str, attempt: int = 0, once: bool = False,
+    subscription: str
+    spool_dir: str
+    partitions: int
+    settings: dict[str, Any]
+    run: str
+    once: bool = False
+    lease_seconds: int | None = None
+
+
+class PartitionFetcher(Fetcher):
+    """One fetch partition's puller, in an executor task (see the module docstring): partition ``partition`` of
+    ``job``, in its attempt ``attempt``."""
+
+    def __init__(self, job: FetchJob, partition: int, *, attempt: int = 0,
                  client_factory: Callable[[], Any] | None = None, clock: Callable[[], int] | None = None,
-                 settle_seconds: float = 0.0, lease_seconds: int | None = None) -> None:
-        share = max(1, partitions)
+                 settle_seconds: float = 0.0) -> None:
+        settings, run = FetchSettings(**job.settings), job.run
+        share = max(1, job.partitions)
         mine = replace(settings, max_held_messages=max(1, settings.max_held_messages // share),
                        max_held_bytes=max(1, settings.max_held_bytes // share))
-        super().__init__(subscription, spool_dir, settings=mine, once=once, client_factory=client_factory,
-                         clock=clock, run=run, stream_base=partition * max(1, settings.streams), fresh=False)
+        super().__init__(job.subscription, job.spool_dir, settings=mine, once=job.once, client_factory=client_factory,
+                         clock=clock, shared=SharedRun(run, stream_base=partition * max(1, settings.streams)))
         self.partition = partition
         self.attempt = attempt
-        if lease_seconds:  # the subscription's, as the driver learnt it: acknowledgements after it count as late
-            self.acks.lease_seconds = lease_seconds
+        if job.lease_seconds:  # the subscription's, as the driver learnt it: acknowledgements after it count as late
+            self.acks.lease_seconds = job.lease_seconds
         for s in self.streams:
             s.seq = attempt * ATTEMPT_SEQ
         # an earlier attempt of this task that died left its open segments: acknowledged messages, finished here
@@ -147,28 +167,27 @@ class PartitionFetcher(Fetcher):
         self.spool.write_status(self.partition, self.status())
 
 
-def fetch_partition(subscription: str, spool_dir: str, partition: int, partitions: int, settings: dict[str, Any],
-                    run: str, once: bool, attempt: int = 0, *, client_factory: Callable[[], Any] | None = None,
-                    report_every: float = 0.5, settle_seconds: float = 0.0,
-                    still_ours: Callable[[], None] | None = None, lease_seconds: int | None = None) -> dict[str, Any]:
-    """The body of fetch partition ``partition`` (an executor task): pull until ``STOP``, an error, or (``once``)
-    the subscription stayed empty (after ``settle_seconds``: see :class:`PartitionFetcher`) and everything pulled
-    was acknowledged.  Returns its last status.
+def fetch_partition(job: FetchJob, partition: int, attempt: int = 0, *,
+                    client_factory: Callable[[], Any] | None = None, report_every: float = 0.5,
+                    settle_seconds: float = 0.0, still_ours: Callable[[], None] | None = None) -> dict[str, Any]:
+    """The body of fetch partition ``partition`` of ``job`` (an executor task, in its attempt ``attempt``): pull
+    until ``STOP``, an error, or (``job.once``) the subscription stayed empty (after ``settle_seconds``: see
+    :class:`PartitionFetcher`) and everything pulled was acknowledged.  Returns its last status.
 
     ``still_ours()`` raises once the job this task pulls for no longer holds its lease (a task of a driver that
     died, still running when the restarted driver starts): the task stops pulling at its next look, within
     ``report_every``, and ends with that error.  A task whose open segment another attempt finished (a retry, a
     speculative copy) stops pulling and ends quietly: that attempt has taken over.  An error raises, so that the
     driver learns it from the task's failure even when no file could be written (a full disk)."""
-    spool = Spool.at(spool_dir)
+    spool = Spool.at(job.spool_dir)
     if spool is None:
-        raise SourceError(f"fetch partition {partition} on {socket.gethostname()} cannot reach the spool {spool_dir}",
+        raise SourceError(f"fetch partition {partition} on {socket.gethostname()} cannot reach the spool "
+                          f"{job.spool_dir}",
                           fix="with EVENT_ETL_PUBSUB_FETCH_PARTITIONS the checkpoint must be on a mount every node "
                               "shares at the same path (NFS, Filestore), or set it to 0 to pull in the driver")
     spool.begin_statuses(clear=False)
-    f = PartitionFetcher(subscription, spool.dir, partition=partition, partitions=partitions,
-                         settings=FetchSettings(**settings), run=run, attempt=attempt, once=once,
-                         client_factory=client_factory, settle_seconds=settle_seconds, lease_seconds=lease_seconds)
+    f = PartitionFetcher(job, partition, attempt=attempt, client_factory=client_factory,
+                         settle_seconds=settle_seconds)
     f.start()
     try:
         while not spool.stop_requested() and f.error is None and not f.fenced:
@@ -181,7 +200,7 @@ def fetch_partition(subscription: str, spool_dir: str, partition: int, partition
                                         "elsewhere; this task's job stops"))
                     break
             _write_status(f)
-            if once and f.pulls_done.is_set():
+            if job.once and f.pulls_done.is_set():
                 f._forget_acked()
                 if f.spooled or not f.held:  # spooled: every message was acknowledged when its segment was written
                     break
@@ -230,11 +249,11 @@ def acknowledge_segments(client: Any, subscription: str, spool: Spool | str | os
     return sum(segment_count(b) for b in done), True
 
 
-def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str, Any], run: str, once: bool,
-          settle_until_ms: int = 0, fence: dict[str, Any] | None = None, sink: str | None = None,
-          lease_seconds: int | None = None) -> Callable[[int, Iterator[Any]], Iterator[str]]:
-    """What Spark runs for each fetch partition (a partition of ``range(N)``).  ``fence`` and ``sink``: the job's
-    lease, which the task checks as it pulls (:func:`fetch_partition`'s ``still_ours``)."""
+def _task(job: FetchJob, *, settle_until_ms: int = 0, fence: dict[str, Any] | None = None,
+          sink: str | None = None) -> Callable[[int, Iterator[Any]], Iterator[str]]:
+    """What Spark runs for each fetch partition of ``job`` (a partition of ``range(N)``).  ``settle_until_ms``:
+    until when (wall clock) a killed run's leases may still come back.  ``fence`` and ``sink``: the job's lease,
+    which the task checks as it pulls (:func:`fetch_partition`'s ``still_ours``)."""
 
     def run_partition(index: int, _rows: Iterator[Any]) -> Iterator[str]:
         from pyspark import TaskContext
@@ -251,8 +270,7 @@ def _task(subscription: str, spool_dir: str, partitions: int, settings: dict[str
 
             lease = Fence.of(fence, open_storage(sink))
             still_ours = lease.check if lease is not None else None
-        yield json.dumps(fetch_partition(subscription, spool_dir, index, partitions, settings, run, once, attempt,
-                                         settle_seconds=settle, still_ours=still_ours, lease_seconds=lease_seconds))
+        yield json.dumps(fetch_partition(job, index, attempt, settle_seconds=settle, still_ours=still_ours))
 
     return run_partition
 
@@ -346,8 +364,9 @@ class ExecutorFetcher:
         try:
             sc.setJobGroup(self.group, f"event_etl: pulling {self.subscription} ({self.partitions} fetch partitions)",
                            interruptOnCancel=True)
-            body = _task(self.subscription, str(self.dir), self.partitions, settings, self.run, self.once,
-                         self.settle_until_ms, self.fence, self.sink, self.lease_seconds)
+            job = FetchJob(self.subscription, str(self.dir), self.partitions, settings, self.run, once=self.once,
+                           lease_seconds=self.lease_seconds)
+            body = _task(job, settle_until_ms=self.settle_until_ms, fence=self.fence, sink=self.sink)
             sc.parallelize(range(self.partitions), self.partitions).mapPartitionsWithIndex(body).collect()
             while self.once and self.settling():  # a killed run's leases: the tasks waited too, this is their rest
                 time.sleep(0.1)
@@ -370,6 +389,11 @@ class ExecutorFetcher:
                 self._released = True
                 key = id(self.spark.sparkContext)
                 _TAKEN[key] = max(0, _TAKEN.get(key, 0) - self.partitions)
+
+    def request_stop(self) -> None:
+        """Ask the fetch partitions to stop, without waiting (:meth:`stop` waits)."""
+        if self._thread is not None:
+            self.spool.request_stop()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the fetch partitions; messages pulled and not written are delivered again."""

@@ -61,11 +61,16 @@ class PubSubSession(PlannedSession):
 
         return oldest_publish_ms(self.fetcher.segdir)
 
+    def stop_soon(self) -> None:
+        self.fetcher.request_stop()
+
     def summary_line(self, name: str) -> str | None:
         line: str = self.fetcher.summary_line(name)
         return line
 
     def stop(self) -> None:
+        if self._stopped:
+            return
         try:
             self.fetcher.stop()
         finally:
