@@ -202,7 +202,7 @@ def test_through_the_job_redeliveries_are_dropped_and_saved_batches_acknowledged
 # -- fetch partitions (pulling on executors): the task's side, with the real service's behaviour --------------
 def _run_partition(tmp_path, svc, *, partitions=2, max_held=2000, once=False, run="a1b2c3d4", partition=1,
                    ack="committed"):
-    from event_etl.sources.pubsub_partitions import fetch_partition
+    from event_etl.sources.pubsub_partitions import FetchJob, fetch_partition
 
     (tmp_path / "spool" / "segments").mkdir(parents=True, exist_ok=True)
     settings = dict(streams=1, max_held_messages=max_held, segment_messages=200, segment_age=0.05, ack_deadline=60,
@@ -210,8 +210,8 @@ def _run_partition(tmp_path, svc, *, partitions=2, max_held=2000, once=False, ru
     out: dict = {}
 
     def body():
-        out["status"] = fetch_partition(SUB, str(tmp_path / "spool"), partition, partitions, settings, run, once,
-                                        client_factory=lambda: svc, report_every=0.05)
+        out["status"] = fetch_partition(FetchJob(SUB, str(tmp_path / "spool"), partitions, settings, run, once=once),
+                                        partition, client_factory=lambda: svc, report_every=0.05)
 
     th = threading.Thread(target=body, daemon=True)
     th.start()
@@ -285,10 +285,10 @@ def test_a_fetch_partition_that_cannot_reach_the_spool_says_so_with_the_fix(tmp_
     import pytest
 
     from event_etl.errors import SourceError
-    from event_etl.sources.pubsub_partitions import fetch_partition
+    from event_etl.sources.pubsub_partitions import FetchJob, fetch_partition
 
     with pytest.raises(SourceError) as e:
-        fetch_partition(SUB, str(tmp_path / "not-mounted"), 0, 1, {}, "a1b2c3d4", False,
+        fetch_partition(FetchJob(SUB, str(tmp_path / "not-mounted"), 1, {}, "a1b2c3d4"), 0,
                         client_factory=RealServiceLike)
     assert "cannot reach the spool" in e.value.message and "shares at the same path" in e.value.fix
 

@@ -18,7 +18,15 @@ import pytest
 from click.testing import CliRunner
 
 from event_etl.cli.job import deadletter_cmd
-from event_etl.consumer.replay import Criteria, load_entries, parse_target, plan_replay, replay_records, run_replay
+from event_etl.consumer.replay import (
+    Criteria,
+    LiveType,
+    load_entries,
+    parse_target,
+    plan_replay,
+    replay_records,
+    run_replay,
+)
 from event_etl.errors import UsageError
 from event_etl.job.checkpoint import Checkpoint
 from event_etl.rules.replay import future_again, select, split_future, split_too_late, too_late_again
@@ -106,7 +114,7 @@ def test_a_dir_replay_writes_one_file_the_job_finds_whole_and_is_recorded(sink, 
     (tmp_path / "in").mkdir()
     target = parse_target(f"dir:{tmp_path / 'in'}")
     plan = plan_replay(entries, [], target, now=T0 + 11 * H, criteria=Criteria(reasons=["schema_mismatch"]),
-                       watermark=T0 + 3 * H, allowed_lateness=24 * H)
+                       live=LiveType(watermark=T0 + 3 * H, allowed_lateness=24 * H))
     assert [e.letter.payload for e in plan.send] == [b'{"n": 1}', b'{"n": 5}']
     assert [e.letter.payload for e in plan.not_a_line] == [b'{"n":\n 4}'], "a newline cannot be one line"
     rec = run_replay(storage, "page_view", plan, now=T0 + 11 * H)

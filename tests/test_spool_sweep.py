@@ -94,7 +94,7 @@ def test_a_look_while_a_segment_is_rolled_sees_its_acknowledged_messages(tmp_pat
 
 def test_the_driver_counts_what_a_fetch_partition_acknowledged_into_its_open_segment(tmp_path):
     """:data:`tests.sweeps.spool_sweep.EXECUTOR_BACKLOG`, fixed: the driver counts a partition's open segment."""
-    from event_etl.sources.pubsub_partitions import STOP, ExecutorFetcher, fetch_partition
+    from event_etl.sources.pubsub_partitions import STOP, ExecutorFetcher, FetchJob, fetch_partition
 
     svc = Service()
     svc.publish_all(40)
@@ -110,9 +110,9 @@ def test_the_driver_counts_what_a_fetch_partition_acknowledged_into_its_open_seg
 
     svc.pull = gated
     settings = dict(PART_SETTINGS)
-    th = threading.Thread(target=fetch_partition, args=(SUB, str(spool_dir), 0, 1, settings, RUN, False, 0),
-                          kwargs=dict(client_factory=lambda: svc, report_every=0.05, lease_seconds=LEASE),
-                          daemon=True)
+    job = FetchJob(SUB, str(spool_dir), 1, settings, RUN, lease_seconds=LEASE)
+    th = threading.Thread(target=fetch_partition, args=(job, 0, 0),
+                          kwargs=dict(client_factory=lambda: svc, report_every=0.05), daemon=True)
     th.start()
     ex = ExecutorFetcher(SUB, spool_dir, spark=_fake_spark(), settings=FetchSettings(**settings, fetch_partitions=1))
     ex.run = RUN

@@ -380,7 +380,7 @@ def test_frames_a_fenced_writer_appended_after_the_finish_are_never_read(tmp_pat
 
 
 def test_a_retried_fetch_partition_fences_the_attempt_still_running(tmp_path):
-    from event_etl.sources.pubsub_partitions import PartitionFetcher, fetch_partition
+    from event_etl.sources.pubsub_partitions import FetchJob, PartitionFetcher, fetch_partition
 
     svc = CappedService(cap=10)
     for i in range(40):
@@ -400,15 +400,15 @@ def test_a_retried_fetch_partition_fences_the_attempt_still_running(tmp_path):
     svc.pull = gated_pull
 
     def attempt0():
-        out["status"] = fetch_partition(SUB, str(tmp_path / "spool"), 0, 1, settings, RUN, False, 0,
+        out["status"] = fetch_partition(FetchJob(SUB, str(tmp_path / "spool"), 1, settings, RUN), 0, 0,
                                         client_factory=lambda: svc, report_every=0.05)
 
     th = threading.Thread(target=attempt0, daemon=True)
     th.start()
     wait_until(lambda: len(svc.acked) == 20, what="attempt 0's first two pulls acknowledged")
     # attempt 1 of the same task starts (Spark thinks attempt 0 lost): it finishes attempt 0's open segment
-    retry = PartitionFetcher(SUB, tmp_path / "spool", partition=0, partitions=1, settings=FetchSettings(**settings),
-                             run=RUN, attempt=1, client_factory=lambda: svc)
+    retry = PartitionFetcher(FetchJob(SUB, str(tmp_path / "spool"), 1, settings, RUN), 0, attempt=1,
+                             client_factory=lambda: svc)
     finished = segments(tmp_path)
     assert [p.name for p in finished] == [SegmentName(RUN, 0, 0, 20).name]
     gate.set()  # attempt 0's third pull returns: its append finds the segment fenced
@@ -431,7 +431,7 @@ def test_fetch_partitions_refuse_spark_speculation():
 
 
 def test_a_fetch_task_stops_when_its_job_no_longer_holds_the_lease(tmp_path):
-    from event_etl.sources.pubsub_partitions import fetch_partition
+    from event_etl.sources.pubsub_partitions import FetchJob, fetch_partition
 
     svc = RealServiceLike()
     for i in range(10):
@@ -447,7 +447,7 @@ def test_a_fetch_task_stops_when_its_job_no_longer_holds_the_lease(tmp_path):
     (tmp_path / "spool" / "segments").mkdir(parents=True)
     settings = dict(streams=1, segment_age=0.05, pull_timeout=0.2, ack="spooled")
     with pytest.raises(SourceError, match="no longer holds"):
-        fetch_partition(SUB, str(tmp_path / "spool"), 0, 1, settings, RUN, False, client_factory=lambda: svc,
+        fetch_partition(FetchJob(SUB, str(tmp_path / "spool"), 1, settings, RUN), 0, client_factory=lambda: svc,
                         report_every=0.05, still_ours=still_ours)
     pulls = svc.calls["pull"]
     time.sleep(0.3)
@@ -525,12 +525,11 @@ def test_an_overlay_checkpoint_gets_the_warning(tmp_path):
 def test_each_fetch_partition_checks_its_own_hosts_mount(tmp_path):
     import socket
 
-    from event_etl.sources.pubsub_partitions import PartitionFetcher
+    from event_etl.sources.pubsub_partitions import FetchJob, PartitionFetcher
 
     with small_disk(tmp_path / "disk", 64 * 1024) as disk:
         (disk / "spool" / "segments").mkdir(parents=True)
-        pf = PartitionFetcher(SUB, disk / "spool", partition=3, partitions=4, settings=FetchSettings(), run=RUN,
-                              client_factory=RealServiceLike)
+        pf = PartitionFetcher(FetchJob(SUB, str(disk / "spool"), 4, {}, RUN), 3, client_factory=RealServiceLike)
         w = pf.status()["warning"]
         assert w and "fetch partition 3" in w and socket.gethostname() in w and "tmpfs" in w
 

@@ -424,7 +424,7 @@ def _replay_checkpoint(event_type: str, checkpoint: str | None, checkpoint_root:
 def _replay(storage: Any, et: Any, event_type: str, replay_to: str, criteria: Any, *, dry_run: bool,
             checkpoint: str | None, checkpoint_root: str | None) -> None:
     """``deadletter --replay-to``: plan, say, send (event_etl.consumer.replay)."""
-    from event_etl.consumer.replay import load_entries, parse_target, plan_replay, replay_records, run_replay
+    from event_etl.consumer.replay import LiveType, load_entries, parse_target, plan_replay, replay_records, run_replay
     from event_etl.consumer.sink import could_not_check
     from event_etl.eventtypes import EventType
     from event_etl.job.checkpoint import Checkpoint
@@ -443,8 +443,8 @@ def _replay(storage: Any, et: Any, event_type: str, replay_to: str, criteria: An
     with could_not_check():
         entries = load_entries(storage, event_type)
         records = replay_records(storage, event_type)
-    plan = plan_replay(entries, records, target, now=now, criteria=criteria, watermark=watermark,
-                       allowed_lateness=lateness, max_future_skew=skew, binary=et.payload != "json")
+    live = LiveType(watermark=watermark, allowed_lateness=lateness, max_future_skew=skew, binary=et.payload != "json")
+    plan = plan_replay(entries, records, target, now=now, criteria=criteria, live=live)
     wm = (iso(watermark) if watermark is not None else "- (none yet)" if ck is not None
           else "not read (no checkpoint; --too-late: nothing is left out as too late)")
     click.echo(f"[{event_type}] live job's watermark: {wm}; allowed_lateness {format_duration(lateness)}")

@@ -41,8 +41,8 @@ from event_etl.storage import Storage
 from event_etl.storage.deadletter import DeadLetter, iter_deadletters
 from event_etl.timeutil import iso, to_datetime
 
-__all__ = ["REPLAYS_DIR", "REPLAY_ATTRIBUTE", "REPLAY_OF_ATTRIBUTE", "Entry", "Target", "Criteria", "ReplayPlan",
-           "load_entries", "replay_records", "parse_target", "plan_replay", "run_replay"]
+__all__ = ["REPLAYS_DIR", "REPLAY_ATTRIBUTE", "REPLAY_OF_ATTRIBUTE", "Entry", "Target", "Criteria", "LiveType",
+           "ReplayPlan", "load_entries", "replay_records", "parse_target", "plan_replay", "run_replay"]
 
 REPLAYS_DIR = "_replays"
 REPLAY_ATTRIBUTE = "event_etl_replay"
@@ -195,17 +195,31 @@ class Criteria:
     future: bool = False
 
 
+@dataclass(frozen=True)
+class LiveType:
+    """The event type as its live job will read what a replay sends: the job's ``watermark`` (None: none, or
+    unknown) and the type's ``allowed_lateness`` (together: what is too late again), its ``max_future_skew`` (what
+    is ``future`` again; None: not looked at) and whether its payloads are ``binary`` (its ``payload`` is not
+    ``json``: see :func:`wire_payload`)."""
+
+    watermark: int | None = None
+    allowed_lateness: int = 0
+    max_future_skew: int | None = None
+    binary: bool = False
+
+
 def plan_replay(entries: Sequence[Entry], records: Sequence[dict[str, Any]], target: Target, *, now: int,
-                criteria: Criteria, watermark: int | None = None, allowed_lateness: int = 0,
-                max_future_skew: int | None = None, binary: bool = False) -> ReplayPlan:
-    """The replay of the dead letters ``entries`` matching ``criteria``, given the earlier ``records`` and the
-    live job's ``watermark`` (None: none, or unknown) at ``now``; with the type's ``max_future_skew``, those whose
-    event time is still too far ahead of now are ``future`` again (None: not looked at)."""
-    c = criteria
+                criteria: Criteria, live: LiveType | None = None) -> ReplayPlan:
+    """The replay of the dead letters ``entries`` matching ``criteria``, given the earlier ``records`` and, at
+    ``now``, the type as its ``live`` job reads it (default: no watermark, no lateness, the future not looked at,
+    JSON payloads): those too late for its watermark are too late again, and, with its ``max_future_skew``, those
+    whose event time is still too far ahead of now are ``future`` again."""
+    c, live = criteria, live or LiveType()
+    binary = live.binary
     sent = {k for r in records for k in r.get("entries", [])}
     sel = select(entries, reasons=c.reasons, since=c.since, until=c.until, limit=c.limit, sent=sent, again=c.again)
-    ok, late = split_too_late(sel.chosen, watermark, allowed_lateness)
-    ok, ahead = split_future(ok, now, max_future_skew) if max_future_skew is not None else (ok, [])
+    ok, late = split_too_late(sel.chosen, live.watermark, live.allowed_lateness)
+    ok, ahead = split_future(ok, now, live.max_future_skew) if live.max_future_skew is not None else (ok, [])
     left_out = {e.key for e in [*([] if c.too_late else late), *([] if c.future else ahead)]}
     chosen = [e for e in sel.chosen if e.key not in left_out]
     not_a_line = [e for e in chosen if target.kind == "dir"
@@ -369,7 +383,7 @@ def _read_run(topic: str, partition: int, run: list[int], timeout: float, out: _
                     found += 1
     except SourceError:
         pass
-    except Exception as err:  # noqa: BLE001 - a KafkaException: the cluster did not answer; sent without
+    except Exception as err:  # a KafkaException: the cluster did not answer; sent without
         if type(err).__module__.split(".")[0] != "confluent_kafka":
             raise
     return found

@@ -38,15 +38,15 @@ def publish_generated(
     rate: float,
     duration: float,
     params: str = "",
-    seed: int | None = None,
     clock: Callable[[], int] = now_millis,
     progress: Callable[[int, int], None] | None = None,
     stops: StopSignals | None = None,
 ) -> dict[str, Any]:
     """Publish ``rate * duration`` generated events, paced in real time.  Returns counts (total, by intent, by hour).
 
-    ``stops``: a first signal ends the publishing early (``stopped_by`` in the result), a second raises
-    :class:`~event_etl.job.stopping.Interrupted`."""
+    ``params``: the generator's (``generate:``'s) options, its ``seed`` among them; its rate, speedup and start are
+    ``rate``, 1 and now.  ``stops``: a first signal ends the publishing early (``stopped_by`` in the result), a
+    second raises :class:`~event_etl.job.stopping.Interrupted`."""
     from google.cloud.pubsub_v1.types import BatchSettings
 
     from event_etl.sources.pubsub import publisher_client
@@ -58,7 +58,7 @@ def publish_generated(
         p = parse_generator_params(params, start)
     except ValueError as err:
         raise UsageError(f"--params: {err}", fix="e.g. --params late=0.02,invalid=0.01") from err
-    p = replace(p, rate=float(rate), speedup=1.0, start=start, seed=p.seed if seed is None else seed)
+    p = replace(p, rate=float(rate), speedup=1.0, start=start)
     gen = Generator(et, p)
     total = int(rate * duration)
     client = publisher_client(batch_settings=BatchSettings(max_messages=500, max_latency=0.05))

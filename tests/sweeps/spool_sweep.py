@@ -102,7 +102,7 @@ from event_etl.errors import SourceError
 from event_etl.sources import live, pubsub_run
 from event_etl.sources.pubsub import PubSubPlanner
 from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
-from event_etl.sources.pubsub_partitions import STOP, ExecutorFetcher, PartitionFetcher, fetch_partition
+from event_etl.sources.pubsub_partitions import STOP, ExecutorFetcher, FetchJob, PartitionFetcher, fetch_partition
 from event_etl.sources.pubsub_stream import PullStream
 from event_etl.sources.spool.segment import _HEAD, MAGIC, SpoolDamaged, _parse, _scan, oldest_publish_ms, read_messages
 from event_etl.storage.atomic import makedirs_durable
@@ -1153,9 +1153,9 @@ def run_second_writer(case: Case, work: Path, *, messages: int = MESSAGES) -> Ou
 
         def attempt(n: int) -> None:
             try:
-                results[n] = fetch_partition(SUB, str(spool), 0, 1, dict(PART_SETTINGS), RUN, False, n,
-                                             client_factory=lambda: TappedClient(run.svc), report_every=0.05,
-                                             lease_seconds=LEASE)
+                job = FetchJob(SUB, str(spool), 1, dict(PART_SETTINGS), RUN, lease_seconds=LEASE)
+                results[n] = fetch_partition(job, 0, n, client_factory=lambda: TappedClient(run.svc),
+                                             report_every=0.05)
             except BaseException as err:  # noqa: BLE001 - reported
                 results[n] = err
 
