@@ -256,7 +256,7 @@ class _Driver:
         # handlers, and the child could die before it ran Java (seen as JAVA_GATEWAY_EXITED at start-up).
         say_source_warning(m.prepared, echo=self.echo)
         m.job, m.lane = open_shared(m.prepared, self.spark, clock=self.clock, listeners=self.listeners,
-                                    serve_metrics=not self.fleet, echo=self.echo)
+                                    serve_metrics=not self.fleet, echo=self.echo, fleet=self.fleet)
         if self.endpoint is not None:
             self.endpoint.add(m.job.metrics)
 

@@ -223,7 +223,7 @@ Listener = Callable[[str, Any], None]
 
 
 def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-               serve_metrics: bool = True, echo: Echo = say) -> tuple[Job, dict[str, Any]]:
+               serve_metrics: bool = True, echo: Echo = say, fleet: bool = False) -> tuple[Job, dict[str, Any]]:
     """Bind the checkpoint; open the type's source session; build the controller (given the session's hooks),
     metrics and progress printer of a prepared job, and the spec of its source, for the lane :func:`open_shared`
     opens on it."""
@@ -250,7 +250,8 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
     # Pub/Sub: its fetcher pulls from now on, into the spool the session offers; it acknowledges what batches saved
     session = open_source(OpenRequest(
         et.name, source_spec, clock, once=options.once, spark_dir=str(ckpt.spark_dir), spark=spark,
-        leased_at=p.leased_at, fence=p.lease.fence() if p.lease is not None else None, sink=p.storage.url))
+        leased_at=p.leased_at, fence=p.lease.fence() if p.lease is not None else None, sink=p.storage.url,
+        fleet=fleet))
     try:
         opened = _open_controller(p, session, writer=str(job.get("writer", "")), log_dir=str(source_spec["log_dir"]),
                                   clock=clock, listeners=listeners, serve_metrics=serve_metrics, echo=echo)
@@ -353,13 +354,14 @@ def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage)
 
 
 def open_shared(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-                serve_metrics: bool = True, echo: Echo = say) -> tuple[Job, Lane]:
+                serve_metrics: bool = True, echo: Echo = say, fleet: bool = False) -> tuple[Job, Lane]:
     """A prepared job opened for the engine (:mod:`event_etl.job.engine`): its source's session, its controller,
     metrics and printer, and its lane over the session.  Returns ``(job, lane)``."""
     from event_etl.job.lane import Lane, SparkLog
     from event_etl.sources.registry import batch_cap
 
-    job, spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics, echo=echo)
+    job, spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics, echo=echo,
+                           fleet=fleet)
     session = job.source
     if session is None:
         raise AssertionError("open_parts opens the source")

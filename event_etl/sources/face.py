@@ -119,6 +119,9 @@ class OpenRequest:
     """What executor tasks check before they write (fetch partitions pull under the job's lease)."""
     sink: str | None = None
     """The sink's URL (where the lease the fence names lives)."""
+    fleet: bool = False
+    """The type runs in a fleet: what its source runs beside the rounds is shared with the fleet's other types where
+    the kind can (Pub/Sub: the fleet's pullers)."""
 
 
 class SourceSession(ABC):

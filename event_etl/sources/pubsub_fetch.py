@@ -84,6 +84,7 @@ from event_etl.errors import SourceError
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources import live
 from event_etl.sources.pubsub_ack import ACK_CHUNK, Acknowledger, HeldSegments, acknowledge_in_bulk
+from event_etl.sources.pubsub_pool import PooledRunner, PullerPool
 from event_etl.sources.pubsub_run import FetchRun, subscription_deadline
 from event_etl.sources.pubsub_settings import ACK_MODES, FetchSettings, spool_warning
 from event_etl.sources.pubsub_stalls import WAIT_CAP, WAIT_FIRST, Stalls, waited_since
@@ -163,7 +164,8 @@ class Fetcher:
 
     def __init__(self, subscription: str, spool_dir: str | os.PathLike[str], *, settings: FetchSettings | None = None,
                  once: bool = False, client_factory: Callable[[], Any] | None = None,
-                 clock: Callable[[], int] | None = None, shared: SharedRun | None = None) -> None:
+                 clock: Callable[[], int] | None = None, shared: SharedRun | None = None,
+                 pool: PullerPool | None = None) -> None:
         from event_etl.timeutil import now_millis
 
         self.subscription = subscription
@@ -194,7 +196,8 @@ class Fetcher:
         self.drained = False
         self._stop = threading.Event()  # everything: pulling and extending deadlines
         self._no_more_pulls = threading.Event()  # pulling only (``once``: the subscription stayed empty)
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread | PooledRunner] = []
+        self.pool = pool  # a fleet's pullers: its streams take turns there instead of running threads of their own
         self.fresh = shared is None  # this fetcher owns the run (its record, the hold): a fetch partition's driver does
         self.this_run = FetchRun(self.spool, subscription, clock=self.clock)
         self.settle_until = 0.0  # monotonic: until then a killed run's leases may still come back (settling)
@@ -242,6 +245,12 @@ class Fetcher:
             self.begin_run()
             live.register(self.dir, self)
         self.count_leftovers()
+        if self.pool is not None and self.spooled:  # a fleet's: turns in its pool, no thread, no age thread
+            for s in self.streams:
+                runner = PooledRunner(self.pool, s.turn, f"pubsub-pull-{s.index}")
+                runner.start()
+                self._threads.append(runner)
+            return self
         for s in self.streams:
             t = threading.Thread(target=s.run, name=f"pubsub-pull-{s.index}", daemon=True)
             t.start()

@@ -98,7 +98,11 @@ class PubSubSource(Source):
             fetcher.fence, fetcher.sink = request.fence, request.sink  # the tasks check the job's lease as they pull
             fetcher.leased_at = request.leased_at
         else:  # the driver's puller starts at once: it finishes what a killed run left open before the planner looks
-            fetcher = Fetcher(subscription, log_dir, once=request.once, settings=settings)
+            from event_etl.sources.pubsub_pool import shared_pool
+
+            # a fleet's types pull in turns on the fleet's pullers (no thread per type); a single type, as ever
+            pool = shared_pool(settings.pullers) if request.fleet else None
+            fetcher = Fetcher(subscription, log_dir, once=request.once, settings=settings, pool=pool)
             fetcher.leased_at = request.leased_at
             fetcher.start()
         try:

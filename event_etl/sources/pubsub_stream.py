@@ -45,6 +45,9 @@ __all__ = ["PullStream", "Parking", "StreamOwner", "PULL_MAX", "PAUSE_FIRST", "P
 PULL_MAX = 1000
 PAUSE_FIRST, PAUSE_CAP = 0.05, 0.5
 """Seconds: the shortest and the longest pause of a stream between two empty pulls (doubling while they are)."""
+IDLE_CAP = 2.0
+"""Seconds: the longest pause of a pooled stream between two empty pulls (:mod:`event_etl.sources.pubsub_pool`: a
+thousand quiet subscriptions, a pull every two seconds each)."""
 
 
 def transient_errors() -> tuple[type[Exception], ...]:
@@ -78,6 +81,13 @@ class Parking:
                 self.wake.wait(0.25)
             if self.empty and self.watcher is None:
                 self.watcher = index
+
+    def parked(self, index: int) -> bool:
+        """Whether stream ``index`` waits now, without waiting (a pooled stream's turn, with the lock held): the
+        subscription is empty and another stream watches it; else it pulls (and watches, if none does)."""
+        if self.empty and self.watcher is None:
+            self.watcher = index
+        return self.empty and self.watcher != index
 
     def found_empty(self, index: int) -> None:
         """Stream ``index``'s pull brought nothing (with the lock held): it watches, if no stream does."""
@@ -151,6 +161,7 @@ class PullStream:
         self.pending: list[str] = []  # ack ids pulled, neither acknowledged nor handed back yet
         self.pending_sent = 0  # when (ms, wall clock) the pull that brought them was sent
         self.unclosed: AppendFailed | None = None  # spooled: its open segment's close found no room (it stays open)
+        self.idle = PAUSE_FIRST  # pooled: the pause before its next turn while its subscription is quiet
 
     def run(self) -> None:
         """The stream's thread.  However it ends (a stop, a full disk, any exception, a bug's included), the pull it
@@ -165,6 +176,75 @@ class PullStream:
             self.fetcher.died(f"pulling from {self.fetcher.subscription}", err)
         finally:
             self.hand_back()  # pulled and not spooled (a stop, a death): delivered again at once
+
+    def turn(self) -> float | None:
+        """One turn of the stream in a fleet's pool of pullers (:mod:`event_etl.sources.pubsub_pool`), in place of a
+        pass of its thread's loop (:meth:`_pull_loop`: the same steps, the same spool rules): one pull, made durable
+        and acknowledged.  Returns the seconds until its next turn (0 while the subscription has a backlog, growing
+        while it is quiet), or None once it has ended: the fetcher stopped (what it held written or handed back, as
+        at the end of :meth:`run`), or it died (the job stops with the cause)."""
+        f = self.fetcher
+        try:
+            delay = self._turn()
+        except Exception as err:  # noqa: BLE001 - a stream that dies stops the job, with the cause
+            f.died(f"pulling from {f.subscription}", err)
+            delay = None
+        if delay is None:
+            try:
+                self._flush()
+            finally:
+                self.hand_back()  # pulled and not spooled (a stop, a death): delivered again at once
+        return delay
+
+    def _turn(self) -> float | None:
+        f = self.fetcher
+        s = f.settings
+        if not f.pulling():
+            return None
+        with f.lock:
+            msgs, size = f.held_totals()
+            if msgs >= s.max_held_messages or size >= s.max_held_bytes:  # no room: the next turn looks again
+                f.count_leftovers()
+                return 0.5
+            if f.parking.parked(self.index):  # quiet, and another stream of the type watches it
+                return self.idle
+        pulled = self._pull()
+        if pulled is None:  # an outage waited for, or an error that stops the job
+            return 0.0 if f.pulling() else None
+        data, raw, sent, _sent_ms = pulled
+        n = len(raw.received_messages) if raw is not None else 0
+        if n == 0:
+            self._flush()
+            self._pulled_none(sent)
+            self._quiet()
+            self.idle = min(IDLE_CAP, self.idle * 2)
+            return self.idle
+        self.idle = PAUSE_FIRST
+        ids = self.pending  # in hand since :meth:`_pull` read the answer: handed back if the stream ends from here
+        if f.stopping():
+            return None
+        faults.point("pulled", str(n))  # pulled, not yet in a segment
+        self._take(data, ids, n)
+        if not s.spooled:
+            if self.count >= s.segment_messages or time.monotonic() - self.opened >= s.segment_age or n < PULL_MAX:
+                self._flush()
+        elif not self._spool_pull(data, raw, ids, n, sent):  # durable and acknowledged before the next pull
+            return None if f.fenced else f.stalls.disk_full_wait(time.monotonic())
+        if n < PULL_MAX:  # the subscription gave what it had: offered at the next trigger, no age thread needed
+            self._quiet()
+        return 0.0
+
+    def _quiet(self) -> None:
+        """A pooled stream found its subscription drained for now: close its open segment (no thread closes it when
+        it is old), or retry a close that found no room."""
+        f = self.fetcher
+        if not f.settings.spooled:
+            return
+        with f.lock:
+            self.close_if_idle()
+            unclosed = self.unclosed
+        if unclosed is not None:
+            f.disk_full(unclosed)
 
     def hand_back(self) -> None:
         """Give the stream's pulled, unspooled messages back to Pub/Sub at once (:meth:`Acknowledger.hand_back`)."""

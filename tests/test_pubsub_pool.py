@@ -1,0 +1,91 @@
+"""A fleet's shared pullers (event_etl.sources.pubsub_pool): many subscriptions pulled in turns by a few threads,
+under the spool's rules (durable, then acknowledged; what is pulled and not spooled at a stop handed back)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from event_etl.sources.pubsub_fetch import Fetcher, FetchSettings
+from event_etl.sources.pubsub_pool import PullerPool
+from event_etl.sources.spool import read_messages
+from tests.lib.harness import t
+from tests.lib.pubsub_service import CappedService, RealServiceLike
+
+
+def _fetchers(tmp_path, services, pool, **settings):
+    base = dict(streams=1, segment_messages=500, segment_age=0.1, ack_deadline=60, outage_timeout=5.0,
+                pull_timeout=0.2, once_quiet=0.5)
+    base.update(settings)
+    return [Fetcher(f"projects/p/subscriptions/s{i}", tmp_path / f"spool{i}", settings=FetchSettings(**base),
+                    client_factory=lambda s=s: s, pool=pool) for i, s in enumerate(services)]
+
+
+def _spooled(tmp_path, i):
+    ids = []
+    for seg in sorted((tmp_path / f"spool{i}" / "segments").glob("*.seg")):
+        ids.extend(mid for _, mid, _, _, _ in read_messages(seg))
+    return ids
+
+
+def _wait(cond, timeout=20.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+def test_forty_subscriptions_are_pulled_by_three_threads_every_message_spooled_once_and_acknowledged(tmp_path):
+    services = [RealServiceLike(wait=0.01) for _ in range(40)]
+    for i, s in enumerate(services):
+        for k in range(3 + i % 5):
+            s.publish(f"m{i}-{k}".encode(), t("13:00") + k)
+    before = threading.active_count()
+    pool = PullerPool(workers=3)
+    fetchers = [f.start() for f in _fetchers(tmp_path, services, pool)]
+    try:
+        _wait(lambda: all(len(_spooled(tmp_path, i)) == len(s.acked) == 3 + i % 5 for i, s in enumerate(services)))
+        assert threading.active_count() - before <= 3, "no thread per subscription: the pool's three"
+        for i, s in enumerate(services):
+            ids = _spooled(tmp_path, i)
+            assert len(ids) == len(set(ids)), "each message spooled once"
+            assert set(ids) == s.acked, "acknowledged once durable, and only then"
+        services[7].publish(b"late", t("13:10"))  # a quiet subscription is pulled again, within the idle pause
+        _wait(lambda: len(_spooled(tmp_path, 7)) == 3 + 7 % 5 + 1)
+    finally:
+        for f in fetchers:
+            f.request_stop()
+        for f in fetchers:
+            f.stop(timeout=5)
+    assert not any(r.is_alive() for f in fetchers for r in f._threads), "every stream ended at the stop"
+
+
+def test_a_busy_subscription_does_not_starve_the_others(tmp_path):
+    busy = CappedService(cap=50, wait=0.01)
+    for k in range(3000):
+        busy.publish(b"x", t("13:00") + k)
+    quiet = [RealServiceLike(wait=0.01) for _ in range(5)]
+    for s in quiet:
+        s.publish(b"one", t("13:00"))
+    pool = PullerPool(workers=1)  # one thread: turns strictly one after the other
+    fetchers = [f.start() for f in _fetchers(tmp_path, [busy, *quiet], pool)]
+    try:
+        _wait(lambda: all(len(s.acked) == 1 for s in quiet))
+        assert len(busy.acked) < 3000, "the small ones were served while the big one still had a backlog"
+        _wait(lambda: len(busy.acked) == 3000)
+    finally:
+        for f in fetchers:
+            f.stop(timeout=5)
+
+
+def test_a_stop_hands_back_what_a_turn_pulled_and_could_not_spool(tmp_path):
+    service = RealServiceLike(wait=0.01)
+    for k in range(10):
+        service.publish(b"x", t("13:00") + k)
+    pool = PullerPool(workers=1)
+    (f,) = _fetchers(tmp_path, [service], pool)
+    f.start()
+    _wait(lambda: len(service.acked) == 10)
+    f.stop(timeout=5)
+    assert not f._threads[0].is_alive()
+    assert not service.leased, "nothing left leased at the service"
