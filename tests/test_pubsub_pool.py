@@ -89,3 +89,25 @@ def test_a_stop_hands_back_what_a_turn_pulled_and_could_not_spool(tmp_path):
     f.stop(timeout=5)
     assert not f._threads[0].is_alive()
     assert not service.leased, "nothing left leased at the service"
+
+
+def test_the_spools_oldest_publish_time_reads_only_segments_new_or_grown_since_the_last_look(tmp_path, monkeypatch):
+    """A renewal of a fleet's lease asks it every 15 s for every type: a look reads the folder, not every segment."""
+    from event_etl.sources.spool import folder
+    from event_etl.sources.spool.folder import Spool
+    from event_etl.sources.spool.segment import SegmentName
+    from tests.lib.pubsub_service import response
+
+    spool = Spool(tmp_path / "spool")
+    spool.write_segment(SegmentName("0000000a", 0, 1, 2), [response(0, 2, published=t("13:05"))])
+    spool.write_segment(SegmentName("0000000a", 0, 2, 2), [response(2, 2, published=t("13:01"))])
+    reads = []
+    real = folder.publish_range
+    monkeypatch.setattr(folder, "publish_range", lambda path: reads.append(path) or real(path))
+    assert spool.oldest_publish_ms() == t("13:01")
+    assert len(reads) == 2
+    assert spool.oldest_publish_ms() == t("13:01") and len(reads) == 2, "nothing new: no segment read"
+    (spool.segdir / SegmentName("0000000a", 0, 2, 2).name).unlink()  # its batch committed
+    assert spool.oldest_publish_ms() == t("13:05") and len(reads) == 2
+    spool.write_segment(SegmentName("0000000a", 0, 3, 1), [response(4, 1, published=t("12:59"))])
+    assert spool.oldest_publish_ms() == t("12:59") and len(reads) == 3, "only the new one read"

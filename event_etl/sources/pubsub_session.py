@@ -57,9 +57,8 @@ class PubSubSession(PlannedSession):
         self.fetcher.stop()  # no more pulls; every open segment closed
 
     def oldest_spooled(self) -> int | None:
-        from event_etl.sources.spool import oldest_publish_ms
-
-        return oldest_publish_ms(self.fetcher.segdir)
+        oldest: int | None = self.fetcher.spool.oldest_publish_ms()  # kept up to date, not scanned each time
+        return oldest
 
     def stop_soon(self) -> None:
         self.fetcher.request_stop()

@@ -42,7 +42,8 @@ from event_etl.sources.spool.segment import (
     _scan,
     ack_ids,
     finish_open_segments,
-    oldest_publish_ms,
+    holds_messages,
+    publish_range,
     segment_count,
     write_segment,
 )
@@ -127,6 +128,7 @@ class Spool:
             self.segdir.mkdir(parents=True, exist_ok=True)
         self.record = RunRecord(self.dir)
         self._log: SegmentLog | None = None
+        self._oldest: dict[str, tuple[int, int | None]] = {}  # each segment's (size, oldest publish time) last seen
 
     @classmethod
     def at(cls, directory: str | os.PathLike[str]) -> Spool | None:
@@ -221,8 +223,28 @@ class Spool:
 
     def oldest_publish_ms(self) -> int | None:
         """The oldest publish time (ms) of any message it holds (segments not yet deleted by a commit, open and
-        fenced ones), or None: a seek of the subscription to that time brings back every message it holds."""
-        return oldest_publish_ms(self.segdir)
+        fenced ones), or None: a seek of the subscription to that time brings back every message it holds.
+
+        Kept up to date as segments come and go, not scanned each time (a job writes it into its lease at every
+        renewal: a thousand types' renewals must not read a thousand spools): a listing of the folder, and the
+        frames' headers of a file only when it is new or has grown since the last look."""
+        seen: dict[str, tuple[int, int | None]] = {}
+        try:
+            entries = list(os.scandir(self.segdir))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            if not holds_messages(entry.name):
+                continue
+            try:
+                size = entry.stat().st_size
+            except FileNotFoundError:
+                continue  # deleted by a commit since the listing
+            known = self._oldest.get(entry.name)
+            seen[entry.name] = known if known is not None and known[0] == size else (size, publish_range(entry.path))
+        self._oldest = seen
+        times = [o for _, o in seen.values() if o is not None]
+        return min(times) if times else None
 
     # -- acknowledged marks (fetch partitions) -----------------------------------------------------------------
     def mark_acked(self, name: str) -> None:

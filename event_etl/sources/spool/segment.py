@@ -352,6 +352,16 @@ def _parse(data: bytes) -> Any:
     return PullResponse.pb().FromString(data)
 
 
+def _parse_frame(data: bytes) -> Any | None:
+    """A frame's ``PullResponse``, or None if its bytes do not parse as one (format 1 has no check: a torn frame)."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return _parse(data)
+    except DecodeError:
+        return None
+
+
 def _scan(data: bytes) -> _Scan:
     """The longest prefix of whole, valid frames of a segment's bytes (either format)."""
     if data.startswith(MAGIC):
@@ -367,10 +377,11 @@ def _scan(data: bytes) -> _Scan:
     while pos < len(data):
         bad, n = _bad_frame(data, pos, v2)
         if bad is None:
-            try:
-                msgs = len(_parse(data[pos + head.size:pos + head.size + n]).received_messages)
-            except Exception:  # noqa: BLE001 - format 1 has no check: a frame that does not parse is bad
+            response = _parse_frame(data[pos + head.size:pos + head.size + n])
+            if response is None:  # format 1 has no check: a frame that does not parse is bad
                 bad = "it does not parse as a PullResponse"
+            else:
+                msgs = len(response.received_messages)
         if bad is not None:
             # torn: the frame reaches the end of the file, or nothing but zeros follows its start or its header
             tail = (pos + head.size + n >= len(data) or not data[pos:].strip(b"\0")
@@ -551,14 +562,19 @@ def publish_range(path: str | os.PathLike[str]) -> int | None:
         (n,) = _LEN.unpack_from(data, pos)
         if pos + _LEN.size + n > len(data):
             break
-        try:
-            o = oldest_of(_parse(data[pos + _LEN.size:pos + _LEN.size + n]))
-        except Exception:  # noqa: BLE001 - a torn format-1 tail
+        response = _parse_frame(data[pos + _LEN.size:pos + _LEN.size + n])
+        if response is None:  # a torn format-1 tail
             break
+        o = oldest_of(response)
         if o != NO_TIME and (best is None or o < best):
             best = o
         pos += _LEN.size + n
     return best
+
+
+def holds_messages(name: str) -> bool:
+    """Whether a file named ``name`` in the segments' folder holds messages: a segment, open or fenced one."""
+    return bool(_NAME_RE.match(name) or _OPEN_RE.match(name))
 
 
 def oldest_publish_ms(directory: str | os.PathLike[str]) -> int | None:
