@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.contenders import (  # noqa: E402
+from bench.contenders import (
     CONTENDERS,
     RunResult,
     ensure_event_etl_archive,
@@ -55,10 +55,10 @@ from bench.contenders import (  # noqa: E402
     run_spark,
     spark_archive_options,
 )
-from bench.datagen import generate  # noqa: E402
-from bench.figures import median, mib, rate, ratio  # noqa: E402
-from bench.machine import ROOT, describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
+from bench.datagen import generate
+from bench.figures import median, mib, rate, ratio
+from bench.machine import ROOT, describe, load_average
+from bench.results import machine_lines, markdown_table, publish
 
 DIALECT_CONTENDERS = ("event_etl-protobuf", "event_etl-confluent")
 """Issue 56: the page views as Protobuf and as Confluent-framed Avro, beside JSON (named in ``--contenders``)."""

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.datagen import generate  # noqa: E402
-from bench.procstats import run_measured  # noqa: E402
+from bench.datagen import generate
+from bench.procstats import run_measured
 
 
 def count_records(sink: Path, event_type: str) -> tuple[int, int]:

@@ -23,7 +23,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.machine import ROOT  # noqa: E402
+from bench.machine import ROOT
 
 DIALECTS = ("protobuf", "confluent")
 TYPES = {"protobuf": "page_view_pb", "confluent": "page_view_cf"}

@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.pubsub import PROJECT, Emulator, create  # noqa: E402
+from bench.pubsub import PROJECT, Emulator, create
 
 
 def drain(sub, path: str, mode: str, total: int) -> tuple[int, float, list[float]]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.pubsub import PROJECT, Emulator, Publishers, create, default_speedup, fast_clock  # noqa: E402
+from bench.pubsub import PROJECT, Emulator, Publishers, create, default_speedup, fast_clock
 
 
 def main(argv: list[str] | None = None) -> None:

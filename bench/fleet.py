@@ -60,14 +60,14 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.contenders import count_manifests  # noqa: E402
-from bench.figures import mib, percentile  # noqa: E402
-from bench.livefeed import Feed  # noqa: E402
-from bench.livejob import BATCH_LINE, LiveJob  # noqa: E402
-from bench.machine import ROOT, describe, load_average  # noqa: E402
-from bench.procstats import sample_tree  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
-from bench.sinkwatch import SinkWatcher  # noqa: E402
+from bench.contenders import count_manifests
+from bench.figures import mib, percentile
+from bench.livefeed import Feed
+from bench.livejob import BATCH_LINE, LiveJob
+from bench.machine import ROOT, describe, load_average
+from bench.procstats import sample_tree
+from bench.results import machine_lines, markdown_table, publish
+from bench.sinkwatch import SinkWatcher
 
 HOUR_MS = 3_600_000
 TEMPLATE = ROOT / "event_types" / "page_view"

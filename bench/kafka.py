@@ -107,10 +107,10 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.figures import percentile  # noqa: E402
-from bench.livejob import BATCH_LINE, LiveJob, kill_tree, run_main  # noqa: E402
-from bench.machine import describe, load_average  # noqa: E402
-from bench.pubsub import (  # noqa: E402
+from bench.figures import percentile
+from bench.livejob import BATCH_LINE, LiveJob, kill_tree, run_main
+from bench.machine import describe, load_average
+from bench.pubsub import (
     BenchError,
     Clock,
     _ooo_ms,
@@ -124,7 +124,7 @@ from bench.pubsub import (  # noqa: E402
     marker_rows,
     totals_of,
 )
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
+from bench.results import machine_lines, markdown_table, publish
 
 EVENT_TYPE = "page_view"
 TICK_S = 0.05  # a paced producer sends what is due every 50 ms

@@ -73,10 +73,10 @@ def _reader(topic: str, n: int) -> dict:
 def child(args: argparse.Namespace) -> None:
     conf = json.loads(args.conf)
     if args.heap:  # what an executor's Python worker holds when it reads a split
-        import pyspark.sql  # noqa: F401
+        import pyspark.sql
         import pyspark.worker  # noqa: F401
 
-        import event_etl.task.executor  # noqa: F401
+        import event_etl.task.executor
         import event_etl.task.fastpath  # noqa: F401
     out = _bare(args.topic, args.records, conf) if args.child == "bare" else _reader(args.topic, args.records)
     print(json.dumps(out))

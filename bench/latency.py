@@ -45,13 +45,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.contenders import count_manifests  # noqa: E402
-from bench.figures import weighted_percentile  # noqa: E402
-from bench.livefeed import Feed, file_index_of  # noqa: E402
-from bench.livejob import BATCH_LINE, LiveJob, event_etl_command  # noqa: E402
-from bench.machine import describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
-from bench.sinkwatch import SinkWatcher  # noqa: E402
+from bench.contenders import count_manifests
+from bench.figures import weighted_percentile
+from bench.livefeed import Feed, file_index_of
+from bench.livejob import BATCH_LINE, LiveJob, event_etl_command
+from bench.machine import describe, load_average
+from bench.results import machine_lines, markdown_table, publish
+from bench.sinkwatch import SinkWatcher
 
 EVENT_TYPE = "page_view"
 HOUR_MS = 3_600_000

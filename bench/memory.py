@@ -43,11 +43,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.contenders import count_manifests  # noqa: E402
-from bench.livejob import BATCH_LINE, LiveJob, event_etl_command  # noqa: E402
-from bench.machine import describe, load_average  # noqa: E402
-from bench.procstats import sample_tree  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
+from bench.contenders import count_manifests
+from bench.livejob import BATCH_LINE, LiveJob, event_etl_command
+from bench.machine import describe, load_average
+from bench.procstats import sample_tree
+from bench.results import machine_lines, markdown_table, publish
 
 PARTS = ("driver JVM", "Python driver", "Python workers", "other")
 

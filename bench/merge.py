@@ -25,14 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import fastavro  # noqa: E402
+import fastavro
 
-from bench.datagen import make_record  # noqa: E402
-from bench.machine import describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
-from event_etl.eventtypes import load_event_type  # noqa: E402
-from event_etl.storage.avroio import sync_marker_for  # noqa: E402
-from event_etl.storage.compaction import merge_containers  # noqa: E402
+from bench.datagen import make_record
+from bench.machine import describe, load_average
+from bench.results import machine_lines, markdown_table, publish
+from event_etl.eventtypes import load_event_type
+from event_etl.storage.avroio import sync_marker_for
+from event_etl.storage.compaction import merge_containers
 
 ROOT = Path(__file__).resolve().parent.parent
 

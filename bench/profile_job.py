@@ -37,13 +37,13 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compare import prepare_input  # noqa: E402
-from bench.contenders import count_manifests  # noqa: E402
-from bench.flame import WAITING, categorize, py_spy, read_raw  # noqa: E402
-from bench.livejob import LiveJob  # noqa: E402
-from bench.machine import describe, load_average  # noqa: E402
-from bench.procstats import sample_tree  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
+from bench.compare import prepare_input
+from bench.contenders import count_manifests
+from bench.flame import WAITING, categorize, py_spy, read_raw
+from bench.livejob import LiveJob
+from bench.machine import describe, load_average
+from bench.procstats import sample_tree
+from bench.results import machine_lines, markdown_table, publish
 
 ROLES = [  # (role, test on the command line), first match wins
     ("driver JVM (Spark)", lambda c: c.split(" ", 1)[0].endswith("java")),

@@ -40,11 +40,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compare import prepare_input  # noqa: E402
-from bench.datagen import START_MS  # noqa: E402
-from bench.flame import categorize, py_spy, read_raw  # noqa: E402
-from bench.machine import describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
+from bench.compare import prepare_input
+from bench.datagen import START_MS
+from bench.flame import categorize, py_spy, read_raw
+from bench.machine import describe, load_average
+from bench.results import machine_lines, markdown_table, publish
 
 
 def load_type(name: str, event_types_dir: Path | None):

@@ -96,11 +96,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.contenders import count_manifests  # noqa: E402
-from bench.figures import percentile  # noqa: E402
-from bench.livejob import BATCH_LINE, LiveJob, kill_tree, run_main  # noqa: E402
-from bench.machine import describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
+from bench.contenders import count_manifests
+from bench.figures import percentile
+from bench.livejob import BATCH_LINE, LiveJob, kill_tree, run_main
+from bench.machine import describe, load_average
+from bench.results import machine_lines, markdown_table, publish
 
 EVENT_TYPE = "page_view"
 PROJECT = "event-etl-bench"
@@ -258,7 +258,7 @@ def publish_worker(plan: PubPlan) -> dict:
                 try:
                     api.publish(request=PublishRequest.wrap(req), timeout=60)
                     break
-                except Exception:  # noqa: BLE001 - the emulator is busy: try again (message ids are its own)
+                except Exception:  # the emulator is busy: try again (message ids are its own)
                     if attempt == 19:
                         raise
                     time.sleep(0.5)

@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.compare import prepare_archives, prepare_input, run_one  # noqa: E402
-from bench.contenders import RunResult  # noqa: E402
-from bench.figures import median, mib  # noqa: E402
-from bench.machine import ROOT, describe, load_average  # noqa: E402
-from bench.results import machine_lines, markdown_table, publish  # noqa: E402
+from bench.compare import prepare_archives, prepare_input, run_one
+from bench.contenders import RunResult
+from bench.figures import median, mib
+from bench.machine import ROOT, describe, load_average
+from bench.results import machine_lines, markdown_table, publish
 
 BENCH_TYPES = ROOT / "bench" / "event_types"
 _APPROX_BYTES = {"page_view": 226, "small_view": 100}

@@ -91,7 +91,7 @@ def test_a_waiter_started_before_the_marker_wakes_when_it_appears(sc):
             outcome["manifest"] = wait_for_hour(
                 sc.sink, "click", "2026-11-21T15", timeout=120, poll_interval=0.05,
                 on_status=lambda s: looked.set() if s.state is HourState.OPEN else None)
-        except BaseException as err:
+        except BaseException as err:  # noqa: BLE001 - any outcome: the main thread reports it
             outcome["error"] = err
 
     th = threading.Thread(target=waiter, daemon=True)

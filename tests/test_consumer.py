@@ -201,7 +201,7 @@ def test_a_waiter_started_before_the_marker_wakes_when_it_appears(sc):
         try:
             outcome["manifest"] = wait_for_hour(sc.sink, "click", "2026-11-21T15", timeout=60, poll_interval=0.01,
                                                 on_status=on_status)
-        except BaseException as err:  # reported by the main thread
+        except BaseException as err:  # noqa: BLE001 - any outcome: reported by the main thread
             outcome["error"] = err
         outcome["returned_at"] = time.monotonic()
 

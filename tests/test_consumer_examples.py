@@ -82,7 +82,7 @@ def test_the_gcs_sensor_example_watches_the_marker_event_etl_writes(tmp_path):
     consts = {k: v.value for k, v in values.items() if isinstance(v, ast.Constant)}
     marker_template = ast.literal_eval(values["MARKER"]) if isinstance(values["MARKER"], ast.Constant) else None
     if marker_template is None:  # PREFIX + "/" + EVENT_TYPE + "..." : evaluate the string expression
-        marker_template = eval(compile(ast.Expression(values["MARKER"]), "MARKER", "eval"), {}, dict(consts))  # noqa: S307
+        marker_template = eval(compile(ast.Expression(values["MARKER"]), "MARKER", "eval"), {}, dict(consts))
     when = datetime(2026, 11, 21, 13, tzinfo=UTC)
     object_name = _render_strftime(marker_template, when)
     sink = f"gs://{consts['BUCKET']}/{consts['PREFIX']}"

@@ -343,7 +343,7 @@ def test_a_metrics_failure_never_fails_the_batch(tmp_path, caplog):
 class _OtlpReceiver(http.server.BaseHTTPRequestHandler):
     received: list[bytes] = []
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):  # http.server's naming
         self.received.append(self.rfile.read(int(self.headers["Content-Length"])))
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")

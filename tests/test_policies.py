@@ -254,7 +254,7 @@ def test_openlineage_events_over_http_with_a_retry_after_a_refusal(tmp_path, mon
     refused: list[int] = []
 
     class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:  # http.server's name
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if not refused:
                 refused.append(1)

@@ -73,7 +73,7 @@ def _reference(fn, *, retryable, deadline, what, log):
     while True:
         try:
             return fn()
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             if not retryable(err):
                 raise
             if time.monotonic() + delay > deadline:

@@ -108,7 +108,7 @@ def handles_errors(fn: Command) -> Command:
             sys.exit(stop.exit_code)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except Exception as err:  # noqa: BLE001 - a library's exception: one line, not a traceback
+        except Exception as err:  # a library's exception: one line, not a traceback
             if current_settings().debug:
                 raise
             known = translate_error(err, f"`event-etl {click.get_current_context().info_name}`")

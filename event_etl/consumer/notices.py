@@ -113,7 +113,7 @@ class HourMessages:
             self._future.cancel()
             try:
                 self._future.result(timeout=10)
-            except Exception:  # noqa: BLE001, S110 - cancelled (or already failed and reported): nothing to add
+            except Exception:  # noqa: BLE001 - cancelled (or already failed and reported): nothing to add
                 pass
         if self._client is not None:
             self._client.close()

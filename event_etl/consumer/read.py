@@ -139,7 +139,7 @@ def _load_reader_schema(reader_schema: ReaderSchemaLike) -> dict[str, Any] | Non
                          fix='pass e.g. json.load(open("schema.avsc")) or "schema.avsc"')
     try:
         fastavro.parse_schema(reader_schema, _write_hint=False)
-    except Exception as err:  # noqa: BLE001 - fastavro raises several kinds for a bad schema
+    except Exception as err:  # fastavro raises several kinds for a bad schema
         raise UsageError(f"reader_schema is not a valid Avro schema: {err}",
                          fix="check it against the Avro specification, or pass the type's schema.avsc") from err
     return reader_schema
@@ -187,7 +187,7 @@ def _parquet_records(data: bytes, path: str) -> bytes:
                          "installed", fix="pip install 'event_etl[arrow]'") from err
     try:
         return parquet_as_container(data)
-    except Exception as err:  # noqa: BLE001 - the bytes match the manifest, yet are no Parquet file of ours
+    except Exception as err:  # the bytes match the manifest, yet are no Parquet file of ours
         raise CorruptHourError(f"{path} is not a Parquet data file: {err}", path=path,
                                fix="the job wrote a damaged file; report it with the file") from err
 
@@ -357,7 +357,7 @@ def _parquet_columns(data: bytes, path: str) -> tuple[pa.Table, dict[str, Any]]:
 
     try:
         return parquet_table(data)
-    except Exception as err:  # noqa: BLE001 - the bytes match the manifest, yet are no Parquet file of ours
+    except Exception as err:  # the bytes match the manifest, yet are no Parquet file of ours
         raise CorruptHourError(f"{path} is not a Parquet data file: {err}", path=path,
                                fix="the job wrote a damaged file; report it with the file") from err
 

@@ -158,7 +158,7 @@ class PolicyChain:
         for p in self.policies:
             try:
                 p.close()
-            except Exception:  # noqa: BLE001 - closing a client must not hide how the job ended
+            except Exception:  # closing a client must not hide how the job ended
                 log.exception("event_etl: could not close commit policy %s", p.name)
         left = {name: n for name, n in self.pending().items() if n}
         if left:
@@ -276,5 +276,5 @@ class PolicyChain:
         for fn in self.listeners:
             try:
                 fn(kind, payload)
-            except Exception:  # noqa: BLE001 - a listener (metrics) never stops the chain
+            except Exception:  # a listener (metrics) never stops the chain
                 log.exception("event_etl: a listener failed on %s", kind)

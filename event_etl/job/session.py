@@ -278,7 +278,7 @@ def _start_workers(sc: Any) -> threading.Thread:
             sc.setJobGroup(WORKERS_GROUP, "event_etl: starting the Python workers", interruptOnCancel=True)
             n = max(1, int(sc.defaultParallelism))
             sc.parallelize(range(n), n).mapPartitions(ready).collect()
-        except Exception:  # noqa: BLE001 - see above
+        except Exception:  # noqa: BLE001 - not reported: the job's own first task meets the same cause and says it
             pass
 
     th = threading.Thread(target=run, name="event_etl-start-workers", daemon=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
@@ -70,6 +71,56 @@ def kafka_config(**extra: Any) -> dict[str, Any]:
                           fix="set EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS=host:port (on the executors too)")
     conf.update({k.replace("_", "."): v for k, v in extra.items()})
     return conf
+
+
+class _Clients:
+    """The process's Kafka clients for planning, one of each per cluster configuration (issue 58: a thousand Kafka
+    types of an application share them, not a librdkafka client with its threads each): an admin client (topics,
+    the groups' committed offsets) and a consumer that reads watermarks (it joins no group: planning reads no
+    records).  Counted by the planners using them, closed when the last one stops."""
+
+    lock = threading.Lock()
+    admins: dict[tuple[tuple[str, str], ...], Any] = {}
+    readers: dict[tuple[tuple[str, str], ...], Any] = {}
+    users: dict[tuple[tuple[str, str], ...], int] = {}
+
+
+def _key(conf: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in conf.items()))
+
+
+def shared_clients() -> tuple[tuple[tuple[str, str], ...], Any, Any]:
+    """``(key, admin, reader)`` of the settings' cluster, made on first use; the caller gives them back with
+    :func:`release_clients` (``key``)."""
+    conf = kafka_config()
+    key = _key(conf)
+    with _Clients.lock:
+        if key not in _Clients.admins:
+            from confluent_kafka import Consumer
+            from confluent_kafka.admin import AdminClient
+
+            _Clients.admins[key] = AdminClient(conf)
+            _Clients.readers[key] = Consumer({**conf, "group.id": "event_etl.planner", "enable.auto.commit": False,
+                                              "enable.partition.eof": False})
+        _Clients.users[key] = _Clients.users.get(key, 0) + 1
+        return key, _Clients.admins[key], _Clients.readers[key]
+
+
+def release_clients(key: tuple[tuple[str, str], ...]) -> None:
+    """A planner is done with the cluster's clients: the last one closes them."""
+    with _Clients.lock:
+        left = _Clients.users.get(key, 0) - 1
+        if left > 0:
+            _Clients.users[key] = left
+            return
+        _Clients.users.pop(key, None)
+        _Clients.admins.pop(key, None)
+        reader = _Clients.readers.pop(key, None)
+    if reader is not None:
+        try:
+            reader.close()
+        except Exception:  # noqa: BLE001 - closing a client that failed: nothing left to do
+            pass
 
 
 def consumer_group(event_type: str | None, topic: str) -> str:
@@ -190,6 +241,7 @@ class KafkaPlanner:
         self.split_records = split_records
         self._admin: Any = None
         self._consumer: Any = None
+        self._key: tuple[tuple[str, str], ...] | None = None  # the shared clients it uses (see shared_clients)
         self.target: dict[int, int] | None = None  # --once: the high watermarks when it started
         self._highs: dict[int, int] = {}  # the last watermarks seen (for backlog and reported_latest)
         self._topic_id: str | None = None
@@ -197,19 +249,16 @@ class KafkaPlanner:
         """Records retention deleted unread, by partition, that the last planned batch skipped (``skip``)."""
 
     # -- clients ----------------------------------------------------------------------------
-    def _admin_client(self) -> Any:
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
+    def _clients(self) -> None:
+        if self._key is None:
+            self._key, self._admin, self._consumer = shared_clients()
 
-            self._admin = AdminClient(kafka_config())
+    def _admin_client(self) -> Any:
+        self._clients()
         return self._admin
 
     def _consumer_client(self) -> Any:
-        if self._consumer is None:
-            from confluent_kafka import Consumer
-
-            self._consumer = Consumer(kafka_config(group_id=self.group, enable_auto_commit=False,
-                                                   enable_partition_eof=False))
+        self._clients()
         return self._consumer
 
     def _metadata(self, expect_id: str | None) -> list[int]:
@@ -374,22 +423,23 @@ class KafkaPlanner:
     def commit(self, end: dict[str, Any]) -> None:
         """Tell Kafka the group's progress (for lag monitoring), best effort: the checkpoint is what counts."""
         try:
-            from confluent_kafka import TopicPartition
+            from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
             offsets = [TopicPartition(self.topic, int(p), int(n)) for p, n in end["partitions"].items()]
-            if offsets:
-                self._consumer_client().commit(offsets=offsets, asynchronous=False)
+            if offsets:  # through the shared admin client: the group's offsets, with no consumer of its own
+                futures = self._admin_client().alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(self.group, offsets)], request_timeout=REQUEST_TIMEOUT_S)
+                for future in futures.values():
+                    future.result(timeout=REQUEST_TIMEOUT_S)
         except Exception as err:  # noqa: BLE001 - never fails the batch: the checkpoint holds the offsets
             log.warning("could not commit the offsets of Kafka topic %s for group %s: %s", self.topic, self.group,
                         err)
 
     def stop(self) -> None:
-        consumer, self._consumer, self._admin = self._consumer, None, None
-        if consumer is not None:
-            try:
-                consumer.close()
-            except Exception:  # noqa: BLE001,S110 - closing a client that failed: nothing left to do
-                pass
+        """Let go of the clients (the process's: the last planner to stop closes them)."""
+        key, self._key, self._consumer, self._admin = self._key, None, None, None
+        if key is not None:
+            release_clients(key)
 
 
 READ_TIMEOUT_S = 60.0

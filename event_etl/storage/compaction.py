@@ -62,7 +62,7 @@ def _blocks(data: bytes, name: str
         if end < 0:
             raise ValueError("no sync marker after the header")
         return header, data[:end], reader.writer_schema, reader
-    except Exception as err:  # noqa: BLE001 - named with the file
+    except Exception as err:  # named with the file
         raise MergeError(f"{name}: not a readable Avro container file ({err})") from err
 
 
@@ -183,7 +183,7 @@ class _AvroMerge:
                 self._member(mname, data, len(member_head) + 16, header[1], avro_sync_marker(reader))
             except MergeError:
                 raise
-            except Exception as err:  # noqa: BLE001 - named with the file
+            except Exception as err:  # named with the file
                 raise MergeError(f"{mname}: cannot be read to the end ({err})") from err
         self._close()
         return self.out

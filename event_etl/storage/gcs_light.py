@@ -211,6 +211,6 @@ class GCSLightFileSystem:
 def _reason(response: Any) -> str:
     try:
         message = response.json()["error"]["message"]
-    except Exception:  # noqa: BLE001 - not the JSON API's error body: its text, shortened
+    except (ValueError, KeyError, TypeError):  # not the JSON API's error body: its text, shortened
         message = (response.text or response.reason or "").strip()[:200]
     return str(message)

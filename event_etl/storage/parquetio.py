@@ -306,7 +306,7 @@ def merge_parquet(members: Sequence[tuple[str, bytes]], max_events: int, name_of
             f = pq.ParquetFile(io.BytesIO(data))
             kind = (f.schema_arrow, _codec_of(f.metadata))
             table = f.read()
-        except Exception as err:  # noqa: BLE001 - named with the file
+        except Exception as err:  # named with the file
             raise error(f"{name}: not a readable Parquet file ({err})") from err
         if first is None:
             first = kind

@@ -647,7 +647,7 @@ class Campaign:
             if prod is not None:
                 try:
                     prod.flush(5)
-                except Exception:  # noqa: BLE001,S110 - the broker may be gone: nothing left to deliver
+                except Exception:  # noqa: BLE001 - the broker may be gone: nothing left to deliver
                     pass
                 setattr(self, name, None)
         consumer, self._marks_consumer = getattr(self, "_marks_consumer", None), None

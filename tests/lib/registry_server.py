@@ -111,10 +111,11 @@ def _canonical(schema_type: str, text: str) -> str:
 
 def _is_serialized_proto(text: str) -> bool:
     from google.protobuf import descriptor_pb2
+    from google.protobuf.message import DecodeError
 
     try:
         descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(text, validate=True))
-    except Exception:  # binascii.Error, protobuf's DecodeError: .proto text, not a serialized descriptor
+    except (binascii.Error, DecodeError):  # .proto text, not a serialized descriptor
         return False
     return True
 

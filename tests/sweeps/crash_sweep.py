@@ -382,7 +382,7 @@ class FsTap:
             try:
                 self.copy = self._copy_of_root()
                 self.relocate(self.copy)  # every later write of the branch goes to its copy
-            except BaseException as err:  # never go on in the parent's folder
+            except BaseException as err:  # noqa: BLE001 - whatever failed, never go on in the parent's folder
                 assert self.lost_child is not None
                 lost = self.lost_child(k, label, -1)
                 lost.fail("restart failed", f"the branch could not copy the run's folder: {_error(err)}")
