@@ -97,6 +97,26 @@ def test_only_the_command_line_imports_the_cli(module):
     assert not cli, f"{module} imports the command line: {', '.join(cli)}"
 
 
+# The job layer uses a source only through its face (event_etl.sources.face) and the registry of kinds; these modules
+# of event_etl.sources are not a source's, each with its reason:
+JOB_MAY_IMPORT_FROM_SOURCES: dict[str, str] = {
+    "event_etl.sources": "the package: SourceSpec, a parsed --source",
+    "event_etl.sources.face": "the face",
+    "event_etl.sources.registry": "the kinds: parsing, identity, checks, opening a session",
+    "event_etl.sources.pubsub": "the pubsub commit policy publishes notices with its publisher client (not a source)",
+}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("event_etl.job.")))
+def test_the_job_layer_uses_sources_only_through_their_face(module):
+    reached = sorted(t for t in imports_of(module, MODULES[module])
+                     if (t == "event_etl.sources" or t.startswith("event_etl.sources."))
+                     and t not in JOB_MAY_IMPORT_FROM_SOURCES)
+    assert not reached, f"{module} reaches past the source face: {', '.join(reached)}"
+    source = MODULES[module].read_text(encoding="utf-8")
+    assert "hasattr(" not in source, f"{module} probes an object with hasattr: ask the face"
+
+
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     """The test itself: an import inside a function, and a relative one, are seen."""
     path = tmp_path / "mod.py"

@@ -87,7 +87,8 @@ def test_status_says_how_far_back_a_seek_must_go_from_the_spool_of_a_stopped_job
 
 
 def test_a_running_job_writes_it_into_its_lease_and_it_outlives_a_lost_checkpoint(tmp_path):
-    from event_etl.job.status import seek_fields
+    from event_etl.job.status import seek_fields_at
+    from event_etl.sources.spool import Spool
     from event_etl.storage.lease import LEASE_NAME, Lease
 
     et, clock, p = _job(tmp_path)
@@ -95,7 +96,8 @@ def test_a_running_job_writes_it_into_its_lease_and_it_outlives_a_lost_checkpoin
     _segment(spool, [t("13:45")])
     lease = Lease(p.storage, "click", p.ckpt.root, now_millis)  # the lease runs on the real clock, as status reads it
     down = {"now": None}
-    lease.extra = lambda: {**seek_fields(p.controller.state, et.out_of_orderness, spool),
+    lease.extra = lambda: {**seek_fields_at(p.controller.state, et.out_of_orderness,
+                                            Spool.of_segments(spool).oldest_publish_ms()),
                            **({"source_down": down["now"]} if down["now"] else {})}
     lease.acquire()
     try:
@@ -212,14 +214,16 @@ def test_a_damaged_segment_counts_only_while_it_is_still_in_the_spool(tmp_path):
 
 def test_after_a_lost_checkpoint_the_runbook_command_prints_what_the_job_last_wrote(tmp_path):
     """docs/runbook.md, 'A lost checkpoint': ``event-etl status --checkpoint-root`` of a folder that is gone."""
-    from event_etl.job.status import seek_fields
+    from event_etl.job.status import seek_fields_at
+    from event_etl.sources.spool import Spool
     from event_etl.storage.lease import LEASE_NAME, Lease
 
     et, clock, p = _job(tmp_path)
     spool = p.ckpt.root / "etl" / "source" / "pubsub" / "segments"
     _segment(spool, [t("13:22")])
     lease = Lease(p.storage, "click", p.ckpt.root, now_millis, ttl_ms=400)
-    lease.extra = lambda: seek_fields(p.controller.state, et.out_of_orderness, spool)
+    lease.extra = lambda: seek_fields_at(p.controller.state, et.out_of_orderness,
+                                         Spool.of_segments(spool).oldest_publish_ms())
     lease.acquire()
     lease.stop_renewing(timeout=10)  # killed with its disk: the lease stays in the sink until it expires
     doc = json.loads((p.sink / "click" / LEASE_NAME).read_text())

@@ -51,8 +51,7 @@ from event_etl.job.lane import Lane, Pending, SparkLog
 from event_etl.job.member import FleetMember
 from event_etl.job.phases import Phases, Tasks
 from event_etl.job.stopping import POLL_S, Echo, Escalated, StopSignals, run_watched, say, signal_name
-from event_etl.sources.face import SourceSession
-from event_etl.sources.splits import Split
+from event_etl.sources.face import SourceSession, Split
 
 __all__ = ["SparkLog", "Lane", "Pending", "Engine", "Supervisor", "run_rounds", "rounds_before_drain", "round_summary",
            "FleetMember"]  # SparkLog, Lane, Pending: event_etl.job.lane; FleetMember: event_etl.job.member

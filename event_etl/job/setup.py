@@ -227,7 +227,7 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
     """Bind the checkpoint; open the type's source session; build the controller (given the session's hooks),
     metrics and progress printer of a prepared job, and the spec of its source, for the lane :func:`open_shared`
     opens on it."""
-    from event_etl.sources.directory import SPLIT_PLAN
+    from event_etl.sources.registry import SPLIT_PLAN
 
     et, options, ckpt = p.event_type, p.options, p.ckpt
     # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from event_etl.job.checkpoint import Checkpoint
-from event_etl.sources.spool import Spool
+from event_etl.sources.registry import spooled_in
 from event_etl.storage import Storage
 from event_etl.storage.lease import LEASE_NAME
 from event_etl.storage.locations import resolve_sink
 from event_etl.timeutil import format_duration, iso, now_millis
 
-__all__ = ["job_status", "job_statuses", "read_status", "seek_time", "seek_fields", "backfill_deadletters",
+__all__ = ["job_status", "job_statuses", "read_status", "seek_time", "seek_fields_at", "backfill_deadletters",
            "STATUS_FILE"]
 
 STATUS_FILE = "status.json"
@@ -61,19 +61,6 @@ def _oldest_open_hour(state: Any) -> int | None:
 def seek_fields_at(state: Any, out_of_orderness: int | None, spool_oldest: int | None) -> dict[str, Any]:
     """``seek_to`` (ISO UTC), ``seek_to_ms`` and ``seek_to_by`` for a Pub/Sub job whose spool's oldest publish time
     is ``spool_oldest`` (see :func:`seek_time`); empty when nothing is known."""
-    found = seek_time(_oldest_open_hour(state), out_of_orderness, spool_oldest)
-    if found is None:
-        return {}
-    return {"seek_to": iso(found[0]), "seek_to_ms": found[0], "seek_to_by": found[1]}
-
-
-def seek_fields(state: Any, out_of_orderness: int | None, spool: Spool | str | Path | None) -> dict[str, Any]:
-    """``seek_to`` (ISO UTC), ``seek_to_ms`` and ``seek_to_by`` for a Pub/Sub job (see :func:`seek_time`); empty when
-    nothing is known.  A job writes them into its lease at every renewal, so that they outlive a lost checkpoint.
-    ``spool``: the job's spool, or its segments' folder (a fetcher's ``segdir``)."""
-    if spool is not None and not isinstance(spool, Spool):
-        spool = Spool.of_segments(spool)
-    spool_oldest = spool.oldest_publish_ms() if spool is not None else None
     found = seek_time(_oldest_open_hour(state), out_of_orderness, spool_oldest)
     if found is None:
         return {}
@@ -148,12 +135,12 @@ def job_status(event_type: str, *, storage: Storage, checkpoint_dir: Path, now: 
         st = "stopped"
     wm = state.watermark if state else None
     seek: dict[str, Any] = {}
-    spool = Spool.at(ck.etl / "source" / "pubsub")  # read-only: None if the checkpoint holds no spool
+    spooled = spooled_in(ck.etl / "source")  # read-only, through the source's face: None if it holds no spool
     if live and lease.get("seek_to"):  # the running job's own view, at most a renewal old
         seek = {k: lease.get(k) for k in ("seek_to", "seek_to_ms", "seek_to_by")}
         seek["seek_to_from"] = f"the running job, at {lease.get('renewed_at')}"
-    elif spool is not None:
-        seek = seek_fields(state, out_of_orderness, spool)
+    elif spooled is not None:
+        seek = seek_fields_at(state, out_of_orderness, spooled.oldest_ms)
         if seek:
             seek["seek_to_from"] = "the checkpoint"
     elif lease and lease.get("seek_to"):  # the checkpoint is gone: what the job last said

@@ -41,7 +41,7 @@ from event_etl.sources.activity import observe
 from event_etl.sources.splits import Split
 
 __all__ = ["Offset", "Planner", "SourceHooks", "Hooks", "OpenRequest", "SourceSession", "PlannedSession", "Source",
-           "source_class"]
+           "Spooled", "Split", "source_class"]
 
 Offset = Any
 """A source's offset, as its planner makes it: JSON-able, read and written whole (None: none yet)."""
@@ -245,6 +245,14 @@ class PlannedSession(SourceSession):
             stop()
 
 
+@dataclass(frozen=True)
+class Spooled:
+    """What the spool of a job that is not running holds, as far as a seek needs it (``event-etl status``)."""
+
+    oldest_ms: int | None
+    """The oldest publish time (ms) of what it holds; None: it holds nothing."""
+
+
 class Source(ABC):
     """A kind of source's behaviour, imported when a job of that kind opens (see the module docstring)."""
 
@@ -261,6 +269,12 @@ class Source(ABC):
     @classmethod
     def warning(cls, event_type: str, params: dict[str, Any], log_dir: str) -> str | None:
         """A line to print when the job starts, or None."""
+        return None
+
+    @classmethod
+    def spooled_at(cls, log_dir: str) -> Spooled | None:
+        """What the spool in a checkpoint's folder for the kind (``log_dir``) holds, read only (no job need run);
+        None: the kind keeps no spool, or this checkpoint holds none."""
         return None
 
 

@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from event_etl.rules.watermark import SourceActivity
-from event_etl.sources.face import Offset, OpenRequest, PlannedSession, Source
+from event_etl.sources.face import Offset, OpenRequest, PlannedSession, Source, Spooled
 from event_etl.sources.pubsub import PubSubPlanner
 
 __all__ = ["PubSubSource", "PubSubSession"]
@@ -118,6 +118,13 @@ class PubSubSource(Source):
         return PubSubPlanner(spec["params"]["subscription"], spec["log_dir"],
                              max_messages=int(spec["max_events_per_batch"]), clock=request.clock,
                              tasks_per_batch=int(spec.get("tasks_per_batch", 2)))
+
+    @classmethod
+    def spooled_at(cls, log_dir: str) -> Spooled | None:
+        from event_etl.sources.spool import Spool
+
+        spool = Spool.at(log_dir)  # read-only: None if the checkpoint holds no spool
+        return Spooled(spool.oldest_publish_ms()) if spool is not None else None
 
     @classmethod
     def check(cls, params: dict[str, Any]) -> None:

@@ -35,15 +35,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from event_etl.errors import ConfigError, SourceError, UsageError
-from event_etl.sources.face import OpenRequest, Source, SourceSession, source_class
+from event_etl.sources.directory import SPLIT_PLAN
+from event_etl.sources.face import OpenRequest, Source, SourceSession, Spooled, source_class
 
 if TYPE_CHECKING:
     from event_etl.eventtypes import EventType
     from event_etl.sources.read import SplitReader
 
 __all__ = ["SourceSpec", "SourceContext", "SourceKind", "SOURCES", "parse_source", "url_scheme", "kind_of_url",
-           "source_folder", "source_kind", "job_source", "type_source_kind", "open_source", "batch_cap", "batch_unit",
-           "SPLIT_READERS", "split_reader"]
+           "source_folder", "source_kind", "job_source", "type_source_kind", "open_source", "spooled_in", "SPLIT_PLAN",
+           "batch_cap", "batch_unit", "SPLIT_READERS", "split_reader"]
 
 
 @dataclass(frozen=True)
@@ -331,6 +332,18 @@ def source_kind(kind: str) -> SourceKind:
         return SOURCES[kind]
     except KeyError:
         raise ValueError(f"unknown source kind {kind!r}") from None
+
+
+def spooled_in(source_root: str | os.PathLike[str]) -> Spooled | None:
+    """What a checkpoint's spool holds (``source_root``: its ``etl/source`` folder, a folder per kind), read only;
+    None when no kind keeps a spool there."""
+    for kind in SOURCES.values():
+        folder = os.path.join(source_root, kind.name)
+        if os.path.isdir(folder):
+            found = source_class(kind.source).spooled_at(folder)
+            if found is not None:
+                return found
+    return None
 
 
 def open_source(request: OpenRequest) -> SourceSession:
