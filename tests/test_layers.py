@@ -117,6 +117,18 @@ def test_the_job_layer_uses_sources_only_through_their_face(module):
     assert "hasattr(" not in source, f"{module} probes an object with hasattr: ask the face"
 
 
+CLASS_LINES = 420
+"""The most lines a class of the package spans (CONTRIBUTING.md, "Size")."""
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_class_is_longer_than_the_limit(module):
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in ast.walk(tree)
+            if isinstance(n, ast.ClassDef) and n.end_lineno is not None and n.end_lineno - n.lineno + 1 > CLASS_LINES]
+    assert not long, f"{module}: {', '.join(long)}: split it by what each part owns"
+
+
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     """The test itself: an import inside a function, and a relative one, are seen."""
     path = tmp_path / "mod.py"
