@@ -69,7 +69,11 @@ from event_etl.storage.temporaries import sweep_temporaries
 from event_etl.task.executor import BatchContext
 from event_etl.task.report import BatchResult, summarize
 
-__all__ = ["Controller", "BatchEvent"]
+__all__ = ["Controller", "BatchEvent", "IDLE_SAVE_S"]
+
+IDLE_SAVE_S = 30.0
+"""Seconds: the longest a quiet type's idle watermark stays unsaved while it completes no hour (see
+:meth:`Controller.tick`)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,7 @@ class Controller:
                               activity_stale_ms=idle.activity_stale_ms, parts=self.state.parts,
                               watermark=self.state.watermark, emit=self._emit)
         self.busy = False
+        self._saved_at = self.idle.monotonic()  # when the state was last saved (loaded: as good as saved)
         self.failure: BaseException | None = None
         self.totals: Counter[str] = Counter()
         self.batches = 0
@@ -331,6 +336,7 @@ class Controller:
     def _commit_state(self, new: WatermarkState, marked: list[Manifest]) -> None:
         """Save ``new`` (with the hours ``marked`` for it): from here on it is the controller's state."""
         self.ckpt.save_state(new)
+        self._saved_at = self.idle.monotonic()
         faults.point("state_saved", str(new.last_batch_id))
         self.state = new
         for m in marked:
@@ -451,14 +457,30 @@ class Controller:
         if (wm is None or wm == self.state.watermark) and not self.unmarked_complete_hours():
             return []
         self._guard()
-        faults.point("idle_advance", str(wm))
         before = self.state.watermark
         closed_by = "idle" if wm != before and not caught_up else "watermark"
+        if not caught_up and not self.unmarked_complete_hours() and not self._idle_save_due(wm):
+            # a quiet type whose watermark moves on within an hour: kept in memory, saved with the next step that
+            # marks an hour, a batch, or IDLE_SAVE_S from the last save (a thousand quiet types do not write their
+            # state every second; after a crash the idle rule moves it again from the saved one: nothing was judged
+            # or marked against the newer one)
+            self.state = self.state.with_watermark(wm)
+            self._emit("idle", self.state)
+            return []
+        faults.point("idle_advance", str(wm))
         new, marked = self.markers.mark(self.state.with_watermark(wm), now, closed_by)
         self._commit_state(new, marked)
         if new.watermark != before or marked:
             self._emit("idle", new)
         return marked
+
+    def _idle_save_due(self, wm: int | None) -> bool:
+        """Whether an idle step to ``wm`` is saved although it marks no hour: it completes one, or the state was last
+        saved :data:`IDLE_SAVE_S` ago or more."""
+        st = self.state.with_watermark(wm)
+        if hours_to_mark(st.first_hour, st.marked_through, st.watermark, limit=1):
+            return True
+        return self.idle.monotonic() - self._saved_at >= IDLE_SAVE_S
 
     def drain(self) -> list[Manifest]:
         """End of input: move the watermark past the last hour holding data and mark every hour up to it."""
