@@ -111,3 +111,27 @@ def test_the_spools_oldest_publish_time_reads_only_segments_new_or_grown_since_t
     assert spool.oldest_publish_ms() == t("13:05") and len(reads) == 2
     spool.write_segment(SegmentName("0000000a", 0, 3, 1), [response(4, 1, published=t("12:59"))])
     assert spool.oldest_publish_ms() == t("12:59") and len(reads) == 3, "only the new one read"
+
+
+def test_the_applications_bound_is_shared_fairly_among_the_types_that_hold_messages(tmp_path):
+    """Over the fleet's bound, a type pulls only below its share: a backlog cannot take the room the others need."""
+    pool = PullerPool(workers=1, max_held_messages=100, max_held_bytes=1 << 30)
+
+    class Holding:
+        def __init__(self, n):
+            self.n = n
+
+        def held_totals(self):
+            return self.n, self.n
+
+    big, small, idle = Holding(90), Holding(20), Holding(0)
+    for h in (big, small, idle):
+        pool.join(h)
+    assert not pool.room_for(big), "110 held, over the bound: the big one holds more than its share (55)"
+    pool._totals = (0.0, {})  # look again
+    assert pool.room_for(small), "below its share"
+    pool._totals = (0.0, {})
+    assert pool.room_for(idle), "a type holding nothing may pull"
+    pool.leave(big)
+    pool._totals = (0.0, {})
+    assert pool.room_for(small), "under the bound again: every type pulls"

@@ -246,6 +246,7 @@ class Fetcher:
             live.register(self.dir, self)
         self.count_leftovers()
         if self.pool is not None and self.spooled:  # a fleet's: turns in its pool, no thread, no age thread
+            self.pool.join(self)
             for s in self.streams:
                 runner = PooledRunner(self.pool, s.turn, f"pubsub-pull-{s.index}")
                 runner.start()
@@ -310,6 +311,8 @@ class Fetcher:
         elif stopped and not closed:
             log.warning("a spool segment of %s was left open (its disk had no room to close it): the next start "
                         "finishes it", self.subscription)
+        if self.pool is not None:
+            self.pool.leave(self)
         if self.fresh and self._threads:
             if closed is not None:  # else the close holds the lock, and the disk hangs: the record stays not clean
                 self._record_stop(stopped)

@@ -23,6 +23,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 __all__ = ["PullerPool", "PooledRunner", "shared_pool", "PULLERS"]
 
@@ -54,17 +55,59 @@ class PooledRunner:
             self.ended.wait(timeout)
 
 
-class PullerPool:
-    """``workers`` threads running the due turns of every registered stream (see the module docstring)."""
+class Holder(Protocol):
+    """What the pool asks of a fetcher for the application's flow control."""
 
-    def __init__(self, workers: int = PULLERS) -> None:
+    def held_totals(self) -> tuple[int, int]: ...
+
+
+class PullerPool:
+    """``workers`` threads running the due turns of every registered stream (see the module docstring).
+
+    **Flow control is the application's**, beside each fetcher's own bound: while the fetchers of the pool hold
+    ``max_held_messages`` or ``max_held_bytes`` that no batch has saved, a fetcher pulls only while it holds less
+    than its fair share of them (the bound divided among the fetchers holding any): a type with a backlog cannot
+    take the room the others need, and a type alone takes all of it."""
+
+    def __init__(self, workers: int = PULLERS, *, max_held_messages: int = 1_000_000,
+                 max_held_bytes: int = 1 << 30) -> None:
         self.workers = max(1, workers)
+        self.max_held = (max_held_messages, max_held_bytes)
+        self._holders: dict[int, Holder] = {}
+        self._totals: tuple[float, dict[int, tuple[int, int]]] = (0.0, {})  # (when, each fetcher's held)
         self._heap: list[tuple[float, int, PooledRunner]] = []
         self._due: dict[PooledRunner, float] = {}  # each runner's next turn (a runner is queued once)
         self._running: set[PooledRunner] = set()  # turns under way (a runner runs one turn at a time)
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
+
+    # -- the application's flow control ------------------------------------------------------------------------
+    def join(self, fetcher: Holder) -> None:
+        with self._cond:
+            self._holders[id(fetcher)] = fetcher
+
+    def leave(self, fetcher: Holder) -> None:
+        with self._cond:
+            self._holders.pop(id(fetcher), None)
+
+    def room_for(self, fetcher: Holder) -> bool:
+        """Whether ``fetcher`` may pull now under the application's bound (see the class docstring).  What every
+        fetcher holds is looked at most every 0.1 s (a thousand fetchers' turns do not each count them all)."""
+        now = time.monotonic()
+        at, held = self._totals
+        if now - at >= 0.1:
+            with self._cond:
+                holders = list(self._holders.items())
+            held = {key: h.held_totals() for key, h in holders}
+            self._totals = (now, held)
+        msgs = sum(m for m, _ in held.values())
+        size = sum(b for _, b in held.values())
+        if msgs < self.max_held[0] and size < self.max_held[1]:
+            return True
+        busy = max(1, sum(1 for m, b in held.values() if m or b))
+        mine = held.get(id(fetcher), (0, 0))
+        return mine[0] < self.max_held[0] / busy and mine[1] < self.max_held[1] / busy
 
     def schedule(self, runner: PooledRunner, delay: float) -> None:
         """Run ``runner``'s next turn in ``delay`` seconds (sooner than it was due: brought forward)."""
@@ -132,9 +175,10 @@ class _Shared:
     lock = threading.Lock()
 
 
-def shared_pool(workers: int = PULLERS) -> PullerPool:
-    """The application's pool, made on first use (no thread before)."""
+def shared_pool(workers: int = PULLERS, *, max_held_messages: int = 1_000_000,
+                max_held_bytes: int = 1 << 30) -> PullerPool:
+    """The application's pool, made on first use (no thread before) with the first caller's settings."""
     with _Shared.lock:
         if _Shared.pool is None:
-            _Shared.pool = PullerPool(workers)
+            _Shared.pool = PullerPool(workers, max_held_messages=max_held_messages, max_held_bytes=max_held_bytes)
         return _Shared.pool

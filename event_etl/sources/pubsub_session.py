@@ -100,7 +100,8 @@ class PubSubSource(Source):
             from event_etl.sources.pubsub_pool import shared_pool
 
             # a fleet's types pull in turns on the fleet's pullers (no thread per type); a single type, as ever
-            pool = shared_pool(settings.pullers) if request.fleet else None
+            pool = shared_pool(settings.pullers, max_held_messages=settings.fleet_max_held_messages,
+                               max_held_bytes=settings.fleet_max_held_bytes) if request.fleet else None
             fetcher = Fetcher(subscription, log_dir, once=request.once, settings=settings, pool=pool)
             fetcher.leased_at = request.leased_at
             fetcher.start()

@@ -44,6 +44,10 @@ class FetchSettings:
     fetch_partitions: int = 0
     """0: pull in the driver (threads beside the query).  N: pull in N tasks on the cluster's executors
     (:mod:`event_etl.sources.pubsub_partitions`), each with ``streams`` streams; they take N cores."""
+    fleet_max_held_messages: int = 1_000_000
+    """A fleet's bound on what all its Pub/Sub types hold pulled and not yet saved, shared fairly among those that
+    hold any (:class:`~event_etl.sources.pubsub_pool.PullerPool`); each type's own bound holds too."""
+    fleet_max_held_bytes: int = 1 << 30
     pullers: int = 8
     """A fleet's shared pullers (:mod:`event_etl.sources.pubsub_pool`): threads that pull every Pub/Sub type of the
     application in turns (a single type's job runs its streams as threads of its own)."""
@@ -70,7 +74,8 @@ class FetchSettings:
         for name, conv in (("streams", int), ("max_held_messages", int), ("max_held_bytes", int),
                            ("segment_messages", int), ("segment_age", float), ("ack_deadline", int),
                            ("outage_timeout", float), ("pull_timeout", float), ("once_quiet", float),
-                           ("fetch_partitions", int), ("pullers", int), ("ack", _ack_mode)):
+                           ("fetch_partitions", int), ("pullers", int), ("fleet_max_held_messages", int),
+                           ("fleet_max_held_bytes", int), ("ack", _ack_mode)):
             key = f"EVENT_ETL_PUBSUB_{name.upper()}"
             if name == "outage_timeout":
                 key = "EVENT_ETL_PUBSUB_OUTAGE_SECONDS"

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from event_etl import faults
 from event_etl.errors import SourceError
 from event_etl.sources.pubsub_ack import Acknowledger, Held, acknowledge_in_bulk
+from event_etl.sources.pubsub_pool import PullerPool
 from event_etl.sources.pubsub_settings import FetchSettings
 from event_etl.sources.pubsub_stalls import Stalls
 from event_etl.sources.spool import AppendFailed, OpenSegment, SegmentFenced, SegmentName, Spool, oldest_of
@@ -111,6 +112,7 @@ class StreamOwner(Protocol):
     run: str
     once: bool
     spool: Spool
+    pool: PullerPool | None
     acks: Acknowledger
     lock: threading.Lock
     room: threading.Condition
@@ -206,6 +208,9 @@ class PullStream:
             if msgs >= s.max_held_messages or size >= s.max_held_bytes:  # no room: the next turn looks again
                 f.count_leftovers()
                 return 0.5
+        if f.pool is not None and not f.pool.room_for(f):  # the application's bound: above its fair share
+            return 0.5
+        with f.lock:
             if f.parking.parked(self.index):  # quiet, and another stream of the type watches it
                 return self.idle
         pulled = self._pull()
