@@ -28,7 +28,7 @@ def _stop_at_the_lease(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         leased.append(p.event_type.name)
         raise _StopHere
 
-    monkeypatch.setattr(driver, "acquire_lease", acquire)
+    monkeypatch.setattr(driver, "take_lease", acquire)
     return leased
 
 

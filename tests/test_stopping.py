@@ -260,7 +260,7 @@ def test_a_sigterm_while_the_job_takes_its_lease_is_recorded_not_fatal(tmp_path,
         seen["received"] = list(stops.received)
         raise RuntimeError("the test ends the start here")
 
-    monkeypatch.setattr(driver, "acquire_lease", acquire)
+    monkeypatch.setattr(driver, "after_lease", acquire)  # once the lease is taken: its wait watches the signals
     before = signal.getsignal(signal.SIGTERM)
     stops = StopSignals()
     et = make_event_type(tmp_path / "types")

@@ -25,6 +25,7 @@ also drain; a second SIGINT or SIGTERM stops at once (exit 130 or 143).  Every l
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,13 +43,15 @@ from event_etl.job.fleet import (
 )
 from event_etl.job.member import FleetMember
 from event_etl.job.setup import (
+    Prepared,
     RunOptions,
-    acquire_lease,
+    after_lease,
     close_shared,
     open_shared,
     prepare_job,
     release_lease,
     say_source_warning,
+    take_lease,
 )
 from event_etl.job.stopping import (
     Echo,
@@ -165,11 +168,19 @@ class _Driver:
     def lease_all(self) -> None:
         """Check and lock every type before Spark starts."""
         try:
-            for et in self.event_types:
+            # checks and leases wait on the source, the sink and the disk: many types at a time
+            prepared: dict[str, Prepared] = {}
+
+            def prepare(et: EventType) -> None:
                 ckpt = member_checkpoint(self.options, et.name) if self.fleet else None
-                p = prepare_job(et, self.options, clock=self.clock, checkpoint=ckpt)
-                self.members.append(FleetMember(et, p))
-                acquire_lease(p, self.stops, echo=self.echo)
+                prepared[et.name] = prepare_job(et, self.options, clock=self.clock, checkpoint=ckpt)
+
+            in_parallel(prepare, self.event_types, name="event_etl-prepare")
+            self.members = [FleetMember(et, prepared[et.name]) for et in self.event_types]
+            in_parallel(lambda m: take_lease(m.prepared), self.members, name="event_etl-lease")
+            os.sync()  # once for every type: what killed predecessors renamed is durable (setup.acquire_lease)
+            for m in self.members:
+                after_lease(m.prepared, self.stops, echo=self.echo)
         except Escalated as esc:
             self.release_leases()
             what = ("stopped at once while waiting for the leases" if self.fleet

@@ -40,8 +40,8 @@ from event_etl.storage.locations import default_checkpoint, is_remote, resolve_s
 from event_etl.timeutil import iso, now_millis, parse_duration
 
 __all__ = ["DEFAULT_SINK", "DEFAULT_TRIGGER", "DEFAULT_MAX_FILES_PER_BATCH", "DEFAULT_MAX_EVENTS_PER_BATCH",
-           "DEFAULT_SPLIT_BYTES", "RunOptions", "Prepared", "prepare_job", "release_lease", "acquire_lease", "Job",
-           "say_source_warning", "open_parts", "open_shared", "close_shared"]
+           "DEFAULT_SPLIT_BYTES", "RunOptions", "Prepared", "prepare_job", "release_lease", "acquire_lease",
+           "take_lease", "after_lease", "Job", "say_source_warning", "open_parts", "open_shared", "close_shared"]
 
 DEFAULT_SINK = "./data"
 DEFAULT_TRIGGER = "5s"
@@ -160,21 +160,36 @@ def release_lease(lease: Any, stops: StopSignals | None = None) -> None:
 
 
 def acquire_lease(p: Prepared, stops: StopSignals | None = None, *, echo: Echo = say) -> None:
-    """Take the type's checkpoint lock and sink lease; after a dead predecessor, wait until its tasks are fenced off.
+    """Take the type's checkpoint lock and sink lease; after a dead predecessor, wait until its tasks are fenced off
+    (:func:`take_lease`, then what a killed predecessor left made durable, then :func:`after_lease`).
 
     The wait watches ``stops``: a first stop signal is recorded and obeyed once the job runs (a drain still drains),
     a repeated one raises :class:`~event_etl.job.stopping.Escalated` with the lease held (``p.lease``).  The wait's
     line goes through ``echo``."""
+    take_lease(p)
+    # A SIGKILLed predecessor may have renamed files it had not synced yet, which this job relies on from now on
+    # (a data file a replay finds in place, a marker it adopts): made durable before anything builds on them.  A
+    # fleet takes every type's lease first, then syncs once (one os.sync, not one per type).
+    os.sync()
+    after_lease(p, stops, echo=echo)
+
+
+def take_lease(p: Prepared) -> None:
+    """Take the type's checkpoint lock and sink lease (``p.lease``)."""
     from event_etl.storage.lease import Lease, default_ttl_ms
 
     p.lease = Lease(p.storage, p.event_type.name, p.ckpt.root, now_millis, ttl_ms=default_ttl_ms()).acquire()
     p.leased_at = time.monotonic()
-    # A SIGKILLed predecessor may have renamed files it had not synced yet, which this job relies on from now on
-    # (a data file a replay finds in place, a marker it adopts): made durable before anything builds on them.
-    os.sync()
+
+
+def after_lease(p: Prepared, stops: StopSignals | None = None, *, echo: Echo = say) -> None:
+    """Once the lease is held and what a predecessor left is durable (``os.sync``): sweep the checkpoint's
+    temporaries, and wait for a dead predecessor's tasks when a batch is to be replayed (see :func:`acquire_lease`)."""
     p.ckpt.sweep_temporaries()  # the checkpoint is this job's now; its source starts writing there only later
     latest = p.ckpt.latest_intent_id()
     if latest is not None and latest > p.ckpt.load_state().last_batch_id:  # a batch to replay: its tasks may live on
+        if p.lease is None:
+            raise AssertionError("after_lease before take_lease")
         p.lease.wait_for_old_tasks(None if p.options.quiet else echo,
                                    sleep=None if stops is None else lambda s: wait_for(lambda: False, stops, timeout=s))
     faults.point("leased")
