@@ -26,6 +26,7 @@ also drain; a second SIGINT or SIGTERM stops at once (exit 130 or 143).  Every l
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -157,6 +158,7 @@ class _Driver:
         self.members: list[FleetMember] = []
         self.spark: Any = None
         self.endpoint: Any = None
+        self._endpoint_lock = threading.Lock()  # members opened at once add their metrics one at a time
         self.last_status = time.monotonic()
         self.stops = hosting.stops if hosting.stops is not None else StopSignals()
         self.stops.drain_on_stop = self.stops.drain_on_stop or options.drain_on_stop
@@ -242,8 +244,7 @@ class _Driver:
 
             self.endpoint = FleetEndpoint(host=self.options.metrics_host, port=self.options.metrics_port)
         try:
-            for m in self.members:
-                self.open_member(m)
+            self.open_members(self.members)
             engine = Engine(self.spark, self.members, {m.name: m.source for m in self.members}, clock=self.clock)
             if self.endpoint is not None:
                 self.endpoint.serve()
@@ -260,16 +261,39 @@ class _Driver:
         finally:
             self._close_all()
 
-    def open_member(self, m: FleetMember) -> None:
+    def open_members(self, members: list[FleetMember]) -> None:
+        """Open every member, many at a time (each waits on its checkpoint, its sink and its source), their lines for
+        people said in the members' order; the first failure is raised once every member was tried."""
+        if len(members) <= 1:
+            for m in members:
+                self.open_member(m)
+            return
+        said: dict[str, list[tuple[str, bool]]] = {m.name: [] for m in members}
+
+        def open_one(m: FleetMember) -> None:
+            lines = said[m.name]
+            self.open_member(m, echo=lambda line, /, *, err=False: lines.append((line, err)))
+
+        try:
+            in_parallel(open_one, members, name="event_etl-open")
+        finally:
+            for m in members:
+                for line, err in said[m.name]:
+                    self.echo(line, err=err)
+
+    def open_member(self, m: FleetMember, *, echo: Echo | None = None) -> None:
         """Open a member for the engine: controller, metrics and printer, its source's lane (and fetcher)."""
         # Pub/Sub: pulling starts once the JVM runs, not while it is launched.  The JVM is forked with a
         # preexec_fn; a fork while the puller's threads are inside gRPC calls makes gRPC skip its fork
         # handlers, and the child could die before it ran Java (seen as JAVA_GATEWAY_EXITED at start-up).
-        say_source_warning(m.prepared, echo=self.echo)
+        echo = echo or self.echo
+        say_source_warning(m.prepared, echo=echo)
         m.job, m.lane = open_shared(m.prepared, self.spark, clock=self.clock, listeners=self.listeners,
-                                    serve_metrics=not self.fleet, echo=self.echo, fleet=self.fleet)
+                                    serve_metrics=not self.fleet, echo=echo, fleet=self.fleet)
+        m.job.echo = self.echo  # its later lines (the end's) go out as they come
         if self.endpoint is not None:
-            self.endpoint.add(m.job.metrics)
+            with self._endpoint_lock:
+                self.endpoint.add(m.job.metrics)
 
     def _close_all(self) -> None:
         """Close every member: their sources asked to stop all at once, then stopped many at a time (a thousand
