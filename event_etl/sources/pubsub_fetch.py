@@ -103,9 +103,9 @@ def subscriber(factory: Callable[[], Any] | None) -> Any:
     else Pull and Acknowledge on the gRPC wire (:mod:`event_etl.sources.pubsub_wire`), from the environment."""
     if factory is not None:
         return factory()
-    from event_etl.sources.pubsub_wire import WireSubscriber
+    from event_etl.sources.pubsub_wire import shared_subscriber
 
-    return WireSubscriber()
+    return shared_subscriber()  # one channel for every fetcher of the process (a fleet's thousand types too)
 
 
 def _within(seconds: float, work: Callable[[], bool], name: str) -> bool | None:

@@ -16,10 +16,11 @@ alike; everything else (``GetSubscription``) goes through the library.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-__all__ = ["WireSubscriber", "pull_bytes"]
+__all__ = ["WireSubscriber", "shared_subscriber", "pull_bytes"]
 
 _SERVICE = "/google.pubsub.v1.Subscriber/"
 _OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
@@ -55,6 +56,7 @@ class WireSubscriber:
 
         self._pull, self._ack, self._modify = call("Pull"), call("Acknowledge"), call("ModifyAckDeadline")
         self._library: Any = None  # the library's SubscriberClient, made when first needed
+        self._library_lock = threading.Lock()
 
     @staticmethod
     def _raise(err: Exception) -> NoReturn:
@@ -93,16 +95,34 @@ class WireSubscriber:
             self._raise(err)
 
     def get_subscription(self, *, subscription: str, timeout: float | None = None) -> Any:
-        if self._library is None:
-            from event_etl.sources.pubsub import subscriber_client
+        with self._library_lock:  # made once, however many fetchers ask at once
+            if self._library is None:
+                from event_etl.sources.pubsub import subscriber_client
 
-            self._library = subscriber_client()
+                self._library = subscriber_client()
         return self._library.get_subscription(subscription=subscription, timeout=timeout)
 
     def close(self) -> None:
         self.channel.close()
         if self._library is not None:
             self._library.close()
+
+
+class _Shared:
+    lock = threading.Lock()
+    subscribers: dict[str, WireSubscriber] = {}
+
+
+def shared_subscriber() -> WireSubscriber:
+    """The process's subscriber for the service the environment names (``PUBSUB_EMULATOR_HOST``, else Google's):
+    one gRPC channel, which every fetcher of the process pulls on at once (a channel multiplexes its calls), not a
+    channel each; never closed (it lives as long as the process)."""
+    target = os.environ.get("PUBSUB_EMULATOR_HOST") or "pubsub.googleapis.com"
+    with _Shared.lock:
+        sub = _Shared.subscribers.get(target)
+        if sub is None:
+            sub = _Shared.subscribers[target] = WireSubscriber()
+        return sub
 
 
 def pull_bytes(answer: Any) -> tuple[bytes, Any]:
