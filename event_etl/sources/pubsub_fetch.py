@@ -89,6 +89,7 @@ from event_etl.sources.pubsub_run import FetchRun, subscription_deadline
 from event_etl.sources.pubsub_settings import ACK_MODES, FetchSettings, spool_warning
 from event_etl.sources.pubsub_stalls import WAIT_CAP, WAIT_FIRST, Stalls, waited_since
 from event_etl.sources.pubsub_stream import Parking, PullStream
+from event_etl.sources.pubsub_turns import PooledStream
 from event_etl.sources.spool import DRAINED, AppendFailed, RunRecord, Spool
 
 __all__ = ["Fetcher", "SharedRun", "FetchSettings", "RunRecord", "DRAINED", "ACK_CHUNK", "ACK_MODES", "subscriber",
@@ -248,7 +249,7 @@ class Fetcher:
         if self.pool is not None and self.spooled:  # a fleet's: turns in its pool, no thread, no age thread
             self.pool.join(self)
             for s in self.streams:
-                runner = PooledRunner(self.pool, s.turn, f"pubsub-pull-{s.index}")
+                runner = PooledRunner(self.pool, PooledStream(s).turn, f"pubsub-pull-{s.index}")
                 runner.start()
                 self._threads.append(runner)
             return self

@@ -5,7 +5,7 @@ which waits in its pull while the subscription is quiet.  A fleet of a thousand 
 such threads, most of them waiting.  In a fleet, the streams of every type take **turns** on one
 :class:`PullerPool` instead: a turn is one pull, made durable and acknowledged as a thread's loop does it
 (:meth:`PullStream.turn`), and says when the stream's next turn is due: at once while its subscription has a
-backlog, later and later (doubling, up to :data:`~event_etl.sources.pubsub_stream.IDLE_CAP` seconds) while it is
+backlog, later and later (doubling, up to :data:`~event_etl.sources.pubsub_turns.IDLE_CAP` seconds) while it is
 quiet.  A turn that finds the
 subscription drained for now closes the stream's open segment, so what it pulled is offered at the next trigger
 without an age thread of its own.  The pool's threads serve the due streams oldest first, so a type with a backlog

@@ -46,9 +46,12 @@ __all__ = ["PullStream", "Parking", "StreamOwner", "PULL_MAX", "PAUSE_FIRST", "P
 PULL_MAX = 1000
 PAUSE_FIRST, PAUSE_CAP = 0.05, 0.5
 """Seconds: the shortest and the longest pause of a stream between two empty pulls (doubling while they are)."""
-IDLE_CAP = 2.0
-"""Seconds: the longest pause of a pooled stream between two empty pulls (:mod:`event_etl.sources.pubsub_pool`: a
-thousand quiet subscriptions, a pull every two seconds each)."""
+POOLED_PULL_TIMEOUT = 2.0
+"""Seconds: the longest a pooled stream's pull waits for messages (the real service holds a pull on a quiet
+subscription until its deadline)."""
+REACHABLE_FOR = 30.0
+"""Seconds: how long a getSubscription that answered vouches that the service is there, for pulls that ran out."""
+
 
 
 def transient_errors() -> tuple[type[Exception], ...]:
@@ -163,7 +166,7 @@ class PullStream:
         self.pending: list[str] = []  # ack ids pulled, neither acknowledged nor handed back yet
         self.pending_sent = 0  # when (ms, wall clock) the pull that brought them was sent
         self.unclosed: AppendFailed | None = None  # spooled: its open segment's close found no room (it stays open)
-        self.idle = PAUSE_FIRST  # pooled: the pause before its next turn while its subscription is quiet
+        self.reachable_at = -REACHABLE_FOR  # monotonic: when the service last answered a getSubscription
 
     def run(self) -> None:
         """The stream's thread.  However it ends (a stop, a full disk, any exception, a bug's included), the pull it
@@ -178,78 +181,6 @@ class PullStream:
             self.fetcher.died(f"pulling from {self.fetcher.subscription}", err)
         finally:
             self.hand_back()  # pulled and not spooled (a stop, a death): delivered again at once
-
-    def turn(self) -> float | None:
-        """One turn of the stream in a fleet's pool of pullers (:mod:`event_etl.sources.pubsub_pool`), in place of a
-        pass of its thread's loop (:meth:`_pull_loop`: the same steps, the same spool rules): one pull, made durable
-        and acknowledged.  Returns the seconds until its next turn (0 while the subscription has a backlog, growing
-        while it is quiet), or None once it has ended: the fetcher stopped (what it held written or handed back, as
-        at the end of :meth:`run`), or it died (the job stops with the cause)."""
-        f = self.fetcher
-        try:
-            delay = self._turn()
-        except Exception as err:  # noqa: BLE001 - a stream that dies stops the job, with the cause
-            f.died(f"pulling from {f.subscription}", err)
-            delay = None
-        if delay is None:
-            try:
-                self._flush()
-            finally:
-                self.hand_back()  # pulled and not spooled (a stop, a death): delivered again at once
-        return delay
-
-    def _turn(self) -> float | None:
-        f = self.fetcher
-        s = f.settings
-        if not f.pulling():
-            return None
-        with f.lock:
-            msgs, size = f.held_totals()
-            if msgs >= s.max_held_messages or size >= s.max_held_bytes:  # no room: the next turn looks again
-                f.count_leftovers()
-                return 0.5
-        if f.pool is not None and not f.pool.room_for(f):  # the application's bound: above its fair share
-            return 0.5
-        with f.lock:
-            if f.parking.parked(self.index):  # quiet, and another stream of the type watches it
-                return self.idle
-        pulled = self._pull()
-        if pulled is None:  # an outage waited for, or an error that stops the job
-            return 0.0 if f.pulling() else None
-        data, raw, sent, _sent_ms = pulled
-        n = len(raw.received_messages) if raw is not None else 0
-        if n == 0:
-            self._flush()
-            self._pulled_none(sent)
-            self._quiet()
-            self.idle = min(IDLE_CAP, self.idle * 2)
-            return self.idle
-        self.idle = PAUSE_FIRST
-        ids = self.pending  # in hand since :meth:`_pull` read the answer: handed back if the stream ends from here
-        if f.stopping():
-            return None
-        faults.point("pulled", str(n))  # pulled, not yet in a segment
-        self._take(data, ids, n)
-        if not s.spooled:
-            if self.count >= s.segment_messages or time.monotonic() - self.opened >= s.segment_age or n < PULL_MAX:
-                self._flush()
-        elif not self._spool_pull(data, raw, ids, n, sent):  # durable and acknowledged before the next pull
-            return None if f.fenced else f.stalls.disk_full_wait(time.monotonic())
-        if n < PULL_MAX:  # the subscription gave what it had: offered at the next trigger, no age thread needed
-            self._quiet()
-        return 0.0
-
-    def _quiet(self) -> None:
-        """A pooled stream found its subscription drained for now: close its open segment (no thread closes it when
-        it is old), or retry a close that found no room."""
-        f = self.fetcher
-        if not f.settings.spooled:
-            return
-        with f.lock:
-            self.close_if_idle()
-            unclosed = self.unclosed
-        if unclosed is not None:
-            f.disk_full(unclosed)
 
     def hand_back(self) -> None:
         """Give the stream's pulled, unspooled messages back to Pub/Sub at once (:meth:`Acknowledger.hand_back`)."""
@@ -323,7 +254,7 @@ class PullStream:
         try:
             f.requests["pull"] += 1
             data, raw = pull_bytes(f.client.pull(subscription=f.subscription, max_messages=PULL_MAX,
-                                                 timeout=f.settings.pull_timeout))
+                                                 timeout=self._pull_timeout()))
             if not raw.received_messages and faults.empty_pulls_run_out():
                 time.sleep(f.settings.pull_timeout)  # as the real service answers a quiet subscription
                 raise _deadline_exceeded("Deadline Exceeded")
@@ -358,14 +289,25 @@ class PullStream:
             self.pending, self.pending_sent = [rm.ack_id for rm in raw.received_messages], sent_ms
         return data, raw, sent, sent_ms
 
+    def _pull_timeout(self) -> float:
+        """How long a pull may wait for messages: ``pull_timeout``; a pooled stream's at most
+        :data:`POOLED_PULL_TIMEOUT` (it holds one of the fleet's few pullers while it waits)."""
+        f = self.fetcher
+        return f.settings.pull_timeout if f.pool is None else min(f.settings.pull_timeout, POOLED_PULL_TIMEOUT)
+
     def _reachable(self) -> bool:
-        """After a pull ran out: is the service there (the subscription quiet), or is this an outage?"""
+        """After a pull ran out: is the service there (the subscription quiet), or is this an outage?  Asked of the
+        service at most every :data:`REACHABLE_FOR` seconds while it answers (a fleet's quiet subscriptions would
+        otherwise ask it after every pull)."""
         from google.api_core import exceptions as ex
 
         f = self.fetcher
+        if time.monotonic() - self.reachable_at < REACHABLE_FOR:
+            return True
         try:
             f.requests["get_subscription"] += 1
             f.client.get_subscription(subscription=f.subscription, timeout=5)
+            self.reachable_at = time.monotonic()
             return True
         except transient_errors():
             return False
