@@ -81,6 +81,7 @@ class PullerPool:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self.answered_at = float("-inf")  # monotonic: when the service last answered one of the pool's calls
 
     # -- the application's flow control ------------------------------------------------------------------------
     def join(self, fetcher: Holder) -> None:

@@ -49,8 +49,9 @@ PAUSE_FIRST, PAUSE_CAP = 0.05, 0.5
 POOLED_PULL_TIMEOUT = 2.0
 """Seconds: the longest a pooled stream's pull waits for messages (the real service holds a pull on a quiet
 subscription until its deadline)."""
-REACHABLE_FOR = 30.0
-"""Seconds: how long a getSubscription that answered vouches that the service is there, for pulls that ran out."""
+REACHABLE_FOR = 10.0
+"""Seconds: how long the service answering a call of a fleet's pool vouches that it is there, for pulls that ran out
+(a blackhole is the network's, not one subscription's)."""
 
 
 
@@ -166,7 +167,6 @@ class PullStream:
         self.pending: list[str] = []  # ack ids pulled, neither acknowledged nor handed back yet
         self.pending_sent = 0  # when (ms, wall clock) the pull that brought them was sent
         self.unclosed: AppendFailed | None = None  # spooled: its open segment's close found no room (it stays open)
-        self.reachable_at = -REACHABLE_FOR  # monotonic: when the service last answered a getSubscription
 
     def run(self) -> None:
         """The stream's thread.  However it ends (a stop, a full disk, any exception, a bug's included), the pull it
@@ -285,6 +285,8 @@ class PullStream:
             f.acks.maybe_served(sent_ms)
             raise
         f.stalls.answered()
+        if f.pool is not None:
+            f.pool.answered_at = time.monotonic()
         with f.lock:  # in hand: from here any exit of the stream hands them back (:meth:`run`)
             self.pending, self.pending_sent = [rm.ack_id for rm in raw.received_messages], sent_ms
         return data, raw, sent, sent_ms
@@ -296,18 +298,19 @@ class PullStream:
         return f.settings.pull_timeout if f.pool is None else min(f.settings.pull_timeout, POOLED_PULL_TIMEOUT)
 
     def _reachable(self) -> bool:
-        """After a pull ran out: is the service there (the subscription quiet), or is this an outage?  Asked of the
-        service at most every :data:`REACHABLE_FOR` seconds while it answers (a fleet's quiet subscriptions would
-        otherwise ask it after every pull)."""
+        """After a pull ran out: is the service there (the subscription quiet), or is this an outage?  In a fleet's
+        pool, the service answering any of its calls within :data:`REACHABLE_FOR` seconds vouches for it (a thousand
+        quiet subscriptions would otherwise each ask it after every pull); a single type's stream always asks."""
         from google.api_core import exceptions as ex
 
         f = self.fetcher
-        if time.monotonic() - self.reachable_at < REACHABLE_FOR:
+        if f.pool is not None and time.monotonic() - f.pool.answered_at < REACHABLE_FOR:
             return True
         try:
             f.requests["get_subscription"] += 1
             f.client.get_subscription(subscription=f.subscription, timeout=5)
-            self.reachable_at = time.monotonic()
+            if f.pool is not None:
+                f.pool.answered_at = time.monotonic()
             return True
         except transient_errors():
             return False
