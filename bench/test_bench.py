@@ -194,3 +194,16 @@ def test_spark_avro_output_counts_its_blocks_records(tmp_path: Path):
     entry = {"path": f"file://{part / 'a.avro'}", "action": "add"}
     (tmp_path / "_spark_metadata" / "0").write_text("v1\n" + json.dumps(entry) + "\n")
     assert count_spark_output(tmp_path, "avro") == (5, 1)
+
+
+def test_fleet_scale_groups_the_drivers_threads_by_name():
+    from bench.fleet_scale import parse_dump, thread_groups
+
+    dump = ('Thread 10 (idle): "MainThread"\n    run (event_etl/job/engine.py:1)\n'
+            'Thread 11 (idle): "pubsub-pull-0"\nThread 12 (active+gil): "pubsub-pull-12"\n')
+    names = parse_dump(dump)
+    assert names == {10: "MainThread", 11: "pubsub-pull-0", 12: "pubsub-pull-12"}
+    comms = {10: "event-etl", 11: "event-etl", 12: "event-etl", 13: "event-etl", 14: "grpc_global_tim",
+             15: "rdk:broker7", 16: "rdk:broker12"}
+    assert thread_groups(comms, names, 10) == {"py: pubsub-pull-N": 2, "py: MainThread": 1, "unnamed": 1,
+                                               "native: grpc_global_tim": 1, "native: rdk:brokerN": 2}
