@@ -199,6 +199,7 @@ class Fetcher:
         self._no_more_pulls = threading.Event()  # pulling only (``once``: the subscription stayed empty)
         self._threads: list[threading.Thread | PooledRunner] = []
         self.pool = pool  # a fleet's pullers: its streams take turns there instead of running threads of their own
+        self._pooled: list[PooledStream] = []
         self.fresh = shared is None  # this fetcher owns the run (its record, the hold): a fetch partition's driver does
         self.this_run = FetchRun(self.spool, subscription, clock=self.clock)
         self.settle_until = 0.0  # monotonic: until then a killed run's leases may still come back (settling)
@@ -249,7 +250,9 @@ class Fetcher:
         if self.pool is not None and self.spooled:  # a fleet's: turns in its pool, no thread, no age thread
             self.pool.join(self)
             for s in self.streams:
-                runner = PooledRunner(self.pool, PooledStream(s).turn, f"pubsub-pull-{s.index}")
+                pooled = PooledStream(s)
+                runner = pooled.runner = PooledRunner(self.pool, pooled.turn, f"pubsub-pull-{s.index}")
+                self._pooled.append(pooled)
                 runner.start()
                 self._threads.append(runner)
             return self
@@ -278,15 +281,17 @@ class Fetcher:
 
     def request_stop(self) -> None:
         """Ask every stream to stop, without waiting (:meth:`stop` then finds them ended: a fleet asks all its fetchers
-        first, then waits for each)."""
+        first, then waits for each); a pooled stream's pull in flight is cancelled."""
         self._stop.set()
+        for pooled in self._pooled:
+            pooled.cancel_in_flight()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop pulling; messages pulled but not written are left to be delivered again.  Returns within about
         ``timeout`` (at most a second more for the close of an open segment) even while a stream is stuck under the
         fetcher's lock, or the stop's own close of a segment hangs (a folder sync on a dead disk): what it gives up
         waiting for is the next start's, as after a kill, with a line in the log."""
-        self._stop.set()
+        self.request_stop()
         deadline = time.monotonic() + timeout
         if self.lock.acquire(timeout=timeout):  # the waits below wake at once; else within their own timeouts
             try:
@@ -497,7 +502,10 @@ class Fetcher:
                 return
             self.drained = True
         self._no_more_pulls.set()
-        threading.Thread(target=self._mark_drained, name="pubsub-drained", daemon=True).start()
+        if self.pool is not None:  # a fleet's: a few threads mark every type's spool drained, not one each
+            self.pool.in_background(self._mark_drained)
+        else:
+            threading.Thread(target=self._mark_drained, name="pubsub-drained", daemon=True).start()
 
     def _mark_drained(self) -> None:
         for t in self._threads:

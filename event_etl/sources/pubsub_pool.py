@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 __all__ = ["PullerPool", "PooledRunner", "shared_pool", "PULLERS"]
@@ -82,6 +84,7 @@ class PullerPool:
         self._cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self.answered_at = float("-inf")  # monotonic: when the service last answered one of the pool's calls
+        self._background: ThreadPoolExecutor | None = None
 
     # -- the application's flow control ------------------------------------------------------------------------
     def join(self, fetcher: Holder) -> None:
@@ -160,6 +163,11 @@ class PullerPool:
                     if delay is None:
                         runner.ended.set()
                         self._due.pop(runner, None)
+                    elif math.isinf(delay):  # suspended: its pull's answer (or a stop) schedules it
+                        due = self._due.get(runner)
+                        if due is not None:  # brought forward while it ran: look again then
+                            heapq.heappush(self._heap, (due, next(self._seq), runner))
+                            self._cond.notify()
                     else:
                         again = time.monotonic() + delay
                         due = self._due.get(runner)  # brought forward while it ran: the earlier of the two
@@ -169,6 +177,15 @@ class PullerPool:
 
     def threads(self) -> int:
         return len(self._threads)
+
+    def in_background(self, work: Callable[[], None]) -> None:
+        """Run ``work`` on one of a few threads of the pool's own (a fetcher's end of a ``--once`` run, which waits
+        for its streams' last turns: a thousand types do not each start a thread for it)."""
+        with self._cond:
+            if self._background is None:
+                self._background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pubsub-drained")
+            pool = self._background
+        pool.submit(work)
 
 
 class _Shared:

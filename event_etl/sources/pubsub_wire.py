@@ -76,6 +76,26 @@ class WireSubscriber:
         except grpc.RpcError as err:
             self._raise(err)
 
+    def pull_future(self, *, subscription: str, max_messages: int, timeout: float | None = None) -> Any:
+        """``pull`` without waiting: a gRPC future whose answer :meth:`answer` reads (a fleet's pooled streams)."""
+        return self._pull.future(self._pull_request(subscription=subscription, max_messages=max_messages),
+                                 timeout=timeout)
+
+    def answer(self, future: Any) -> bytes:
+        """The bytes of a :meth:`pull_future`'s answer, or the api_core error it ended with (as :meth:`pull`)."""
+        import grpc
+
+        try:
+            data: bytes = future.result()
+            return data
+        except grpc.RpcError as err:
+            self._raise(err)
+        except grpc.FutureCancelledError as err:
+            from google.api_core import exceptions
+
+            cancelled: Callable[[str], Exception] = exceptions.Cancelled  # no annotations of its own
+            raise cancelled("the pull was cancelled") from err
+
     def acknowledge(self, *, subscription: str, ack_ids: list[str], timeout: float | None = None) -> None:
         import grpc
 
