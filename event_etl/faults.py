@@ -18,7 +18,8 @@ yet removed), ``files_written`` (all files of a batch are written, the ledger is
 hours), ``drain`` (a drain begins: its markers follow); a fleet's shared engine:
 ``offset_written`` (a type's end offset is durable, its batch not begun); commit policies (event_etl.job.policies):
 ``before_policy`` (an hour's marker is durable and read back, the policy not yet run) and ``policy_done`` (its
-record saved); Pub/Sub: ``pulled`` (messages pulled,
+record saved); the sink lease (event_etl.storage.lease): ``lease_renew`` (a renewal read the lease and found it still
+its own, the compare-and-swap not yet written; detail: the type and the holder); Pub/Sub: ``pulled`` (messages pulled,
 not yet in a spool segment), ``spooled`` (a segment is durable, not yet acknowledged nor offered to Spark),
 ``acknowledging`` (some of a segment's or a saved batch's messages are acknowledged, not all), ``spool_acked`` (a
 segment's messages are acknowledged, the segment not yet offered) and ``segments_committed`` (Spark committed the

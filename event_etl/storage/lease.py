@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from event_etl import faults
 from event_etl.errors import LeaseHeldError, StorageError
 from event_etl.storage import Storage
 from event_etl.timeutil import format_duration, iso
@@ -203,6 +204,7 @@ class Lease:
             self.lost = (f"the lease {self.storage.display(self.rel)} is now held by {_who(doc)}" if doc
                          else f"the lease {self.storage.display(self.rel)} was removed")
             raise LeaseHeldError(self.lost, fix="another job took over this event type and sink; this one stops")
+        faults.point("lease_renew", f"{self.event_type} {self.holder}")  # read and still ours, not yet written again
         if self.storage.write_if(self.rel, self._doc(now), current[1]):
             self.valid_until = now + self.ttl_ms - self._margin
             return
