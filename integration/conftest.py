@@ -104,24 +104,33 @@ _BUCKETS = iter(range(10**6))
 
 
 @pytest.fixture
-def gcs_bucket(gcs_server):
-    """A new, empty bucket on the GCS emulator: its gs:// URL."""
+def gcs_bucket(gcs_server, monkeypatch):
+    """A new, empty bucket on the GCS emulator: its gs:// URL (STORAGE_EMULATOR_HOST pointing at the session's
+    emulator for the test, whatever an earlier test of the worker left there)."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server.url)
     name = f"test-bucket-{next(_BUCKETS)}"
     gcs_server.create_bucket(name)
     return f"gs://{name}"
 
 
 @pytest.fixture(scope="session")
-def pubsub_server(tmp_path_factory):
-    """Google's Pub/Sub emulator for the session; PUBSUB_EMULATOR_HOST points at it."""
+def pubsub_emulator(tmp_path_factory):
+    """Google's Pub/Sub emulator for the session (tests ask for ``pubsub_server``)."""
     from tests.lib.servers import PubSubEmulator
 
     server = PubSubEmulator(tmp_path_factory.mktemp("pubsub")).start(timeout=90)
-    old = os.environ.get("PUBSUB_EMULATOR_HOST")
-    os.environ["PUBSUB_EMULATOR_HOST"] = server.host
     yield server
     server.stop()
-    if old is None:
-        os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-    else:
-        os.environ["PUBSUB_EMULATOR_HOST"] = old
+
+
+@pytest.fixture
+def pubsub_server(pubsub_emulator, monkeypatch):
+    """The session's Pub/Sub emulator, running, with PUBSUB_EMULATOR_HOST pointing at it for the test, whatever an
+    earlier test of the same worker left there (a campaign points it at an emulator of its own, then stops it: the
+    Pub/Sub clients read the variable, and a client pointed at a stopped emulator retries for ten minutes)."""
+    proc = pubsub_emulator.proc
+    if proc is None or proc.poll() is not None:
+        pytest.fail(f"the session's Pub/Sub emulator is not running (exit code {proc and proc.returncode}); "
+                    f"its log: {pubsub_emulator.log}")
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", pubsub_emulator.host)
+    return pubsub_emulator

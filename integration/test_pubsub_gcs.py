@@ -15,6 +15,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from event_etl.timeutil import HOUR_MS, now_millis
 from tests.lib.pubsub_scenario import EXE, PROJECT, Scenario, env
 from tests.lib.waiting import wait_until
@@ -148,8 +150,21 @@ def test_waves_published_while_the_job_is_killed_end_exactly_once_each_in_its_ow
         assert e["marker"] is not None and e["marker"].records == sum(1 for x in sent.values() if _hour(x["t"]) == h)
 
 
-def test_pubsub_outage_exits_clearly_and_a_restart_resumes(scenario, pubsub_server):
-    s = scenario
+@pytest.fixture
+def own_pubsub(tmp_path, monkeypatch):
+    """An emulator of the test's own, for a test that stops it (the session's serves the worker's other tests: its
+    port, free while it was stopped, could be taken by another server meanwhile)."""
+    from tests.lib.servers import PubSubEmulator
+
+    server = PubSubEmulator(tmp_path / "pubsub").start(timeout=90)
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", server.host)
+    yield server
+    server.stop()
+
+
+def test_pubsub_outage_exits_clearly_and_a_restart_resumes(tmp_path, own_pubsub, gcs_server, gcs_bucket):
+    pubsub_server = own_pubsub
+    s = Scenario(tmp_path, pubsub_server, gcs_server, gcs_bucket)
     now = now_millis() - 60_000
     first = [s.event(now + i, "timely") for i in range(300)]
     s.publish(first)
