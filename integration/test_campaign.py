@@ -4,7 +4,8 @@ duplicated, 0 premature or changed markers, every record in its hour, every dead
 Each window is stopped once here, with one source each: the directory campaign kills at each of the batch
 protocol's points (the same for every source) and makes each other kind of stop (SIGTERM to the process and to its
 group, a drain cut short, a downtime, a double kill, a kill in an idle tick); the Pub/Sub campaign kills at each of
-Pub/Sub's own points.  The repeats (the Pub/Sub campaign's random kills and other stops, more kills, other sinks,
+Pub/Sub's own points; the fleet campaign (issue 58) kills twenty Pub/Sub types run as one fleet where only a fleet
+has windows: the shared pullers' turns, a lease's renewal by the one scheduler, the stop of every source.  The repeats (the Pub/Sub campaign's random kills and other stops, more kills, other sinks,
 Kafka) are `python -m integration.campaigns.campaign` (RELIABILITY.md), and the unit sweeps reach every window of
 the same paths far more often than any end-to-end run: tests/sweeps/crash_sweep.py (a kill before every file-system
 call of the batch protocol, and again during the restart and replay), tests/sweeps/spool_campaign.py and

@@ -496,15 +496,35 @@ class FaultLog:
 class SinkIndex:
     """``--types N``: the whole sink in one listing per look (a hundred types' folders listed one by one would be
     thousands of requests to the GCS emulator), and what each Avro file holds (a data file's event ids, a dead-letter
-    file's records), read once per name and size."""
+    file's records), read once per name and size.
+
+    A listing is made at most every three times as long as the last one took (at least a second): the emulator lists
+    a bucket of a few thousand objects in 1-2 s, and listed back to back (the watcher every 0.5 s, the accounting
+    every second) it answered the job's lease renewals ten times slower (p90 282 ms, 744 ms at most, against 52 and
+    94), so that a hundred types' renewals fell behind their leases and the types were quarantined (RELIABILITY.md).
+    Its own file system client: a listing fills gcsfs's cache of folders, from which a read in another thread of the
+    same client could be answered "not found"."""
 
     def __init__(self, url: str) -> None:
-        self.st = Storage(url)
+        self.st = Storage(url, skip_instance_cache=True)
         self._ids: dict[tuple[str, int], list[str]] = {}
         self._dls: dict[tuple[str, int], int] = {}
+        self._last: dict[str, int] | None = None
+        self._next = 0.0  # monotonic: no new listing before then
+        self.lock = threading.Lock()
 
-    def listing(self) -> dict[str, int]:
-        """``{relative path: size}`` of every object or file in the sink."""
+    def listing(self, fresh: bool = False) -> dict[str, int]:
+        """``{relative path: size}`` of every object or file in the sink (the last listing if it is recent, unless
+        ``fresh``)."""
+        with self.lock:
+            if not fresh and self._last is not None and time.monotonic() < self._next:
+                return self._last
+            began = time.monotonic()
+            self._last = self._list()
+            self._next = time.monotonic() + max(1.0, 3 * (time.monotonic() - began))
+            return self._last
+
+    def _list(self) -> dict[str, int]:
         st = self.st
         if st.local:
             out = {}
@@ -552,14 +572,14 @@ class FleetWatcher(Watcher):
         super().__init__(storage, "")
         self.index = index
 
-    def folders(self) -> list[str]:
-        return sorted({rel.rsplit("/", 1)[0] for rel in self.index.listing()
+    def folders(self, fresh: bool = True) -> list[str]:
+        return sorted({rel.rsplit("/", 1)[0] for rel in self.index.listing(fresh=fresh)
                        if rel.endswith("/" + MARKER_NAME) and "/dt=" in rel and DEADLETTER_DIR not in rel})
 
     def run(self) -> None:
         while not self.stop_event.wait(0.5):
             try:
-                for rel in self.folders():
+                for rel in self.folders(fresh=False):
                     if rel not in self.snapshots:
                         self.snapshots[rel] = self.snapshot(rel)
             except Exception:  # noqa: BLE001 - the sink may be mid-write or down; try again
@@ -1972,6 +1992,17 @@ class Campaign:
         return kills
 
     def run(self) -> dict:
+        """The campaign; the process's environment as it was before, after it (the campaign points
+        ``PUBSUB_EMULATOR_HOST`` and ``STORAGE_EMULATOR_HOST`` at servers of its own, which it stops: a pytest worker
+        that ran it must not send its next tests' clients to them)."""
+        saved = dict(os.environ)
+        try:
+            return self._run()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def _run(self) -> dict:
         t0 = time.monotonic()
         self.prepare()
         if self.fleet and self.args.verbose:
