@@ -1,16 +1,16 @@
 """The fault campaign (integration/campaigns/campaign.py) at a small size: it must report 0 of every failure (0 lost, 0
 duplicated, 0 premature or changed markers, every record in its hour, every dead letter with its reason).
 
-Each window is stopped once here, with one source each: the directory campaign kills at each of the batch
-protocol's points (the same for every source) and makes each other kind of stop (SIGTERM to the process and to its
-group, a drain cut short, a downtime, a double kill, a kill in an idle tick); the Pub/Sub campaign kills at each of
-Pub/Sub's own points; the fleet campaign (issue 58) kills twenty Pub/Sub types run as one fleet where only a fleet
-has windows: the shared pullers' turns, a lease's renewal by the one scheduler, the stop of every source.  The repeats (the Pub/Sub campaign's random kills and other stops, more kills, other sinks,
-Kafka) are `python -m integration.campaigns.campaign` (RELIABILITY.md), and the unit sweeps reach every window of
-the same paths far more often than any end-to-end run: tests/sweeps/crash_sweep.py (a kill before every file-system
-call of the batch protocol, and again during the restart and replay), tests/sweeps/spool_campaign.py and
-tests/sweeps/spool_sweep.py (the Pub/Sub fetcher broken at every call from a pull to its acknowledgement: kills, torn
-writes, full disks).
+Each window is stopped once here, with one source each: the directory campaign kills at each of the batch protocol's
+points (the same for every source) and makes each other kind of stop (SIGTERM to the process and to its group, a drain
+cut short, a downtime, a double kill, a kill in an idle tick); the Pub/Sub campaign kills at each of Pub/Sub's own
+points; the fleet campaign (issue 58) kills twenty Pub/Sub types run as one fleet where only a fleet has windows: the
+shared pullers' turns, a lease's renewal by the one scheduler, the stop of every source. The repeats (the Pub/Sub
+campaign's random kills and other stops, more kills, other sinks, Kafka) are `python -m integration.campaigns.campaign`
+(RELIABILITY.md), and the unit sweeps reach every window of the same paths far more often than any end-to-end run:
+tests/sweeps/crash_sweep.py (a kill before every file-system call of the batch protocol, and again during the restart
+and replay), tests/sweeps/spool_campaign.py and tests/sweeps/spool_sweep.py (the Pub/Sub fetcher broken at every call
+from a pull to its acknowledgement: kills, torn writes, full disks).
 """
 
 from __future__ import annotations
