@@ -229,3 +229,49 @@ def test_the_round_summary_says_where_the_rounds_time_went():
     assert line.startswith("[fleet] 101 rounds with input took 1.60/2.09 s (p50/p99), max 2.10 s")
     assert "planning 0.10/0.10" in line and "Spark job 1.00/1.49" in line and "batches ending 0.30/0.30" in line
     assert round_summary([{"plan": 0.05}]) is None
+
+
+class _Pulling:
+    """A spooled session whose stop takes a while (a pull in flight): records when it was asked and when it ran."""
+
+    def __init__(self, log: list[tuple[str, str]], lock, active: list[int]) -> None:
+        self.log, self.lock, self.active = log, lock, active
+
+    def settling(self) -> float:
+        return 0.0
+
+    def stop_soon(self) -> None:
+        with self.lock:
+            self.log.append(("asked", str(id(self))))
+
+    def drained(self) -> None:
+        import time
+
+        with self.lock:
+            self.log.append(("stopping", str(id(self))))
+            self.active[0] += 1
+            self.active[1] = max(self.active[1], self.active[0])
+        time.sleep(0.3)
+        with self.lock:
+            self.active[0] -= 1
+
+
+def test_a_fleets_drain_stops_every_types_pulling_at_once_not_one_after_the_other():
+    """A hundred types' pulling stopped one after the other held a fleet's drain for ten minutes (RELIABILITY.md):
+    every session is asked to stop first, then their stops are waited for side by side."""
+    import threading
+
+    from event_etl.job.engine import stop_pulling_for_drain
+    from event_etl.job.stopping import StopSignals
+
+    log: list[tuple[str, str]] = []
+    active = [0, 0]  # running now, most at once
+    sessions = [(f"t{i}", _Pulling(log, threading.Lock(), active)) for i in range(8)]
+    lock = threading.Lock()
+    for _, s in sessions:
+        s.lock = lock
+    stop_pulling_for_drain(sessions, StopSignals(signals=()), quiet=True)
+    kinds = [k for k, _ in log]
+    assert kinds.count("stopping") == 8, "every type's pulling stopped"
+    assert kinds[:8] == ["asked"] * 8, "every session asked to stop before any is waited for"
+    assert active[1] > 1, "the stops are waited for side by side"

@@ -396,22 +396,34 @@ def _planned_and_run(engine: Engine, names: list[str]) -> Callable[[], Round]:
 def stop_pulling_for_drain(sessions: list[tuple[str, SourceSession]], stops: StopSignals, *, quiet: bool = False,
                            echo: Echo = say) -> None:
     """Before a drain: wait until no source settles any more (what a killed run left leased has had its time to
-    come back, and was pulled: one line says how long), then stop their pulling (their open segments closed, for the
-    batches that follow to read).  ``sessions``: ``(type name, source session)``."""
+    come back, and was pulled: one line per type says how long), then stop their pulling (their open segments
+    closed, for the batches that follow to read).  ``sessions``: ``(type name, source session)``.
+
+    The sessions settle side by side (the wait is the longest one's, not their sum), and their pulling stops in
+    parallel: every session is asked first (:meth:`~event_etl.sources.face.SourceSession.stop_soon`), then each is
+    waited for, many at a time, so that a fleet's drain begins after its slowest type's stop, not after all of them
+    one after the other (a hundred types took ten minutes so)."""
+    from event_etl.util.parallel import in_parallel
+
+    settling = []
     for name, session in sessions:
         left = session.settling()
         if left > 0:
+            settling.append(session)
             if not quiet:
                 echo(f"[{name}] before the drain marks hours: waiting {left:.0f} s for messages a killed run left "
                      "leased to come back")
-            run_watched(_settled(session), stops, name="event_etl-settle")
-    for _name, session in sessions:
-        session.drained()  # no more pulls; every open segment closed
+    if settling:
+        run_watched(_all_settled(settling), stops, name="event_etl-settle")
+    if len(sessions) > 1:
+        for _name, session in sessions:
+            session.stop_soon()
+    in_parallel(lambda item: item[1].drained(), sessions, name="event_etl-drained")  # no more pulls; segments closed
 
 
-def _settled(session: SourceSession) -> Callable[[], None]:
+def _all_settled(sessions: list[SourceSession]) -> Callable[[], None]:
     def settle() -> None:
-        while session.settling() > 0:
+        while any(session.settling() > 0 for session in sessions):
             time.sleep(0.1)
 
     return settle
