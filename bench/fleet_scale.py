@@ -4,6 +4,7 @@
     .venv/bin/python bench/fleet_scale.py --types 50 --scenarios kafka
     .venv/bin/python bench/fleet_scale.py --types 300 --scenarios drain,quiet --vs /tmp/ref   # side by side
     .venv/bin/python bench/fleet_scale.py --types 1000 --scenarios drain --timeout 600
+    .venv/bin/python bench/fleet_scale.py --types 300 --scenarios live      # waits for an hour boundary
 
 For every ``N`` of ``--types``, a fresh folder of event types holds ``N`` copies of
 ``event_types/page_view`` named ``pv_0001`` .. ``pv_N`` (same schema and settings; each one's
@@ -42,6 +43,25 @@ Scenarios (``--scenarios``, comma-separated):
   close to the drain's time, the emulator bounds the figure, not the job.  Then one pull on each of
   ``--bare-threads`` of the drained subscriptions at once, with the 3-s deadline of the job's pulls under
   ``--once``: how long the emulator holds a pull that finds nothing (a drain must see every subscription empty).
+
+- **live** (Pub/Sub): ``N`` types publishing live, the issue's "300 types at 10 events/s for 10 minutes".  The
+  types' ``out_of_orderness`` is ``--live-ooo`` (5 s), the fleet runs ``run --all --trigger-interval
+  --live-trigger`` (5s).  Hours are UTC hours and event time is the wall clock at publish, so an hour closes only
+  when the clock passes one: the scenario waits (it says how long) so that publishing starts
+  ``--live-boundary-at`` (300) s before the first UTC hour boundary that leaves ``--live-setup`` (150) s to
+  set up, then starts the emulator, a topic and subscription per type, the fleet; once every type runs,
+  ``--live-publishers`` (3) processes of ``--live-threads`` (6) threads (``bench/fleet_live.py``) publish
+  ``--live-rate`` (10) events a second to each topic for ``--live-seconds`` (600), a request per topic every
+  ``--live-tick`` (0.5) s, each event stamped with the wall clock when its request is made.  Figures: for every
+  type, the **marker delay** of the hour that ends inside the window: the marker file's mtime minus the moment
+  the first event stamped at or after hour end + out_of_orderness was sent (when the watermark can pass the
+  hour), and minus hour end + out_of_orderness itself, p50/p99/max over the types against the goal (1 trigger +
+  2 s); whether each marker holds what was published to its hour; the **watermark lag** (wall clock minus
+  watermark at the types' status lines, every 30 s); the publisher's **achieved rate** and how far behind its
+  schedule its requests went (did it keep up); **CPU** over the publishing of the driver, of the job's tree
+  (reaped Python workers included) and of the emulator; a **memory series** every ``--live-series-every`` (10)
+  s: PSS of the tree, the JVM and the Python driver, the driver's threads, the load; then, ``--live-tail``
+  (20) s after the publishing, one SIGTERM and the time to stop.
 
 **Threads**: where the driver's threads come from, at its peak.  ``/proc/PID/task/*/comm`` names every
 thread the kernel knows: native threads (gRPC's ``event_engine``, ``grpc_global_tim``, librdkafka's
@@ -96,11 +116,12 @@ from bench.results import machine_lines, markdown_table, publish
 TEMPLATE = ROOT / "event_types" / "page_view"
 PROJECT = "event-etl-bench"
 HOUR_MS = 3_600_000
-SCENARIOS = ("drain", "quiet", "kafka", "bare")
+SCENARIOS = ("drain", "quiet", "kafka", "bare", "live")
 PY_SPY = Path(sys.executable).with_name("py-spy")
 BATCH_LINE = re.compile(r"\] batch (\d+)(?: \(replay\))?: in ([\d,]+) ")
 ROUND_LINE = re.compile(r"^\[fleet\] \d+ rounds? with input took .*$", re.M)
 PUBSUB_STATS = re.compile(r"\] Pub/Sub: pulled ([\d,]+), acknowledged ([\d,]+), ([\d,]+) requests \(.*?pull ([\d,]+)")
+STATUS_LINE = re.compile(r"^\[([^\]]+)\] running: watermark (\S+) lag ")
 DUMP_THREAD = re.compile(r'^Thread (\d+) \(([^)]*)\): "(.*)"$', re.M)
 
 
@@ -164,8 +185,10 @@ def type_names(n: int) -> list[str]:
     return [f"pv_{i:04d}" for i in range(1, n + 1)]
 
 
-def make_types(types_dir: Path, sources: dict[str, str], pubsub: dict[str, tuple[str, str]]) -> None:
-    """``types_dir/<name>/``: page_view's schema and settings, ``source`` and the ``[pubsub]`` table its own."""
+def make_types(types_dir: Path, sources: dict[str, str], pubsub: dict[str, tuple[str, str]],
+               settings_over: dict[str, str] | None = None) -> None:
+    """``types_dir/<name>/``: page_view's schema and settings, ``source`` and the ``[pubsub]`` table its own;
+    ``settings_over``: other top-level settings of page_view's replaced (``out_of_orderness``: ``"5s"``)."""
     settings = (TEMPLATE / "etl.toml").read_text()
     schema = (TEMPLATE / "schema.avsc").read_bytes()
     for name, source in sources.items():
@@ -175,9 +198,10 @@ def make_types(types_dir: Path, sources: dict[str, str], pubsub: dict[str, tuple
         topic, sub = pubsub[name]
         text = settings
         for key, value in (("source", source), ("topic", topic), ("subscription", sub),
-                           ("description", "bench/fleet_scale.py: copy of page_view")):
+                           ("description", "bench/fleet_scale.py: copy of page_view"),
+                           *(settings_over or {}).items()):
             text, n = re.subn(rf"(?m)^{key}\s*=.*$", lambda _m, k=key, v=value: f"{k} = {json.dumps(v)}", text)
-            if n != 1 and key == "source":
+            if n != 1 and key in ("source", *(settings_over or {})):
                 text = f"source = {json.dumps(source)}\n" + text
         (d / "etl.toml").write_text(text)
 
@@ -298,6 +322,25 @@ def proc_cpu(pid: int | None) -> float:
             try:
                 t = p.cpu_times()
                 total += t.user + t.system
+            except psutil.Error:
+                pass
+    except psutil.Error:
+        pass
+    return total
+
+
+def proc_cpu_reaped(pid: int | None) -> float:
+    """:func:`proc_cpu` plus what the tree's processes' reaped children used (``children_user/_system``): the
+    Python workers PySpark's daemon forks for a Spark job and reaps afterwards, which :func:`proc_cpu` misses."""
+    if pid is None:
+        return 0.0
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        for p in (root, *root.children(recursive=True)):
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
             except psutil.Error:
                 pass
     except psutil.Error:
@@ -771,6 +814,162 @@ def scenario_quiet(run: Run, args) -> dict:
     return res
 
 
+def live_start(args) -> float:
+    """When the live publishing starts (epoch seconds): with ``--live-boundary-at S``, S seconds before the first
+    UTC hour boundary that leaves ``--live-setup`` seconds to set up first (emulator, topics, the fleet's start),
+    so that a boundary falls S seconds into the window; with 0, as soon as the fleet runs."""
+    now = time.time()
+    if args.live_boundary_at <= 0:
+        return 0.0
+    b = (int(now) // 3600 + 1) * 3600
+    while b - args.live_boundary_at < now + args.live_setup:
+        b += 3600
+    return float(b - args.live_boundary_at)
+
+
+def tree_row(root: psutil.Process) -> dict | None:
+    """The job's tree now: PSS of the whole, of the Python driver and of the JVM; the driver's threads."""
+    s = sample_tree(root)
+    if s is None:
+        return None
+    jvm = 0
+    for p in s.procs:
+        if p["pid"] != root.pid:
+            try:
+                if psutil.Process(p["pid"]).name() == "java":
+                    jvm += p["pss"]
+            except psutil.Error:
+                pass
+    driver = next((p for p in s.procs if p["pid"] == root.pid), None)
+    try:
+        threads = root.num_threads()
+    except psutil.Error:
+        threads = None
+    return {"pss": s.pss, "driver_pss": driver["pss"] if driver else 0, "jvm_pss": jvm, "threads": threads,
+            "procs": len(s.procs)}
+
+
+def scenario_live(run: Run, args) -> dict:
+    """``n`` live types, each published ``--live-rate`` events a second for ``--live-seconds``: marker delays past
+    an hour boundary, watermark lag, a memory series, CPU; see the docstring."""
+    from bench.fleet_live import _iso_s, marker_delays, merge_publishers, spread
+    from bench.pubsub import Emulator
+
+    names = type_names(run.n)
+    ooo_ms = int(args.live_ooo * 1000)
+    res: dict = {"scenario": "live", "types": run.n, "tree": run.tree.label, "commit": run.tree.commit,
+                 "round": run.round, "rate": args.live_rate, "seconds": args.live_seconds, "ooo": args.live_ooo,
+                 "trigger": args.live_trigger, "tick": args.live_tick, "publishers": args.live_publishers}
+    start = live_start(args)
+    if start:
+        wait = start - args.live_setup - time.time()
+        print(f"  live: publishing starts at {time.strftime('%H:%M:%S', time.gmtime(start))} UTC (an hour boundary "
+              f"{args.live_boundary_at:.0f} s into the {args.live_seconds:.0f} s); setting up in {max(0, wait):.0f} s",
+              flush=True)
+        if wait > 0:
+            time.sleep(wait)
+    emu = Emulator(run.work).start()
+    procs: list[subprocess.Popen] = []
+    try:
+        pubsub = pubsub_setup(emu.host, names, bare=False)
+        types_dir, sink, ckpt = run.work / "types", run.work / "sink", run.work / "ckpt"
+        make_types(types_dir, {n: f"pubsub:{pubsub[n][1]}" for n in names}, pubsub,
+                   {"out_of_orderness": f"{args.live_ooo:g}s"})
+        cmd = job_command(run.tree, types_dir, sink, ckpt, args, "--trigger-interval", args.live_trigger)
+        res["load_start"] = load_average()
+        print(f"  {run.tree.label}: live with {run.n} types ...", flush=True)
+        job = Job(cmd, run.tree.env({"PUBSUB_EMULATOR_HOST": emu.host}), run.work / "job.log",
+                  interval=args.sample_interval, dumps=0)
+        wall0 = time.time() - job.elapsed()  # the wall clock at the job's t = 0 (its lines' times)
+        series: list[dict] = []
+        try:
+            up = wait_running(ckpt, names, job, args.timeout)
+            res.update({"cmd": cmd, "up": up})
+            if up is None:
+                res["error"] = (f"the job exited with {job.proc.returncode}" if job.proc.poll() is not None else
+                                f"not every type running after {args.timeout:.0f} s")
+                raise BenchError(res["error"])
+            t_pub = max(start, time.time() + 3.0)
+            res["boundary_at"] = ((int(t_pub) // 3600 + 1) * 3600 - t_pub)
+            shares = [names[i::args.live_publishers] for i in range(args.live_publishers)]
+            outs = []
+            for i, share in enumerate(shares):
+                f = run.work / f"topics-{i}.txt"
+                f.write_text("".join(f"{n} {pubsub[n][0]}\n" for n in share))
+                out = run.work / f"publisher-{i}.json"
+                outs.append(out)
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "bench.fleet_live", "publish", "--host", emu.host, "--topics", str(f),
+                     "--start", f"{t_pub:.3f}", "--seconds", str(args.live_seconds), "--rate", str(args.live_rate),
+                     "--tick", str(args.live_tick), "--threads", str(args.live_threads), "--ooo-ms", str(ooo_ms),
+                     "--seed", str(args.seed + i), "--out", str(out)],
+                    cwd=ROOT, stdout=open(run.work / f"publisher-{i}.log", "w"), stderr=subprocess.STDOUT))
+            time.sleep(max(0.0, t_pub - time.time()))
+            root = psutil.Process(job.pid)
+            d0, t0c, e0, p0, c0 = (job.driver_cpu(), proc_cpu_reaped(job.pid), proc_cpu(emu.proc.pid),
+                                   sum(proc_cpu(p.pid) for p in procs), time.monotonic())
+            next_sample = c0
+            while any(p.poll() is None for p in procs):
+                now = time.monotonic()
+                if now >= next_sample:
+                    row = tree_row(root)
+                    if row is not None:
+                        series.append({"t": round(now - c0, 1), **row, "load": load_average()})
+                    next_sample += args.live_series_every
+                if job.proc.poll() is not None:
+                    raise BenchError(f"the job exited with {job.proc.returncode} while publishing")
+                time.sleep(0.5)
+            pub_cpu = sum(proc_cpu(p.pid) for p in procs) - p0  # 0 once reaped: taken from their own figures
+            d1, t1c, e1, c1 = job.driver_cpu(), proc_cpu_reaped(job.pid), proc_cpu(emu.proc.pid), time.monotonic()
+            secs = c1 - c0
+            res.update({"window": secs, "driver_cores": (d1 - d0) / secs, "tree_cores": (t1c - t0c) / secs,
+                        "emulator_cores": (e1 - e0) / secs, "publisher_cpu_seen": pub_cpu})
+            parts = []
+            for out in outs:
+                try:
+                    parts.append(json.loads(out.read_text()))
+                except (OSError, ValueError) as e:
+                    raise BenchError(f"{out}: no figures from a publisher ({e}): see its log") from e
+            pub = merge_publishers(parts)
+            res["publisher"] = {k: v for k, v in pub.items() if k != "types"}
+            res["publisher"]["cores"] = pub["cpu"] / secs
+            time.sleep(args.live_tail)  # the last rounds' markers
+            row = tree_row(root)
+            if row is not None:
+                series.append({"t": round(time.monotonic() - c0, 1), **row, "load": load_average()})
+            res["load_max"] = job.watch.load_max
+            rc, stop_s = job.stop(args.stop_timeout)
+            res.update({"stop_exit": rc, "stop_seconds": stop_s if rc is not None else None})
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            left = job.end()
+    finally:
+        emu.stop()
+    md = marker_delays(sink, names, pub, ooo_ms)
+    out_text = job.output()
+    lag_values = []  # now - watermark at each type's status line (every 30 s) during the publishing
+    for t, line in job.lines:
+        if (m := STATUS_LINE.match(line)) and (w := _iso_s(m.group(2))) is not None:
+            at = wall0 + t
+            if t_pub + 30 <= at <= t_pub + args.live_seconds:
+                lag_values.append(at - w)
+    res.update({"markers": {k: v for k, v in md.items() if k != "rows"}, "lag": spread(lag_values),
+                "series": series, "peak_pss": job.watch.peak_pss, "leftovers": left,
+                "rounds_line": (m.group(0)[len("[fleet] "):] if (m := ROUND_LINE.search(out_text)) else None),
+                "batches": len([1 for _, line in job.lines if BATCH_LINE.search(line)]),
+                "peak_threads": job.watch.peak_threads})
+    (run.work / "markers.json").write_text(json.dumps(md["rows"], default=str))
+    if res.get("stop_exit") not in (0, None):
+        res["tail"] = "\n".join(line for _, line in job.lines[-30:])
+    if not args.keep:
+        for d in ("types", "sink", "ckpt"):
+            shutil.rmtree(run.work / d, ignore_errors=True)
+    return res
+
+
 def bare_baseline(host: str, subscriptions: list[str], expected: int, threads: int, emulator_pid: int) -> dict:
     """Pull and acknowledge every message of ``subscriptions`` (``expected`` each) with one plain client from
     ``threads`` threads; wall time from the first pull to the last acknowledgement."""
@@ -913,6 +1112,59 @@ def bare_row(n: int, b: dict) -> list:
             ", ".join(f"{x:.1f}" for x in b.get("empty_pull") or []) + " s"]
 
 
+LIVE_HEAD = ["delay of the hour's marker, from", "markers", "p50", "p99", "max", "goal (p99)"]
+
+
+def _secs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} s"
+
+
+def live_text(r: dict) -> list[str]:
+    """The live scenario's figures: marker delays against the goal, watermark lag, the publisher, CPU, memory."""
+    m, pub = r["markers"], r["publisher"]
+    trig = r["trigger"]
+    goal_s = float(trig[:-1]) if trig.endswith("s") else float(trig)
+    goal = f"<= {goal_s + 2:g} s (1 trigger of {trig} + 2 s)"
+    rows = []
+    for key, what in (("from_event", "the first event past hour end + out_of_orderness (publish time)"),
+                      ("from_nominal", "hour end + out_of_orderness (wall clock)"),
+                      ("completed_at_from_nominal", "(its manifest's completed_at, from hour end + out_of_orderness)")):
+        d = m[key]
+        rows.append([what, d["n"], _secs(d["p50"]), _secs(d["p99"]), _secs(d["max"]), goal])
+    lag = r["lag"]
+    series = r["series"]
+    top = max(series, key=lambda x: x["pss"]) if series else None
+    out = [f"**Pub/Sub live: {r['types']} types at {r['rate']} events/s each for {r['seconds']:g} s** "
+           f"(`run --all --trigger-interval {trig}`, out_of_orderness {r['ooo']:g} s; an hour boundary "
+           f"{r.get('boundary_at', 0):.0f} s into the publishing)", "",
+           markdown_table(LIVE_HEAD, rows), "",
+           f"- markers missing (a boundary crossed, no marker): {m['missing_count']}; markers whose records differ "
+           f"from what was published to their hour: {m['wrong_count']}; late records in them: {m['late_records']}",
+           f"- watermark lag (now - watermark, at each type's status line, every 30 s, after the first 30 s): p50 "
+           f"{_secs(lag['p50'])}, p99 {_secs(lag['p99'])}, max {_secs(lag['max'])} over {lag['n']} readings "
+           f"(it includes the out_of_orderness of {r['ooo']:g} s)",
+           f"- publisher: {pub['processes']} processes x {pub['threads'] // max(1, pub['processes'])} threads, "
+           f"{pub['sent']:,} of {pub['planned']:,} events planned, {pub['rate']:,.0f} events/s "
+           f"({pub['rate_per_type']:.2f} per type) over {pub['span']:.1f} s; requests sent behind schedule: p50 "
+           f"{pub['behind_p50'] * 1000:.0f} ms, p99 {pub['behind_p99'] * 1000:.0f} ms, max "
+           f"{pub['behind_max'] * 1000:.0f} ms ({pub['behind_over_tick']:,} of {pub['requests']:,} more than a "
+           f"tick late); errors {pub['errors']}; its CPU {pub['cores']:.2f} cores",
+           f"- CPU over the publishing ({r['window']:.0f} s): driver (Python) {r['driver_cores']:.2f} cores, the "
+           f"job's whole tree (driver, JVM, Python workers, reaped ones included) {r['tree_cores']:.2f}, the "
+           f"emulator {r['emulator_cores']:.2f}",
+           f"- {r['batches']} batch lines; {r.get('rounds_line') or 'no round line'}",
+           f"- stop: SIGTERM -> exit {r.get('stop_exit')} in {_s(r.get('stop_seconds'))}; peak PSS "
+           f"{_mib(r['peak_pss'])}" + (f" (at t={top['t']:.0f} s in the series)" if top else "")
+           + f"; load {r['load_start']:.2f} at the start, {r.get('load_max', 0):.2f} at most", "",
+           "Memory series (every ~10 s of the publishing: t s, PSS of the job's tree MiB, of which the JVM and the "
+           "Python driver, the driver's threads, load):", ""]
+    out.append("`" + "; ".join(f"{x['t']:.0f}: {x['pss'] / 2**20:.0f} (jvm {x['jvm_pss'] / 2**20:.0f}, py "
+                               f"{x['driver_pss'] / 2**20:.0f}) {x['threads']}t {x['load']:.1f}"
+                               for x in series) + "`")
+    out.append("")
+    return out
+
+
 def groups_text(r: dict, top: int = 8) -> str:
     g = r.get("thread_groups") or {}
     shown = ", ".join(f"{k} {v}" for k, v in list(g.items())[:top])
@@ -929,6 +1181,8 @@ def tables(results: list[dict], bare: dict[int, dict]) -> str:
             parts += [f"**{title}**", "", markdown_table(DRAIN_HEAD, [drain_row(r) for r in mine]), ""]
             parts += [f"- {r['tree']}, {r['types']} types: {r['rounds_line']}" for r in mine if r.get("rounds_line")]
             parts.append("")
+    for r in (r for r in results if r["scenario"] == "live"):
+        parts += live_text(r)
     rows = [quiet_row(r) for r in results if r["scenario"] == "quiet"]
     if rows:
         parts += ["**Pub/Sub quiet, then SIGTERM (`run --all`, empty subscriptions)**", "",
@@ -1027,6 +1281,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sample-interval", type=float, default=1.0, help="process-tree samples (PSS), s (default 1)")
     ap.add_argument("--dumps", type=int, default=12,
                     help="py-spy dumps of the driver per drain (at new thread peaks), 0: none, and none after quiet")
+    ap.add_argument("--live-rate", type=int, default=10, help="live: events a second per type (default 10)")
+    ap.add_argument("--live-seconds", type=float, default=600.0, help="live: seconds of publishing (default 600)")
+    ap.add_argument("--live-tick", type=float, default=0.5,
+                    help="live: a publish request per topic every this many seconds (default 0.5: 5 events each)")
+    ap.add_argument("--live-publishers", type=int, default=3, help="live: publisher processes (default 3)")
+    ap.add_argument("--live-threads", type=int, default=6, help="live: threads per publisher process (default 6)")
+    ap.add_argument("--live-ooo", type=float, default=5.0, help="live: the types' out_of_orderness, s (default 5)")
+    ap.add_argument("--live-trigger", default="5s", help="live: the fleet's --trigger-interval (default 5s)")
+    ap.add_argument("--live-boundary-at", type=float, default=300.0,
+                    help="live: wait so that a UTC hour boundary falls this many seconds into the publishing "
+                         "(default 300; 0: start at once, markers only if a boundary happens to fall inside)")
+    ap.add_argument("--live-setup", type=float, default=150.0,
+                    help="live: seconds set aside to set up before the publishing starts (default 150)")
+    ap.add_argument("--live-series-every", type=float, default=10.0, help="live: the memory series' step, s")
+    ap.add_argument("--live-tail", type=float, default=20.0,
+                    help="live: seconds the fleet runs on after the publishing, before its SIGTERM (default 20)")
     ap.add_argument("--seed", type=int, default=58)
     ap.add_argument("--workdir", type=Path, default=None, help="work folder (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep sinks and checkpoints")
@@ -1055,7 +1325,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def plan(args, trees: list[Tree]) -> list[tuple[str, int, int, Tree]]:
     """(scenario, types, round, tree) in the order they run: by scenario and size, trees alternating per round."""
     out = []
-    for kind in ("drain", "quiet", "kafka"):
+    for kind in ("live", "drain", "quiet", "kafka"):
         if kind not in args.scenarios:
             continue
         for n in args.kafka_types if kind == "kafka" else args.types:
@@ -1088,6 +1358,8 @@ def main(argv: list[str] | None = None) -> None:
             run.work.mkdir(parents=True, exist_ok=True)
             if kind == "quiet":
                 res = scenario_quiet(run, args)
+            elif kind == "live":
+                res = scenario_live(run, args)
             else:
                 want_bare = kind == "drain" and "bare" in args.scenarios and n not in bare and rnd == 1
                 slot: dict | None = {} if want_bare else None
@@ -1097,8 +1369,8 @@ def main(argv: list[str] | None = None) -> None:
             results.append(res)
             (work / "fleet-scale.json").write_text(json.dumps({"results": results, "bare": bare}, indent=2,
                                                               default=str))
-            brief = (f"exit {_exit(res)}, wall {_s(res.get('wall'))}" if kind != "quiet" else
-                     f"driver {res.get('driver_cores', 0):.2f} cores, stop {_s(res.get('stop_seconds'))}")
+            brief = (f"driver {res.get('driver_cores', 0):.2f} cores, stop {_s(res.get('stop_seconds'))}"
+                     if kind in ("quiet", "live") else f"exit {_exit(res)}, wall {_s(res.get('wall'))}")
             print(f"    {brief}, driver threads {res.get('peak_threads')}", flush=True)
         text = tables(results, bare)
         print()
