@@ -10,9 +10,11 @@ Two locks, both taken before Spark starts:
   is valid.  Every change of it is a compare-and-swap on the version that was read
   (:meth:`~event_etl.storage.Storage.write_if`: a generation match on GCS, a lock file on
   local disk), so two jobs can never both believe they took it.  The holder renews it
-  every ``ttl / 4``.  Another job takes it over only when it has expired (not renewed for
-  ``ttl``, default 60 s, plus a safety ``margin`` for clocks that disagree), or when it was
-  left by a job with the *same checkpoint on the same host*: holding the checkpoint lock
+  every ``ttl / 4`` (the process's one scheduler, :mod:`event_etl.util.timers`, renews each
+  type's lease a period after its last renewal began), and says so when a renewal comes
+  late (:meth:`Lease.late_line`, through ``say``).  Another job takes it over only when it
+  has expired (not renewed for ``ttl``, default 60 s, plus a safety ``margin`` for clocks that disagree),
+  or when it was left by a job with the *same checkpoint on the same host*: holding the checkpoint lock
   proves that job is gone.  A job with the same checkpoint path on another host (a shared
   mount) is another job.
 
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
 import threading
@@ -56,10 +59,14 @@ from event_etl.storage import Storage
 from event_etl.timeutil import format_duration, iso
 from event_etl.util.timers import Timer, shared_timers
 
-__all__ = ["Lease", "Fence", "DEFAULT_TTL_MS", "default_ttl_ms", "LEASE_NAME"]
+__all__ = ["Lease", "Fence", "DEFAULT_TTL_MS", "default_ttl_ms", "LEASE_NAME", "LATE_LINE_EVERY_MS"]
 
 DEFAULT_TTL_MS = 60_000
 LEASE_NAME = "_LEASE"
+LATE_LINE_EVERY_MS = 600_000
+"""At most one line a type in this long about its late renewals (the next one counts those it did not print)."""
+
+log = logging.getLogger(__name__)
 
 
 def default_ttl_ms() -> int:
@@ -69,6 +76,10 @@ def default_ttl_ms() -> int:
 
     text = current_settings().lease_ttl
     return parse_duration(text) if text else DEFAULT_TTL_MS
+
+
+def _seconds(ms: int | float) -> str:
+    return f"{ms / 1000:.1f}s"
 
 
 def _who(doc: dict[str, Any]) -> str:
@@ -96,6 +107,9 @@ class Lease:
     clock: Callable[[], int]
     ttl_ms: int = DEFAULT_TTL_MS
     margin_ms: int | None = None
+    # where its lines for people go (a late renewal's, :meth:`late_line`): the job passes its echo (on stderr); a
+    # caller that gives none has them logged as warnings (Python's last resort prints those on stderr)
+    say: Callable[[str], None] | None = None
 
     def __post_init__(self) -> None:
         self.holder = uuid.uuid4().hex
@@ -109,10 +123,14 @@ class Lease:
         self.lost: str | None = None
         self.started_at = self.clock()
         self.valid_until = 0  # the last instant this job may write (its last renewal's expiry minus the margin)
+        self.renewed_at = 0  # when its last successful renewal (or its taking) began, by ``clock``
         self.old_tasks_until = 0  # a dead predecessor's tasks may trust its lease until then (see the docstring)
         # more for people, written with every renewal (the Pub/Sub source: how far back a seek must go, which a
         # lost checkpoint can no longer tell); a failure leaves them out, never the renewal
         self.extra: Callable[[], dict[str, Any]] | None = None
+        self._failed = 0  # renewals failed (the sink unreachable) since the last that succeeded
+        self._late_said_at: int | None = None  # when the last line about a late renewal was printed
+        self._late_unsaid = 0  # late renewals since then, not printed
 
     @property
     def _margin(self) -> int:
@@ -186,6 +204,7 @@ class Lease:
                 )
             if self.storage.write_if(self.rel, self._doc(now), None if current is None else current[1]):
                 self.valid_until = now + self.ttl_ms - self._margin
+                self.renewed_at = now
                 expires = int(doc.get("expires_at_ms", 0))
                 if doc.get("holder") not in (None, self.holder) and expires > now:  # a dead job's, taken over early
                     self.old_tasks_until = expires
@@ -207,6 +226,7 @@ class Lease:
         faults.point("lease_renew", f"{self.event_type} {self.holder}")  # read and still ours, not yet written again
         if self.storage.write_if(self.rel, self._doc(now), current[1]):
             self.valid_until = now + self.ttl_ms - self._margin
+            self.renewed_at = now
             return
         self.renew()  # changed between read and write: read again (and find out who took it)
 
@@ -228,17 +248,67 @@ class Lease:
         """What executor tasks check before they write (see :class:`Fence`)."""
         return {"rel": self.rel, "holder": self.holder, "margin_ms": self.margin_ms}
 
+    @property
+    def period_ms(self) -> int:
+        """How often the lease is renewed: a quarter of its TTL."""
+        return self.ttl_ms // 4
+
     def _renew_turn(self) -> bool:
-        """One renewal, in its turn of the process's schedule; False ends the renewals (stopped, or lost)."""
+        """One renewal, in its turn of the process's schedule; False ends the renewals (stopped, or lost).  A late one
+        is said (:meth:`late_line`)."""
         if self._stop.is_set():
             return False
+        last = self.renewed_at
+        began = self.clock()
         try:
             self.renew()
         except LeaseHeldError:
             return False
         except (StorageError, OSError):  # a failed renewal is retried at the next turn; the lease lasts ttl
-            pass
+            self._failed += 1
+            return not self._stop.is_set()
+        line = self.late_line(began - last, self.clock() - began)
+        self._failed = 0
+        if line is not None:
+            try:
+                if self.say is not None:
+                    self.say(line)
+                else:
+                    log.warning("%s", line)
+            except Exception:  # noqa: BLE001 - only for people: the renewals go on all the same
+                pass
         return not self._stop.is_set()
+
+    def late_line(self, age_ms: int, took_ms: int) -> str | None:
+        """The line for a renewal that began ``age_ms`` after the last successful one (due a period after it) and took
+        ``took_ms``, if it came more than half the margin late; ``None`` if it was on time, or if a line was printed
+        less than :data:`LATE_LINE_EVERY_MS` ago (counted into the next: one line a type, not one a renewal).
+
+        A lease ages by a period between renewals when the renewals keep their time, and is lost (the type stops
+        writing) when it ages past its TTL less the margin: a renewal late by half the margin is a warning well
+        before that (at the default margin, a quarter of the TTL: at 1.5 periods of age, lost at 3)."""
+        late = age_ms - self.period_ms
+        if late <= self._margin / 2:
+            return None
+        now = self.clock()
+        if self._late_said_at is not None and now - self._late_said_at < LATE_LINE_EVERY_MS:
+            self._late_unsaid += 1
+            return None
+        from event_etl.settings import ENV_LEASE_TTL
+
+        unsaid = (f" ({self._late_unsaid} more late renewal{'s' if self._late_unsaid != 1 else ''} of it in the "
+                  f"{format_duration(now - self._late_said_at)} since the last such line)"
+                  if self._late_said_at is not None and self._late_unsaid else "")
+        cause = (f"{self._failed} renewal{'s' if self._failed != 1 else ''} failed in between (is the sink reachable?)"
+                 if self._failed else "the sink answers slowly, or this process's renewals of its types wait on each "
+                 "other")
+        self._late_said_at, self._late_unsaid = now, 0
+        return (f"[{self.event_type}] warning: its lease {self.storage.display(self.rel)} was renewed {_seconds(late)} "
+                f"late: {_seconds(age_ms)} after its last renewal, where one is due every "
+                f"{format_duration(self.period_ms)} (this one took {_seconds(took_ms)}){unsaid}; past "
+                f"{format_duration(self.ttl_ms - self._margin)} the lease is lost and the type stops writing. "
+                f"{cause[0].upper()}{cause[1:]}: a faster sink, or a longer lease ({ENV_LEASE_TTL}, now "
+                f"{format_duration(self.ttl_ms)}; renewed every quarter of it), leaves more room")
 
     def stop_renewing(self, timeout: float = 5.0) -> None:
         """No more renewals (a renewal under way ends first, within ``timeout``); the lease stays as it is."""
@@ -257,7 +327,7 @@ class Lease:
         self._sweep_lease_temporaries()
         # renewed every ttl / 4 by the process's one scheduler (a thousand types: no thread each), each lease's
         # first renewal at its own point of the period, so that a fleet's renewals do not all come at once
-        self._timer = shared_timers().every(self.ttl_ms / 4000, self._renew_turn, name=f"lease {self.rel}")
+        self._timer = shared_timers().every(self.period_ms / 1000, self._renew_turn, name=f"lease {self.rel}")
         return self
 
     def _sweep_lease_temporaries(self) -> None:
