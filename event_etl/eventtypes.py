@@ -44,6 +44,10 @@ key                     default          meaning
                                          schema (``v2``, a fingerprint, a registry id): the payload is
                                          then a bare Avro datum of that schema
 ``source``              ``"generate:"``  source used when ``run`` gets no ``--source``
+``route_attribute``     none             a bus (a source several types share): the Pub/Sub
+                                         attribute (Kafka header) whose value names the type
+``route_field``         none             a bus: the top-level JSON field whose value names it
+``route_value``         the type's name  the value, or list of values, this type claims
 ``description``         ``""``           one line shown by ``event-etl types``
 ``[generator]``                          value pools for synthetic events (see below)
 ``[[commit_policy]]``                    what to do once an hour is complete (see below)
@@ -147,10 +151,13 @@ _STR_KEYS = {
     "protobuf_timestamps": "micros",
     "schema_registry": None,
     "schema_attribute": None,
+    "route_attribute": None,
+    "route_field": None,
 }
 _BOOL_KEYS = {"publish_time_fallback": False}
 _TABLE_KEYS = {"generator", "pubsub"}
-KNOWN_KEYS = set(_DURATION_KEYS) | set(_INT_KEYS) | set(_STR_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS | {"commit_policy"}
+KNOWN_KEYS = (set(_DURATION_KEYS) | set(_INT_KEYS) | set(_STR_KEYS) | set(_BOOL_KEYS) | _TABLE_KEYS
+              | {"commit_policy", "route_value"})
 
 _TOPIC_RE = re.compile(r"^projects/[^/]+/topics/[a-zA-Z][\w.~+%-]{2,254}$")
 POLICY_KINDS: dict[str, dict[str, tuple[Any, str]]] = {
@@ -222,6 +229,12 @@ class EventType:
     """``payload = "confluent"``: the schema registry's URL."""
     schema_attribute: str | None = None
     """The attribute (Kafka header) that names a message's writer schema, if any."""
+    route_attribute: str | None = None
+    """A bus's rule (:mod:`event_etl.rules.routing`): the attribute (Kafka header) whose value names the type."""
+    route_field: str | None = None
+    """A bus's rule: the top-level field of a JSON payload whose value names the type."""
+    route_value: tuple[str, ...] = ()
+    """The values this type claims on its bus (empty: its name)."""
     schema_versions: tuple[tuple[str, dict[str, Any]], ...] = ()
     """The registered versions, ``(name, schema)`` in version order (``schemas/v1.avsc``...): the
     writer schemas whose single-object payloads are accepted besides the current ``schema``.
@@ -231,6 +244,15 @@ class EventType:
         # from a batch intent (JSON) the versions come back as lists: keep one form
         versions = tuple((str(n), dict(s)) for n, s in self.schema_versions)
         object.__setattr__(self, "schema_versions", versions)
+        object.__setattr__(self, "route_value", tuple(str(v) for v in self.route_value))
+
+    @property
+    def route(self) -> Any:
+        """The type's :class:`~event_etl.rules.routing.Route` on its bus, or None (it reads its source alone)."""
+        from event_etl.rules.routing import route_of
+
+        return route_of(self.name, attribute=self.route_attribute, field=self.route_field,
+                        values=self.route_value, settings_file=self.settings_file)
 
     @property
     def schema_file(self) -> str:
@@ -692,8 +714,28 @@ def _build(
         generator=dict(s.get("generator", {})),
         pubsub=dict(s.get("pubsub", {})),
         commit_policies=_commit_policies(s.get("commit_policy", []), sp),
+        **_route_settings(name, s, get_str, sp),
         **payload,
     )
+
+
+def _route_settings(name: str, s: dict[str, Any], get_str: Callable[[str], str | None], sp: str) -> dict[str, Any]:
+    """``route_attribute``, ``route_field`` and ``route_value`` (a string or a list of strings), checked."""
+    from event_etl.rules.routing import route_of
+
+    raw = s.get("route_value")
+    values: tuple[str, ...] = ()
+    if raw is not None:
+        if isinstance(raw, str):
+            values = (raw,)
+        elif isinstance(raw, list) and all(isinstance(v, str) for v in raw):
+            values = tuple(raw)
+        else:
+            raise ConfigError("must be a string or a list of strings", file=sp, field="route_value",
+                              fix=f'e.g. route_value = "{name}" or route_value = ["a", "b"]')
+    attribute, field_ = get_str("route_attribute"), get_str("route_field")
+    route_of(name, attribute=attribute, field=field_, values=values, settings_file=sp)  # refuses what cannot route
+    return {"route_attribute": attribute, "route_field": field_, "route_value": values}
 
 
 def _payload_settings(get_str: Callable[[str], str | None], sp: str) -> dict[str, Any]:

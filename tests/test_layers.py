@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rules", ("event_etl.rules",)),
     ("storage", ("event_etl.storage", "event_etl.eventtypes", "event_etl.bundled", "event_etl.payloads")),
     ("sources/task/consumer", ("event_etl.sources", "event_etl.task", "event_etl.consumer", "event_etl.recipes",
-                               "event_etl.airflow")),
+                               "event_etl.airflow", "event_etl.bus")),
     ("metrics", ("event_etl.metrics",)),
     ("job", ("event_etl.job",)),
     ("cluster", ("event_etl.cluster",)),

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from event_etl.errors import UsageError, unwrap_task_error
 from event_etl.eventtypes import EventType
@@ -67,6 +67,9 @@ from event_etl.job.stopping import (
 from event_etl.job.summary import end_run
 from event_etl.timeutil import now_millis
 from event_etl.util.parallel import in_parallel
+
+if TYPE_CHECKING:
+    from event_etl.bus.session import BusHub
 
 __all__ = ["run", "run_job", "run_fleet", "Summaries", "Hosting", "HostingArgs"]
 
@@ -144,6 +147,24 @@ def _check(event_types: list[EventType], options: RunOptions, fleet: bool) -> No
         raise UsageError(f"an event type is named twice: {names}", fix="name each type once")
 
 
+def _buses(event_types: list[EventType], prepared: dict[str, Prepared], options: RunOptions, *,
+           fleet: bool) -> BusHub | None:
+    """The buses among the types (types that read one source, each claiming its messages: :mod:`event_etl.bus`),
+    checked before Spark starts; None when no type routes.  A bus keeps its source's state beside the types'
+    checkpoints (``<checkpoint root>/_bus/<bus id>``; one type's run: in its checkpoint)."""
+    from event_etl.bus.session import BusHub as Hub
+    from event_etl.rules.routing import plan_buses
+
+    if not any(et.route is not None for et in event_types):
+        return None
+    plans = plan_buses([(et.name, prepared[et.name].spec.identity(), et.route) for et in event_types],
+                       files={et.name: et.settings_file for et in event_types})
+    first = event_types[0].name
+    root = (os.path.dirname(member_checkpoint(options, first).rstrip("/")) if fleet
+            else str(prepared[first].ckpt.root))
+    return Hub(plans, root)
+
+
 class _Driver:
     """One run's parts and steps (see the module docstring); :func:`run` calls them in order."""
 
@@ -156,6 +177,7 @@ class _Driver:
         self.stop_event, self.status_every_s = hosting.stop_event, hosting.status_every_s
         self.who = "fleet" if fleet else event_types[0].name
         self.members: list[FleetMember] = []
+        self.hub: BusHub | None = None  # the buses among the types (event_etl.bus), if any
         self.spark: Any = None
         self.endpoint: Any = None
         self._endpoint_lock = threading.Lock()  # members opened at once add their metrics one at a time
@@ -178,6 +200,7 @@ class _Driver:
                 prepared[et.name] = prepare_job(et, self.options, clock=self.clock, checkpoint=ckpt)
 
             in_parallel(prepare, self.event_types, name="event_etl-prepare")
+            self.hub = _buses(self.event_types, prepared, self.options, fleet=self.fleet)
             self.members = [FleetMember(et, prepared[et.name]) for et in self.event_types]
             in_parallel(lambda m: take_lease(m.prepared), self.members, name="event_etl-lease")
             os.sync()  # once for every type: what killed predecessors renamed is durable (setup.acquire_lease)
@@ -289,7 +312,7 @@ class _Driver:
         echo = echo or self.echo
         say_source_warning(m.prepared, echo=echo)
         m.job, m.lane = open_shared(m.prepared, self.spark, clock=self.clock, listeners=self.listeners,
-                                    serve_metrics=not self.fleet, echo=echo, fleet=self.fleet)
+                                    serve_metrics=not self.fleet, echo=echo, fleet=self.fleet, hub=self.hub)
         m.job.echo = self.echo  # its later lines (the end's) go out as they come
         if self.endpoint is not None:
             with self._endpoint_lock:

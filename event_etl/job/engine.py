@@ -51,7 +51,7 @@ from event_etl.job.lane import Lane, Pending, SparkLog
 from event_etl.job.member import FleetMember
 from event_etl.job.phases import Phases, Tasks
 from event_etl.job.stopping import POLL_S, Echo, Escalated, StopSignals, run_watched, say, signal_name
-from event_etl.sources.face import SourceSession, Split
+from event_etl.sources.face import Routing, SourceSession, Split
 
 __all__ = ["SparkLog", "Lane", "Pending", "Engine", "Supervisor", "run_rounds", "rounds_before_drain", "round_summary",
            "FleetMember"]  # SparkLog, Lane, Pending: event_etl.job.lane; FleetMember: event_etl.job.member
@@ -244,9 +244,9 @@ class Engine:
     def _run_splits(self, work: dict[str, tuple[Any, list[Split]]], rnd: Round) -> dict[str, Any]:
         """One Spark job over the splits of ``work`` (``{name: (ctx, splits)}``): each type's
         ``[(report, keys)]``, or the error of a type one of whose splits failed."""
-        from event_etl.task.executor import make_shared_task
+        from event_etl.task.executor import BUS_ROW, make_shared_task
 
-        rows = [(name, s.as_row()) for name, (_, splits) in work.items() for s in splits]
+        rows, buses = self._rows(work)
         out: dict[str, Any] = {name: [] for name in work}
         if not rows:
             return out
@@ -254,9 +254,13 @@ class Engine:
         slices = _balance(rows, self.parallelism)
         sc.setJobGroup(self.group, f"event_etl shared round {self.rounds}: {len(work)} types, {len(rows)} splits",
                        interruptOnCancel=True)
-        task = make_shared_task({name: ctx for name, (ctx, _) in work.items()})
+        task = make_shared_task({name: ctx for name, (ctx, _) in work.items()},
+                                {bus.id: bus.router for bus in buses.values()})
         got = sc.parallelize(slices, len(slices)).flatMap(lambda s: s).mapPartitions(task).collect()
         for name, _shard, report, keys, error in got:
+            if name.startswith(BUS_ROW):  # what a bus's split held that no type claims, kept in its dead letters
+                buses[name[len(BUS_ROW):].split("/", 1)[0]].note_unclaimed(int(json.loads(report)["unclaimed"]))
+                continue
             if isinstance(out[name], BaseException):
                 continue
             if error is not None:
@@ -265,6 +269,25 @@ class Engine:
             else:
                 out[name].append((json.loads(report), keys or b""))
         return out
+
+    def _rows(self, work: dict[str, tuple[Any, list[Split]]]) -> tuple[list[SplitRow], dict[str, Routing]]:
+        """The job's rows: each type's splits, except that a split of a bus that several of its types read in this
+        round is one row for all of them (read once: :func:`event_etl.task.executor.bus_row`); and the buses."""
+        from event_etl.task.executor import bus_row
+
+        rows: list[SplitRow] = []
+        buses: dict[str, Routing] = {}
+        shared: dict[tuple[str, tuple[Any, ...]], list[str]] = {}
+        for name, (_, splits) in work.items():
+            bus = self.lanes[name].session.routing
+            if bus is None:
+                rows.extend((name, s.as_row()) for s in splits)
+                continue
+            buses[bus.id] = bus
+            for s in splits:
+                shared.setdefault((bus.id, s.as_row()), []).append(name)
+        rows.extend((bus_row(bus_id, sorted(names)), row) for (bus_id, row), names in shared.items())
+        return rows, buses
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)

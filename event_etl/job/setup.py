@@ -12,7 +12,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from event_etl import faults
@@ -25,6 +25,7 @@ from event_etl.job.idle import IdleSettings
 from event_etl.job.progress import GeneratorClock, ProgressPrinter
 
 if TYPE_CHECKING:
+    from event_etl.bus.session import BusHub
     from event_etl.job.lane import Lane
 from event_etl.job.stopping import (
     Echo,
@@ -186,6 +187,8 @@ def after_lease(p: Prepared, stops: StopSignals | None = None, *, echo: Echo = s
     """Once the lease is held and what a predecessor left is durable (``os.sync``): sweep the checkpoint's
     temporaries, and wait for a dead predecessor's tasks when a batch is to be replayed (see :func:`acquire_lease`)."""
     p.ckpt.sweep_temporaries()  # the checkpoint is this job's now; its source starts writing there only later
+    if p.lease is not None:
+        p.lease.say = lambda line: echo(line, err=True)  # a renewal that comes late says so, as the job's lines do
     latest = p.ckpt.latest_intent_id()
     if latest is not None and latest > p.ckpt.load_state().last_batch_id:  # a batch to replay: its tasks may live on
         if p.lease is None:
@@ -238,7 +241,8 @@ Listener = Callable[[str, Any], None]
 
 
 def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-               serve_metrics: bool = True, echo: Echo = say, fleet: bool = False) -> tuple[Job, dict[str, Any]]:
+               serve_metrics: bool = True, echo: Echo = say, fleet: bool = False,
+               hub: BusHub | None = None) -> tuple[Job, dict[str, Any]]:
     """Bind the checkpoint; open the type's source session; build the controller (given the session's hooks),
     metrics and progress printer of a prepared job, and the spec of its source, for the lane :func:`open_shared`
     opens on it."""
@@ -263,10 +267,17 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
         "event_type": et.name,  # Kafka: the consumer group it commits to
     }
     # Pub/Sub: its fetcher pulls from now on, into the spool the session offers; it acknowledges what batches saved
-    session = open_source(OpenRequest(
+    request = OpenRequest(
         et.name, source_spec, clock, once=options.once, spark_dir=str(ckpt.spark_dir), spark=spark,
         leased_at=p.leased_at, fence=p.lease.fence() if p.lease is not None else None, sink=p.storage.url,
-        fleet=fleet))
+        fleet=fleet)
+    plan = hub.plan_of(et.name) if hub is not None else None
+    session: SourceSession
+    if hub is None or plan is None:
+        session = open_source(request)
+    else:  # a bus: the types' one session, opened in the bus's folder by the first of them to open
+        bus_spec = {**source_spec, "log_dir": hub.folder(plan, p.spec.kind), "event_type": f"bus_{plan.id}"}
+        session = hub.view(et.name, lambda: open_source(replace(request, spec=bus_spec)))
     try:
         opened = _open_controller(p, session, writer=str(job.get("writer", "")), log_dir=str(source_spec["log_dir"]),
                                   clock=clock, listeners=listeners, serve_metrics=serve_metrics, echo=echo)
@@ -369,14 +380,15 @@ def make_policy(config: dict[str, Any], event_type: EventType, storage: Storage)
 
 
 def open_shared(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: list[Listener] | None = None,
-                serve_metrics: bool = True, echo: Echo = say, fleet: bool = False) -> tuple[Job, Lane]:
+                serve_metrics: bool = True, echo: Echo = say, fleet: bool = False,
+                hub: BusHub | None = None) -> tuple[Job, Lane]:
     """A prepared job opened for the engine (:mod:`event_etl.job.engine`): its source's session, its controller,
     metrics and printer, and its lane over the session.  Returns ``(job, lane)``."""
     from event_etl.job.lane import Lane, SparkLog
     from event_etl.sources.registry import batch_cap
 
     job, spec = open_parts(p, spark, clock=clock, listeners=listeners, serve_metrics=serve_metrics, echo=echo,
-                           fleet=fleet)
+                           fleet=fleet, hub=hub)
     session = job.source
     if session is None:
         raise AssertionError("open_parts opens the source")

@@ -40,8 +40,8 @@ from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.activity import observe
 from event_etl.sources.splits import Split
 
-__all__ = ["Offset", "Planner", "SourceHooks", "Hooks", "OpenRequest", "SourceSession", "PlannedSession", "Source",
-           "Spooled", "Split", "source_class"]
+__all__ = ["Offset", "Planner", "Routing", "SourceHooks", "Hooks", "OpenRequest", "SourceSession", "PlannedSession",
+           "Source", "Spooled", "Split", "source_class"]
 
 Offset = Any
 """A source's offset, as its planner makes it: JSON-able, read and written whole (None: none yet)."""
@@ -61,6 +61,19 @@ class Planner(Protocol):
     def splits(self, start: Offset, end: Offset) -> list[Split]: ...
 
     def commit(self, end: Offset) -> None: ...
+
+
+class Routing(Protocol):
+    """A bus as the engine sees it (:class:`event_etl.bus.session.Bus`): its id, its router (given to the tasks),
+    and where it counts the messages no type claimed."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def router(self) -> Any: ...
+
+    def note_unclaimed(self, n: int) -> None: ...
 
 
 class SourceHooks(Protocol):
@@ -157,6 +170,12 @@ class SourceSession(ABC):
 
     def latest(self) -> Offset | None:
         """The latest offset the source last reported (for the backlog metric), or None."""
+        return None
+
+    @property
+    def routing(self) -> Routing | None:
+        """A bus's view (:class:`event_etl.bus.session.BusView`): its bus, for the engine to read each split of the
+        bus once for every type of it; None for a type that reads its source alone."""
         return None
 
     # -- the controller's hooks -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import json
 import os
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from event_etl.rules.buckets import MARKER_NAME, deadletter_file_path, hour_dir
 from event_etl.rules.judge import OUTCOME_CODES, Outcome, beyond_backfill, judge_array, make_judge
 from event_etl.rules.reasons import Reason
 from event_etl.settings import settings_in_force
-from event_etl.sources.read import OffsetIds
+from event_etl.sources.read import OffsetIds, SplitReader
 from event_etl.sources.registry import split_reader
 from event_etl.sources.splits import Split
 from event_etl.storage import Storage, open_storage
@@ -187,7 +187,7 @@ def _chunk_reference(fc: FastChunk, arrivals: int | np.ndarray, skew: int, backf
 
 
 def process_split(
-    split: Split, ctx: BatchContext, storage: Storage, *, fast: bool = True
+    split: Split, ctx: BatchContext, storage: Storage, *, fast: bool = True, reader: SplitReader | None = None
 ) -> tuple[dict[str, Any], bytes]:
     """Process one split; returns its report (JSON-able) and its dedupe key rows (``KEY_DTYPE`` bytes).
 
@@ -196,7 +196,7 @@ def process_split(
     order: read and judge every payload into its group's files (:meth:`_SplitRun.read`), store the
     files and the dead letters, then the report (:meth:`_SplitRun.finish`).
     """
-    run = _SplitRun(split, ctx, fast=fast)
+    run = _SplitRun(split, ctx, fast=fast, reader=reader)
     run.read()
     return run.finish(storage)
 
@@ -205,13 +205,14 @@ class _SplitRun:
     """One split being processed: what the record path (:meth:`record_path`) and the fast path (:meth:`chunk`)
     add to, and what :meth:`finish` turns into the split's files, dead letters and report."""
 
-    def __init__(self, split: Split, ctx: BatchContext, *, fast: bool) -> None:
+    def __init__(self, split: Split, ctx: BatchContext, *, fast: bool, reader: SplitReader | None = None) -> None:
         et = ctx.event_type
         self.split, self.ctx, self.et = split, ctx, et
         self.decoder = _decoder(et)
         self.decoder.writers.seed(ctx.registry)
         self.unknown_fields = self.decoder.unknown_fields  # the decoder's count when the split began
-        self.reader = split_reader(split.kind)
+        # a bus's split: the messages this type claims, read once for the bus (event_etl.bus.task)
+        self.reader = reader if reader is not None else split_reader(split.kind)
         self.parquet = _parquet_output(et)
         # a Parquet type's files are written from the fast path's columns: no Avro encoding of its rows
         self.plan = plan_for(self.decoder, encode=self.parquet is None) if fast and self.reader.fast_path(et) else None
@@ -580,34 +581,86 @@ def _write_deadletters(rejects: list[Rejected], rel: str, ctx: BatchContext, sto
             "file_key": DEADLETTER_FILE_KEY}
 
 
+def store_unclaimed(rejects: list[Rejected], rel: str, bus: str, ctx: BatchContext, storage: Storage) -> None:
+    """A bus's dead-letter file of a split's unclaimed messages (:mod:`event_etl.bus.task`), written once (a replay
+    of the split makes the same bytes), under the lease of the batch that read it."""
+    recs = [r.record(bus, 0) for r in rejects]
+    data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
+    _store_once(storage, rel, data, None, Fence.of(ctx.fence, storage))
+
+
+def _error_parts(err: BaseException) -> tuple[str, str, str | None]:
+    fix = err.fix if isinstance(err, EventEtlError) else None
+    message = err.message if isinstance(err, EventEtlError) else f"{type(err).__name__}: {err}"
+    return type(err).__name__, message, fix
+
+
+BUS_ROW = "_bus/"
+"""A shared job's row of a bus's split read once for several types: ``_bus/<bus id>/<type>,<type>...``."""
+
+
+def bus_row(bus: str, names: Sequence[str]) -> str:
+    return f"{BUS_ROW}{bus}/{','.join(names)}"
+
+
 _SharedRow = tuple[str, int, str | None, bytes | None, tuple[str, str, str | None] | None]
 """What a shared task yields per split: type name, shard, report JSON, keys, (error class, message, fix)."""
 
 
-def make_shared_task(contexts: dict[str, BatchContext]
+def make_shared_task(contexts: dict[str, BatchContext], routers: Mapping[str, Any] | None = None
                      ) -> Callable[[Iterable[tuple[str, Iterable[Any]]]], Iterator[_SharedRow]]:
     """The ``mapPartitions`` function of a shared engine's Spark job (:mod:`event_etl.job.engine`).
 
     Its rows are ``(type name, split row)`` of several types' batches; it yields one
     ``(type name, shard, report JSON, keys, None)`` per split, or ``(type name, shard, None, None,
     (error class, message, fix))`` for a split that failed: that type's batch fails, the other
-    types' splits go on."""
+    types' splits go on.  A bus's row (:func:`bus_row`, ``routers``: ``{bus id: Router}``) is read once and yields
+    one such row per type of it, then ``(bus row, shard, {"unclaimed": n, "path": ...}, None, None)``."""
 
     def task(rows: Iterable[tuple[str, Iterable[Any]]]) -> Iterator[_SharedRow]:
         stores: dict[str, Storage] = {}
+
+        def storage_of(sink: str) -> Storage:
+            if sink not in stores:
+                stores[sink] = open_storage(sink)
+            return stores[sink]
+
         with settings_in_force():  # the executor's EVENT_ETL_* variables, read once per task
             for name, row in rows:
                 split = Split(*row)
+                if name.startswith(BUS_ROW):
+                    yield from _bus_task(name, split, contexts, routers or {}, storage_of)
+                    continue
                 ctx = contexts[name]
                 try:
-                    if ctx.sink not in stores:
-                        stores[ctx.sink] = open_storage(ctx.sink)
-                    report, keys = process_split(split, ctx, stores[ctx.sink])
+                    report, keys = process_split(split, ctx, storage_of(ctx.sink))
                 except Exception as err:  # noqa: BLE001 - handed to the driver, as this type's failure
-                    fix = err.fix if isinstance(err, EventEtlError) else None
-                    message = err.message if isinstance(err, EventEtlError) else f"{type(err).__name__}: {err}"
-                    yield name, split.shard, None, None, (type(err).__name__, message, fix)
+                    yield name, split.shard, None, None, _error_parts(err)
                     continue
                 yield name, split.shard, json.dumps(report), keys or b"", None
 
     return task
+
+
+def _bus_task(row: str, split: Split, contexts: dict[str, BatchContext], routers: Mapping[str, Any],
+              storage_of: Callable[[str], Storage]) -> Iterator[_SharedRow]:
+    """A bus's split read once for the types its row names (:mod:`event_etl.bus.task`)."""
+    from event_etl.bus.task import process_bus_split
+
+    bus, names = row[len(BUS_ROW):].split("/", 1)
+    group = {n: contexts[n] for n in names.split(",")}
+    done: set[str] = set()
+    try:
+        for name, report, keys, error in process_bus_split(split, group, routers[bus], bus, storage_of,
+                                                           process=process_split, store_unclaimed=store_unclaimed):
+            if not name:
+                yield row, split.shard, json.dumps(report), None, None
+            elif error is not None:
+                yield name, split.shard, None, None, _error_parts(error)
+            else:
+                yield name, split.shard, json.dumps(report), keys or b"", None
+            done.add(name)
+    except Exception as err:  # noqa: BLE001 - reading the split failed: every type of the row fails this batch
+        for name in group:
+            if name not in done:
+                yield name, split.shard, None, None, _error_parts(err)

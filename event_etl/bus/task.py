@@ -1,0 +1,141 @@
+"""A split of a bus read once in an executor task and routed: every type's records through its own processing.
+
+:func:`process_bus_split` reads the split's messages once (Pub/Sub's spooled messages, a Kafka partition's range),
+asks the bus's :class:`~event_etl.rules.routing.Router` which type claims each, and hands each type of the task's
+group its own messages, in order, through a :class:`RoutedReader`: the type then decodes, judges, dedupes and
+writes them exactly as if they were a split of its own (:func:`event_etl.task.executor.process_split`), its files
+named by its own batch.  A message of a type of the bus that is not in the group (a type behind the bus, or
+quarantined) is left to that type's own batch; one no type claims is kept in the bus's dead letters
+(``<sink>/_unclaimed/<bus id>/dt=<day>/``), in a file named by the split alone, so that whichever group reads
+the split (again) writes the same file once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from event_etl.eventtypes import EventType
+from event_etl.rules.routing import UNCLAIMED_DIR, UNCLAIMED_REASON, Router, Unclaimed
+from event_etl.sources.read import READ_BYTES, Payload, Piece, Plan, SplitReader, _decoded_messages
+from event_etl.sources.splits import Split
+
+__all__ = ["RoutedReader", "route_split", "unclaimed_path", "process_bus_split"]
+
+
+class RoutedReader(SplitReader):
+    """The messages of a split one type claims (already read), as that split's own reader would give them."""
+
+    def __init__(self, base: SplitReader, items: list[Payload]) -> None:
+        self.base = base
+        self.items = items
+        self.kind = base.kind
+
+    def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
+        return iter(self.items)
+
+    def fast_path(self, et: EventType) -> bool:
+        return self.base.fast_path(et)
+
+    def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
+        for chunk in _chunks(self.items):
+            datas = [item[0] for item in chunk]
+            joined = b"\n".join(datas)
+            lines = joined if all(datas) and joined.count(b"\n") == len(datas) - 1 else None
+            fc, data = _decoded_messages(plan, datas, lines)
+            if fc is None:
+                yield Piece.undecoded(iter(chunk))
+                continue
+            arrivals = np.fromiter((item[1] for item in chunk), dtype=np.int64, count=len(chunk))
+            mids = [_message_id(item) for item in chunk]
+            yield Piece(fc, data, arrivals, _positions(chunk), mids)
+
+    def inputs(self, split: Split) -> list[str] | None:
+        return self.base.inputs(split)
+
+    def part(self, split: Split) -> str | None:
+        return self.base.part(split)
+
+
+def _message_id(item: Payload) -> str:
+    msg = item[4]
+    return str(msg[0]) if msg is not None else f"{item[2]}{item[3]}"
+
+
+def _positions(chunk: Sequence[Payload]) -> Any:
+    return lambda i: chunk[i][2] + str(chunk[i][3])
+
+
+def _chunks(items: list[Payload]) -> Iterator[list[Payload]]:
+    cur: list[Payload] = []
+    size = 0
+    for item in items:
+        cur.append(item)
+        size += len(item[0]) + 1
+        if size >= READ_BYTES:
+            yield cur
+            cur, size = [], 0
+    if cur:
+        yield cur
+
+
+def route_split(items: Iterator[Payload], router: Router, names: set[str]
+                ) -> tuple[dict[str, list[Payload]], list[tuple[Payload, str]]]:
+    """Each of ``names``' messages of a split, in order, and the messages no type claims with why (pure)."""
+    claimed: dict[str, list[Payload]] = {n: [] for n in names}
+    unclaimed: list[tuple[Payload, str]] = []
+    for item in items:
+        msg = item[4]
+        attributes: Mapping[str, str] | None = msg[1] if msg is not None else None
+        name = router.route(item[0], attributes)
+        if isinstance(name, Unclaimed):
+            unclaimed.append((item, name.detail))
+        elif name in claimed:
+            claimed[name].append(item)
+    return claimed, unclaimed
+
+
+def unclaimed_path(bus: str, split: Split, first_arrival: int) -> str:
+    """The bus's dead-letter file of a split's unclaimed messages, relative to the sink: named by the split alone
+    (its kind, source, range and meta), dated by its first unclaimed message's arrival (UTC)."""
+    ident = json.dumps([split.kind, split.uri, split.start, split.end, split.meta], separators=(",", ":"))
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:20]
+    day = datetime.fromtimestamp(first_arrival // 1000, tz=UTC).strftime("%Y-%m-%d")
+    return f"{UNCLAIMED_DIR}/{bus}/dt={day}/u-{digest}.avro"
+
+
+RoutedResult = tuple[str, dict[str, Any] | None, bytes | None, BaseException | None]
+"""What :func:`process_bus_split` yields: ``(name, report, keys, error)``."""
+
+
+def process_bus_split(split: Split, contexts: Mapping[str, Any], router: Router, bus: str, storage_of: Any, *,
+                      process: Any, store_unclaimed: Any) -> Iterator[RoutedResult]:
+    """Read ``split`` once and process each type of ``contexts`` (``{name: BatchContext}``) over its own messages;
+    yields ``(name, report, keys, error)`` per type (a failure of one type's processing is that type's alone), and
+    last ``("", {"unclaimed": n, "path": rel}, None, None)`` for what no type claimed (``storage_of(sink)``: the
+    task's open storage of a sink; ``process``: :func:`event_etl.task.executor.process_split`, ``store_unclaimed``:
+    :func:`event_etl.task.executor.store_unclaimed`)."""
+    from event_etl.sources.registry import split_reader
+    from event_etl.storage.deadletter import Rejected
+
+    base = split_reader(split.kind)
+    first = next(iter(contexts.values()))
+    claimed, unclaimed = route_split(base.payloads(split, first.event_type), router, set(contexts))
+    for name, ctx in contexts.items():
+        try:
+            report, keys = process(split, ctx, storage_of(ctx.sink), reader=RoutedReader(base, claimed[name]))
+        except Exception as err:  # noqa: BLE001 - this type's failure; the others' go on
+            yield name, None, None, err
+            continue
+        yield name, report, keys, None
+    rejects = [Rejected(UNCLAIMED_REASON, detail, item[0], item[2] + str(item[3]), item[1], None)
+               for item, detail in unclaimed]
+    rel = unclaimed_path(bus, split, min(r.arrival for r in rejects)) if rejects else None
+    if rel is not None:
+        store_unclaimed(rejects, rel, bus, first, storage_of(first.sink))
+    yield "", {"unclaimed": len(rejects), "path": rel}, None, None

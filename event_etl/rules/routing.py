@@ -1,0 +1,212 @@
+"""Routing rules of a bus: which event type a message of a shared subscription or topic belongs to (pure).
+
+A **bus** is a source several event types name (the same ``source``), each claiming its messages by a rule in its
+``etl.toml``:
+
+- ``route_attribute = "event_type"``: the value of a Pub/Sub attribute (a Kafka header);
+- ``route_field = "type"``: the value of a top-level field of the message's JSON object;
+- ``route_value``: the value or values the type claims (default: the type's name).
+
+Types that share a source route it the same way (the same attribute, or the same field), and no value is claimed
+twice: :func:`plan_buses` says which types form which bus, or raises a :class:`~event_etl.errors.ConfigError` naming
+the types and the fix.  :class:`Router` then names the type of one message (:meth:`Router.route`), or says why none
+claims it (:class:`Unclaimed`): such a message is kept as a dead letter of the bus, never dropped.
+
+Nothing here reads a file, a clock or the network: the engine and the tasks call it with plain values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from event_etl.errors import ConfigError
+
+__all__ = ["Route", "BusPlan", "Router", "Unclaimed", "plan_buses", "bus_id", "UNCLAIMED_DIR", "UNCLAIMED_REASON"]
+
+UNCLAIMED_DIR = "_unclaimed"
+"""The folder of the sink, beside the types' folders, that keeps each bus's unclaimed messages:
+``<sink>/_unclaimed/<bus id>/dt=YYYY-MM-DD/*.avro`` (dead-letter records, reason ``unclaimed``)."""
+
+UNCLAIMED_REASON = "unclaimed"
+
+BUSED_KINDS = ("pubsub", "kafka")
+"""Source kinds a bus may read: a subscription or a topic several consumers would otherwise split or each read."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One type's rule: by ``attribute`` or ``field`` (``key`` names it), claiming ``values``."""
+
+    by: str
+    key: str
+    values: tuple[str, ...]
+
+    def same_rule(self, other: Route) -> bool:
+        """Whether two types route their shared source the same way (the same attribute, or the same field)."""
+        return (self.by, self.key) == (other.by, other.key)
+
+    def describe(self) -> str:
+        what = f"attribute {self.key!r}" if self.by == "attribute" else f"field {self.key!r}"
+        return f"{what} = {', '.join(repr(v) for v in self.values)}"
+
+
+def route_of(name: str, *, attribute: str | None, field: str | None, values: Iterable[str] | None,
+             settings_file: str = "etl.toml") -> Route | None:
+    """A type's :class:`Route` from its settings (None: the type routes nothing); both ways at once, or values
+    without a way, are refused."""
+    vals = tuple(values) if values is not None else ()
+    if attribute and field:
+        raise ConfigError("route_attribute and route_field are both set", file=settings_file, field="route_field",
+                          fix="route a bus by one of them: an attribute (Kafka header) or a field of the payload")
+    if not attribute and not field:
+        if vals:
+            raise ConfigError("route_value is set without route_attribute or route_field", file=settings_file,
+                              field="route_value", fix='say what carries the value, e.g. route_attribute = "type"')
+        return None
+    if any(not isinstance(v, str) or not v for v in vals):
+        raise ConfigError("route_value must be a string or a list of non-empty strings", file=settings_file,
+                          field="route_value", fix=f'e.g. route_value = "{name}" or route_value = ["a", "b"]')
+    if attribute:
+        return Route("attribute", attribute, vals or (name,))
+    assert field is not None
+    return Route("field", field, vals or (name,))
+
+
+def bus_id(source: str) -> str:
+    """A bus's name in folders and lines: the source's last path part, made safe, and a short hash of the whole
+    (``datahub-etl-3f2a9c``): the same source names the same bus in every run."""
+    tail = re.sub(r"[^A-Za-z0-9_.-]+", "-", source.rstrip("/").rsplit("/", 1)[-1].split(":")[-1]).strip("-.")
+    return f"{tail[:40] or 'bus'}-{hashlib.sha256(source.encode()).hexdigest()[:6]}"
+
+
+@dataclass(frozen=True)
+class BusPlan:
+    """Types that read one source together: the source, its id, each type's route."""
+
+    source: str
+    id: str
+    routes: tuple[tuple[str, Route], ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.routes]
+
+    def router(self) -> Router:
+        return Router(dict(self.routes))
+
+    def describe(self) -> list[str]:
+        """Lines for people (``event-etl check``): the bus, then what each type claims."""
+        lines = [f"bus {self.id}: {self.source} read once for {len(self.routes)} type(s); unclaimed messages kept "
+                 f"in <sink>/{UNCLAIMED_DIR}/{self.id}/"]
+        lines += [f"  {name}: {route.describe()}" for name, route in self.routes]
+        return lines
+
+
+def plan_buses(types: Iterable[tuple[str, str, Route | None]], files: Mapping[str, str] | None = None
+               ) -> list[BusPlan]:
+    """The buses among ``types`` (``(name, source, route)``, the source as the type reads it, e.g.
+    ``pubsub:projects/p/subscriptions/s``): each source that a routed type reads is a bus of the types that read it.
+
+    Refused, naming the types and the fix (a :class:`ConfigError` of the settings file of a type it names, from
+    ``files``: ``{name: path}``): a source some of whose types route and some do not; types that route one source
+    differently; a value two types claim."""
+    where = dict(files or {})
+
+    def refused(name: str, message: str, field: str, fix: str) -> ConfigError:
+        return ConfigError(message, file=where.get(name, f"event_types/{name}/etl.toml"), field=field, fix=fix)
+
+    by_source: dict[str, list[tuple[str, Route | None]]] = {}
+    for name, source, route in types:
+        by_source.setdefault(source, []).append((name, route))
+    plans = []
+    for source, members in by_source.items():
+        routed = [(n, r) for n, r in members if r is not None]
+        if not routed:
+            continue
+        kind = source.split(":", 1)[0]
+        if kind not in BUSED_KINDS:
+            raise refused(routed[0][0], f"{routed[0][0]} routes its source {source}, which is not a bus",
+                          "route_attribute", "route_attribute and route_field apply to a Pub/Sub subscription or a "
+                          'Kafka topic several types share; remove them, or set source = "pubsub:..." or "kafka:..."')
+        plain = sorted(n for n, r in members if r is None)
+        if plain:
+            names = ", ".join(sorted(n for n, _ in routed))
+            raise refused(plain[0], f"{', '.join(plain)} and {names} read {source}, but only {names} route it",
+                          "route_attribute", f"give {', '.join(plain)} the same route_attribute or route_field as "
+                          "the others (each type claims its messages), or a subscription or topic of its own")
+        routed.sort(key=lambda item: item[0])
+        first_name, first = routed[0]
+        for name, route in routed[1:]:
+            if not route.same_rule(first):
+                raise refused(name, f"{first_name} and {name} read {source} but route it differently "
+                              f"({first.describe()}; {route.describe()})", "route_attribute",
+                              "types of one bus route by the same attribute or the same field: make them agree")
+        claimed: dict[str, str] = {}
+        for name, route in routed:
+            for v in route.values:
+                if v in claimed:
+                    what = route.describe().split(" = ")[0]
+                    raise refused(name, f"{claimed[v]} and {name} both claim {what} = {v!r} on {source}",
+                                  "route_value", f"each value belongs to one type: change route_value of {name} or "
+                                  f"of {claimed[v]}")
+                claimed[v] = name
+        plans.append(BusPlan(source, bus_id(source), tuple(routed)))
+    return sorted(plans, key=lambda p: p.id)
+
+
+@dataclass(frozen=True)
+class Unclaimed:
+    """Why no type claims a message: its detail for the dead letter."""
+
+    detail: str
+
+
+class Router:
+    """The types of one bus and what each claims (built from :class:`BusPlan`); :meth:`route` names the type of a
+    message, or says why none claims it."""
+
+    def __init__(self, routes: Mapping[str, Route]) -> None:
+        if not routes:
+            raise ValueError("a router needs at least one route")
+        first = next(iter(routes.values()))
+        self.by, self.key = first.by, first.key
+        self.table = {v: name for name, r in routes.items() for v in r.values}
+
+    def route(self, payload: bytes, attributes: Mapping[str, str] | None) -> str | Unclaimed:
+        """The type that claims a message (``payload``, its ``attributes`` or Kafka headers), or :class:`Unclaimed`."""
+        value: str | Unclaimed
+        if self.by == "attribute":
+            got = attributes.get(self.key) if attributes else None
+            value = got if got is not None else Unclaimed(f"no attribute {self.key!r}")
+        else:
+            value = field_value(payload, self.key)
+        if isinstance(value, Unclaimed):
+            return value
+        name = self.table.get(value)
+        if name is None:
+            return Unclaimed(f"{'attribute' if self.by == 'attribute' else 'field'} {self.key!r} is {value!r}, "
+                             "which no type of the bus claims")
+        return name
+
+
+def field_value(payload: bytes, key: str) -> str | Unclaimed:
+    """The string value of top-level field ``key`` of a JSON object payload, or why there is none.  Numbers and
+    booleans route by their JSON text (``2`` claims ``route_value = "2"``)."""
+    try:
+        obj = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return Unclaimed(f"not a JSON object (field {key!r} routes this bus)")
+    if not isinstance(obj, dict):
+        return Unclaimed(f"not a JSON object (field {key!r} routes this bus)")
+    value = obj.get(key)
+    if value is None:
+        return Unclaimed(f"no field {key!r}")
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return json.dumps(value)
+    return Unclaimed(f"field {key!r} is not a string, a number or a boolean")

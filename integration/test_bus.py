@@ -1,0 +1,129 @@
+"""A bus end to end, from the command line: one Pub/Sub subscription (Google's emulator) carrying three event types,
+each message routed by an attribute to the type that claims it (Merpay's datahub), run as a fleet
+(``event-etl run a b c --checkpoint-root``).  Each type gets exactly its own events in their own hours, each hour
+one ``_COMPLETE``; messages no type claims (no attribute, or a value nobody claims) are kept once in the bus's dead
+letters under ``<sink>/_unclaimed/<bus id>/``; a second run goes on where the first stopped, nothing twice."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import fastavro
+
+from event_etl.rules.buckets import MARKER_NAME
+from event_etl.rules.routing import bus_id
+from event_etl.timeutil import HOUR_MS, now_millis
+
+EXE = str(Path(sys.executable).with_name("event-etl"))
+PROJECT = "bus-project"
+SCHEMA = {
+    "type": "record", "name": "Event",
+    "fields": [{"name": "id", "type": "string"},
+               {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+               {"name": "kind", "type": ["null", "string"], "default": None}],
+}
+
+
+def _types(root: Path, source: str) -> None:
+    claims = {"clicks": None, "views": ["view", "page_view"], "buys": None}
+    for name, values in claims.items():
+        d = root / name
+        d.mkdir(parents=True)
+        (d / "schema.avsc").write_text(json.dumps(SCHEMA))
+        lines = ['time_field = "ts"', 'id_field = "id"', 'out_of_orderness = "1m"', f'source = "{source}"',
+                 'route_attribute = "type"']
+        if values is not None:
+            lines.append(f"route_value = {json.dumps(values)}")
+        (d / "etl.toml").write_text("\n".join(lines) + "\n")
+
+
+def _sink_ids(sink: Path, name: str) -> tuple[dict[str, list[str]], dict[str, bool]]:
+    """``({hour folder: [ids]}, {hour folder: marked})`` of a type in a local sink."""
+    ids: dict[str, list[str]] = {}
+    marked: dict[str, bool] = {}
+    for hour in sorted((sink / name).glob("dt=*/hour=*")):
+        rel = str(hour.relative_to(sink / name))
+        marked[rel] = (hour / MARKER_NAME).exists()
+        for f in sorted(hour.glob("*.avro")):
+            with open(f, "rb") as fh:
+                ids.setdefault(rel, []).extend(r["id"] for r in fastavro.reader(fh))
+    return ids, marked
+
+
+def _unclaimed(sink: Path, bus: str) -> list[dict]:
+    out = []
+    for f in sorted((sink / "_unclaimed" / bus).glob("dt=*/*.avro")):
+        out.extend(fastavro.reader(io.BytesIO(f.read_bytes())))
+    return out
+
+
+def test_a_pubsub_subscription_routed_by_attribute_to_three_types(tmp_path, pubsub_server):
+    from google.cloud import pubsub_v1
+
+    pub, sub = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    name = f"hub{uuid.uuid4().hex[:8]}"
+    topic, subscription = pub.topic_path(PROJECT, name), sub.subscription_path(PROJECT, f"{name}-etl")
+    pub.create_topic(name=topic)
+    sub.create_subscription(name=subscription, topic=topic, ack_deadline_seconds=10)
+    source = f"pubsub:{subscription}"
+    types = tmp_path / "types"
+    _types(types, source)
+    sink, ck = tmp_path / "sink", tmp_path / "ck"
+    now = now_millis()
+    h0 = now - now % HOUR_MS - 3 * HOUR_MS
+    sent: dict[str, list[tuple[str, int]]] = {"clicks": [], "views": [], "buys": [], "unclaimed": []}
+
+    def publish(n: int, base: int) -> None:
+        futures = []
+        for i in range(n):
+            t = base + i * 7_000
+            eid = str(uuid.uuid4())
+            attr = ["clicks", "view", "page_view", "buys", "refunds", None][i % 6]  # refunds: claimed by no type
+            owner = {"view": "views", "page_view": "views", "refunds": "unclaimed", None: "unclaimed"}.get(attr, attr)
+            sent[owner].append((eid, t))
+            data = json.dumps({"id": eid, "ts": t, "kind": attr}).encode()
+            futures.append(pub.publish(topic, data, **({"type": attr} if attr else {"note": "none"})))
+        for f in futures:
+            f.result(timeout=30)
+
+    env = {**os.environ, "PUBSUB_EMULATOR_HOST": pubsub_server.host, "PYSPARK_PYTHON": sys.executable}
+
+    def run() -> subprocess.CompletedProcess:
+        r = subprocess.run([EXE, "run", "clicks", "views", "buys", "--event-types", str(types), "--sink", str(sink),
+                            "--checkpoint-root", str(ck), "--master", "local[2]", "--trigger-interval", "1s",
+                            "--once", "--drain"], env=env, capture_output=True, text=True, timeout=400)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+        return r
+
+    publish(600, h0)  # about 70 minutes of events over hours h0 and h0+1
+    first = run()
+    bus = bus_id(source)
+    assert (ck / "_bus" / bus / "pubsub").is_dir(), "the bus keeps its spool beside the types' checkpoints"
+    assert "unclaimed" in first.stdout + first.stderr
+    publish(300, h0 + 2 * HOUR_MS)  # a second run goes on where the first stopped
+    run()
+
+    for name in ("clicks", "views", "buys"):
+        ids, marked = _sink_ids(sink, name)
+        placed = Counter(i for hour in ids.values() for i in hour)
+        expected = {eid for eid, _ in sent[name]}
+        assert set(placed) == expected, f"{name}: {len(expected - set(placed))} missing, " \
+                                        f"{len(set(placed) - expected)} not its own"
+        assert max(placed.values()) == 1, f"{name}: an event written twice"
+        assert all(marked.values()), f"{name}: drained, every hour holding data is complete"
+        for eid, t in sent[name]:
+            hour = next(h for h, hid in ids.items() if eid in hid)
+            assert hour.endswith(f"hour={(t // HOUR_MS) % 24:02d}"), f"{name}: {eid} in {hour}"
+    kept = _unclaimed(sink, bus)
+    assert Counter(json.loads(r["payload"])["id"] for r in kept) == Counter(eid for eid, _ in sent["unclaimed"]), \
+        "every unclaimed message kept once"
+    assert {r["reason"] for r in kept} == {"unclaimed"}
+    assert any("no attribute 'type'" in r["detail"] for r in kept)
+    assert any("'refunds'" in r["detail"] for r in kept)
