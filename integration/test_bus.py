@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import fastavro
+import pytest
 
 from event_etl.rules.buckets import MARKER_NAME
 from event_etl.rules.routing import bus_id
@@ -31,14 +32,13 @@ SCHEMA = {
 }
 
 
-def _types(root: Path, source: str) -> None:
+def _types(root: Path, source: str, rule: str = 'route_attribute = "type"') -> None:
     claims = {"clicks": None, "views": ["view", "page_view"], "buys": None}
     for name, values in claims.items():
         d = root / name
         d.mkdir(parents=True)
         (d / "schema.avsc").write_text(json.dumps(SCHEMA))
-        lines = ['time_field = "ts"', 'id_field = "id"', 'out_of_orderness = "1m"', f'source = "{source}"',
-                 'route_attribute = "type"']
+        lines = ['time_field = "ts"', 'id_field = "id"', 'out_of_orderness = "1m"', f'source = "{source}"', rule]
         if values is not None:
             lines.append(f"route_value = {json.dumps(values)}")
         (d / "etl.toml").write_text("\n".join(lines) + "\n")
@@ -109,7 +109,11 @@ def test_a_pubsub_subscription_routed_by_attribute_to_three_types(tmp_path, pubs
     assert "unclaimed" in first.stdout + first.stderr
     publish(300, h0 + 2 * HOUR_MS)  # a second run goes on where the first stopped
     run()
+    _check(sink, sent, bus, "no attribute 'type'")
 
+
+def _check(sink: Path, sent: dict[str, list[tuple[str, int]]], bus: str, missing: str) -> None:
+    """Every type's events exactly once, each in its own hour, every hour marked; the unclaimed kept once."""
     for name in ("clicks", "views", "buys"):
         ids, marked = _sink_ids(sink, name)
         placed = Counter(i for hour in ids.values() for i in hour)
@@ -125,5 +129,47 @@ def test_a_pubsub_subscription_routed_by_attribute_to_three_types(tmp_path, pubs
     assert Counter(json.loads(r["payload"])["id"] for r in kept) == Counter(eid for eid, _ in sent["unclaimed"]), \
         "every unclaimed message kept once"
     assert {r["reason"] for r in kept} == {"unclaimed"}
-    assert any("no attribute 'type'" in r["detail"] for r in kept)
+    assert any(missing in r["detail"] for r in kept)
     assert any("'refunds'" in r["detail"] for r in kept)
+
+
+@pytest.mark.parametrize("by", ["header", "field"])
+def test_a_kafka_topic_routed_by_header_or_by_field_to_three_types(tmp_path, noida, by):
+    """Grab's and most Kafka shops' bus: one topic of two partitions, the type named by a header or by a field of
+    the JSON value."""
+    topic = f"bus-{by}-{uuid.uuid4().hex[:6]}"
+    noida.create_topic(topic, partitions=2)
+    source = f"kafka:{topic}"
+    types = tmp_path / "types"
+    _types(types, source, 'route_attribute = "type"' if by == "header" else 'route_field = "kind"')
+    sink, ck = tmp_path / "sink", tmp_path / "ck"
+    now = now_millis()
+    h0 = now - now % HOUR_MS - 3 * HOUR_MS
+    sent: dict[str, list[tuple[str, int]]] = {"clicks": [], "views": [], "buys": [], "unclaimed": []}
+
+    def produce(n: int, base: int) -> None:
+        records = []
+        for i in range(n):
+            t = base + i * 7_000
+            eid = str(uuid.uuid4())
+            attr = ["clicks", "view", "page_view", "buys", "refunds", None][i % 6]
+            owner = {"view": "views", "page_view": "views", "refunds": "unclaimed", None: "unclaimed"}.get(attr, attr)
+            sent[owner].append((eid, t))
+            value = json.dumps({"id": eid, "ts": t, **({"kind": attr} if attr else {})}).encode()
+            headers = [("type", attr.encode())] if attr and by == "header" else []
+            records.append((i % 2, value, None, t, headers))
+        noida.produce(topic, records)
+
+    env = {**os.environ, "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": noida.bootstrap, "PYSPARK_PYTHON": sys.executable}
+
+    def run() -> None:
+        r = subprocess.run([EXE, "run", "clicks", "views", "buys", "--event-types", str(types), "--sink", str(sink),
+                            "--checkpoint-root", str(ck), "--master", "local[2]", "--trigger-interval", "1s",
+                            "--once", "--drain"], env=env, capture_output=True, text=True, timeout=400)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+    produce(300, h0)
+    run()
+    produce(120, h0 + 2 * HOUR_MS)
+    run()
+    _check(sink, sent, bus_id(source), "no attribute 'type'" if by == "header" else "no field 'kind'")
