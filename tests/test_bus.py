@@ -15,7 +15,7 @@ from event_etl.sources.face import SourceSession
 from event_etl.sources.splits import Split
 from tests.lib.harness import make_event_type
 
-SUB = "pubsub:projects/p/subscriptions/datahub"
+SUB = "pubsub:projects/my-project/subscriptions/datahub"
 
 
 def _route(values=None, by="attribute", key="type", name="x"):
@@ -206,3 +206,24 @@ def test_a_split_several_types_of_a_bus_read_in_a_round_is_one_row_of_the_job():
     assert sorted(rows) == sorted([(bus_row(bus.id, ["a", "b"]), shared.as_row()),
                                    (bus_row(bus.id, ["c"]), own.as_row()), ("solo", shared.as_row())])
     assert list(buses) == [bus.id]
+
+
+def test_check_shows_each_bus_and_refuses_a_value_claimed_twice_with_the_fix(tmp_path):
+    from click.testing import CliRunner
+
+    from event_etl.cli import main
+
+    types = tmp_path / "types"
+    make_event_type(types, "orders", source=SUB, route_attribute="service")
+    make_event_type(types, "refunds", source=SUB, route_attribute="service", route_value=["refunds", "chargebacks"])
+    make_event_type(types, "alone", source="pubsub:projects/my-project/subscriptions/own")
+    res = CliRunner().invoke(main, ["check", "--event-types", str(types)])
+    assert res.exit_code == 0, res.output
+    assert "route     claims attribute 'service' = 'refunds', 'chargebacks'" in res.output
+    assert f"bus {bus_id(SUB)}: {SUB} read once for 2 type(s)" in res.output
+    assert f"<sink>/_unclaimed/{bus_id(SUB)}/" in res.output
+    make_event_type(types, "payments", source=SUB, route_attribute="service", route_value="orders")
+    res = CliRunner().invoke(main, ["check", "--event-types", str(types)])
+    assert res.exit_code == 2, res.output
+    assert "orders and payments both claim attribute 'service' = 'orders'" in res.output
+    assert "fix: each value belongs to one type" in res.output

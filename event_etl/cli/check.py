@@ -43,6 +43,7 @@ def check_cmd(event_types: tuple[str, ...], show_schema: bool, event_types_dir: 
     root = resolve_event_types_dir(event_types_dir)
     names = list(event_types) or type_names(root)
     broken: list[ConfigError] = []
+    loaded: list[EventType] = []
     for name in names:
         try:
             et = load_event_type(root / name)
@@ -53,8 +54,31 @@ def check_cmd(event_types: tuple[str, ...], show_schema: bool, event_types_dir: 
             broken.append(err)
             continue
         _show(et, show_schema)
+        loaded.append(et)
+    try:
+        _show_buses(loaded)
+    except ConfigError as err:
+        broken.append(err)
     if broken:
         raise broken[0]
+
+
+def _show_buses(types: list[EventType]) -> None:
+    """Each bus among the types (a source several of them route: event_etl.bus), its types and what each claims;
+    types that cannot share their source are the error ``run`` would give."""
+    from event_etl.rules.routing import plan_buses
+    from event_etl.sources.registry import job_source
+    from event_etl.timeutil import now_millis
+
+    routed = [et for et in types if et.route is not None]
+    if not routed:
+        return
+    now = now_millis()
+    plans = plan_buses([(et.name, job_source(et, None, now=now).identity(), et.route) for et in types],
+                       files={et.name: et.settings_file for et in types})
+    for plan in plans:
+        for line in plan.describe():
+            click.echo(line)
 
 
 def _show(et: EventType, show_schema: bool) -> None:
@@ -76,6 +100,8 @@ def _show(et: EventType, show_schema: bool) -> None:
     click.echo(f"  schema    {et.schema.get('name')} (crc64avro:{et.fingerprint}), {origin}; versions: {versions}")
     click.echo(f"  time      {et.time_field} ({et.time_format if not et.time_logical_divisor else 'timestamp'})")
     click.echo(f"  source    {et.source}    format {et.format}")
+    if et.route is not None:
+        click.echo(f"  route     claims {et.route.describe()} (a bus: the types that read its source together)")
     if derived or show_schema:
         for line in schema_lines(et.schema):
             click.echo(f"    {line}")
