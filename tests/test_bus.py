@@ -227,3 +227,19 @@ def test_check_shows_each_bus_and_refuses_a_value_claimed_twice_with_the_fix(tmp
     assert res.exit_code == 2, res.output
     assert "orders and payments both claim attribute 'service' = 'orders'" in res.output
     assert "fix: each value belongs to one type" in res.output
+
+
+def test_a_type_that_gets_nothing_from_a_busy_bus_is_quiet_once_the_bus_is_caught_up():
+    """The bus delivers every round (to its busy types); a type of it with no events of its own must still close its
+    hours by its idle rule: quiet counts from its own last records, and only while the bus has no backlog."""
+    from event_etl.rules.watermark import SourceActivity, quiet_since
+
+    bus, src = _bus("busy", "idle")
+    src.activity = lambda: SourceActivity(updated_at=1_000_000, delivered_at=999_000)  # type: ignore[method-assign]
+    idle = bus.view("idle")
+    got = idle.activity()
+    assert got is not None and got.delivered_at is None and got.updated_at == 1_000_000
+    assert quiet_since(400_000, got, now=1_000_500, stale_after=30_000) == 400_000, "quiet since its own last input"
+    src.activity = lambda: SourceActivity(updated_at=1_000_000, backlog=5)  # type: ignore[method-assign]
+    assert quiet_since(400_000, idle.activity(), now=1_000_500, stale_after=30_000) == 1_000_500, \
+        "a bus with a backlog is not quiet for any of its types"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 from event_etl.rules.routing import BusPlan, Router
 from event_etl.rules.watermark import SourceActivity
@@ -220,7 +221,11 @@ class BusView(SourceSession):
         return self.bus.session.latest()
 
     def activity(self) -> SourceActivity | None:
-        return self.bus.session.activity()
+        """The bus's report without when it last delivered: the bus delivers to its busy types, and a type that
+        gets nothing is quiet once the bus is caught up (no backlog, no outage) and its own last records are
+        ``idle_timeout`` old (:func:`event_etl.rules.watermark.quiet_since`)."""
+        activity = self.bus.session.activity()
+        return replace(activity, delivered_at=None) if activity is not None else None
 
     def acknowledge(self, keys: set[str]) -> bool | None:
         """Pub/Sub with ``EVENT_ETL_PUBSUB_ACK=committed``: what a type's saved batch read is acknowledged; its
