@@ -252,7 +252,7 @@ class EventType:
         from event_etl.rules.routing import route_of
 
         return route_of(self.name, attribute=self.route_attribute, field=self.route_field,
-                        values=self.route_value, settings_file=self.settings_file)
+                        values=self.route_value, settings_file=self.settings_file, source=self.source)
 
     @property
     def schema_file(self) -> str:
@@ -734,7 +734,8 @@ def _route_settings(name: str, s: dict[str, Any], get_str: Callable[[str], str |
             raise ConfigError("must be a string or a list of strings", file=sp, field="route_value",
                               fix=f'e.g. route_value = "{name}" or route_value = ["a", "b"]')
     attribute, field_ = get_str("route_attribute"), get_str("route_field")
-    route_of(name, attribute=attribute, field=field_, values=values, settings_file=sp)  # refuses what cannot route
+    route_of(name, attribute=attribute, field=field_, values=values, settings_file=sp,  # refuses what cannot route
+             source=get_str("source"))
     return {"route_attribute": attribute, "route_field": field_, "route_value": values}
 
 

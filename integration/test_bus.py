@@ -173,3 +173,59 @@ def test_a_kafka_topic_routed_by_header_or_by_field_to_three_types(tmp_path, noi
     produce(120, h0 + 2 * HOUR_MS)
     run()
     _check(sink, sent, bus_id(source), "no attribute 'type'" if by == "header" else "no field 'kind'")
+
+
+def test_kafka_topics_by_pattern_each_claimed_by_a_type_and_a_topic_that_appears_later(tmp_path, noida):
+    """Grab's CDC: a topic per table, read as one source by pattern (``kafka:re:``); each type claims its tables'
+    topics by name; a topic no type claims is kept as unclaimed; a claimed topic created between two runs is read
+    from its oldest record."""
+    prefix = f"cdc{uuid.uuid4().hex[:6]}.shop"
+    orders, refunds, audit, orders2 = (f"{prefix}.{t}" for t in ("orders", "refunds", "audit", "orders2"))
+    for topic in (orders, refunds, audit):
+        noida.create_topic(topic, partitions=2)
+    source = f"kafka:re:{prefix}\\..*"
+    types = tmp_path / "types"
+    for name, claims in (("orders", [orders, orders2]), ("refunds", [refunds])):
+        d = types / name
+        d.mkdir(parents=True)
+        (d / "schema.avsc").write_text(json.dumps(SCHEMA))
+        (d / "etl.toml").write_text(f"time_field = \"ts\"\nid_field = \"id\"\nout_of_orderness = \"1m\"\n"
+                                    f"source = '{source}'\nroute_value = {json.dumps(claims)}\n")
+    sink, ck = tmp_path / "sink", tmp_path / "ck"
+    now = now_millis()
+    h0 = now - now % HOUR_MS - 3 * HOUR_MS
+    sent: dict[str, list[tuple[str, int]]] = {"orders": [], "refunds": [], "unclaimed": []}
+
+    def produce(topic: str, owner: str, n: int, base: int, partitions: int = 2) -> None:
+        records = []
+        for i in range(n):
+            t = base + i * 20_000
+            eid = str(uuid.uuid4())
+            sent[owner].append((eid, t))
+            records.append((i % partitions, json.dumps({"id": eid, "ts": t}).encode(), None, t, []))
+        noida.produce(topic, records)
+
+    env = {**os.environ, "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": noida.bootstrap, "PYSPARK_PYTHON": sys.executable}
+
+    def run() -> None:
+        r = subprocess.run([EXE, "run", "orders", "refunds", "--event-types", str(types), "--sink", str(sink),
+                            "--checkpoint-root", str(ck), "--master", "local[2]", "--trigger-interval", "1s",
+                            "--once", "--drain"], env=env, capture_output=True, text=True, timeout=400)
+        assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+    produce(orders, "orders", 120, h0)
+    produce(refunds, "refunds", 60, h0)
+    produce(audit, "unclaimed", 30, h0)
+    run()
+    noida.create_topic(orders2, partitions=1)
+    produce(orders2, "orders", 40, h0 + 2 * HOUR_MS, partitions=1)
+    produce(refunds, "refunds", 30, h0 + 2 * HOUR_MS)
+    run()
+    for name in ("orders", "refunds"):
+        ids, marked = _sink_ids(sink, name)
+        placed = Counter(i for hour in ids.values() for i in hour)
+        assert set(placed) == {eid for eid, _ in sent[name]} and max(placed.values()) == 1, name
+        assert all(marked.values()), name
+    kept = _unclaimed(sink, bus_id(source))
+    assert Counter(json.loads(r["payload"])["id"] for r in kept) == Counter(eid for eid, _ in sent["unclaimed"])
+    assert all(f"topic is '{audit}'" in r["detail"] for r in kept)

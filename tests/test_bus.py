@@ -243,3 +243,35 @@ def test_a_type_that_gets_nothing_from_a_busy_bus_is_quiet_once_the_bus_is_caugh
     src.activity = lambda: SourceActivity(updated_at=1_000_000, backlog=5)  # type: ignore[method-assign]
     assert quiet_since(400_000, idle.activity(), now=1_000_500, stale_after=30_000) == 1_000_500, \
         "a bus with a backlog is not quiet for any of its types"
+
+
+def test_a_topic_pattern_is_a_bus_whose_types_claim_topics_by_name():
+    from event_etl.sources.kafka_pattern import matching_topics
+
+    assert matching_topics(["cdc.shop.orders", "cdc.shop.refunds", "cdc.shopx.a", "__consumer_offsets", "other"],
+                           r"cdc\.shop\..*") == ["cdc.shop.orders", "cdc.shop.refunds"]
+    src = r"kafka:re:cdc\.shop\..*"
+    orders = route_of("orders", attribute=None, field=None, values=["cdc.shop.orders"], source=src)
+    refunds = route_of("refunds", attribute=None, field=None, values=None, source=src)
+    assert orders == Route("topic", "topic", ("cdc.shop.orders",)) and refunds == Route("topic", "topic", ("refunds",))
+    (plan,) = plan_buses([("orders", src, orders), ("refunds", src, refunds)])
+    router = plan.router()
+    assert router.route(b"{}", {}, "cdc.shop.orders") == "orders"
+    assert router.route(b"{}", {}, "cdc.shop.audit") == Unclaimed("topic is 'cdc.shop.audit', which no type of the "
+                                                                  "bus claims")
+    p = {"pattern": "x", "topics": {"a": {"topic": "a", "partitions": {"0": 3}}}}
+    q = {"pattern": "x", "topics": {"a": {"topic": "a", "partitions": {"0": 5}},
+                                    "b": {"topic": "b", "partitions": {"0": 1}}}}
+    assert behind(p, q) and not behind(q, p)
+    assert earliest([p, q]) == {"pattern": "x", "topics": {"a": {"topic": "a", "partitions": {"0": 3}}}}
+
+
+@pytest.mark.parametrize(("url", "words"), [("kafka:re:", "names no pattern"), ("kafka:re:(", "not a regular")])
+def test_a_topic_pattern_that_cannot_be_read_is_refused_with_the_fix(url, words, monkeypatch):
+    from event_etl.errors import UsageError
+    from event_etl.sources import parse_source
+
+    monkeypatch.setenv("EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    with pytest.raises(UsageError, match=words) as err:
+        parse_source(url, now=0)
+    assert err.value.fix

@@ -30,6 +30,8 @@ __all__ = ["Bus", "BusHub", "BusView", "behind", "earliest"]
 
 
 def _kind(offset: Offset) -> str:
+    if isinstance(offset, dict) and "topics" in offset:
+        return "pattern"  # kafka:re:PATTERN: a Kafka offset per topic
     return "kafka" if isinstance(offset, dict) and "partitions" in offset else "pubsub"
 
 
@@ -46,6 +48,9 @@ def behind(a: Offset, b: Offset) -> bool:
     when it is not the same and no partition of it is ahead of ``b``'s."""
     if a is None or b is None or a == b:
         return False
+    if _kind(a) == "pattern":
+        ta, tb = a["topics"], b.get("topics", {})
+        return set(ta) <= set(tb) and all(ta[t] == tb[t] or behind(ta[t], tb[t]) for t in ta)
     if _kind(a) == "kafka":
         pa, pb = _partitions(a), _partitions(b)
         return pa != pb and all(n <= pb.get(p, n) for p, n in pa.items()) and set(pa) <= set(pb)
@@ -55,6 +60,9 @@ def behind(a: Offset, b: Offset) -> bool:
 def earliest(offsets: list[Offset]) -> Offset:
     """The offset every one of ``offsets`` has passed (pure): the least spool position; for Kafka, each partition at
     its least offset, a partition some offset does not know left out (nothing of it is committed)."""
+    if _kind(offsets[0]) == "pattern":
+        common = set.intersection(*(set(o["topics"]) for o in offsets))
+        return {**offsets[0], "topics": {t: earliest([o["topics"][t] for o in offsets]) for t in sorted(common)}}
     if _kind(offsets[0]) == "kafka":
         parts = [_partitions(o) for o in offsets]
         common = set.intersection(*(set(p) for p in parts))

@@ -84,15 +84,16 @@ def _chunks(items: list[Payload]) -> Iterator[list[Payload]]:
         yield cur
 
 
-def route_split(items: Iterator[Payload], router: Router, names: set[str]
+def route_split(items: Iterator[Payload], router: Router, names: set[str], topic: str | None = None
                 ) -> tuple[dict[str, list[Payload]], list[tuple[Payload, str]]]:
-    """Each of ``names``' messages of a split, in order, and the messages no type claims with why (pure)."""
+    """Each of ``names``' messages of a split, in order, and the messages no type claims with why (pure).
+    ``topic``: the Kafka topic the split reads (a bus over a topic pattern routes by it)."""
     claimed: dict[str, list[Payload]] = {n: [] for n in names}
     unclaimed: list[tuple[Payload, str]] = []
     for item in items:
         msg = item[4]
         attributes: Mapping[str, str] | None = msg[1] if msg is not None else None
-        name = router.route(item[0], attributes)
+        name = router.route(item[0], attributes, topic)
         if isinstance(name, Unclaimed):
             unclaimed.append((item, name.detail))
         elif name in claimed:
@@ -125,7 +126,8 @@ def process_bus_split(split: Split, contexts: Mapping[str, Any], router: Router,
 
     base = split_reader(split.kind)
     first = next(iter(contexts.values()))
-    claimed, unclaimed = route_split(base.payloads(split, first.event_type), router, set(contexts))
+    topic = split.uri if split.kind == "kafka" else None
+    claimed, unclaimed = route_split(base.payloads(split, first.event_type), router, set(contexts), topic)
     for name, ctx in contexts.items():
         try:
             report, keys = process(split, ctx, storage_of(ctx.sink), reader=RoutedReader(base, claimed[name]))

@@ -153,11 +153,14 @@ def _buses(event_types: list[EventType], prepared: dict[str, Prepared], options:
     checked before Spark starts; None when no type routes.  A bus keeps its source's state beside the types'
     checkpoints (``<checkpoint root>/_bus/<bus id>``; one type's run: in its checkpoint)."""
     from event_etl.bus.session import BusHub as Hub
-    from event_etl.rules.routing import plan_buses
+    from event_etl.rules.routing import plan_buses, route_of
 
-    if not any(et.route is not None for et in event_types):
+    routes = {et.name: route_of(et.name, attribute=et.route_attribute, field=et.route_field, values=et.route_value,
+                                settings_file=et.settings_file, source=prepared[et.name].spec.identity())
+              for et in event_types}
+    if not any(r is not None for r in routes.values()):
         return None
-    plans = plan_buses([(et.name, prepared[et.name].spec.identity(), et.route) for et in event_types],
+    plans = plan_buses([(et.name, prepared[et.name].spec.identity(), routes[et.name]) for et in event_types],
                        files={et.name: et.settings_file for et in event_types})
     first = event_types[0].name
     root = (os.path.dirname(member_checkpoint(options, first).rstrip("/")) if fleet

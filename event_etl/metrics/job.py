@@ -93,6 +93,11 @@ def backlog_from_progress(progress: Any) -> dict[str, int] | None:
     end, latest = as_offset(src.get("endOffset")), as_offset(src.get("latestOffset"))
     if end is None or latest is None:
         return None
+    if isinstance(end.get("topics"), dict) and isinstance(latest.get("topics"), dict):  # kafka:re:PATTERN
+        from event_etl.sources.kafka_offsets import lag_by_partition
+
+        lag = lag_by_partition(end, latest)
+        return {"events": sum(lag.values())} if lag is not None else None
     if isinstance(end.get("partitions"), dict) and isinstance(latest.get("partitions"), dict):  # Kafka
         try:
             return {"events": sum(max(0, int(n) - int(end["partitions"].get(p, 0)))

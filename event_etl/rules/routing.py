@@ -33,6 +33,9 @@ UNCLAIMED_DIR = "_unclaimed"
 
 UNCLAIMED_REASON = "unclaimed"
 
+TOPIC_PATTERN = "kafka:re:"
+"""How a source that reads every topic a pattern matches begins (:mod:`event_etl.sources.kafka_pattern`)."""
+
 BUSED_KINDS = ("pubsub", "kafka")
 """Source kinds a bus may read: a subscription or a topic several consumers would otherwise split or each read."""
 
@@ -50,18 +53,24 @@ class Route:
         return (self.by, self.key) == (other.by, other.key)
 
     def describe(self) -> str:
-        what = f"attribute {self.key!r}" if self.by == "attribute" else f"field {self.key!r}"
+        what = {"attribute": f"attribute {self.key!r}", "field": f"field {self.key!r}"}.get(self.by, "topic")
         return f"{what} = {', '.join(repr(v) for v in self.values)}"
 
 
 def route_of(name: str, *, attribute: str | None, field: str | None, values: Iterable[str] | None,
-             settings_file: str = "etl.toml") -> Route | None:
+             settings_file: str = "etl.toml", source: str | None = None) -> Route | None:
     """A type's :class:`Route` from its settings (None: the type routes nothing); both ways at once, or values
-    without a way, are refused."""
+    without a way, are refused.  A type reading a topic pattern (``source`` ``kafka:re:...``) without an attribute
+    or a field routes by topic: it claims the topics ``values`` name (default: the topic named as the type)."""
     vals = tuple(values) if values is not None else ()
     if attribute and field:
         raise ConfigError("route_attribute and route_field are both set", file=settings_file, field="route_field",
                           fix="route a bus by one of them: an attribute (Kafka header) or a field of the payload")
+    if not attribute and not field and source is not None and source.startswith(TOPIC_PATTERN):
+        if any(not isinstance(v, str) or not v for v in vals):
+            raise ConfigError("route_value must be a topic name or a list of them", file=settings_file,
+                              field="route_value", fix=f'e.g. route_value = "cdc.shop.{name}"')
+        return Route("topic", "topic", vals or (name,))
     if not attribute and not field:
         if vals:
             raise ConfigError("route_value is set without route_attribute or route_field", file=settings_file,
@@ -176,10 +185,14 @@ class Router:
         self.by, self.key = first.by, first.key
         self.table = {v: name for name, r in routes.items() for v in r.values}
 
-    def route(self, payload: bytes, attributes: Mapping[str, str] | None) -> str | Unclaimed:
-        """The type that claims a message (``payload``, its ``attributes`` or Kafka headers), or :class:`Unclaimed`."""
+    def route(self, payload: bytes, attributes: Mapping[str, str] | None, topic: str | None = None
+              ) -> str | Unclaimed:
+        """The type that claims a message (``payload``, its ``attributes`` or Kafka headers, the ``topic`` it was read
+        from), or :class:`Unclaimed`."""
         value: str | Unclaimed
-        if self.by == "attribute":
+        if self.by == "topic":
+            value = topic if topic is not None else Unclaimed("no topic")
+        elif self.by == "attribute":
             got = attributes.get(self.key) if attributes else None
             value = got if got is not None else Unclaimed(f"no attribute {self.key!r}")
         else:
@@ -188,8 +201,8 @@ class Router:
             return value
         name = self.table.get(value)
         if name is None:
-            return Unclaimed(f"{'attribute' if self.by == 'attribute' else 'field'} {self.key!r} is {value!r}, "
-                             "which no type of the bus claims")
+            what = {"attribute": f"attribute {self.key!r}", "field": f"field {self.key!r}"}.get(self.by, "topic")
+            return Unclaimed(f"{what} is {value!r}, which no type of the bus claims")
         return name
 
 

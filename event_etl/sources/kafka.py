@@ -700,13 +700,20 @@ class KafkaSource(Source):
     """``kafka:TOPIC``: the cluster and its credentials come from the settings, not the URL."""
 
     @classmethod
-    def open(cls, request: OpenRequest) -> KafkaSession:
-        planner = KafkaPlanner(request.spec["params"]["topic"], event_type=request.spec.get("event_type"),
-                               clock=request.clock)
+    def open(cls, request: OpenRequest) -> PlannedSession:
+        params = request.spec["params"]
+        if "pattern" in params:  # kafka:re:PATTERN, every topic it matches
+            from event_etl.sources.kafka_pattern import PatternPlanner
+
+            return PlannedSession(PatternPlanner(params["pattern"], event_type=request.spec.get("event_type"),
+                                                 clock=request.clock))
+        planner = KafkaPlanner(params["topic"], event_type=request.spec.get("event_type"), clock=request.clock)
         return KafkaSession(planner, request.spark_dir)
 
     @classmethod
     def check(cls, params: dict[str, Any]) -> None:
+        if "pattern" in params:
+            return  # topics may come later; the job lists them every round
         check_topic(params["topic"])
 
     @classmethod

@@ -78,6 +78,12 @@ def lag_by_partition(end: Any, latest: Any) -> dict[tuple[str, int], int] | None
     end_o, latest_o = as_offset(end), as_offset(latest)
     if end_o is None or latest_o is None:
         return None
+    if isinstance(end_o.get("topics"), dict) and isinstance(latest_o.get("topics"), dict):  # kafka:re:PATTERN
+        out: dict[tuple[str, int], int] = {}
+        for topic, high in latest_o["topics"].items():
+            lag = lag_by_partition(end_o["topics"].get(topic, {"topic": topic, "partitions": {}}), high)
+            out.update(lag or {})
+        return out
     ends, highs = end_o.get("partitions"), latest_o.get("partitions")
     if not isinstance(ends, dict) or not isinstance(highs, dict) or "topic_id" not in latest_o:
         return None

@@ -134,6 +134,31 @@ _KAFKA_FIX = ("write --source kafka:TOPIC and set EVENT_ETL_KAFKA_BOOTSTRAP_SERV
 _KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]+")
 
 
+def _parse_kafka_pattern(url: str, pattern: str) -> SourceSpec:
+    """``kafka:re:PATTERN``: the topics whose names the regular expression matches whole."""
+    import re
+
+    from event_etl.settings import ENV_KAFKA_BOOTSTRAP_SERVERS, current_settings
+
+    if not pattern:
+        raise UsageError(f"--source {url}: names no pattern", fix="write e.g. kafka:re:debz-schema-A\\..*")
+    try:
+        re.compile(pattern)
+    except re.error as err:
+        raise UsageError(f"--source {url}: {pattern!r} is not a regular expression ({err})",
+                         fix="write a Python regular expression that matches whole topic names, e.g. "
+                             "kafka:re:cdc\\.shop\\..*") from err
+    if not current_settings().kafka_bootstrap_servers:
+        raise UsageError(f"--source {url}: {ENV_KAFKA_BOOTSTRAP_SERVERS} is not set", fix=_KAFKA_FIX)
+    return SourceSpec("kafka", {"pattern": pattern}, f"kafka:re:{pattern}")
+
+
+def _kafka_identity(spec: SourceSpec) -> str:
+    if "pattern" in spec.params:
+        return f"kafka:re:{spec.params['pattern']}"
+    return f"kafka:{spec.params['topic']}"
+
+
 def _parse_kafka(url: str, context: SourceContext) -> SourceSpec:
     """``kafka:TOPIC``; the cluster and its credentials come from the settings, not the URL."""
     from event_etl.settings import ENV_KAFKA_BOOTSTRAP_SERVERS, current_settings
@@ -143,6 +168,8 @@ def _parse_kafka(url: str, context: SourceContext) -> SourceSpec:
         raise UsageError(f"--source {url}: a kafka:// URL is not a source; the topic alone is", fix=_KAFKA_FIX)
     if not topic:
         raise UsageError("--source kafka: names no topic", fix=_KAFKA_FIX)
+    if topic.startswith("re:"):  # every topic a pattern matches (event_etl.sources.kafka_pattern)
+        return _parse_kafka_pattern(url, topic[3:])
     if len(topic) > 249 or not _KAFKA_TOPIC.fullmatch(topic) or topic in (".", ".."):
         raise UsageError(f"--source {url}: {topic!r} is not a Kafka topic name",
                          fix="a topic name is 1 to 249 of the characters a-z A-Z 0-9 . _ -; " + _KAFKA_FIX)
@@ -231,7 +258,7 @@ SOURCES: dict[str, SourceKind] = {
                          shared="checkpoint", requires=("google.cloud.pubsub_v1",),
                          install_hint="pip install 'event_etl[job]'"),
     "kafka": SourceKind("kafka", _parse_kafka, "kafka:TOPIC", "event_etl.sources.kafka:KafkaSource",
-                        lambda spec: f"kafka:{spec.params['topic']}", ("kafka",), shared=None,
+                        _kafka_identity, ("kafka",), shared=None,
                         requires=("confluent_kafka",), executor_requires=("confluent_kafka",),
                         install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')"),
 }
