@@ -79,6 +79,7 @@ def test_a_pubsub_subscription_routed_by_attribute_to_three_types(tmp_path, pubs
     now = now_millis()
     h0 = now - now % HOUR_MS - 3 * HOUR_MS
     sent: dict[str, list[tuple[str, int]]] = {"clicks": [], "views": [], "buys": [], "unclaimed": []}
+    attr_of: dict[str, str | None] = {}
 
     def publish(n: int, base: int) -> None:
         futures = []
@@ -88,6 +89,7 @@ def test_a_pubsub_subscription_routed_by_attribute_to_three_types(tmp_path, pubs
             attr = ["clicks", "view", "page_view", "buys", "refunds", None][i % 6]  # refunds: claimed by no type
             owner = {"view": "views", "page_view": "views", "refunds": "unclaimed", None: "unclaimed"}.get(attr, attr)
             sent[owner].append((eid, t))
+            attr_of[eid] = attr
             data = json.dumps({"id": eid, "ts": t, "kind": attr}).encode()
             futures.append(pub.publish(topic, data, **({"type": attr} if attr else {"note": "none"})))
         for f in futures:
@@ -110,6 +112,27 @@ def test_a_pubsub_subscription_routed_by_attribute_to_three_types(tmp_path, pubs
     publish(300, h0 + 2 * HOUR_MS)  # a second run goes on where the first stopped
     run()
     _check(sink, sent, bus, "no attribute 'type'")
+
+    # a type added to claim what was unclaimed takes it back: listed, replayed with its attributes, then written
+    d = types / "refunds"
+    d.mkdir()
+    (d / "schema.avsc").write_text(json.dumps(SCHEMA))
+    (d / "etl.toml").write_text(f'time_field = "ts"\nid_field = "id"\nsource = "{source}"\n'
+                                'route_attribute = "type"\n')
+    refunds = {eid for eid, _ in sent["unclaimed"] if attr_of[eid] == "refunds"}
+    base = [EXE, "deadletter", "refunds", "--unclaimed", "--sink", str(sink), "--event-types", str(types)]
+    listed = subprocess.run([*base, "--counts"], env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and f"unclaimed            {len(refunds)}" in listed.stdout, listed.stdout
+    replay = subprocess.run([*base, "--replay-to", f"pubsub:{topic}", "--too-late"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert replay.returncode == 0 and f"sent {len(refunds)} dead letters" in replay.stdout, replay.stderr
+    r = subprocess.run([EXE, "run", "clicks", "views", "buys", "refunds", "--event-types", str(types), "--sink",
+                        str(sink), "--checkpoint-root", str(ck), "--master", "local[2]", "--trigger-interval", "1s",
+                        "--once", "--drain"], env=env, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    ids, marked = _sink_ids(sink, "refunds")
+    assert Counter(i for hour in ids.values() for i in hour) == Counter(refunds), "each replayed message once"
+    assert all(marked.values())
 
 
 def _check(sink: Path, sent: dict[str, list[tuple[str, int]]], bus: str, missing: str) -> None:

@@ -275,3 +275,18 @@ def test_a_topic_pattern_that_cannot_be_read_is_refused_with_the_fix(url, words,
     with pytest.raises(UsageError, match=words) as err:
         parse_source(url, now=0)
     assert err.value.fix
+
+
+def test_an_unclaimed_message_keeps_its_attributes_and_a_type_added_later_claims_it_by_them():
+    from event_etl.rules.routing import claimed_by, detail_attributes, with_attributes
+
+    detail = with_attributes("attribute 'type' is 'refunds', which no type of the bus claims",
+                             {"type": "refunds", "note": "a; attributes {x}"})
+    assert detail_attributes(detail) == {"type": "refunds", "note": "a; attributes {x}"}
+    assert with_attributes("no attribute 'type'", {}) == "no attribute 'type'"
+    assert detail_attributes("no attribute 'type'") == {}
+    assert claimed_by(Route("attribute", "type", ("refunds",)), b"{}", detail, "msg:1")
+    assert not claimed_by(Route("attribute", "type", ("orders",)), b"{}", detail, "msg:1")
+    assert claimed_by(Route("field", "kind", ("refunds",)), b'{"kind": "refunds"}', "no field", "msg:1")
+    assert claimed_by(Route("topic", "topic", ("cdc.shop.audit",)), b"{}", "", "kafka:cdc.shop.audit/1@77")
+    assert not claimed_by(Route("topic", "topic", ("cdc.shop.audit",)), b"{}", "", "msg:1")

@@ -101,6 +101,16 @@ def route_split(items: Iterator[Payload], router: Router, names: set[str], topic
     return claimed, unclaimed
 
 
+def unclaimed_detail(why: str, item: Payload) -> str:
+    """A kept message's detail: why no type claims it, and its attributes (Kafka: its headers), which a dead-letter
+    record has no field for and a replay must send again (:func:`event_etl.rules.routing.detail_attributes`)."""
+    from event_etl.rules.routing import with_attributes
+
+    msg = item[4]
+    attributes = {k: v for k, v in (msg[1] if msg is not None else {}).items() if not k.startswith("kafka.")}
+    return with_attributes(why, attributes)
+
+
 def unclaimed_path(bus: str, split: Split, first_arrival: int) -> str:
     """The bus's dead-letter file of a split's unclaimed messages, relative to the sink: named by the split alone
     (its kind, source, range and meta), dated by its first unclaimed message's arrival (UTC)."""
@@ -135,8 +145,8 @@ def process_bus_split(split: Split, contexts: Mapping[str, Any], router: Router,
             yield name, None, None, err
             continue
         yield name, report, keys, None
-    rejects = [Rejected(UNCLAIMED_REASON, detail, item[0], item[2] + str(item[3]), item[1], None)
-               for item, detail in unclaimed]
+    rejects = [Rejected(UNCLAIMED_REASON, unclaimed_detail(detail, item), item[0], item[2] + str(item[3]), item[1],
+                        None) for item, detail in unclaimed]
     rel = unclaimed_path(bus, split, min(r.arrival for r in rejects)) if rejects else None
     if rel is not None:
         store_unclaimed(rejects, rel, bus, first, storage_of(first.sink))

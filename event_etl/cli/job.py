@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -296,11 +296,15 @@ def _check_status_sink(sink: str, rows: list[dict[str, Any]]) -> None:
 @click.option("--checkpoint-root", "checkpoint_root", default=None, metavar="DIR",
               help="With --replay-to, without --checkpoint: the folder of the checkpoints, one per type (DIR/<type>), "
               "as `run` was given it. Default: ./checkpoints.")
+@click.option("--unclaimed", is_flag=True,
+              help="The messages EVENT_TYPE's bus kept because no type claimed them (<sink>/_unclaimed/<bus id>/) "
+              "that EVENT_TYPE claims now (its route_attribute/route_field and route_value), instead of its own dead "
+              "letters; with --replay-to, sent back with the attributes they came with.")
 @event_types_option
 @handles_errors
 def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, as_json: bool, counts: bool,
                    replay_to: str | None, since: Any, until: Any, again: bool, too_late: bool, future: bool,
-                   dry_run: bool, checkpoint: str | None, checkpoint_root: str | None,
+                   dry_run: bool, checkpoint: str | None, checkpoint_root: str | None, unclaimed: bool,
                    event_types_dir: str | None) -> None:
     """Show the records of EVENT_TYPE that went to the dead-letter area, with their reasons.
 
@@ -311,19 +315,24 @@ def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, a
     --checkpoint-root; none found is an error unless --too-late) has passed by more than allowed_lateness would be
     too late again: counted before sending and left out unless --too-late. Events still more than max_future_skew
     ahead of now would be future again: counted and left out unless --future.
+
+    With --unclaimed, the same for the messages EVENT_TYPE's bus kept unclaimed (docs/event-types.md, "One bus, many
+    types") that EVENT_TYPE claims now: a type added to claim them, or a route_value widened, takes them back through
+    the bus (each replay recorded in <sink>/_unclaimed/<bus id>/_replays/).
     """
     import base64
     from collections import Counter
 
-    from event_etl.consumer.sink import could_not_check, open_sink, require_type_data, type_name
-    from event_etl.storage.deadletter import iter_deadletters
+    from event_etl.consumer.sink import open_sink, require_type_data, type_name
     from event_etl.timeutil import iso
 
     _check_reason(reason)
     et = consumer_type(event_types_dir, event_type)
     event_type = type_name(et)
     storage = open_sink(sink)
-    require_type_data(storage, event_type)
+    bus = _bus_of(et, event_type) if unclaimed else None
+    if bus is None:
+        require_type_data(storage, event_type)
     replay_only = {"since": since, "until": until, "again": again, "too_late": too_late, "future": future,
                    "dry_run": dry_run, "checkpoint": checkpoint, "checkpoint_root": checkpoint_root}
     if replay_to is None:
@@ -343,13 +352,9 @@ def deadletter_cmd(event_type: str, sink: str, reason: str | None, limit: int, a
                             limit=(limit or None) if limit_given else None, again=again, too_late=too_late,
                             future=future)
         _replay(storage, et, event_type, replay_to, criteria, dry_run=dry_run, checkpoint=checkpoint,
-                checkpoint_root=checkpoint_root)
+                checkpoint_root=checkpoint_root, bus=bus)
         return
-    def checked(it: Iterable[Any]) -> Iterator[Any]:
-        with could_not_check():
-            yield from it
-
-    records = checked(iter_deadletters(storage, event_type, reason=reason))
+    records = _letters(storage, event_type, reason, bus)
     if counts:
         c = Counter(r.reason for r in records)
         for k, v in sorted(c.items()):
@@ -421,10 +426,55 @@ def _replay_checkpoint(event_type: str, checkpoint: str | None, checkpoint_root:
             "DIR/<type>); or --too-late to send them all, too late or not")
 
 
+def _letters(storage: Any, event_type: str, reason: str | None,
+             bus: tuple[str, Callable[[Any], bool]] | None) -> Iterator[Any]:
+    """What ``deadletter`` lists: the type's dead letters, or (``bus``) what its bus kept unclaimed that it claims."""
+    from event_etl.consumer.sink import could_not_check
+    from event_etl.storage.deadletter import iter_deadletters
+
+    with could_not_check():
+        if bus is None:
+            yield from iter_deadletters(storage, event_type, reason=reason)
+            return
+        from event_etl.consumer.replay import load_unclaimed
+
+        yield from (e.letter for e in load_unclaimed(storage, bus[0], bus[1])
+                    if reason is None or e.letter.reason == reason)
+
+
+def _bus_of(et: Any, event_type: str) -> tuple[str, Callable[[Any], bool]]:
+    """``deadletter --unclaimed``: the type's bus id and what the type claims now of what its bus kept unclaimed."""
+    from event_etl.eventtypes import EventType
+    from event_etl.rules.routing import bus_id, claimed_by
+    from event_etl.sources.registry import job_source
+    from event_etl.timeutil import now_millis
+
+    if not isinstance(et, EventType):
+        raise UsageError(f"--unclaimed needs the event type {event_type}'s settings (its source and route)",
+                         fix="give the folder of the event types: --event-types DIR (or $EVENT_ETL_EVENT_TYPES)")
+    route = et.route
+    if route is None:
+        raise UsageError(f"{event_type} reads no bus: it has no route_attribute, route_field or topic pattern",
+                         fix="--unclaimed is for a type that shares its source with others (docs/event-types.md, "
+                             "\"One bus, many types\"); leave it out to see the type's own dead letters")
+    source = job_source(et, None, now=now_millis()).identity()
+    return bus_id(source), lambda dl: claimed_by(route, dl.payload, dl.detail, dl.source)
+
+
 def _replay(storage: Any, et: Any, event_type: str, replay_to: str, criteria: Any, *, dry_run: bool,
-            checkpoint: str | None, checkpoint_root: str | None) -> None:
-    """``deadletter --replay-to``: plan, say, send (event_etl.consumer.replay)."""
-    from event_etl.consumer.replay import LiveType, load_entries, parse_target, plan_replay, replay_records, run_replay
+            checkpoint: str | None, checkpoint_root: str | None,
+            bus: tuple[str, Callable[[Any], bool]] | None = None) -> None:
+    """``deadletter --replay-to``: plan, say, send (event_etl.consumer.replay); ``bus``: the type's bus's unclaimed
+    messages it claims (``--unclaimed``), instead of its own dead letters."""
+    from event_etl.consumer.replay import (
+        LiveType,
+        load_entries,
+        load_unclaimed,
+        parse_target,
+        plan_replay,
+        replay_records,
+        run_replay,
+    )
     from event_etl.consumer.sink import could_not_check
     from event_etl.eventtypes import EventType
     from event_etl.job.checkpoint import Checkpoint
@@ -441,8 +491,8 @@ def _replay(storage: Any, et: Any, event_type: str, replay_to: str, criteria: An
     lateness, skew = int(et.allowed_lateness), int(et.max_future_skew)
     now = now_millis()
     with could_not_check():
-        entries = load_entries(storage, event_type)
-        records = replay_records(storage, event_type)
+        entries = load_entries(storage, event_type) if bus is None else load_unclaimed(storage, bus[0], bus[1])
+        records = replay_records(storage, event_type, None if bus is None else bus[0])
     live = LiveType(watermark=watermark, allowed_lateness=lateness, max_future_skew=skew, binary=et.payload != "json")
     plan = plan_replay(entries, records, target, now=now, criteria=criteria, live=live)
     wm = (iso(watermark) if watermark is not None else "- (none yet)" if ck is not None
@@ -458,10 +508,11 @@ def _replay(storage: Any, et: Any, event_type: str, replay_to: str, criteria: An
                    "dry run: nothing sent")
         return
     with could_not_check():
-        rec = run_replay(storage, event_type, plan, now=now, clock=now_millis)
+        rec = run_replay(storage, event_type, plan, now=now, clock=now_millis, bus=None if bus is None else bus[0])
     for note in rec.get("notes", []):
         click.echo(f"[{event_type}] {note}")
-    where = storage.display(f"{event_type}/_deadletter/_replays/{rec['replay']}.json")
+    folder = f"{event_type}/_deadletter/_replays" if bus is None else f"_unclaimed/{bus[0]}/_replays"
+    where = storage.display(f"{folder}/{rec['replay']}.json")
     click.echo(f"[{event_type}] replay {rec['replay']}: sent {rec['count']:,} dead letters to {rec['sent_to']} "
                f"({by_reason}); recorded in {where}")
 

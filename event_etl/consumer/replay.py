@@ -42,7 +42,8 @@ from event_etl.storage.deadletter import DeadLetter, iter_deadletters
 from event_etl.timeutil import iso, to_datetime
 
 __all__ = ["REPLAYS_DIR", "REPLAY_ATTRIBUTE", "REPLAY_OF_ATTRIBUTE", "Entry", "Target", "Criteria", "LiveType",
-           "ReplayPlan", "load_entries", "replay_records", "parse_target", "plan_replay", "run_replay"]
+           "ReplayPlan", "load_entries", "load_unclaimed", "replay_records", "parse_target", "plan_replay",
+           "run_replay"]
 
 REPLAYS_DIR = "_replays"
 REPLAY_ATTRIBUTE = "event_etl_replay"
@@ -78,14 +79,32 @@ def load_entries(storage: Storage, event_type: str) -> list[Entry]:
     return out
 
 
-def _replays_dir(event_type: str) -> str:
+def load_unclaimed(storage: Storage, bus: str, claims: Callable[[DeadLetter], bool]) -> list[Entry]:
+    """The messages bus ``bus`` kept unclaimed that ``claims`` (a type's route as it is now) takes, oldest first, each
+    with its key (``dt=DAY/FILE#N``, counted over all of the file's records)."""
+    from event_etl.storage.deadletter import iter_unclaimed
+
+    out, n, last = [], 0, None
+    for dl in iter_unclaimed(storage, bus):
+        n = n + 1 if dl.file == last else 0
+        last = dl.file
+        if claims(dl):
+            out.append(Entry(f"{dl.file}#{n}", dl))
+    return out
+
+
+def _replays_dir(event_type: str, bus: str | None = None) -> str:
+    if bus is not None:  # a bus's unclaimed messages: their replays are the bus's, whichever type claimed them
+        from event_etl.rules.routing import UNCLAIMED_DIR
+
+        return f"{UNCLAIMED_DIR}/{bus}/{REPLAYS_DIR}"
     validate_event_type_name(event_type)
     return f"{event_type}/{DEADLETTER_DIR}/{REPLAYS_DIR}"
 
 
-def replay_records(storage: Storage, event_type: str) -> list[dict[str, Any]]:
-    """The replays of ``event_type`` recorded so far, oldest first."""
-    base = _replays_dir(event_type)
+def replay_records(storage: Storage, event_type: str, bus: str | None = None) -> list[dict[str, Any]]:
+    """The replays of ``event_type`` (of bus ``bus``'s unclaimed messages) recorded so far, oldest first."""
+    base = _replays_dir(event_type, bus)
     return [json.loads(storage.read(f"{base}/{name}"))
             for name in sorted(storage.list_files(base)) if name.endswith(".json")]
 
@@ -240,9 +259,10 @@ def _record_bytes(rec: dict[str, Any]) -> bytes:
 
 
 def run_replay(storage: Storage, event_type: str, plan: ReplayPlan, *, now: int,
-               clock: Callable[[], int] | None = None) -> dict[str, Any]:
-    """Record the replay (``sending``), send its dead letters, record it ``sent``.  Returns the record."""
-    rel = posixpath.join(_replays_dir(event_type), f"{plan.replay_id}.json")
+               clock: Callable[[], int] | None = None, bus: str | None = None) -> dict[str, Any]:
+    """Record the replay (``sending``; of bus ``bus``'s unclaimed messages: beside them), send its dead letters,
+    record it ``sent``.  Returns the record."""
+    rel = posixpath.join(_replays_dir(event_type, bus), f"{plan.replay_id}.json")
     rec: dict[str, Any] = {
         "format": RECORD_FORMAT, "replay": plan.replay_id, "event_type": event_type, "target": plan.target.url,
         "created_at": iso(now), "state": "sending", "count": len(plan.send),
@@ -286,11 +306,22 @@ def _send_dir(plan: ReplayPlan) -> str:
     return final
 
 
+def _original_attributes(letter: DeadLetter) -> dict[str, str]:
+    """A message a bus kept unclaimed goes back with the attributes it came with (its route among them: a bus
+    routes it again); other dead letters keep no attributes."""
+    from event_etl.rules.routing import UNCLAIMED_REASON, detail_attributes
+
+    if letter.reason != UNCLAIMED_REASON:
+        return {}
+    return {k: v for k, v in detail_attributes(letter.detail).items()
+            if k not in (REPLAY_ATTRIBUTE, REPLAY_OF_ATTRIBUTE)}
+
+
 def _send_pubsub(plan: ReplayPlan) -> str:
     from event_etl.sources.pubsub import publisher_client
 
     client = publisher_client()
-    futures = [client.publish(plan.target.where, plan.wire(e),
+    futures = [client.publish(plan.target.where, plan.wire(e), **_original_attributes(e.letter),
                               **{REPLAY_ATTRIBUTE: plan.replay_id, REPLAY_OF_ATTRIBUTE: e.letter.source})
                for e in plan.send]
     for f in futures:

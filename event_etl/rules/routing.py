@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from event_etl.errors import ConfigError
 
-__all__ = ["Route", "BusPlan", "Router", "Unclaimed", "plan_buses", "bus_id", "UNCLAIMED_DIR", "UNCLAIMED_REASON"]
+__all__ = ["Route", "BusPlan", "Router", "Unclaimed", "plan_buses", "bus_id", "UNCLAIMED_DIR", "UNCLAIMED_REASON",
+           "with_attributes", "detail_attributes", "claimed_by"]
 
 UNCLAIMED_DIR = "_unclaimed"
 """The folder of the sink, beside the types' folders, that keeps each bus's unclaimed messages:
@@ -223,3 +224,39 @@ def field_value(payload: bytes, key: str) -> str | Unclaimed:
     if isinstance(value, bool | int | float):
         return json.dumps(value)
     return Unclaimed(f"field {key!r} is not a string, a number or a boolean")
+
+
+_ATTRIBUTES = "; attributes "
+
+
+def with_attributes(why: str, attributes: Mapping[str, str]) -> str:
+    """An unclaimed message's dead-letter detail: ``why``, then its attributes as JSON (none: ``why`` alone)."""
+    if not attributes:
+        return why
+    return f"{why}{_ATTRIBUTES}{json.dumps(dict(attributes), sort_keys=True, separators=(',', ':'))}"
+
+
+def detail_attributes(detail: str) -> dict[str, str]:
+    """The attributes :func:`with_attributes` put in a detail (``{}``: none, or not such a detail)."""
+    i = detail.find(_ATTRIBUTES)
+    while i >= 0:  # the first place whose rest is a JSON object (the reason may quote a value holding the words)
+        try:
+            got = json.loads(detail[i + len(_ATTRIBUTES):])
+        except ValueError:
+            got = None
+        if isinstance(got, dict):
+            return {str(k): str(v) for k, v in got.items()}
+        i = detail.find(_ATTRIBUTES, i + 1)
+    return {}
+
+
+def claimed_by(route: Route, payload: bytes, detail: str, source: str) -> bool:
+    """Whether ``route`` claims an unclaimed message kept with this ``payload``, ``detail`` and ``source`` (its
+    position: ``kafka:TOPIC/PARTITION@OFFSET`` for Kafka), by the route as it is now (pure)."""
+    if route.by == "attribute":
+        value: str | Unclaimed | None = detail_attributes(detail).get(route.key)
+    elif route.by == "field":
+        value = field_value(payload, route.key)
+    else:
+        value = source[len("kafka:"):].rsplit("/", 1)[0] if source.startswith("kafka:") else None
+    return isinstance(value, str) and value in route.values

@@ -102,11 +102,27 @@ class DeadLetter:
 
 def iter_deadletters(storage: Storage, event_type: str, *, reason: str | None = None) -> Iterator[DeadLetter]:
     """Every dead-letter record of ``event_type`` in ``storage``, oldest day and batch first."""
-    from event_etl.timeutil import to_millis
 
     validate_event_type_name(event_type)
-    base = f"{event_type}/{DEADLETTER_DIR}"
+    yield from _letters(storage, f"{event_type}/{DEADLETTER_DIR}", reason)
+
+
+def iter_unclaimed(storage: Storage, bus: str, *, reason: str | None = None) -> Iterator[DeadLetter]:
+    """Every message a bus kept because no type claimed it (``<sink>/_unclaimed/<bus id>/``, reason ``unclaimed``:
+    :mod:`event_etl.bus.task`), oldest day and file first."""
+    from event_etl.rules.routing import UNCLAIMED_DIR
+
+    if "/" in bus or bus.startswith("."):
+        raise ValueError(f"{bus!r} is not a bus id")
+    yield from _letters(storage, f"{UNCLAIMED_DIR}/{bus}", reason)
+
+
+def _letters(storage: Storage, base: str, reason: str | None) -> Iterator[DeadLetter]:
+    from event_etl.timeutil import to_millis
+
     for day in storage.list_dirs(base):
+        if not day.startswith("dt="):
+            continue
         for name in sorted(n for n in storage.list_files(f"{base}/{day}") if n.endswith(".avro")):
             rel = f"{base}/{day}/{name}"
             for rec in read_container(io.BytesIO(storage.read(rel))):
