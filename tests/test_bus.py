@@ -290,3 +290,21 @@ def test_an_unclaimed_message_keeps_its_attributes_and_a_type_added_later_claims
     assert claimed_by(Route("field", "kind", ("refunds",)), b'{"kind": "refunds"}', "no field", "msg:1")
     assert claimed_by(Route("topic", "topic", ("cdc.shop.audit",)), b"{}", "", "kafka:cdc.shop.audit/1@77")
     assert not claimed_by(Route("topic", "topic", ("cdc.shop.audit",)), b"{}", "", "msg:1")
+
+
+def test_the_bus_counts_unclaimed_messages_once_on_the_metric_of_its_first_type():
+    from event_etl.metrics.exporters import PrometheusEndpoint
+    from event_etl.metrics.job import JobMetrics
+    from tests.lib.harness import FakeClock
+    from tests.lib.metrics import value
+
+    bus, _ = _bus("a", "b")
+    prom = PrometheusEndpoint()
+    metrics = JobMetrics("a", clock=FakeClock(0), exports=[prom])
+    bus.listen(lambda n: metrics.count_unclaimed(bus.id, n))
+    assert value(prom.text(), "event_etl_bus_unclaimed_records_total", event_type="a", bus=bus.id) == 0
+    bus.note_unclaimed(3)
+    bus.note_unclaimed(4)
+    assert value(prom.text(), "event_etl_bus_unclaimed_records_total", event_type="a", bus=bus.id) == 7
+    assert bus.unclaimed == 7
+    metrics.shutdown()

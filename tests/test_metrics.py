@@ -140,7 +140,8 @@ def test_the_scrape_shows_exactly_the_registered_series(tmp_path, monkeypatch):
     shown = {s.name for f in fams.values() for s in f.samples} - {"target_info"}
     # a directory source tells files, not events, and has no partitions: the events backlog and the Kafka lag are
     # absent, as documented
-    absent = {"event_etl_input_backlog_events", "event_etl_kafka_lag_records", *POLICY_SERIES}  # no commit policy
+    absent = {"event_etl_input_backlog_events", "event_etl_kafka_lag_records",  # a folder: no events, no Kafka
+              "event_etl_bus_unclaimed_records_total", *POLICY_SERIES}  # no bus, no commit policy
     assert shown == exported_series() - absent
     for m in METRICS:
         if m.name in absent:
@@ -379,7 +380,7 @@ def test_otlp_push_carries_the_counters_and_the_pre_bucketed_histogram(tmp_path)
 
     no_backlog = {"event_etl.input.backlog", "event_etl.input.backlog.files", "event_etl.input.backlog.events",
                   "event_etl.kafka.lag.records", "event_etl.policy.runs", "event_etl.policy.failures",
-                  "event_etl.policy.backlog.markers"}  # nor commit policies
+                  "event_etl.policy.backlog.markers", "event_etl.bus.unclaimed.records"}  # no policies, no bus
     assert {m.otel_name for m in METRICS + RENAMED} - no_backlog == set(metrics)  # no progress, no backlog
     events = {dict((a.key, a.value.string_value) for a in p.attributes)["outcome"]: p.as_int
               for p in metrics["event_etl.events"].sum.data_points}

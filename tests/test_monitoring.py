@@ -50,7 +50,7 @@ def names_used(expr: str) -> set[str]:
 
 def test_alert_rules_pass_promtool_check():
     out = run_promtool("check", "rules", "alerts.yml").stdout
-    assert "SUCCESS: 8 rules found" in out
+    assert "SUCCESS: 9 rules found" in out
 
 
 def test_alert_rules_fire_when_they_should():
@@ -72,7 +72,8 @@ def test_the_five_concerns_are_alerted_on():
     assert set(rules) == {"EventEtlWatermarkLagHigh", "EventEtlLateEventsSurge", "EventEtlNoHeartbeat",
                           "EventEtlJobDown", "EventEtlDeadLetterRate", "EventEtlMarkerOverdue",
                           "EventEtlInputLost",  # and input a source deleted unread (Kafka's retention)
-                          "EventEtlSourceDown"}  # and a source that cannot deliver (Pub/Sub's spool disk full)
+                          "EventEtlSourceDown",  # and a source that cannot deliver (Pub/Sub's spool disk full)
+                          "EventEtlUnclaimedMessages"}  # and a bus's messages no type claims
     for name, r in rules.items():
         assert r.get("for"), f"{name} needs a `for:` so that one bad scrape does not page"
         assert r["labels"]["severity"] in ("warning", "critical")

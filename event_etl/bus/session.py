@@ -94,6 +94,7 @@ class Bus:
         self._started = False
         self._prepared = False
         self.unclaimed = 0  # messages no type claimed, kept in the bus's dead letters (this run)
+        self.listeners: list[Callable[[int], None]] = []
 
     @property
     def id(self) -> str:
@@ -183,6 +184,15 @@ class Bus:
     def note_unclaimed(self, n: int) -> None:
         with self._lock:
             self.unclaimed += n
+            listeners = list(self.listeners)
+        for listen in listeners:
+            listen(n)
+
+    def listen(self, fn: Callable[[int], None]) -> None:
+        """Call ``fn(n)`` with each count of unclaimed messages (the first type's metrics), once with 0 now."""
+        with self._lock:
+            self.listeners = [fn]  # one counter for the bus: a type reopened replaces its old one
+        fn(0)
 
 
 def _latest(offsets: list[Offset]) -> Offset:

@@ -284,6 +284,9 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
     except BaseException:
         session.stop()
         raise
+    routing = session.routing
+    if routing is not None and plan is not None and et.name == plan.names[0]:  # the bus's count, on its first type
+        routing.listen(lambda n: opened.metrics.count_unclaimed(plan.id, n))
     return opened, source_spec
 
 

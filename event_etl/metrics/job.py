@@ -227,6 +227,7 @@ class JobMetrics:
         self.merged_bytes.add(0, self.attrs)
         self.batches = meter.create_counter(**spec("event_etl.batches"))
         self.lost = meter.create_counter(**spec("event_etl.input.lost.records"))
+        self.unclaimed = meter.create_counter(**spec("event_etl.bus.unclaimed.records"))
         self.hours = meter.create_counter(**spec("event_etl.markers.written"))
         self.old_names = old_names_exported()
         self.hours_old: Counter | None = (meter.create_counter(**spec("event_etl.hours.completed"))
@@ -437,6 +438,10 @@ class JobMetrics:
         return {key: None if since is None or now is None else (now - since) / 1000.0, "clock": self.event_clock_name}
 
     # -- the runner's hooks --------------------------------------------------------------------
+    def count_unclaimed(self, bus: str, n: int) -> None:
+        """``n`` more messages of ``bus`` that no type claimed (0: the series exists from then on)."""
+        self.unclaimed.add(int(n), {**self.attrs, "bus": bus})
+
     def observe_progress(self, progress: Any) -> None:
         """Called by the runner between batches with Spark's ``query.lastProgress`` (or None)."""
         if progress is None:

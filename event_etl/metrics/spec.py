@@ -129,6 +129,10 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("event_etl_kafka_lag_records", "event_etl.kafka.lag.records", MetricKind.GAUGE, "{record}",
                ("event_type", "topic", "partition"),
                "Kafka: a partition's high watermark minus the offset the job committed (absent for other sources)."),
+    MetricSpec("event_etl_bus_unclaimed_records_total", "event_etl.bus.unclaimed.records", MetricKind.COUNTER,
+               "{record}", ("event_type", "bus"),
+               "A bus's messages no type claimed, kept in <sink>/_unclaimed/<bus>/ (counted once, on the bus's first "
+               "type by name; absent for a type on no bus)."),
 )
 
 ENV_OLD_NAMES = ENV_METRICS_OLD_NAMES

@@ -75,6 +75,8 @@ class Routing(Protocol):
 
     def note_unclaimed(self, n: int) -> None: ...
 
+    def listen(self, fn: Callable[[int], None]) -> None: ...
+
 
 class SourceHooks(Protocol):
     """What a type's controller asks of its source (:class:`~event_etl.job.controller.Controller`)."""
