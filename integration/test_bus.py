@@ -112,6 +112,9 @@ def test_a_pubsub_subscription_routed_by_attribute_to_three_types(tmp_path, pubs
     publish(300, h0 + 2 * HOUR_MS)  # a second run goes on where the first stopped
     run()
     _check(sink, sent, bus, "no attribute 'type'")
+    status = subprocess.run([EXE, "status", "--sink", str(sink), "--checkpoint-root", str(ck), "--event-types",
+                             str(types)], env=env, capture_output=True, text=True, timeout=120)
+    assert f"bus {bus}: {len(sent['unclaimed'])} unclaimed message(s) kept in" in status.stdout, status.stdout
 
     # a type added to claim what was unclaimed takes it back: listed, replayed with its attributes, then written
     d = types / "refunds"

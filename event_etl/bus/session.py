@@ -26,7 +26,10 @@ from event_etl.rules.routing import BusPlan, Router
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.face import Offset, SourceSession, Split
 
-__all__ = ["Bus", "BusHub", "BusView", "behind", "earliest"]
+__all__ = ["Bus", "BusHub", "BusView", "behind", "earliest", "BUS_STATE_FORMAT"]
+
+BUS_STATE_FORMAT = 1
+"""The format of a bus's ``bus.json`` (``released``: the offset the source was last told it may let go of)."""
 
 
 def _kind(offset: Offset) -> str:
@@ -78,9 +81,12 @@ class Bus:
     """The shared session of one bus and what its types' views have offered and committed (thread-safe: the engine
     plans many types at a time)."""
 
-    def __init__(self, plan: BusPlan, session: SourceSession) -> None:
+    def __init__(self, plan: BusPlan, session: SourceSession, state_file: str | None = None) -> None:
         self.plan = plan
         self.session = session
+        self.state_file = state_file
+        """``<bus folder>/bus.json``: what the source was last told it may let go of (``released``), where a type new
+        to the bus starts (see :meth:`initial_offset`)."""
         self.router: Router = plan.router()
         self._lock = threading.Lock()
         self._round: int | None = None  # the ``now`` of the round being planned
@@ -108,14 +114,39 @@ class Bus:
     # -- planning ---------------------------------------------------------------------------------------------
     def initial_offset(self, name: str) -> Offset:
         """A type new to the bus starts where the bus is (its first hour is its first event's, as max_backfill
-        rules); the first type of a new bus at the source's beginning."""
+        rules): the furthest of what this run offered, what the other types committed, and what the source was told
+        it may let go of (kept in the bus's folder: what lies before it is gone); the first type of a new bus at the
+        source's beginning."""
         with self._lock:
             start = self.frontier
             if start is None:
-                known = list(self.committed.values())
+                known = [*self.committed.values(), *([] if (r := self._saved_release()) is None else [r])]
                 start = _latest(known) if known else self.session.initial_offset()
             self.committed.setdefault(name, start)
             return start
+
+    def _saved_release(self) -> Offset:
+        import json
+
+        if self.state_file is None:
+            return None
+        try:
+            with open(self.state_file, encoding="utf-8") as fh:
+                return json.load(fh).get("released")
+        except FileNotFoundError:
+            return None
+
+    def _save_release(self, release: Offset) -> None:
+        """Before the source lets go: a type new to the bus must never start before it."""
+        if self.state_file is None:
+            return
+        from pathlib import Path
+
+        from event_etl.storage.atomic import write_json_atomic
+
+        path = Path(self.state_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {"format": BUS_STATE_FORMAT, "bus": self.plan.id, "released": release})
 
     def prepare_available_now(self) -> None:
         with self._lock:
@@ -162,6 +193,7 @@ class Bus:
             if release == self._released:
                 return
             self._released = release
+            self._save_release(release)
         self.session.commit(release)
 
     # -- running and stopping ---------------------------------------------------------------------------------
@@ -306,5 +338,8 @@ class BusHub:
         with self._lock:
             bus = self.buses.get(plan.id)
             if bus is None or bus.closed:
-                bus = self.buses[plan.id] = Bus(plan, opener())
+                import os
+
+                state = os.path.join(self.root, "_bus", plan.id, "bus.json")
+                bus = self.buses[plan.id] = Bus(plan, opener(), state)
             return bus.view(name)

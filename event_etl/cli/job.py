@@ -226,6 +226,7 @@ def status_cmd(event_types: tuple[str, ...], sink: str, checkpoint_root: str, as
         click.echo(json.dumps(rows, indent=2))
         return
     click.echo(f"{'event type':<24} {'state':<11} {'watermark':<25} {'lag':>8}  {'last marker':<21} {'restarts':>8}")
+    said_buses: set[str] = set()
     for r in rows:
         click.echo(f"{r['event_type']:<24} {r['state']:<11} {r['watermark'] or '-':<25} {r['lag'] or '-':>8}  "
                    f"{r['last_marker'] or '-':<21} {r['restarts'] if r['restarts'] is not None else '-':>8}"
@@ -237,6 +238,12 @@ def status_cmd(event_types: tuple[str, ...], sink: str, checkpoint_root: str, as
         if r.get("seek_to"):
             click.echo(f"  Pub/Sub: a seek must go back to {r['seek_to']} ({r['seek_to_by']}; from "
                        f"{r['seek_to_from']}): gcloud pubsub subscriptions seek SUBSCRIPTION --time={r['seek_to']}")
+        if r.get("bus") and r["bus"]["bus"] not in said_buses:  # once per bus, under its first type
+            b = r["bus"]
+            said_buses.add(b["bus"])
+            click.echo(f"  bus {b['bus']}: {b['unclaimed']} unclaimed message(s) kept in {b['unclaimed_at']}"
+                       + (" (what a type claims of them: event-etl deadletter TYPE --unclaimed)"
+                          if b["unclaimed"] else ""))
         for name, pol in (r.get("policies") or {}).items():
             click.echo(f"  policy {name} ({pol['kind']}): done through {pol['done_through'] or '-'}, "
                        f"{pol['pending']} pending, {pol['failures']} failures"

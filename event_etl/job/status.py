@@ -189,12 +189,38 @@ def job_statuses(event_types: list[str], *, sink: str, checkpoint_root: str,
     storage = Storage(resolve_sink(sink))
     now = clock()
     out = []
+    types = {}
     for name in event_types:
-        et = _event_type(types_dir, name)
+        et = types[name] = _event_type(types_dir, name)
         out.append(job_status(name, storage=storage, checkpoint_dir=Path(checkpoint_root) / name, now=now,
                               out_of_orderness=None if et is None else int(et.out_of_orderness),
                               max_backfill=None if et is None else int(et.max_backfill),
                               settings_file=None if et is None else et.settings_file))
+    buses = _buses(types, storage, now)
+    for row in out:
+        if row["event_type"] in buses:
+            row["bus"] = buses[row["event_type"]]
+    return out
+
+
+def _buses(types: dict[str, Any], storage: Storage, now: int) -> dict[str, dict[str, Any]]:
+    """Each bus type's bus (``bus``: its id; ``unclaimed``: the messages it kept that no type claimed, all runs so
+    far; ``unclaimed_at``: where), by type name; types whose settings do not make a bus show none."""
+    from event_etl.errors import EventEtlError
+    from event_etl.rules.routing import UNCLAIMED_DIR, plan_buses
+    from event_etl.sources.registry import job_source
+    from event_etl.storage.deadletter import count_unclaimed
+
+    try:
+        known = [et for et in types.values() if et is not None]
+        plans = plan_buses([(et.name, job_source(et, None, now=now).identity(), et.route) for et in known])
+    except EventEtlError:
+        return {}  # `check` says what is wrong with them
+    out = {}
+    for plan in plans:
+        info = {"bus": plan.id, "unclaimed": count_unclaimed(storage, plan.id),
+                "unclaimed_at": storage.display(f"{UNCLAIMED_DIR}/{plan.id}")}
+        out.update(dict.fromkeys(plan.names, info))
     return out
 
 

@@ -117,6 +117,23 @@ def iter_unclaimed(storage: Storage, bus: str, *, reason: str | None = None) -> 
     yield from _letters(storage, f"{UNCLAIMED_DIR}/{bus}", reason)
 
 
+def count_unclaimed(storage: Storage, bus: str) -> int:
+    """How many messages bus ``bus`` kept unclaimed (the records of its files, counted from their blocks' headers:
+    nothing decoded)."""
+    import fastavro
+
+    from event_etl.rules.routing import UNCLAIMED_DIR
+
+    base, n = f"{UNCLAIMED_DIR}/{bus}", 0
+    for day in storage.list_dirs(base):
+        if day.startswith("dt="):
+            for name in storage.list_files(f"{base}/{day}"):
+                if name.endswith(".avro"):
+                    n += sum(b.num_records for b in fastavro.block_reader(io.BytesIO(storage.read(f"{base}/{day}/"
+                                                                                                    f"{name}"))))
+    return n
+
+
 def _letters(storage: Storage, base: str, reason: str | None) -> Iterator[DeadLetter]:
     from event_etl.timeutil import to_millis
 
