@@ -57,3 +57,31 @@ def test_a_type_added_later_starts_where_the_source_let_go_even_when_it_opens_fi
 def test_the_first_type_of_a_new_bus_starts_at_the_sources_beginning(tmp_path):
     bus = Bus(_plan("a"), _Log(), str(tmp_path / "bus.json"))
     assert bus.view("a").initial_offset() == {"spool": 0, "seg": 0}
+
+
+def test_a_checkpoint_with_offsets_goes_on_only_where_its_offsets_were_made(tmp_path):
+    """Offsets are positions in a spool: a type that joins or leaves a bus, or whose bus's folder moved, would read
+    another spool from them (skipping or repeating): refused with the fix; a checkpoint that read nothing yet may."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from event_etl.errors import CheckpointMismatchError
+    from event_etl.job.setup import _same_place
+
+    spark = tmp_path / "ck" / "spark"
+    p = SimpleNamespace(ckpt=SimpleNamespace(spark_dir=spark, root=tmp_path / "ck"),
+                        event_type=SimpleNamespace(name="orders"))
+    bus = {"id": "datahub-etl-1f0e47", "folder": str(tmp_path / "_bus" / "datahub-etl-1f0e47" / "pubsub")}
+    _same_place(p, None, bus)  # nothing read yet: it may join
+    (spark / "offsets").mkdir(parents=True)
+    (spark / "offsets" / "0").write_text("v1\n{}\n{}")
+    _same_place(p, bus, dict(bus))  # the same place
+    with pytest.raises(CheckpointMismatchError) as err:
+        _same_place(p, None, bus)
+    assert "read its source on its own, and would now read bus datahub-etl-1f0e47" in str(err.value)
+    assert "--drain" in (err.value.fix or "")
+    with pytest.raises(CheckpointMismatchError):
+        _same_place(p, bus, {**bus, "folder": "/elsewhere"})
+    with pytest.raises(CheckpointMismatchError):
+        _same_place(p, bus, None)

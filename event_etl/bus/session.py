@@ -317,7 +317,9 @@ class BusHub:
     and again after its last type closed (a quarantined type of a bus of one, reopened)."""
 
     def __init__(self, plans: list[BusPlan], root: str) -> None:
-        self.root = root
+        import os
+
+        self.root = os.path.abspath(root)  # recorded in the types' checkpoints: the same however it was given
         self.plans = {name: plan for plan in plans for name in plan.names}
         self.buses: dict[str, Bus] = {}
         self._lock = threading.Lock()

@@ -249,12 +249,15 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
     from event_etl.sources.registry import SPLIT_PLAN
 
     et, options, ckpt = p.event_type, p.options, p.ckpt
+    plan = hub.plan_of(et.name) if hub is not None else None
+    bus = {"id": plan.id, "folder": hub.folder(plan, p.spec.kind)} if hub is not None and plan is not None else None
     # How input is cut into tasks is fixed when the checkpoint is created: a replayed batch
     # must get the same tasks, hence the same file names, whatever the cluster is now.
     job = ckpt.bind({"event_type": et.name, "sink": p.sink, "source": p.spec.identity(), "created_at": iso(p.now),
                      "split_bytes": options.split_bytes, "writer": secrets.token_hex(3),
-                     "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism)),
+                     "tasks_per_batch": max(1, int(spark.sparkContext.defaultParallelism)), "bus": bus,
                      **({"split_plan": SPLIT_PLAN} if ckpt.format >= 3 else {})})  # see event_etl.job.checkpoint
+    _same_place(p, job.get("bus"), bus)
     source_spec: dict[str, Any] = {
         "kind": p.spec.kind,
         "params": p.spec.params,
@@ -271,7 +274,6 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
         et.name, source_spec, clock, once=options.once, spark_dir=str(ckpt.spark_dir), spark=spark,
         leased_at=p.leased_at, fence=p.lease.fence() if p.lease is not None else None, sink=p.storage.url,
         fleet=fleet)
-    plan = hub.plan_of(et.name) if hub is not None else None
     session: SourceSession
     if hub is None or plan is None:
         session = open_source(request)
@@ -288,6 +290,28 @@ def open_parts(p: Prepared, spark: Any, *, clock: Callable[[], int], listeners: 
     if routing is not None and plan is not None and et.name == plan.names[0]:  # the bus's count, on its first type
         routing.listen(lambda n: opened.metrics.count_unclaimed(plan.id, n))
     return opened, source_spec
+
+
+def _same_place(p: Prepared, then: dict[str, Any] | None, now: dict[str, Any] | None) -> None:
+    """A type's offsets are positions in the place its source keeps what it read (its own spool, or its bus's): a
+    checkpoint that has offsets goes on only where they were made (a type joining or leaving a bus, or a bus's
+    folder moved between a run of its own and a fleet, would read another spool from those positions)."""
+    from event_etl.errors import CheckpointMismatchError
+
+    offsets = p.ckpt.spark_dir / "offsets"
+    if (then or None) == (now or None) or not offsets.is_dir() or not any(f.name.isdigit() for f in offsets.iterdir()):
+        return  # the same place, or nothing read yet
+    name = p.event_type.name
+
+    def where(bus: dict[str, Any] | None) -> str:
+        return f"bus {bus['id']} (its state in {bus['folder']})" if bus else "its source on its own"
+
+    raise CheckpointMismatchError(
+        f"[{name}] checkpoint {p.ckpt.root} read {where(then)}, and would now read {where(now)}: its offsets are "
+        "positions in the first",
+        fix=f"run {name} as before (the same types together, the same --checkpoint-root), drain it there "
+            "(--drain), then start it the new way with a new --checkpoint; or undo the change to its route_* "
+            "settings")
 
 
 def _open_controller(p: Prepared, session: SourceSession, *, writer: str, log_dir: str, clock: Callable[[], int],
