@@ -308,3 +308,45 @@ def test_the_bus_counts_unclaimed_messages_once_on_the_metric_of_its_first_type(
     assert value(prom.text(), "event_etl_bus_unclaimed_records_total", event_type="a", bus=bus.id) == 7
     assert bus.unclaimed == 7
     metrics.shutdown()
+
+
+def test_an_unclaimed_message_is_kept_once_however_its_range_is_cut_and_however_often_it_comes(tmp_path, monkeypatch):
+    """The bus campaign (issue 59 item 6, RELIABILITY.md): a type that was behind the bus (quarantined) caught up over
+    a range the others had read in two rounds, cut otherwise, and the unclaimed messages in it were kept again (a
+    file was named by its split); a Pub/Sub redelivery of an unclaimed message came as a message of another split.
+    Now each is a file of its own named by the message: every read writes the same file once, counted once."""
+    import fastavro
+
+    from event_etl.bus import task as bus_task
+    from event_etl.storage import Storage
+    from event_etl.task.executor import store_unclaimed
+
+    def msg(i: int) -> tuple:
+        attributes = {"type": "a"} if i % 3 == 0 else {"type": "refunds"} if i % 3 == 1 else {}
+        return (json.dumps({"i": i}).encode(), 1_795_000_000_000 + i, "msg:", str(100 + i), (str(100 + i), attributes))
+
+    class Reader:
+        def payloads(self, split, et):
+            lo, hi = json.loads(split.meta)
+            return iter([msg(i) for i in range(lo, hi)] + ([msg(4)] if split.start == 99 else []))
+
+    monkeypatch.setattr("event_etl.sources.registry.split_reader", lambda kind: Reader())
+    sink = Storage(str(tmp_path / "sink"))
+    ctx = type("Ctx", (), {"fence": None, "sink": str(tmp_path / "sink"), "event_type": None})()
+    router = Router({"a": Route("attribute", "type", ("a",))})
+
+    def read(start: int, lo: int, hi: int, names=("a",)) -> int:
+        split = Split(0, "seg", "", start, hi - lo, 0, json.dumps([lo, hi]))
+        out = list(bus_task.process_bus_split(split, dict.fromkeys(names, ctx), router, "hub-1", lambda _: sink,
+                                              process=lambda s, c, st, reader: ({"n": len(reader.items)}, b""),
+                                              store_unclaimed=store_unclaimed))
+        assert [o[0] for o in out] == [*names, ""]
+        return int(out[-1][1]["unclaimed"])
+
+    assert read(0, 0, 5) + read(0, 5, 10) == 6, "the rounds the caught-up types read: 6 of 10 claimed by no type"
+    assert read(0, 0, 10) == 0, "a type behind the bus catching up over both rounds in one range keeps nothing again"
+    assert read(99, 3, 6) == 0, "a redelivery of message 4 (a Pub/Sub message id read again) is not kept again"
+    files = sorted((tmp_path / "sink" / "_unclaimed" / "hub-1").glob("dt=*/u-*.avro"))
+    kept = [r for f in files for r in fastavro.reader(f.open("rb"))]
+    assert sorted(r["source"] for r in kept) == [f"msg:{100 + i}" for i in range(10) if i % 3], "each once"
+    assert {r["reason"] for r in kept} == {"unclaimed"}

@@ -6,8 +6,11 @@ group its own messages, in order, through a :class:`RoutedReader`: the type then
 writes them exactly as if they were a split of its own (:func:`event_etl.task.executor.process_split`), its files
 named by its own batch.  A message of a type of the bus that is not in the group (a type behind the bus, or
 quarantined) is left to that type's own batch; one no type claims is kept in the bus's dead letters
-(``<sink>/_unclaimed/<bus id>/dt=<day>/``), in a file named by the split alone, so that whichever group reads
-the split (again) writes the same file once.
+(``<sink>/_unclaimed/<bus id>/dt=<day>/``), in a file of its own named by the message alone (its position: Pub/Sub's
+message id, Kafka's topic, partition and offset), so that whatever split holds it, however often it is read, it is
+written once.  A file per split was not enough: the same message is read in other splits when a type that was behind
+the bus (quarantined, or a run killed between two types' commits) catches up, its range cut otherwise than the
+rounds the others read it in, and on Pub/Sub again after a redelivery (RELIABILITY.md, issue 59's campaign).
 """
 
 from __future__ import annotations
@@ -111,12 +114,12 @@ def unclaimed_detail(why: str, item: Payload) -> str:
     return with_attributes(why, attributes)
 
 
-def unclaimed_path(bus: str, split: Split, first_arrival: int) -> str:
-    """The bus's dead-letter file of a split's unclaimed messages, relative to the sink: named by the split alone
-    (its kind, source, range and meta), dated by its first unclaimed message's arrival (UTC)."""
-    ident = json.dumps([split.kind, split.uri, split.start, split.end, split.meta], separators=(",", ":"))
-    digest = hashlib.sha256(ident.encode()).hexdigest()[:20]
-    day = datetime.fromtimestamp(first_arrival // 1000, tz=UTC).strftime("%Y-%m-%d")
+def unclaimed_path(bus: str, position: str, arrival: int) -> str:
+    """The bus's dead-letter file of one unclaimed message, relative to the sink: named by the message's position
+    alone (``msg:<id>`` on Pub/Sub: a redelivery too; a Kafka record's topic, partition and offset), dated by its
+    arrival (UTC; Pub/Sub's publish time, a Kafka record's timestamp: the same at every read)."""
+    digest = hashlib.sha256(json.dumps([bus, position]).encode()).hexdigest()[:20]
+    day = datetime.fromtimestamp(arrival // 1000, tz=UTC).strftime("%Y-%m-%d")
     return f"{UNCLAIMED_DIR}/{bus}/dt={day}/u-{digest}.avro"
 
 
@@ -128,7 +131,8 @@ def process_bus_split(split: Split, contexts: Mapping[str, Any], router: Router,
                       process: Any, store_unclaimed: Any) -> Iterator[RoutedResult]:
     """Read ``split`` once and process each type of ``contexts`` (``{name: BatchContext}``) over its own messages;
     yields ``(name, report, keys, error)`` per type (a failure of one type's processing is that type's alone), and
-    last ``("", {"unclaimed": n, "path": rel}, None, None)`` for what no type claimed (``storage_of(sink)``: the
+    last ``("", {"unclaimed": n, "path": rel}, None, None)`` for what no type claimed (``n``: the messages kept now,
+    not those an earlier read of them kept; ``rel``: the first one's file; ``storage_of(sink)``: the
     task's open storage of a sink; ``process``: :func:`event_etl.task.executor.process_split`, ``store_unclaimed``:
     :func:`event_etl.task.executor.store_unclaimed`)."""
     from event_etl.sources.registry import split_reader
@@ -147,7 +151,13 @@ def process_bus_split(split: Split, contexts: Mapping[str, Any], router: Router,
         yield name, report, keys, None
     rejects = [Rejected(UNCLAIMED_REASON, unclaimed_detail(detail, item), item[0], item[2] + str(item[3]), item[1],
                         None) for item, detail in unclaimed]
-    rel = unclaimed_path(bus, split, min(r.arrival for r in rejects)) if rejects else None
-    if rel is not None:
-        store_unclaimed(rejects, rel, bus, first, storage_of(first.sink))
-    yield "", {"unclaimed": len(rejects), "path": rel}, None, None
+    first_rel, kept = None, 0
+    storage = storage_of(first.sink) if rejects else None
+    for r in rejects:
+        assert storage is not None
+        rel = unclaimed_path(bus, r.position, r.arrival)
+        first_rel = first_rel or rel
+        if not storage.exists(rel):  # counted once: a read again of a message kept already leaves it
+            kept += 1
+        store_unclaimed([r], rel, bus, first, storage)  # written once: the same bytes at every read
+    yield "", {"unclaimed": kept, "path": first_rel}, None, None
