@@ -121,7 +121,7 @@ PY_SPY = Path(sys.executable).with_name("py-spy")
 BATCH_LINE = re.compile(r"\] batch (\d+)(?: \(replay\))?: in ([\d,]+) ")
 ROUND_LINE = re.compile(r"^\[fleet\] \d+ rounds? with input took .*$", re.M)
 PUBSUB_STATS = re.compile(r"\] Pub/Sub: pulled ([\d,]+), acknowledged ([\d,]+), ([\d,]+) requests \(.*?pull ([\d,]+)")
-STATUS_LINE = re.compile(r"^\[([^\]]+)\] running: watermark (\S+) lag ")
+WATERMARK_LINE = re.compile(r"^\[([^\]]+)\] (?:batch \d+.*?|running:) watermark (\S+) lag ")
 DUMP_THREAD = re.compile(r'^Thread (\d+) \(([^)]*)\): "(.*)"$', re.M)
 
 
@@ -827,6 +827,19 @@ def live_start(args) -> float:
     return float(b - args.live_boundary_at)
 
 
+def watermark_lags(lines: list[tuple[float, str]], wall0: float, since: float, until: float) -> list[float]:
+    """The wall clock minus the watermark at every line that says a type's watermark (its batch lines, as its round
+    ends, and its status lines) between ``since`` and ``until`` (epoch seconds; ``wall0``: the wall clock at the
+    lines' t = 0)."""
+    from bench.fleet_live import _iso_s
+
+    out = []
+    for t, line in lines:
+        if (m := WATERMARK_LINE.match(line)) and (w := _iso_s(m.group(2))) is not None and since <= wall0 + t <= until:
+            out.append(wall0 + t - w)
+    return out
+
+
 def tree_row(root: psutil.Process) -> dict | None:
     """The job's tree now: PSS of the whole, of the Python driver and of the JVM; the driver's threads."""
     s = sample_tree(root)
@@ -852,7 +865,7 @@ def tree_row(root: psutil.Process) -> dict | None:
 def scenario_live(run: Run, args) -> dict:
     """``n`` live types, each published ``--live-rate`` events a second for ``--live-seconds``: marker delays past
     an hour boundary, watermark lag, a memory series, CPU; see the docstring."""
-    from bench.fleet_live import _iso_s, marker_delays, merge_publishers, spread
+    from bench.fleet_live import marker_delays, merge_publishers, spread
     from bench.pubsub import Emulator
 
     names = type_names(run.n)
@@ -914,7 +927,8 @@ def scenario_live(run: Run, args) -> dict:
                 if now >= next_sample:
                     row = tree_row(root)
                     if row is not None:
-                        series.append({"t": round(now - c0, 1), **row, "load": load_average()})
+                        series.append({"t": round(now - c0, 1), **row, "load": load_average(),
+                                       "driver_cpu": job.driver_cpu() - d0, "tree_cpu": proc_cpu_reaped(job.pid) - t0c})
                     next_sample += args.live_series_every
                 if job.proc.poll() is not None:
                     raise BenchError(f"the job exited with {job.proc.returncode} while publishing")
@@ -950,13 +964,9 @@ def scenario_live(run: Run, args) -> dict:
         emu.stop()
     md = marker_delays(sink, names, pub, ooo_ms)
     out_text = job.output()
-    lag_values = []  # now - watermark at each type's status line (every 30 s) during the publishing
-    for t, line in job.lines:
-        if (m := STATUS_LINE.match(line)) and (w := _iso_s(m.group(2))) is not None:
-            at = wall0 + t
-            if t_pub + 30 <= at <= t_pub + args.live_seconds:
-                lag_values.append(at - w)
-    res.update({"markers": {k: v for k, v in md.items() if k != "rows"}, "lag": spread(lag_values),
+    res["lag"] = spread(watermark_lags(job.lines, wall0, t_pub + 30, t_pub + args.live_seconds))
+    res["wall0"], res["t_pub"] = wall0, t_pub
+    res.update({"markers": {k: v for k, v in md.items() if k != "rows"},
                 "series": series, "peak_pss": job.watch.peak_pss, "leftovers": left,
                 "rounds_line": (m.group(0)[len("[fleet] "):] if (m := ROUND_LINE.search(out_text)) else None),
                 "batches": len([1 for _, line in job.lines if BATCH_LINE.search(line)]),
@@ -1140,9 +1150,10 @@ def live_text(r: dict) -> list[str]:
            markdown_table(LIVE_HEAD, rows), "",
            f"- markers missing (a boundary crossed, no marker): {m['missing_count']}; markers whose records differ "
            f"from what was published to their hour: {m['wrong_count']}; late records in them: {m['late_records']}",
-           f"- watermark lag (now - watermark, at each type's status line, every 30 s, after the first 30 s): p50 "
+           f"- watermark lag (wall clock - watermark at every line that gives a type's watermark: its batch lines, as "
+           f"each round ends, and status lines; from 30 s into the publishing to its end): p50 "
            f"{_secs(lag['p50'])}, p99 {_secs(lag['p99'])}, max {_secs(lag['max'])} over {lag['n']} readings "
-           f"(it includes the out_of_orderness of {r['ooo']:g} s)",
+           f"(out_of_orderness {r['ooo']:g} s included)",
            f"- publisher: {pub['processes']} processes x {pub['threads'] // max(1, pub['processes'])} threads, "
            f"{pub['sent']:,} of {pub['planned']:,} events planned, {pub['rate']:,.0f} events/s "
            f"({pub['rate_per_type']:.2f} per type) over {pub['span']:.1f} s; requests sent behind schedule: p50 "
@@ -1157,10 +1168,16 @@ def live_text(r: dict) -> list[str]:
            f"{_mib(r['peak_pss'])}" + (f" (at t={top['t']:.0f} s in the series)" if top else "")
            + f"; load {r['load_start']:.2f} at the start, {r.get('load_max', 0):.2f} at most", "",
            "Memory series (every ~10 s of the publishing: t s, PSS of the job's tree MiB, of which the JVM and the "
-           "Python driver, the driver's threads, load):", ""]
+           "Python driver, the driver's threads, its CPU over the step (cores, `c`), the load):", ""]
+    def cores(i: int, key: str) -> str:
+        a, b = series[i - 1] if i else None, series[i]
+        if a is None or key not in b or key not in a or b["t"] <= a["t"]:
+            return ""
+        return f" {(b[key] - a[key]) / (b['t'] - a['t']):.2f}c"
+
     out.append("`" + "; ".join(f"{x['t']:.0f}: {x['pss'] / 2**20:.0f} (jvm {x['jvm_pss'] / 2**20:.0f}, py "
-                               f"{x['driver_pss'] / 2**20:.0f}) {x['threads']}t {x['load']:.1f}"
-                               for x in series) + "`")
+                               f"{x['driver_pss'] / 2**20:.0f}) {x['threads']}t{cores(i, 'driver_cpu')} "
+                               f"{x['load']:.1f}" for i, x in enumerate(series)) + "`")
     out.append("")
     return out
 
