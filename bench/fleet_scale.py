@@ -778,9 +778,13 @@ def scenario_quiet(run: Run, args) -> dict:
                 w = job.watch
                 w.peak_threads, w.thread_series, w.threads_at_peak = 0, [], {}  # the window's, not the start-up's
                 th0 = thread_cpu(job.pid)
+                m0 = machine_cpu()
                 d0, t0, e0, c0 = job.driver_cpu(), proc_cpu(job.pid), proc_cpu(emu.proc.pid), time.monotonic()
                 time.sleep(args.quiet_seconds)
                 d1, t1, e1, c1 = job.driver_cpu(), proc_cpu(job.pid), proc_cpu(emu.proc.pid), time.monotonic()
+                m1 = machine_cpu()
+                res["machine_busy_cores"] = (m1[0] - m0[0]) / (c1 - c0)
+                res["cpu_pressure"] = (m1[2] - m0[2]) / (c1 - c0) if m0[2] is not None and m1[2] is not None else None
                 th1 = thread_cpu(job.pid)
                 secs = c1 - c0
                 res.update({"driver_cores": (d1 - d0) / secs, "tree_cores": (t1 - t0) / secs,
@@ -825,6 +829,21 @@ def live_start(args) -> float:
     while b - args.live_boundary_at < now + args.live_setup:
         b += 3600
     return float(b - args.live_boundary_at)
+
+
+def machine_cpu() -> tuple[float, float, float | None]:
+    """The machine's busy and total CPU seconds so far (/proc/stat, every core), and the seconds during which some
+    runnable task waited for a CPU (/proc/pressure/cpu ``some``; None without PSI)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    try:
+        text = Path("/proc/pressure/cpu").read_text()
+        some = int(re.search(r"^some .*total=(\d+)", text, re.M).group(1)) / 1e6
+    except (OSError, AttributeError):
+        some = None
+    return (sum(v) - idle) / tick, sum(v) / tick, some
 
 
 def watermark_lags(lines: list[tuple[float, str]], wall0: float, since: float, until: float) -> list[float]:
@@ -921,6 +940,7 @@ def scenario_live(run: Run, args) -> dict:
             root = psutil.Process(job.pid)
             d0, t0c, e0, p0, c0 = (job.driver_cpu(), proc_cpu_reaped(job.pid), proc_cpu(emu.proc.pid),
                                    sum(proc_cpu(p.pid) for p in procs), time.monotonic())
+            m0 = machine_cpu()
             next_sample = c0
             while any(p.poll() is None for p in procs):
                 now = time.monotonic()
@@ -936,6 +956,9 @@ def scenario_live(run: Run, args) -> dict:
             pub_cpu = sum(proc_cpu(p.pid) for p in procs) - p0  # 0 once reaped: taken from their own figures
             d1, t1c, e1, c1 = job.driver_cpu(), proc_cpu_reaped(job.pid), proc_cpu(emu.proc.pid), time.monotonic()
             secs = c1 - c0
+            m1 = machine_cpu()
+            res["machine_busy_cores"] = (m1[0] - m0[0]) / secs
+            res["cpu_pressure"] = (m1[2] - m0[2]) / secs if m0[2] is not None and m1[2] is not None else None
             res.update({"window": secs, "driver_cores": (d1 - d0) / secs, "tree_cores": (t1c - t0c) / secs,
                         "emulator_cores": (e1 - e0) / secs, "publisher_cpu_seen": pub_cpu})
             parts = []
@@ -1162,7 +1185,10 @@ def live_text(r: dict) -> list[str]:
            f"tick late); errors {pub['errors']}; its CPU {pub['cores']:.2f} cores",
            f"- CPU over the publishing ({r['window']:.0f} s): driver (Python) {r['driver_cores']:.2f} cores, the "
            f"job's whole tree (driver, JVM, Python workers, reaped ones included) {r['tree_cores']:.2f}, the "
-           f"emulator {r['emulator_cores']:.2f}",
+           f"emulator {r['emulator_cores']:.2f}, the publishers {pub['cores']:.2f}; the machine's "
+           f"{os.cpu_count()} cores were busy {r.get('machine_busy_cores', 0):.2f} cores on average (the rest: other "
+           f"engineers' work), and a runnable task waited for a CPU {100 * (r.get('cpu_pressure') or 0):.0f} % of the "
+           f"time (/proc/pressure/cpu, some)",
            f"- {r['batches']} batch lines; {r.get('rounds_line') or 'no round line'}",
            f"- stop: SIGTERM -> exit {r.get('stop_exit')} in {_s(r.get('stop_seconds'))}; peak PSS "
            f"{_mib(r['peak_pss'])}" + (f" (at t={top['t']:.0f} s in the series)" if top else "")
@@ -1204,6 +1230,11 @@ def tables(results: list[dict], bare: dict[int, dict]) -> str:
     if rows:
         parts += ["**Pub/Sub quiet, then SIGTERM (`run --all`, empty subscriptions)**", "",
                   markdown_table(QUIET_HEAD, rows), ""]
+        parts += [f"- {r['tree']}, {r['types']} types: over the window the machine's {os.cpu_count()} cores were busy "
+                  f"{r['machine_busy_cores']:.2f} cores on average, and a runnable task waited for a CPU "
+                  f"{100 * (r.get('cpu_pressure') or 0):.0f} % of the time (/proc/pressure/cpu, some)"
+                  for r in results if r["scenario"] == "quiet" and "machine_busy_cores" in r]
+        parts.append("")
     if bare:
         parts += ["**Bare client baseline** (the drain's messages, one google-cloud-pubsub client, no Spark)", "",
                   markdown_table(BARE_HEAD, [bare_row(n, b) for n, b in sorted(bare.items())]), ""]
