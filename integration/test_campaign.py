@@ -5,7 +5,9 @@ Each window is stopped once here, with one source each: the directory campaign k
 points (the same for every source) and makes each other kind of stop (SIGTERM to the process and to its group, a drain
 cut short, a downtime, a double kill, a kill in an idle tick); the Pub/Sub campaign kills at each of Pub/Sub's own
 points; the fleet campaign (issue 58) kills twenty Pub/Sub types run as one fleet where only a fleet has windows: the
-shared pullers' turns, a lease's renewal by the one scheduler, the stop of every source. The repeats (the Pub/Sub
+shared pullers' turns, a lease's renewal by the one scheduler, the stop of every source; the bus campaign (issue 59)
+kills three types that share one subscription where only a bus has windows: its one puller and spool, a type
+quarantined and catching up, a type quiet while the others are busy, messages no type claims. The repeats (the Pub/Sub
 campaign's random kills and other stops, more kills, other sinks, Kafka) are `python -m integration.campaigns.campaign`
 (RELIABILITY.md), and the unit sweeps reach every window of the same paths far more often than any end-to-end run:
 tests/sweeps/crash_sweep.py (a kill before every file-system call of the batch protocol, and again during the restart
@@ -86,4 +88,27 @@ def test_campaign_pubsub_fleet(tmp_path):
         f"a point never reached: {result['kills by point']}")
     assert result["SIGTERM"] >= 1 and result["SIGKILL during a SIGTERM drain"] >= 1
     assert result["types failing a check (of them)"] == "0 of 20"
+    assert not failures(result), result["_details"]
+
+
+def test_campaign_bus(tmp_path):
+    """A bus (issue 59): three types (``bus_a``, ``bus_b``, ``bus_c``, copies of page_view) that share one Pub/Sub
+    subscription, each message routed by its attribute ``type``, 6 % more messages that no type claims (half without
+    the attribute, half with a value nobody claims), ``bus_c`` quiet from the 6th of 17 waves on (hours of event time),
+    local disk: a SIGKILL at two of Pub/Sub's points in the bus's puller (``spooled``, ``spool_acked``), ``bus_b``
+    quarantined (its sink folder replaced by a file until the run says so and the others have gone on a round, then
+    back: it must come back and catch up), a SIGTERM then SIGKILL during the stop, a last run that drains (SIGTERM).
+    Every check per type (0 lost, 0 duplicated, 0 premature markers, every record in its hour, one ``_COMPLETE`` an
+    hour), and every unclaimed message kept exactly once in ``<sink>/_unclaimed/<bus id>/`` and nowhere else.  More
+    kills, SIGTERMs, the batch protocol's points and Kafka (noida-db): ``python -m integration.campaigns.campaign
+    --bus 3`` (RELIABILITY.md)."""
+    args = _args(tmp_path, "pubsub", events=400, files=16, kills=2, sigterms=0, types=1, bus=3, sink="local",
+                 points="spooled,spool_acked", stops="kills")
+    result = Campaign(args).run()
+    print_table(result, args)
+    assert result["event types (one bus: one subscription or topic)"] == 3
+    assert {"spooled", "spool_acked"} <= _killed_at(result), f"a point never reached: {result['kills by point']}"
+    assert "bus_b quarantined" in result["types quarantined on purpose (sink folder blocked): run, type, what happened"]
+    assert result["unclaimed messages sent (no attribute / a value no type claims)"].startswith("33 ")
+    assert result["types failing a check (of them)"] == "0 of 3"
     assert not failures(result), result["_details"]

@@ -9,9 +9,10 @@
     .venv/bin/python -m integration.campaigns.campaign --iceberg  # Parquet, an Iceberg snapshot per complete hour (51)
     .venv/bin/python -m integration.campaigns.campaign --payload protobuf   # a Protobuf producer (56), any --source
     .venv/bin/python -m integration.campaigns.campaign --source pubsub --types 100   # a fleet of 100 types (58)
+    .venv/bin/python -m integration.campaigns.campaign --source pubsub --bus 3   # a bus of 3 types (59); also kafka
     options: --events N --files F --seed S --kills K --sigterms T --workdir DIR --json FILE --fetch-partitions N
              --points all|source|P1,P2 --stops all|kills --kafka-partitions P --idle-partition none|quiet
-             --broker tansu|noida --types N
+             --broker tansu|noida --types N --bus N
              --kafka-scenario none|grow|retention|transactions|all
 
 The event set spans more than six event-time hours, ending ten minutes before the real
@@ -102,6 +103,18 @@ writes of a killed run's orphaned Spark workers (PySpark's daemon runs in a proc
 driver died; hours the idle rule closed while their events waited unread; each SIGTERM's time to the first drain
 and to the exit.  Judged besides: types quarantined or not drained, runs that failed (exit > 0), and stops that did
 not end within 120 s + 12 s a type (a hang).
+
+A bus (``--bus N``, Pub/Sub or Kafka on noida-db, local disk; issue 59 item 6): N copies of the type, ``bus_a`` ..,
+that name one subscription or topic and are routed by the attribute (Kafka header) ``type``, run as a fleet
+(``run --all --checkpoint-root``: one source session for the bus, its spool in ``ck/_bus/<bus id>/``).  The events are
+dealt as for a fleet, but the last type is quiet from :data:`BUS_QUIET_FROM` of the waves on (its share to the
+others: its last hours close by the idle rule or the drain while the bus stays busy), and every wave carries
+:data:`BUS_UNCLAIMED` more messages no type claims (half without the attribute, half with a value nobody claims).
+Besides the fleet's stops, one run blocks a type's sink folder (:data:`BUS_QUARANTINED`: the folder replaced by a
+file until the run says the type is quarantined and the others have gone on; then back, and the type must come back,
+catch up and commit) and is then SIGKILLed.  Every fleet check per type, plus: every unclaimed message kept exactly
+once in ``<sink>/_unclaimed/<bus id>/`` (reason ``unclaimed``, its detail saying why), none in a type's buckets or
+dead letters; the quarantine happened and ended; the quiet type's hours after its last event and what closed them.
 """
 
 from __future__ import annotations
@@ -134,6 +147,7 @@ from event_etl.eventtypes import load_event_type  # noqa: E402
 from event_etl.rules.buckets import DEADLETTER_DIR, MARKER_NAME, parse_data_file_name, parse_hour_dir  # noqa: E402
 from event_etl.rules.compaction import is_merged_name  # noqa: E402
 from event_etl.rules.manifest import Manifest  # noqa: E402
+from event_etl.rules.routing import UNCLAIMED_DIR, UNCLAIMED_REASON, bus_id  # noqa: E402
 from event_etl.storage import Storage  # noqa: E402
 from event_etl.storage.avroio import encode_single_object  # noqa: E402
 from event_etl.timeutil import HOUR_MS, MINUTE_MS, iso, now_millis  # noqa: E402
@@ -163,6 +177,15 @@ FLEET_PAUSES = {"write_file": 0.02, "files_written": 0.1, "duplicates_rewritten"
                 "merge_recorded": 0.1, "drain": 0.1, "idle_advance": 0.1, "offset_written": 0.05, "pulled": 0.05,
                 "spooled": 0.1, "acknowledging": 0.1, "spool_acked": 0.1, "segments_committed": 0.1, "lease_renew": 0.1}
 FLEET_PREFIX = "pv_"  # --types N: the types pv_0001 .. pv_N, each a copy of page_view with its own topic
+# --bus N (issue 59 item 6): the types bus_a .. bus_<N>, copies of page_view that share one subscription or topic,
+# routed by the attribute (Kafka header) BUS_ATTRIBUTE; the last type is quiet (gets nothing) from BUS_QUIET_FROM of
+# the waves on; BUS_UNCLAIMED of each wave's messages more carry no attribute or a value no type claims
+BUS_PREFIX = "bus_"
+BUS_ATTRIBUTE = "type"
+BUS_UNCLAIMED_VALUE = "refunds"
+BUS_QUIET_FROM = 0.35
+BUS_UNCLAIMED = 0.06
+BUS_QUARANTINED = 1  # --bus N: the type whose sink folder is blocked for a while (bus_b): quarantined, then back
 MAX_EVENTS_PER_FILE = 40  # the campaign's type: batches of a few dozen events write small files, merged
 IDLE_TIMEOUT_S = 20  # the campaign's type: longer than a run waits for input, shorter than its downtimes
 # The job's lease (EVENT_ETL_LEASE_TTL): on an object store a run started after a SIGKILL waits until the dead run's
@@ -455,6 +478,11 @@ def fleet_names(n: int) -> list[str]:
     return [f"{FLEET_PREFIX}{i:04d}" for i in range(1, n + 1)]
 
 
+def bus_names(n: int) -> list[str]:
+    """``--bus N``: the bus's event types, ``bus_a`` .. (at most 26)."""
+    return [f"{BUS_PREFIX}{chr(ord('a') + i)}" for i in range(n)]
+
+
 class FaultLog:
     """``--types N``: the fault points every run reached, each run's in a file of its own (its ``EVENT_ETL_FAULT_LOG``,
     which its Spark workers inherit), read as the files grow: a fleet's points come by the thousand a minute, and a
@@ -543,7 +571,8 @@ class SinkIndex:
                 if path.startswith(root) and info.get("type") != "directory"}
 
     def accounted(self) -> int:
-        """Distinct event ids in the types' hour folders plus dead-letter records (:meth:`Campaign.accounted`)."""
+        """Distinct event ids in the types' hour folders plus dead-letter records, a bus's unclaimed ones too
+        (:meth:`Campaign.accounted`)."""
         ids: set[str] = set()
         dls = 0
         for rel, size in self.listing().items():
@@ -551,7 +580,7 @@ class SinkIndex:
             if not rel.endswith(".avro") or parts[-1].startswith(".") or len(parts) < 3:
                 continue
             key = (rel, size)
-            if parts[1] == DEADLETTER_DIR:
+            if parts[1] == DEADLETTER_DIR or parts[0] == UNCLAIMED_DIR:  # a type's dead letters, a bus's unclaimed
                 if key not in self._dls:
                     import fastavro
 
@@ -562,6 +591,42 @@ class SinkIndex:
                     self._ids[key] = _event_ids(rel, self.st.read(rel))
                 ids.update(self._ids[key])
         return len(ids) + dls
+
+
+def _merge_into(src: Path, dst: Path) -> None:
+    """Move what a folder holds into another (a writer made it again while it was being swapped), then remove it."""
+    for root, _, files in os.walk(src):
+        for f in files:
+            target = dst / Path(root).relative_to(src) / f
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(Path(root) / f, target)
+    shutil.rmtree(src, ignore_errors=True)
+
+
+def _block(folder: Path, away: Path) -> None:
+    """``folder`` moved to ``away`` and a file put in its place: nothing can be written under it, even by root."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    if folder.exists():
+        os.rename(folder, away)
+    else:
+        away.mkdir()
+    while True:
+        try:
+            os.close(os.open(folder, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return
+        except FileExistsError:
+            _merge_into(folder, away)
+
+
+def _unblock(folder: Path, away: Path) -> None:
+    """:func:`_block` undone: the file removed and the folder put back."""
+    os.unlink(folder)
+    while True:
+        try:
+            os.rename(away, folder)
+            return
+        except OSError:  # a writer made the folder again in between: what it wrote goes with the rest
+            _merge_into(folder, away)
 
 
 class FleetWatcher(Watcher):
@@ -668,8 +733,13 @@ class Campaign:
         self.tx = Counter()  # transactions: committed, aborted, held open, interleaved; stops while one was open
         self.tx_open = False
         # --types N (N > 1): a fleet of Pub/Sub types in one application (issue 58 item 6)
-        self.names = fleet_names(getattr(args, "types", 1) or 1)
+        # --bus N (N > 1): N types of one Pub/Sub subscription or Kafka topic, routed by an attribute (issue 59 item 6):
+        # a fleet in everything else (one application, its checks per type)
+        self.bus = (getattr(args, "bus", 0) or 0) > 1
+        self.names = bus_names(args.bus) if self.bus else fleet_names(getattr(args, "types", 1) or 1)
         self.fleet = len(self.names) > 1
+        self.unclaimed_waves: list[list[Event]] = []  # --bus N: each wave's messages no type claims
+        self.quarantines: list[tuple[int, str, str]] = []  # --bus N: (run, type, what happened) of a blocked sink
         self.spans: list[tuple[int, int, float, float, int | None]] = []  # each run: (run, pid, start, end, exit code)
         self.released_at: dict[int, int] = {}  # wave -> when it was published or moved in (ms)
         self.stop_kills: Counter = Counter()  # --types N: where a SIGKILL after a SIGTERM landed (drain, stop)
@@ -684,6 +754,9 @@ class Campaign:
 
     # -- the source and the sink -----------------------------------------------------------
     def prepare(self) -> None:
+        if self.bus:
+            self.prepare_bus()
+            return
         if self.fleet:
             self.prepare_fleet()
             return
@@ -860,6 +933,197 @@ class Campaign:
                 list(pool.map(one, self.names))
         finally:
             sub.close()
+
+    # -- a bus of types (--bus N) ----------------------------------------------------------------
+    def prepare_bus(self) -> None:
+        """``--bus N``: N copies of page_view (the campaign's settings, as for a fleet) that name one source, a Pub/Sub
+        subscription or a Kafka topic, routed by the attribute (Kafka header) ``type``, each claiming its name.  One
+        event set as for one type, each event given to one type (by its id: a producer retry goes where its original
+        went; the invalid ones round robin), but the last type is quiet from :data:`BUS_QUIET_FROM` of the waves on
+        (hours of event time): its share goes to the others.  Each wave also carries :data:`BUS_UNCLAIMED` more
+        messages (valid records of ids of their own) that no type claims: half without the attribute, half with a
+        value nobody claims; each must be kept once in ``<sink>/_unclaimed/<bus id>/``, and nowhere else."""
+        types = self.work / "types"
+        base = ROOT / "event_types" / "page_view"
+        text = (base / "etl.toml").read_text().replace('idle_timeout = "5m"\n', "").replace(
+            "max_events_per_file = 500000\n", "")
+        extra = (f'idle_timeout = "{IDLE_TIMEOUT_S}s"\ndedupe_window = "24h"\n'
+                 f"max_events_per_file = {MAX_EVENTS_PER_FILE}\nroute_attribute = \"{BUS_ATTRIBUTE}\"\n")
+        if self.args.source == "pubsub":
+            self.topic = "projects/campaign/topics/bus"
+            self.subscription = "projects/campaign/subscriptions/bus-etl"
+            self.source = f"pubsub:{self.subscription}"
+        else:
+            self.topic = "page-view"  # start_kafka's
+            self.source = f"kafka:{self.topic}"
+        for n in self.names:
+            shutil.copytree(base, types / n)
+            body = text
+            for key, value in (("source", self.source), ("topic", self.topic if self.args.source == "pubsub" else None),
+                               ("subscription", self.subscription if self.args.source == "pubsub" else None)):
+                if value is None:
+                    continue
+                body, k = re.subn(rf"(?m)^{key} = .*$", f'{key} = "{value}"', body)
+                assert k == 1, f"{key} not once in page_view's etl.toml"
+            (types / n / "etl.toml").write_text(extra + body)
+        self.event_types_dir = str(types)
+        self.et = load_event_type(types / self.names[0])
+        self.protobuf = None
+        now = now_millis()
+        start = now - span_of(self.args.files) - 10 * MINUTE_MS
+        self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
+                                  start=start, future_from=now + HOUR_MS)
+        waves = len(self.events.batches)
+        self.quiet_type, self.quiet_from = self.names[-1], max(1, int(waves * BUS_QUIET_FROM))
+        self.shares = []
+        self.type_events = {n: [] for n in self.names}
+        owner: dict[str, str] = {}
+        dealt = 0
+        rng = random.Random(self.args.seed + 59)
+        for k, (_, evs) in enumerate(self.events.batches):
+            live = self.names if k < self.quiet_from else self.names[:-1]
+            share: dict[str, list[Event]] = defaultdict(list)
+            for e in evs:
+                if e.id is not None:
+                    name = owner.setdefault(e.id, live[zlib.crc32(e.id.encode()) % len(live)])
+                else:
+                    name, dealt = live[dealt % len(live)], dealt + 1
+                share[name].append(e)
+                self.type_events[name].append(e)
+            self.shares.append(dict(share))
+            unclaimed = []
+            for i in range(max(1, round(len(evs) * BUS_UNCLAIMED))):
+                eid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+                t = self.events.batches[k][0] - rng.randint(0, 120) * 1000
+                payload = json.dumps({"event_id": eid, "event_time": t, "anonymous_id": "a-unclaimed",
+                                      "session_id": "s-unclaimed", "product_id": "sku-0",
+                                      "page_url": "https://shop.example.com/refund/1", "device_type": "MOBILE"})
+                # half without the attribute, half with a value no type claims
+                unclaimed.append(Event(eid, t, "no_attribute" if (k + i) % 2 == 0 else "unclaimed_value",
+                                       payload.encode(), UNCLAIMED_REASON))
+            self.unclaimed_waves.append(unclaimed)
+        self.sink = str(self.work / "sink")  # local: a type's folder is blocked for a while (quarantine_one)
+        self.index = SinkIndex(self.sink)
+        self.env["EVENT_ETL_FLEET_BACKOFF"] = "2"  # a quarantined type tried again soon
+        if self.args.source == "pubsub":
+            from tests.lib.servers import PubSubEmulator
+
+            ps = PubSubEmulator(self.work / "pubsub").start(timeout=90)
+            self.servers.append(ps)
+            self.env.update({"PUBSUB_EMULATOR_HOST": ps.host, "EVENT_ETL_PUBSUB_ACK_DEADLINE": "10",
+                             "EVENT_ETL_FAULT_EMPTY_PULLS": "deadline", "EVENT_ETL_PUBSUB_PULL_TIMEOUT": "2"})
+            os.environ["PUBSUB_EMULATOR_HOST"] = ps.host
+            from google.cloud import pubsub_v1
+
+            sub = pubsub_v1.SubscriberClient()
+            try:
+                pubsub_v1.PublisherClient().create_topic(name=self.topic)
+                sub.create_subscription(name=self.subscription, topic=self.topic, ack_deadline_seconds=10)
+            finally:
+                sub.close()
+            self.publisher = pubsub_v1.PublisherClient()
+        else:
+            self.start_kafka()
+            assert self.topic == "page-view"
+        self.pending = list(range(waves))
+        self.checkpoint = str(self.work / "ck")  # --checkpoint-root: ck/<type>, the bus's spool in ck/_bus/<id>
+
+    def bus_wave(self, k: int) -> list[tuple[bytes, str | None]]:
+        """Wave ``k`` of a bus, in the order it is sent: each message and its attribute (header) ``type``, or None;
+        the unclaimed ones spread among the others."""
+        out = [(e.payload, n) for n, share in self.shares[k].items() for e in share]
+        self.rng.shuffle(out)
+        for j, e in enumerate(self.unclaimed_waves[k]):
+            out.insert((j * 7919) % (len(out) + 1), (e.payload, None if e.kind == "no_attribute" else
+                                                     BUS_UNCLAIMED_VALUE))
+        return out
+
+    def release_bus(self, k: int) -> None:
+        """Wave ``k`` to the bus's topic: Pub/Sub messages with their attribute; Kafka records with their header,
+        dealt round robin over the partitions (but the idle one, in its idle waves)."""
+        msgs = self.bus_wave(k)
+        if self.args.source == "pubsub":
+            futures = [self.publisher.publish(self.topic, payload, **({BUS_ATTRIBUTE: attr} if attr else
+                                                                      {} if payload else {"note": "empty"}))
+                       for payload, attr in msgs]
+            for f in futures:
+                f.result(timeout=60)
+            return
+        records = self._deal(k, [payload for payload, _ in msgs])
+        for (p, payload), (_, attr) in zip(records, msgs, strict=True):
+            headers = [(BUS_ATTRIBUTE, attr.encode())] if attr else None
+            self.producer.produce(self.topic, value=payload, partition=p, headers=headers)
+            self.producer.poll(0)
+        left = self.producer.flush(60)
+        if left:
+            raise RuntimeError(f"{left} records of wave {k} not delivered to the broker")
+        self.produced.update(p for p, _ in records)
+
+    def read_unclaimed(self) -> list[dict]:
+        """Every record of the bus's dead letters (``<sink>/_unclaimed/<bus id>/dt=*/*.avro``)."""
+        import fastavro
+
+        out: list[dict] = []
+        for f in sorted((Path(self.sink) / UNCLAIMED_DIR / bus_id(self.source)).glob("dt=*/*.avro")):
+            out.extend(fastavro.reader(io.BytesIO(f.read_bytes())))
+        return out
+
+    def bus_rows(self, per: dict[str, dict]) -> tuple[dict, dict]:
+        """What only a bus has: every unclaimed message kept exactly once in the bus's dead letters (reason
+        ``unclaimed``, its detail saying why), none in a type's buckets or dead letters; the quiet type's hours after
+        its last event (closed by the idle rule or a drain); the quarantine of a type whose sink folder was blocked."""
+        kept = self.read_unclaimed()
+        expected = Counter(e.payload for wave in self.unclaimed_waves for e in wave)
+        got = Counter(bytes(r["payload"]) for r in kept)
+        ids = {e.id for wave in self.unclaimed_waves for e in wave}
+        in_buckets = []
+        for n in self.names:
+            content, _ = self.read_sink(n)
+            in_buckets += [f"{n}: {i}" for h in content.values() for i, _, _ in h["records"] if i in ids]
+            in_buckets += [f"{n} dead letters" for d in self.read_deadletters(n) if d.payload in expected]
+        wrong_reason = [(r["reason"], r["detail"]) for r in kept if r["reason"] != UNCLAIMED_REASON
+                        or not ("no attribute" in r["detail"] or repr(BUS_UNCLAIMED_VALUE) in r["detail"])]
+        q = self.quiet_type
+        content, _ = self.read_sink(q)
+        last_event = max((e.t for e in self.type_events[q] if e.kind in VALID_KINDS and e.t is not None), default=0)
+        after = {h: e["marker"].extra.get("closed_by") if e["marker"] else None for h, e in content.items()
+                 if h >= last_event - last_event % HOUR_MS}
+        quiet_last = self.released_at.get(self.quiet_from - 1)
+        # the quiet type's idle advances while the bus stayed busy: an idle line of it with another type's batch of
+        # records both before and after it in its run's log (a bus's delivery to the others no longer restarts its
+        # idle timer: a1292ee)
+        busy = re.compile(r"^\[(?!" + re.escape(q) + r"\])\w+\] batch \d+(?: \(replay\))?: in [1-9]")
+        idle_lines = idle_busy = 0
+        for f in sorted(self.work.glob("run-*.log")):
+            lines = f.read_text(errors="replace").splitlines()
+            marks = [i for i, line in enumerate(lines) if busy.match(line)]
+            for i, line in enumerate(lines):
+                if line.startswith(f"[{q}] idle: watermark"):
+                    idle_lines += 1
+                    idle_busy += bool(marks and marks[0] < i < marks[-1])
+        rows = {
+            "bus (one source, routed by attribute/header 'type')": f"{bus_id(self.source)}: {self.source}",
+            "unclaimed messages sent (no attribute / a value no type claims)": "{} ({} / {})".format(
+                sum(expected.values()), sum(1 for w in self.unclaimed_waves for e in w if e.kind == "no_attribute"),
+                sum(1 for w in self.unclaimed_waves for e in w if e.kind == "unclaimed_value")),
+            "unclaimed kept (files)": f"{len(kept)} ({len(list((Path(self.sink) / UNCLAIMED_DIR).rglob('*.avro')))})",
+            KEY_UNCLAIMED_LOST: sum((expected - got).values()),
+            KEY_UNCLAIMED_DUP: sum((got - expected).values()),
+            KEY_UNCLAIMED_ELSEWHERE: len(in_buckets) + len(wrong_reason),
+            "quiet type: last wave with its events (of all) / its hours from its last event's: closed by": (
+                f"{q}: {self.quiet_from} of {len(self.events.batches)} / "
+                f"{dict(Counter(str(v) for v in after.values()))}"),
+            "quiet type: idle advances (lines), of them while the others' batches went on": (
+                f"{idle_lines} ({idle_busy})"),
+            "quiet type: its last wave published before the campaign's end (s)": (
+                f"{(now_millis() - quiet_last) / 1000:.0f}" if quiet_last else "-"),
+            "types quarantined on purpose (sink folder blocked): run, type, what happened": (
+                "; ".join(f"run {r}: {n} {what}" for r, n, what in self.quarantines) or "none"),
+        }
+        details = {"unclaimed missing": [p[:80] for p in (expected - got)][:5],
+                   "unclaimed extra": [p[:80] for p in (got - expected)][:5],
+                   "unclaimed elsewhere": (in_buckets + [str(w) for w in wrong_reason])[:10]}
+        return rows, details
 
     def run_env(self, point: str | None = None, **extra: str) -> dict[str, str]:
         """A run's environment; ``--types N``: its own fault log (:class:`FaultLog`), and a pause only at ``point``,
@@ -1314,6 +1578,11 @@ class Campaign:
 
     def _release_one(self, k: int) -> None:
         with self.release_lock:
+            # the next wave, whatever the caller counted: the feeder's thread and a run's step (a downtime's backlog, a
+            # bus's quarantine) may release at the same time
+            k = len(self.events.batches) - len(self.pending)
+            if not self.pending:
+                return
             item = self.pending.pop(0)
             evs = self.events.batches[k][1]
             if evs and evs[0].kind == "fast_clock":
@@ -1324,6 +1593,8 @@ class Campaign:
                 tmp = item.with_name("." + item.name)
                 tmp.write_bytes(b"\n".join(e.payload for e in evs) + b"\n")
                 tmp.rename(self.work / "in" / item.name)  # it arrives when the job lists it
+            elif self.bus:  # every type's share and the unclaimed ones to the one topic, each with its attribute
+                self.release_bus(k)
             elif self.args.source == "kafka":
                 self._produce_wave(k, evs)
             elif self.fleet:  # each type's share of the wave to its own topic
@@ -1447,6 +1718,8 @@ class Campaign:
                     time.sleep(0.2)
                 time.sleep(self.rng.uniform(0.0, 2.0))
             hit = proc.poll() is None
+        elif how == "QUARANTINE":  # a type's sink folder blocked until it is quarantined, then back; SIGKILL later
+            hit = self.quarantine_one(proc)
         elif point is None:
             deadline = time.monotonic() + 180
             done = self.batches_done() if self.fleet else committed
@@ -1467,7 +1740,7 @@ class Campaign:
         if proc.poll() is None:
             if self.tx_open:
                 self.tx["stops while a transaction was open"] += 1
-            if how in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL", "GROW_LIVE", "CAUGHT_UP"):
+            if how in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL", "GROW_LIVE", "CAUGHT_UP", "QUARANTINE"):
                 os.killpg(proc.pid, signal.SIGKILL)
             termed = time.monotonic()
             if how == "SIGTERM":
@@ -1513,6 +1786,63 @@ class Campaign:
             print(f"  run {self.runs:2d}: {how:<14} at {point or 'random':<20} "
                   f"{'hit' if hit else 'missed'} after {time.monotonic() - t_start:5.1f}s", flush=True)
         return hit
+
+    def quarantine_one(self, proc: subprocess.Popen) -> bool:
+        """``--bus N``: once a batch has run, the sink folder of a type of the bus (:data:`BUS_QUARANTINED`) is
+        replaced by a file (its data files, markers and lease cannot be written, even by root) until the run says the
+        type is quarantined, two more waves are sent, and the others have committed a round more (20 s at most); then
+        the folder is back, and the type must come back too (its status ``running`` again once
+        its backoff ran out; the batch it failed is replayed first, then it catches up with the bus).  True if the run
+        is still alive for its SIGKILL."""
+        name = self.names[BUS_QUARANTINED]
+        folder, away = Path(self.sink) / name, Path(self.sink) / f".{name}.away"
+        log = self.work / f"run-{self.runs:02d}.log"
+        deadline = time.monotonic() + 180
+        done = self.batches_done()
+        while time.monotonic() < deadline and proc.poll() is None and self.batches_done() < done + len(self.names):
+            time.sleep(0.2)
+        if proc.poll() is not None:
+            return False
+        _block(folder, away)
+        what = "not quarantined"
+        try:
+            until = time.monotonic() + 120
+            while time.monotonic() < until and proc.poll() is None:
+                if f"[{name}] quarantined (" in log.read_text(errors="replace"):
+                    what = "quarantined, not back"
+                    break
+                time.sleep(0.3)
+            others = self.batches_done()
+            if what != "not quarantined":  # input for the others while it is away (past what is kept back for later)
+                for _ in range(2):
+                    if self.pending:
+                        self._release_one(len(self.events.batches) - len(self.pending))
+            until = time.monotonic() + 20
+            while what != "not quarantined" and time.monotonic() < until and proc.poll() is None and (
+                    self.batches_done() < others + len(self.names) - 1):
+                time.sleep(0.3)
+            went_on = self.batches_done() - others
+        finally:
+            _unblock(folder, away)
+        if what != "not quarantined":
+            what = f"quarantined (the others' batches meanwhile: {went_on}), not back"
+            status = Path(self.checkpoint) / name / "etl" / "status.json"
+            unblocked = now_millis()
+            until = time.monotonic() + 120  # its backoff (doubled at each failure while blocked) run out, reopened
+            while time.monotonic() < until and proc.poll() is None:
+                try:
+                    st = json.loads(status.read_text())
+                except (OSError, ValueError):
+                    st = {}
+                if st.get("state") == "running" and st.get("updated_at", "") >= iso(unblocked):
+                    what = what.replace("not back", "back")
+                    break
+                time.sleep(0.3)
+        self.quarantines.append((self.runs, name, what))
+        if self.args.verbose:
+            print(f"  run {self.runs:2d}: {name}'s sink folder blocked, then back: {what}", flush=True)
+        time.sleep(self.rng.uniform(0.0, 2.0))
+        return proc.poll() is None
 
     def backlog_released(self, n: int) -> None:
         released = len(self.events.batches) - len(self.pending)
@@ -1592,7 +1922,7 @@ class Campaign:
         and each dead-letter record, of the events that survived."""
         evs = self.surviving()
         return len({e.id for e in evs if e.kind in VALID_KINDS or e.kind == "duplicate"}) + sum(
-            1 for e in evs if e.reason)
+            1 for e in evs if e.reason) + sum(len(w) for w in self.unclaimed_waves)  # a bus's: kept once each
 
     # -- reading the result ----------------------------------------------------------------
     def read_sink(self, event_type: str = "page_view"):
@@ -1737,7 +2067,8 @@ class Campaign:
             "event-time hours": len(all_hours),
             "job runs": self.runs,
             "SIGKILL": sum(n for (s, _), n in self.kills.items()
-                           if s in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL", "GROW_LIVE", "CAUGHT_UP")),
+                           if s in ("SIGKILL", "DOWNTIME", "IDLE", "REPLAY_KILL", "GROW_LIVE", "CAUGHT_UP",
+                                    "QUARANTINE")),
             "SIGKILL during the replay after a SIGKILL": sum(n for (s, _), n in self.kills.items()
                                                              if s == "REPLAY_KILL"),
             "SIGTERM": sum(n for (s, _), n in self.kills.items() if s in ("SIGTERM", "SIGTERM_GROUP")),
@@ -1854,7 +2185,8 @@ class Campaign:
         leftovers = self.leftovers()
         per = {n: self.check(watcher, n, self.type_events[n], leftovers=[]) for n in self.names}
         first = per[self.names[0]]
-        out: dict = {"event types (one fleet, each its own topic and subscription)": len(self.names)}
+        out: dict = {("event types (one bus: one subscription or topic)" if self.bus else
+                      "event types (one fleet, each its own topic and subscription)"): len(self.names)}
         for k, v in first.items():
             if k.startswith("_"):
                 continue
@@ -1871,6 +2203,11 @@ class Campaign:
         out["types failing a check (of them)"] = f"{len(failing)} of {len(self.names)}"
         rows, details = self.fleet_rows()
         out.update(rows)
+        if self.bus:
+            more, more_details = self.bus_rows(per)
+            out.update(more)
+            details.update(more_details)
+            out[KEY_QUARANTINE_MISSED] = sum(1 for _, _, what in self.quarantines if not what.endswith(", back"))
         out["_details"] = {"failing types": {n: failures(per[n]) for n in failing[:20]},
                            "failing types' details": {n: per[n]["_details"] for n in failing[:3]},
                            "temporary files left": leftovers[:10], **details}
@@ -1910,7 +2247,9 @@ class Campaign:
                 top = max(top, run)
         renewed = Counter(run for (_, run) in holders)
         logs = {f.name: f.read_text(errors="replace") for f in sorted(self.work.glob("run-*.log"))}
-        quarantined = {m for text in logs.values() for m in re.findall(r"\[(\w+)\] quarantined \(", text)}
+        meant = {(f"run-{run:02d}.log", name) for run, name, _ in self.quarantines}  # --bus N: its sink blocked
+        quarantined = {m for f, text in logs.items() for m in re.findall(r"\[(\w+)\] quarantined \(", text)
+                       if (f, m) not in meant}
         not_drained = {m for text in logs.values() for m in re.findall(r"\[(\w+)\] not drained:", text)}
         waits = {f: len(re.findall(r"to stop writing: its lease runs out then", text)) for f, text in logs.items()}
         failed = [f"run {run}: exit {rc}" for run, _, _, _, rc in self.spans if rc is not None and rc > 0]
@@ -1976,7 +2315,8 @@ class Campaign:
         the SIGTERMs (half to the group); a SIGKILL during the stop that follows a SIGTERM (a fleet drains type after
         type, then stops its sources at once); with ``--stops all`` also a downtime and a double kill."""
         chosen = getattr(self.args, "points", "all")
-        own = (*PUBSUB_POINTS, LEASE_POINT)
+        # a bus on Kafka: no points of the source's own (a bus's Pub/Sub has the fleet's)
+        own = (*PUBSUB_POINTS, LEASE_POINT) if self.args.source == "pubsub" else (LEASE_POINT,)
         every = (*FAULT_POINTS, *own)
         named = tuple(chosen.split(","))
         each, pool = {"all": (every, every), "source": (own, every)}.get(chosen, (named, named))
@@ -1989,6 +2329,8 @@ class Campaign:
         if self.every_stop:
             kills += [("DOWNTIME", None), ("REPLAY", "files_written")]
         self.rng.shuffle(kills)
+        if self.bus:  # a type quarantined (its sink folder blocked), in the first third: its backlog then comes in
+            kills.insert(max(1, len(kills) // 3), ("QUARANTINE", None))
         return kills
 
     def run(self) -> dict:
@@ -2077,6 +2419,10 @@ KEY_QUARANTINED = "types quarantined (a type's source, batch or tick failed)"
 KEY_NOT_DRAINED = "types not drained"
 KEY_RUNS_FAILED = "runs that failed or were refused (exit code > 0)"
 KEY_STOP_HUNG = "runs not ended 120 s + 12 s a type after their SIGTERM (a hang: then SIGKILLed)"
+KEY_UNCLAIMED_LOST = "unclaimed messages not kept (lost)"
+KEY_UNCLAIMED_DUP = "unclaimed messages kept more than once (duplicated)"
+KEY_UNCLAIMED_ELSEWHERE = "unclaimed messages in a type's buckets or dead letters, or with a wrong reason or detail"
+KEY_QUARANTINE_MISSED = "blocked sink folders that did not quarantine their type, or after which it did not come back"
 # --types N: figures of the runs, the same for every type (not summed over the types)
 RUN_KEYS = ("job runs", "SIGKILL", "SIGKILL during the replay after a SIGKILL", "SIGTERM",
             "SIGTERM to the process group", "SIGKILL during a SIGTERM drain", "SIGKILL inside an idle tick",
@@ -2103,7 +2449,8 @@ FAILURE_KEYS = ("lost", "duplicated", "invalid/too-late/future in buckets", "mis
                 "iceberg: rows not equal to the manifests'",
                 "deleted records in the sink", "aborted records in the sink or dead letters", KEY_LOST_WRONG,
                 KEY_FAIL_RUNS_WRONG, KEY_DELETIONS_MISSED, KEY_WM_EARLY, KEY_TWO_JOBS, KEY_QUARANTINED,
-                KEY_NOT_DRAINED, KEY_RUNS_FAILED, KEY_STOP_HUNG)
+                KEY_NOT_DRAINED, KEY_RUNS_FAILED, KEY_STOP_HUNG, KEY_UNCLAIMED_LOST, KEY_UNCLAIMED_DUP,
+                KEY_UNCLAIMED_ELSEWHERE, KEY_QUARANTINE_MISSED)
 
 
 def failures(result: dict) -> list[str]:
@@ -2119,6 +2466,8 @@ def print_table(result: dict, args) -> None:
           + (", SIGKILLs and SIGTERMs only (--stops kills)" if getattr(args, "stops", "all") == "kills" else "")
           + (f", a fleet of {args.types} types (one application), kills at {args.points}"
              if (getattr(args, "types", 1) or 1) > 1 else "")
+          + (f", a bus of {args.bus} types (one {'subscription' if args.source == 'pubsub' else 'topic'}), kills at "
+             f"{args.points}" if (getattr(args, "bus", 0) or 0) > 1 else "")
           + (f", {kafka} Kafka partitions, broker {kafka_broker_kind(args)}, scenario "
              f"{getattr(args, 'kafka_scenario', 'none') or 'none'}" if kafka else ""))
     width = max(len(k) for k in result if not k.startswith("_"))
@@ -2150,6 +2499,11 @@ def main(argv=None) -> int:
     ap.add_argument("--types", type=int, default=1,
                     help="Pub/Sub: N event types (copies of page_view, each its own topic, subscription and share of "
                          "the events) run as one fleet (run --all), killed and checked per type (issue 58)")
+    ap.add_argument("--bus", type=int, default=0,
+                    help="Pub/Sub or Kafka (noida-db): N event types (copies of page_view, bus_a ..) that share one "
+                         "subscription or topic, routed by the attribute (header) 'type', with messages no type "
+                         "claims, the last type quiet for most of the waves, one quarantined for a while (its sink "
+                         "folder blocked): killed and checked per type, the unclaimed checked once each (issue 59)")
     ap.add_argument("--sigterms", type=int, default=2)
     ap.add_argument("--stops", choices=("all", "kills"), default="all",
                     help="every kind of stop (all), or only the SIGKILLs and SIGTERMs (kills): no drain cut short by "
@@ -2179,8 +2533,17 @@ def main(argv=None) -> int:
                          "waves in transactions with aborted ones among them (transactions), or all three")
     args = ap.parse_args(argv)
     named = set(FAULT_POINTS) | set(PUBSUB_POINTS) | {LEASE_POINT}
-    if args.points not in ("all", "source") and (args.types <= 1 or not set(args.points.split(",")) <= named):
-        ap.error(f"--points: all, source, or (with --types N) points of {sorted(named)}, comma-separated")
+    if args.points not in ("all", "source") and (max(args.types, args.bus) <= 1
+                                                 or not set(args.points.split(",")) <= named):
+        ap.error(f"--points: all, source, or (with --types N or --bus N) points of {sorted(named)}, comma-separated")
+    if args.bus > 1 and (args.types > 1 or args.source == "dir" or args.policies or args.iceberg
+                         or args.payload != "json" or args.fetch_partitions or args.sink == "gcs"
+                         or args.kafka_scenario != "none" or args.broker == "tansu" or args.bus > 26):
+        ap.error("--bus N (2..26) runs a bus of Pub/Sub or Kafka (noida-db) types to local disk: --source pubsub or "
+                 "kafka, without --types, --policies, --iceberg, --payload protobuf, --fetch-partitions, --sink gcs or "
+                 "a --kafka-scenario")
+    if args.bus > 1 and args.source == "kafka":
+        args.broker = "noida"  # headers, and true high watermarks
     if args.types > 1 and (args.source != "pubsub" or args.policies or args.iceberg or args.payload != "json"
                            or args.fetch_partitions):
         ap.error("--types N runs a fleet of Pub/Sub types: --source pubsub, without --policies, --iceberg, "
