@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -87,6 +88,23 @@ def _chunks(items: list[Payload]) -> Iterator[list[Payload]]:
         yield cur
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a split is read and routed.  Every message read is a tuple
+    and a dict (its attributes, Kafka's headers) kept until the types have processed them: each allocation past
+    the collector's threshold made it walk all of them again (13 of a 1,000,000-record bus's 46 s of task time,
+    bench/RESULTS.md "bus-backlog").  They hold no cycles; reference counting frees them as before."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def route_split(items: Iterator[Payload], router: Router, names: set[str], topic: str | None = None
                 ) -> tuple[dict[str, list[Payload]], list[tuple[Payload, str]]]:
     """Each of ``names``' messages of a split, in order, and the messages no type claims with why (pure).
@@ -141,7 +159,8 @@ def process_bus_split(split: Split, contexts: Mapping[str, Any], router: Router,
     base = split_reader(split.kind)
     first = next(iter(contexts.values()))
     topic = split.uri if split.kind == "kafka" else None
-    claimed, unclaimed = route_split(base.payloads(split, first.event_type), router, set(contexts), topic)
+    with _collector_paused():  # a split's messages held at once: no cycles among them for the collector to find
+        claimed, unclaimed = route_split(base.payloads(split, first.event_type), router, set(contexts), topic)
     for name, ctx in contexts.items():
         try:
             report, keys = process(split, ctx, storage_of(ctx.sink), reader=RoutedReader(base, claimed[name]))
