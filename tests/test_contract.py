@@ -535,3 +535,27 @@ def test_while_the_source_settles_the_watermark_holds_and_no_hour_is_marked_then
     assert p.controller.state.watermark == t("14:13")
     assert marked(p) == [hour("13")]
     assert sorted(read_sink(p.sink, p.et.name)[hour("13")].timely) == ["a", "c"]
+
+
+def test_a_replay_while_the_source_settles_holds_no_lower_than_the_markers_its_first_attempt_wrote(tmp_path, kill_at):
+    """Found by the bus campaign (issue 59): a batch wrote hour 13's marker and was killed before its state was saved;
+    the restart settles for the killed run's Pub/Sub leases and replays the batch meanwhile.  Held at the state's old
+    watermark, the replay left hour 13 unmarked in the state although its marker is out, and the next batch's event
+    of hour 13 was written to the marked hour: refused ("already complete") at every retry, the type stuck for good.
+    The hold goes no lower than what the first attempt marked: the hour stays complete, the event is late."""
+    p = pipeline(tmp_path)
+    p.clock.now = t("13:10")
+    p.batch([click("a", "13:05")])
+    kill_at("after_marker")
+    p.clock.now = t("14:20")
+    with pytest.raises(Killed):
+        p.batch([click("b", "14:15")])  # completes hour 13: its marker written, the state not saved
+    assert marked(p) == [hour("13")] and p.ckpt.load_state().marked_through is None
+    p.restart()
+    p.controller.idle.source_activity = lambda: SourceActivity(p.clock.now, settling=True)
+    p.batch([click("b", "14:15")], batch_id=1)  # the replay, while the source settles
+    assert p.controller.state.marked_through == hour("13"), "the hour its first attempt marked stays marked"
+    ev = p.batch([click("c", "13:50")])  # a message the killed run held, back after its lease ran out
+    assert ev.result.counts == {"late": 1}, "late for the hour already complete, in the open hour"
+    assert sorted(read_sink(p.sink, p.et.name)[hour("13")].timely) == ["a"]
+    check_manifest_matches_folder(p.sink, p.et.name, hour("13"))

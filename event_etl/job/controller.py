@@ -384,10 +384,18 @@ class Controller:
 
     def _hold_or_catch_up(self, new: WatermarkState) -> WatermarkState:
         """While the source is settling the watermark holds where it was (events still count in the state's
-        maxima); once it is not, it catches up with the events seen meanwhile."""
+        maxima), and in a replay no lower than the markers its first attempt wrote (a kill between them and the
+        state: those hours are complete for everyone already); once it is not, it catches up with the events seen
+        meanwhile."""
         if self.idle.settling():
             self.held = True
-            return replace(new, watermark=self.state.watermark)
+            held = self.state.watermark
+            if self._replaying:  # its first attempt may have marked hours before a kill took it (state unsaved):
+                written = self.markers.written_after(self.state)  # they are out; no lower than what completed them
+                if written:
+                    top = max(m.watermark for m in written)
+                    held = top if held is None else max(held, top)
+            return replace(new, watermark=held)
         if self.held and new.max_counted_time is not None:
             self.held = False
             return new.with_watermark(new.max_counted_time - self.et.out_of_orderness)
