@@ -257,7 +257,7 @@ SOURCES: dict[str, SourceKind] = {
                          "event_etl.sources.pubsub_session:PubSubSource", lambda spec: spec.url, ("seg", "spool"),
                          shared="checkpoint", requires=("google.cloud.pubsub_v1",),
                          install_hint="pip install 'event_etl[job]'"),
-    "kafka": SourceKind("kafka", _parse_kafka, "kafka:TOPIC", "event_etl.sources.kafka:KafkaSource",
+    "kafka": SourceKind("kafka", _parse_kafka, "kafka:TOPIC", "event_etl.sources.kafka_source:KafkaSource",
                         _kafka_identity, ("kafka",), shared=None,
                         requires=("confluent_kafka",), executor_requires=("confluent_kafka",),
                         install_hint="pip install 'event_etl[job]' (or pip install 'confluent-kafka>=2.3,<3')"),
