@@ -18,9 +18,12 @@ and its own batches; what the engine asks a type's view it answers from the one 
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from event_etl.rules.routing import BusPlan, Router
 from event_etl.rules.watermark import SourceActivity
@@ -126,8 +129,6 @@ class Bus:
             return start
 
     def _saved_release(self) -> Offset:
-        import json
-
         if self.state_file is None:
             return None
         try:
@@ -140,8 +141,6 @@ class Bus:
         """Before the source lets go: a type new to the bus must never start before it."""
         if self.state_file is None:
             return
-        from pathlib import Path
-
         from event_etl.storage.atomic import write_json_atomic
 
         path = Path(self.state_file)
@@ -155,8 +154,6 @@ class Bus:
                 self.session.prepare_available_now()
 
     def offer(self, start: Offset, cap: int | None, *, now: int) -> Offset:
-        import json
-
         with self._lock:
             if self._round != now:
                 self._round, self._offered = now, {}
@@ -173,8 +170,6 @@ class Bus:
 
     def splits(self, start: Offset, end: Offset) -> list[Split]:
         """The same splits for every type asking for the same range (the engine reads them once for all)."""
-        import json
-
         key = (json.dumps(start, sort_keys=True), json.dumps(end, sort_keys=True))
         with self._lock:
             if key not in self._splits:
@@ -317,8 +312,6 @@ class BusHub:
     and again after its last type closed (a quarantined type of a bus of one, reopened)."""
 
     def __init__(self, plans: list[BusPlan], root: str) -> None:
-        import os
-
         self.root = os.path.abspath(root)  # recorded in the types' checkpoints: the same however it was given
         self.plans = {name: plan for plan in plans for name in plan.names}
         self.buses: dict[str, Bus] = {}
@@ -330,8 +323,6 @@ class BusHub:
     def folder(self, plan: BusPlan, kind: str) -> str:
         """Where a bus keeps its source's state (Pub/Sub's spool): ``<root>/_bus/<bus id>/<kind>``, beside its
         types' checkpoints."""
-        import os
-
         return os.path.join(self.root, "_bus", plan.id, kind)
 
     def view(self, name: str, opener: Callable[[], SourceSession]) -> BusView:
@@ -340,8 +331,6 @@ class BusHub:
         with self._lock:
             bus = self.buses.get(plan.id)
             if bus is None or bus.closed:
-                import os
-
                 state = os.path.join(self.root, "_bus", plan.id, "bus.json")
                 bus = self.buses[plan.id] = Bus(plan, opener(), state)
             return bus.view(name)
