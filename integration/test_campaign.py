@@ -102,13 +102,16 @@ def test_campaign_bus(tmp_path):
     hour), and every unclaimed message kept exactly once in ``<sink>/_unclaimed/<bus id>/`` and nowhere else.  More
     kills, SIGTERMs, the batch protocol's points and Kafka (noida-db): ``python -m integration.campaigns.campaign
     --bus 3`` (RELIABILITY.md)."""
-    args = _args(tmp_path, "pubsub", events=400, files=16, kills=2, sigterms=0, types=1, bus=3, sink="local",
+    # 24 waves: each run still planned keeps 3 back ((24 - 2 * AHEAD) // 5 runs); with 16 it kept 1, and a CI run
+    # found no wave left unread for its SIGKILL at spool_acked after the quarantine's run had taken them
+    args = _args(tmp_path, "pubsub", events=400, files=24, kills=2, sigterms=0, types=1, bus=3, sink="local",
                  points="spooled,spool_acked", stops="kills")
     result = Campaign(args).run()
     print_table(result, args)
     assert result["event types (one bus: one subscription or topic)"] == 3
     assert {"spooled", "spool_acked"} <= _killed_at(result), f"a point never reached: {result['kills by point']}"
     assert "bus_b quarantined" in result["types quarantined on purpose (sink folder blocked): run, type, what happened"]
-    assert result["unclaimed messages sent (no attribute / a value no type claims)"].startswith("33 ")
+    sent = int(result["unclaimed messages sent (no attribute / a value no type claims)"].split()[0])
+    assert sent > 0 and result["unclaimed kept (files)"].split()[0] == str(sent)
     assert result["types failing a check (of them)"] == "0 of 3"
     assert not failures(result), result["_details"]
