@@ -46,7 +46,8 @@ key                     default          meaning
 ``source``              ``"generate:"``  source used when ``run`` gets no ``--source``
 ``route_attribute``     none             a bus (a source several types share): the Pub/Sub
                                          attribute (Kafka header) whose value names the type
-``route_field``         none             a bus: the top-level JSON field whose value names it
+``route_field``         none             a bus: the top-level JSON field whose value names it;
+                                         a framed Avro or Protobuf payload: its record's name
 ``route_value``         the type's name  the value, or list of values, this type claims
 ``description``         ``""``           one line shown by ``event-etl types``
 ``[generator]``                          value pools for synthetic events (see below)
@@ -252,7 +253,8 @@ class EventType:
         from event_etl.rules.routing import route_of
 
         return route_of(self.name, attribute=self.route_attribute, field=self.route_field,
-                        values=self.route_value, settings_file=self.settings_file, source=self.source)
+                        values=self.route_value, settings_file=self.settings_file, source=self.source,
+                        payload=self.payload)
 
     @property
     def schema_file(self) -> str:
@@ -735,7 +737,7 @@ def _route_settings(name: str, s: dict[str, Any], get_str: Callable[[str], str |
                               fix=f'e.g. route_value = "{name}" or route_value = ["a", "b"]')
     attribute, field_ = get_str("route_attribute"), get_str("route_field")
     route_of(name, attribute=attribute, field=field_, values=values, settings_file=sp,  # refuses what cannot route
-             source=get_str("source"))
+             source=get_str("source"), payload=get_str("payload") or "json")
     return {"route_attribute": attribute, "route_field": field_, "route_value": values}
 
 

@@ -273,3 +273,72 @@ def test_kafka_topics_by_pattern_each_claimed_by_a_type_and_a_topic_that_appears
     kept = _unclaimed(sink, bus_id(source))
     assert Counter(json.loads(r["payload"])["id"] for r in kept) == Counter(eid for eid, _ in sent["unclaimed"])
     assert all(f"topic is '{audit}'" in r["detail"] for r in kept)
+
+
+def test_a_kafka_topic_of_confluent_avro_and_protobuf_routed_by_record_name(tmp_path, noida, registry_server):
+    """Grab's bus: one topic carrying Confluent-framed Protobuf and Avro (confluent-kafka's own serializers, the test
+    registry), ``route_field`` set, each frame routed by its record's name (the registry's schema of its id; for
+    Protobuf the message its indexes point at): ``page_view_cf`` claims the Avro record by its bare name,
+    ``page_view_cfpb`` the Protobuf message by its full name; a frame of a record no type claims is kept unclaimed,
+    naming the record."""
+    from event_etl.eventtypes import load_event_type
+    from tests.lib.dialects import (
+        confluent_avro_serializer,
+        confluent_protobuf_serializer,
+        message_class,
+        page_view_message,
+        page_view_record,
+        page_view_types,
+    )
+    from tests.lib.harness import read_sink
+
+    registry_server.reset()
+    topic = f"bus-records-{uuid.uuid4().hex[:6]}"
+    noida.create_topic(topic, partitions=2)
+    types = page_view_types(tmp_path / "types", registry_url=registry_server.url)
+    cfpb = types / "page_view_cfpb"
+    cfpb.mkdir()
+    (cfpb / "schema.avsc").write_text(json.dumps(load_event_type(types / "page_view_pb").schema))
+    common = (f'time_field = "event_time"\nid_field = "event_id"\npayload = "confluent"\nsource = "kafka:{topic}"\n'
+              f'schema_registry = "{registry_server.url}"\nroute_field = "type"\n')
+    (cfpb / "etl.toml").write_text(common + 'route_value = "shop.events.ProductPageViewed"\n')
+    (types / "page_view_cf" / "etl.toml").write_text(common + 'route_value = "ProductPageViewedEvent"\n')
+    cls = message_class(types / "page_view_pb" / "schema.desc", "shop.events.ProductPageViewed")
+    avro = confluent_avro_serializer(registry_server.url, load_event_type(types / "page_view_cf").schema)
+    proto = confluent_protobuf_serializer(registry_server.url, cls)
+    other = confluent_avro_serializer(registry_server.url, {
+        "type": "record", "name": "OrderPlaced", "namespace": "shop.orders",
+        "fields": [{"name": "id", "type": "string"}]})
+    now = now_millis()
+    h0 = now - now % HOUR_MS - 3 * HOUR_MS
+    sent: dict[str, list[tuple[str, int]]] = {"page_view_cf": [], "page_view_cfpb": []}
+    records, unclaimed = [], 0
+    for i in range(240):  # three hours, in order
+        rec = page_view_record(h0 + i * 45_000)
+        if i % 8 == 7:
+            records.append((i % 2, other({"id": rec["event_id"]}), None, rec["event_time"], []))
+            unclaimed += 1
+            continue
+        name = "page_view_cf" if i % 2 else "page_view_cfpb"
+        sent[name].append((rec["event_id"], rec["event_time"]))
+        frame = avro(rec) if i % 2 else proto(page_view_message(cls, rec))
+        records.append((i % 2, frame, None, rec["event_time"], []))
+    noida.produce(topic, records)
+    sink = tmp_path / "sink"
+    env = {**os.environ, "EVENT_ETL_KAFKA_BOOTSTRAP_SERVERS": noida.bootstrap, "PYSPARK_PYTHON": sys.executable}
+    r = subprocess.run([EXE, "run", "page_view_cf", "page_view_cfpb", "--event-types", str(types), "--sink",
+                        str(sink), "--checkpoint-root", str(tmp_path / "ck"), "--master", "local[2]",
+                        "--trigger-interval", "1s", "--once", "--drain"], env=env, capture_output=True, text=True,
+                       timeout=400)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    for name, events in sent.items():
+        content = read_sink(sink, name, "event_id")
+        placed = Counter(i for hc in content.values() for i in hc.timely + hc.late)
+        assert set(placed) == {eid for eid, _ in events} and max(placed.values()) == 1, f"{name}: each event once"
+        hour_of = {eid: t - t % HOUR_MS for eid, t in events}
+        for hour, hc in content.items():
+            assert all(hour_of[i] == hour for i in hc.timely), f"{name}: each event in its UTC hour"
+            assert hc.marker is not None, f"{name}: drained, every hour marked"
+    kept = _unclaimed(sink, bus_id(f"kafka:{topic}"))
+    assert len(kept) == unclaimed
+    assert all("record 'shop.orders.OrderPlaced'" in k["detail"] for k in kept), kept[0]["detail"]

@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from event_etl.rules.routing import BusPlan, Router
+from event_etl.rules.routing import BusPlan, Namer, Router
 from event_etl.rules.watermark import SourceActivity
 from event_etl.sources.face import Offset, SourceSession, Split
 
@@ -84,13 +84,14 @@ class Bus:
     """The shared session of one bus and what its types' views have offered and committed (thread-safe: the engine
     plans many types at a time)."""
 
-    def __init__(self, plan: BusPlan, session: SourceSession, state_file: str | None = None) -> None:
+    def __init__(self, plan: BusPlan, session: SourceSession, state_file: str | None = None,
+                 namer: Namer | None = None) -> None:
         self.plan = plan
         self.session = session
         self.state_file = state_file
         """``<bus folder>/bus.json``: what the source was last told it may let go of (``released``), where a type new
         to the bus starts (see :meth:`initial_offset`)."""
-        self.router: Router = plan.router()
+        self.router: Router = plan.router().with_namer(namer)  # namer: a framed payload's record (bus.records)
         self._lock = threading.Lock()
         self._round: int | None = None  # the ``now`` of the round being planned
         self._offered: dict[str, Offset] = {}  # this round: the end offered from each start (by its JSON)
@@ -311,9 +312,10 @@ class BusHub:
     """An application's buses (:func:`~event_etl.rules.routing.plan_buses`), each opened when its first type opens
     and again after its last type closed (a quarantined type of a bus of one, reopened)."""
 
-    def __init__(self, plans: list[BusPlan], root: str) -> None:
+    def __init__(self, plans: list[BusPlan], root: str, namers: Mapping[str, Namer] | None = None) -> None:
         self.root = os.path.abspath(root)  # recorded in the types' checkpoints: the same however it was given
         self.plans = {name: plan for plan in plans for name in plan.names}
+        self.namers = dict(namers or {})  # bus id -> what names a framed payload's record (a bus by field)
         self.buses: dict[str, Bus] = {}
         self._lock = threading.Lock()
 
@@ -332,5 +334,5 @@ class BusHub:
             bus = self.buses.get(plan.id)
             if bus is None or bus.closed:
                 state = os.path.join(self.root, "_bus", plan.id, "bus.json")
-                bus = self.buses[plan.id] = Bus(plan, opener(), state)
+                bus = self.buses[plan.id] = Bus(plan, opener(), state, self.namers.get(plan.id))
             return bus.view(name)

@@ -451,6 +451,7 @@ def _letters(storage: Any, event_type: str, reason: str | None,
 
 def _bus_of(et: Any, event_type: str) -> tuple[str, Callable[[Any], bool]]:
     """``deadletter --unclaimed``: the type's bus id and what the type claims now of what its bus kept unclaimed."""
+    from event_etl.bus.records import record_namer
     from event_etl.eventtypes import EventType
     from event_etl.rules.routing import bus_id, claimed_by
     from event_etl.sources.registry import job_source
@@ -465,7 +466,8 @@ def _bus_of(et: Any, event_type: str) -> tuple[str, Callable[[Any], bool]]:
                          fix="--unclaimed is for a type that shares its source with others (docs/event-types.md, "
                              "\"One bus, many types\"); leave it out to see the type's own dead letters")
     source = job_source(et, None, now=now_millis()).identity()
-    return bus_id(source), lambda dl: claimed_by(route, dl.payload, dl.detail, dl.source)
+    namer = record_namer([et]) if route.by == "field" else None  # a framed payload: by its record's name
+    return bus_id(source), lambda dl: claimed_by(route, dl.payload, dl.detail, dl.source, namer)
 
 
 def _replay(storage: Any, et: Any, event_type: str, replay_to: str, criteria: Any, *, dry_run: bool,

@@ -152,11 +152,13 @@ def _buses(event_types: list[EventType], prepared: dict[str, Prepared], options:
     """The buses among the types (types that read one source, each claiming its messages: :mod:`event_etl.bus`),
     checked before Spark starts; None when no type routes.  A bus keeps its source's state beside the types'
     checkpoints (``<checkpoint root>/_bus/<bus id>``; one type's run: in its checkpoint)."""
+    from event_etl.bus.records import record_namer
     from event_etl.bus.session import BusHub as Hub
     from event_etl.rules.routing import plan_buses, route_of
 
     routes = {et.name: route_of(et.name, attribute=et.route_attribute, field=et.route_field, values=et.route_value,
-                                settings_file=et.settings_file, source=prepared[et.name].spec.identity())
+                                settings_file=et.settings_file, source=prepared[et.name].spec.identity(),
+                                payload=et.payload)
               for et in event_types}
     if not any(r is not None for r in routes.values()):
         return None
@@ -165,7 +167,10 @@ def _buses(event_types: list[EventType], prepared: dict[str, Prepared], options:
     first = event_types[0].name
     root = (os.path.dirname(member_checkpoint(options, first).rstrip("/")) if fleet
             else str(prepared[first].ckpt.root))
-    return Hub(plans, root)
+    by_name = {et.name: et for et in event_types}  # a bus by field: framed payloads routed by their record's name
+    namers = {plan.id: record_namer([by_name[n] for n in plan.names]) for plan in plans
+              if plan.routes[0][1].by == "field"}
+    return Hub(plans, root, namers)
 
 
 class _Driver:

@@ -4,7 +4,10 @@ A **bus** is a source several event types name (the same ``source``), each claim
 ``etl.toml``:
 
 - ``route_attribute = "event_type"``: the value of a Pub/Sub attribute (a Kafka header);
-- ``route_field = "type"``: the value of a top-level field of the message's JSON object;
+- ``route_field = "type"``: the value of a top-level field of the message's JSON object; a framed Avro or Protobuf
+  payload (single-object, Gilt's, Confluent's wire format) routes by its writer schema's record name instead (the
+  full name, ``com.acme.PageView``, or the bare name, ``PageView``), which a namer the shell hands the
+  :class:`Router` reads (:mod:`event_etl.bus.records`: frames, fingerprints and the registry are not this module's);
 - ``route_value``: the value or values the type claims (default: the type's name).
 
 Types that share a source route it the same way (the same attribute, or the same field), and no value is claimed
@@ -20,13 +23,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from event_etl.errors import ConfigError
 
 __all__ = ["Route", "BusPlan", "Router", "Unclaimed", "plan_buses", "bus_id", "UNCLAIMED_DIR", "UNCLAIMED_REASON",
-           "with_attributes", "detail_attributes", "claimed_by"]
+           "with_attributes", "detail_attributes", "claimed_by", "Namer", "UNNAMED_PAYLOADS"]
 
 UNCLAIMED_DIR = "_unclaimed"
 """The folder of the sink, beside the types' folders, that keeps each bus's unclaimed messages:
@@ -39,6 +42,14 @@ TOPIC_PATTERN = "kafka:re:"
 
 BUSED_KINDS = ("pubsub", "kafka")
 """Source kinds a bus may read: a subscription or a topic several consumers would otherwise split or each read."""
+
+UNNAMED_PAYLOADS = ("protobuf", "avro")
+"""A type's ``payload`` settings whose messages carry neither a JSON field nor a frame naming their record (a bare
+Protobuf message of a descriptor set, a bare Avro datum): ``route_field`` cannot route them."""
+
+Namer = Callable[[bytes], "str | Unclaimed | None"]
+"""What names a framed payload's record (:class:`event_etl.bus.records.RecordNamer`): its full name, why it cannot
+(:class:`Unclaimed`), or None when the payload is no frame (a JSON payload: routed by its field)."""
 
 
 @dataclass(frozen=True)
@@ -54,19 +65,27 @@ class Route:
         return (self.by, self.key) == (other.by, other.key)
 
     def describe(self) -> str:
-        what = {"attribute": f"attribute {self.key!r}", "field": f"field {self.key!r}"}.get(self.by, "topic")
+        what = {"attribute": f"attribute {self.key!r}", "field": f"field {self.key!r} (or a framed payload's record "
+                                                              f"name)"}.get(self.by, "topic")
         return f"{what} = {', '.join(repr(v) for v in self.values)}"
 
 
 def route_of(name: str, *, attribute: str | None, field: str | None, values: Iterable[str] | None,
-             settings_file: str = "etl.toml", source: str | None = None) -> Route | None:
-    """A type's :class:`Route` from its settings (None: the type routes nothing); both ways at once, or values
-    without a way, are refused.  A type reading a topic pattern (``source`` ``kafka:re:...``) without an attribute
-    or a field routes by topic: it claims the topics ``values`` name (default: the topic named as the type)."""
+             settings_file: str = "etl.toml", source: str | None = None, payload: str = "json") -> Route | None:
+    """A type's :class:`Route` from its settings (None: the type routes nothing); both ways at once, values
+    without a way, or a field for payloads that carry none (:data:`UNNAMED_PAYLOADS`) are refused.  A type reading a
+    topic pattern (``source`` ``kafka:re:...``) without an attribute or a field routes by topic: it claims the
+    topics ``values`` name (default: the topic named as the type)."""
     vals = tuple(values) if values is not None else ()
     if attribute and field:
         raise ConfigError("route_attribute and route_field are both set", file=settings_file, field="route_field",
                           fix="route a bus by one of them: an attribute (Kafka header) or a field of the payload")
+    if field and payload in UNNAMED_PAYLOADS:
+        what = "a bare Protobuf message" if payload == "protobuf" else "a bare Avro datum"
+        raise ConfigError(f'route_field routes by a JSON field or a framed payload\'s record name, but payload = '
+                          f'"{payload}" is {what}: it carries neither', file=settings_file, field="route_field",
+                          fix='route this bus by an attribute (Kafka header) the producers set: route_attribute = '
+                              '"type"; or have them frame their messages (payload = "confluent")')
     if not attribute and not field and source is not None and source.startswith(TOPIC_PATTERN):
         if any(not isinstance(v, str) or not v for v in vals):
             raise ConfigError("route_value must be a topic name or a list of them", file=settings_file,
@@ -179,12 +198,19 @@ class Router:
     """The types of one bus and what each claims (built from :class:`BusPlan`); :meth:`route` names the type of a
     message, or says why none claims it."""
 
-    def __init__(self, routes: Mapping[str, Route]) -> None:
+    def __init__(self, routes: Mapping[str, Route], namer: Namer | None = None) -> None:
         if not routes:
             raise ValueError("a router needs at least one route")
         first = next(iter(routes.values()))
         self.by, self.key = first.by, first.key
+        self.routes = dict(routes)
         self.table = {v: name for name, r in routes.items() for v in r.values}
+        self.namer = namer
+        """A bus by field: names a framed payload's record (None: every payload is routed by its JSON field)."""
+
+    def with_namer(self, namer: Namer | None) -> Router:
+        """This router, framed payloads named by ``namer`` (a bus routed by attribute or topic has no use of it)."""
+        return Router(self.routes, namer if self.by == "field" else None)
 
     def route(self, payload: bytes, attributes: Mapping[str, str] | None, topic: str | None = None
               ) -> str | Unclaimed:
@@ -197,6 +223,9 @@ class Router:
             got = attributes.get(self.key) if attributes else None
             value = got if got is not None else Unclaimed(f"no attribute {self.key!r}")
         else:
+            named = self.namer(payload) if self.namer is not None else None
+            if named is not None:  # a frame: its record's full name, or the bare name
+                return self._by_record(named)
             value = field_value(payload, self.key)
         if isinstance(value, Unclaimed):
             return value
@@ -204,6 +233,14 @@ class Router:
         if name is None:
             what = {"attribute": f"attribute {self.key!r}", "field": f"field {self.key!r}"}.get(self.by, "topic")
             return Unclaimed(f"{what} is {value!r}, which no type of the bus claims")
+        return name
+
+    def _by_record(self, named: str | Unclaimed) -> str | Unclaimed:
+        if isinstance(named, Unclaimed):
+            return named
+        name = self.table.get(named) or self.table.get(named.rsplit(".", 1)[-1])
+        if name is None:
+            return Unclaimed(f"record {named!r} (a framed payload), which no type of the bus claims")
         return name
 
 
@@ -250,13 +287,17 @@ def detail_attributes(detail: str) -> dict[str, str]:
     return {}
 
 
-def claimed_by(route: Route, payload: bytes, detail: str, source: str) -> bool:
+def claimed_by(route: Route, payload: bytes, detail: str, source: str, namer: Namer | None = None) -> bool:
     """Whether ``route`` claims an unclaimed message kept with this ``payload``, ``detail`` and ``source`` (its
-    position: ``kafka:TOPIC/PARTITION@OFFSET`` for Kafka), by the route as it is now (pure)."""
+    position: ``kafka:TOPIC/PARTITION@OFFSET`` for Kafka), by the route as it is now (pure; ``namer`` names a
+    framed payload's record, as :class:`Router` does)."""
     if route.by == "attribute":
         value: str | Unclaimed | None = detail_attributes(detail).get(route.key)
     elif route.by == "field":
-        value = field_value(payload, route.key)
+        named = namer(payload) if namer is not None else None
+        if isinstance(named, str):
+            return named in route.values or named.rsplit(".", 1)[-1] in route.values
+        value = field_value(payload, route.key) if named is None else None
     else:
         value = source[len("kafka:"):].rsplit("/", 1)[0] if source.startswith("kafka:") else None
     return isinstance(value, str) and value in route.values
