@@ -106,6 +106,7 @@ class _Spool(SourceSession):
     def __init__(self) -> None:
         self.available = 0
         self.offers: list[int] = []
+        self.caps: list[int | None] = []
         self.commits: list[int] = []
 
     def initial_offset(self):
@@ -116,7 +117,8 @@ class _Spool(SourceSession):
 
     def offer(self, start, cap, *, now):
         self.offers.append(start["seg"])
-        return {"spool": 0, "seg": self.available}
+        self.caps.append(cap)
+        return {"spool": 0, "seg": self.available if cap is None else min(self.available, start["seg"] + cap)}
 
     def splits(self, start, end):
         return [Split(0, "seg", "", 0, end["seg"] - start["seg"], 0, json.dumps([start["seg"], end["seg"]]))]
@@ -146,6 +148,16 @@ def test_caught_up_types_share_one_offer_and_the_same_splits_per_round():
     assert src.offers == [0], "the source asked once for the round"
     assert ends == {n: _seg(10) for n in "abc"}
     assert bus.splits(_seg(0), _seg(10)) is bus.splits(_seg(0), _seg(10)), "one list of splits for every type"
+
+
+def test_a_round_of_the_bus_reads_up_to_each_types_cap_times_its_types():
+    """--max-events-per-batch bounds each type's batch: three types of a bus read three caps' worth in a round (each
+    gets about its cap), as three topics of their own would, not a third of it each."""
+    bus, src = _bus("a", "b", "c")
+    starts = {n: bus.view(n).initial_offset() for n in "abc"}
+    src.available = 1_000
+    ends = {n: bus.view(n).offer(starts[n], 100, now=1) for n in "abc"}
+    assert src.caps == [300] and ends == {n: _seg(300) for n in "abc"}
 
 
 def test_a_type_behind_the_bus_catches_up_without_asking_the_source():

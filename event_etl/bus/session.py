@@ -162,7 +162,10 @@ class Bus:
                 return self.frontier  # catch up to the bus, reading nothing new from the source
             key = json.dumps(start, sort_keys=True)
             if key not in self._offered:
-                end = self.session.offer(start, cap, now=now)
+                # each type's batch is bounded by ``cap``: a round of the bus reads up to that for each of its types
+                # (ten types at 500,000 read 5,000,000 records in a round, as ten topics of their own would); the
+                # tasks still read it in splits of the source's size (Kafka: 125,000 records)
+                end = self.session.offer(start, None if cap is None else cap * len(self.plan.names), now=now)
                 self._offered[key] = end
                 if self.frontier is None or behind(self.frontier, end):
                     self.frontier = end

@@ -198,7 +198,9 @@ JOB_OPTIONS: dict[str, Callable[[Command], Command] | None] = {
                                         help="At most this many input files per micro-batch (directory source)."),
     "max_events_per_batch": click.option("--max-events-per-batch", default=500_000, show_default=True,
                                          type=click.IntRange(1),
-                                         help="At most this many events per micro-batch (generator source)."),
+                                         help="At most this many events per micro-batch of a type (generator, "
+                                              "Pub/Sub, Kafka; a bus reads up to this times its types in a "
+                                              "round)."),
     "once": click.option("--once", is_flag=True, help="Process what is available now, in as many micro-batches as "
                          "the limits make, then stop."),
     "drain": click.option("--drain", is_flag=True, help="Treat the end of input as the end of time: process what is "
