@@ -574,19 +574,23 @@ def _write_deadletters(rejects: list[Rejected], rel: str, ctx: BatchContext, sto
                        fence: Fence | None = None) -> dict[str, Any] | None:
     if not rejects:
         return None
-    recs = [r.record(ctx.event_type.name, ctx.batch_id) for r in rejects]
-    data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
-    written = _store_once(storage, rel, data, None, fence)
-    return {"path": rel, "records": len(recs), "bytes": len(data), "written": written,
+    size, written = _store_deadletters(rejects, rel, ctx.event_type.name, ctx.batch_id, storage, fence)
+    return {"path": rel, "records": len(rejects), "bytes": size, "written": written,
             "file_key": DEADLETTER_FILE_KEY}
+
+
+def _store_deadletters(rejects: list[Rejected], rel: str, owner: str, batch_id: int, storage: Storage,
+                       fence: Fence | None) -> tuple[int, bool]:
+    """A dead-letter file of ``rejects`` (``owner``: a type, or a bus), stored once: ``(its bytes, written now)``."""
+    recs = [r.record(owner, batch_id) for r in rejects]
+    data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
+    return len(data), _store_once(storage, rel, data, None, fence)
 
 
 def store_unclaimed(rejects: list[Rejected], rel: str, bus: str, ctx: BatchContext, storage: Storage) -> None:
     """A bus's dead-letter file of a split's unclaimed messages (:mod:`event_etl.bus.task`), written once (a replay
     of the split makes the same bytes), under the lease of the batch that read it."""
-    recs = [r.record(bus, 0) for r in rejects]
-    data = encode_container(DEADLETTER_SCHEMA, recs, name=rel, codec="deflate")
-    _store_once(storage, rel, data, None, Fence.of(ctx.fence, storage))
+    _store_deadletters(rejects, rel, bus, 0, storage, Fence.of(ctx.fence, storage))
 
 
 def _error_parts(err: BaseException) -> tuple[str, str, str | None]:
