@@ -29,7 +29,8 @@ from event_etl.rules.routing import UNCLAIMED_DIR, UNCLAIMED_REASON, Router, Unc
 from event_etl.sources.read import READ_BYTES, Payload, Piece, Plan, SplitReader, _decoded_messages
 from event_etl.sources.splits import Split
 
-__all__ = ["RoutedReader", "route_split", "unclaimed_path", "process_bus_split"]
+__all__ = ["RoutedReader", "RoutedKafkaReader", "route_split", "route_kafka_split", "unclaimed_path",
+           "process_bus_split"]
 
 
 class RoutedReader(SplitReader):
@@ -64,6 +65,98 @@ class RoutedReader(SplitReader):
 
     def part(self, split: Split) -> str | None:
         return self.base.part(split)
+
+
+class RoutedKafkaReader(SplitReader):
+    """The records of a Kafka split one type claims, as chunks of columns (:class:`~event_etl.sources.read.KafkaChunk`):
+    what :class:`~event_etl.sources.read.KafkaReader` gives a type reading a partition of its own, records of the
+    other types left out."""
+
+    kind = "kafka"
+
+    def __init__(self, base: SplitReader, chunks: list[Any]) -> None:
+        self.base = base
+        self.chunks = chunks
+
+    def payloads(self, split: Split, et: EventType) -> Iterator[Payload]:
+        for kc in self.chunks:
+            yield from kc.payloads()
+
+    def fast_path(self, et: EventType) -> bool:
+        return self.base.fast_path(et)
+
+    def pieces(self, split: Split, plan: Plan) -> Iterator[Piece]:
+        for kc in self.chunks:
+            fc, data = _decoded_messages(plan, kc.values, kc.data)
+            if fc is not None:
+                yield Piece(fc, data, kc.arrivals, kc.position, kc.mids)
+            else:
+                yield Piece.undecoded(kc.payloads())
+
+    def inputs(self, split: Split) -> list[str] | None:
+        return self.base.inputs(split)
+
+    def part(self, split: Split) -> str | None:
+        return self.base.part(split)
+
+
+class _Headers:
+    """A Kafka record's headers as the router asks for an attribute: the last header of the name, decoded as the
+    record path decodes it (:func:`event_etl.sources.kafka.message_attributes`), made only for the one asked."""
+
+    __slots__ = ("headers",)
+
+    def __init__(self, headers: list[tuple[str, bytes | None]] | None) -> None:
+        self.headers = headers
+
+    def __bool__(self) -> bool:
+        return True
+
+    def get(self, key: str) -> str | None:
+        for k, v in reversed(self.headers or []):
+            if str(k) == key:
+                return v.decode("utf-8", "replace") if isinstance(v, bytes) else "" if v is None else str(v)
+        return None
+
+
+def route_kafka_split(split: Split, router: Router, names: set[str]
+                      ) -> tuple[dict[str, list[Any]], list[tuple[Payload, str]]]:
+    """A Kafka split read as columns (:func:`~event_etl.sources.read.kafka_chunks`) and routed: each of ``names``'
+    records as chunks of its own, in order, and the records no type claims with why.  The same records, ids and
+    positions as :func:`route_split` over the split's payloads, without making every record's attributes (a dict a
+    record, most of the cost of a routed record); a route by ``kafka.*`` attributes makes them."""
+    from event_etl.sources.kafka import message_attributes, record_fields
+    from event_etl.sources.read import KafkaChunk, kafka_chunks
+
+    topic, partition = split.uri, int(json.loads(split.meta)["partition"])
+    by_header = router.by == "attribute" and not router.key.startswith("kafka.")
+    claimed: dict[str, list[Any]] = {n: [] for n in names}
+    unclaimed: list[tuple[Payload, str]] = []
+    for kc in kafka_chunks(topic, partition, split.start, split.end):
+        owners: dict[str, list[int]] = {}
+        offsets, times, values, keys, headers = kc.offsets, kc.times, kc.values, kc.keys, kc.headers
+        for i, value in enumerate(values):
+            if by_header:
+                attributes: Any = _Headers(headers[i])
+            elif router.by == "attribute":
+                attributes = message_attributes(topic, partition, int(offsets[i]), int(times[i]), keys[i],
+                                                headers[i])
+            else:
+                attributes = None
+            name = router.route(value, attributes, topic)
+            if isinstance(name, Unclaimed):
+                unclaimed.append((record_fields(topic, partition, int(offsets[i]), int(times[i]), value, keys[i],
+                                                headers[i]), name.detail))
+            elif name in claimed:
+                owners.setdefault(name, []).append(i)
+        for name, rows in owners.items():
+            if len(rows) == len(values):  # the whole chunk is one type's (a topic of a pattern: always)
+                claimed[name].append(kc)
+                continue
+            at = np.array(rows, dtype=np.int64)
+            claimed[name].append(KafkaChunk(topic, partition, offsets[at], times[at], [values[i] for i in rows],
+                                            [keys[i] for i in rows], [headers[i] for i in rows]))
+    return claimed, unclaimed
 
 
 def _message_id(item: Payload) -> str:
@@ -146,24 +239,31 @@ RoutedResult = tuple[str, dict[str, Any] | None, bytes | None, BaseException | N
 
 
 def process_bus_split(split: Split, contexts: Mapping[str, Any], router: Router, bus: str, storage_of: Any, *,
-                      process: Any, store_unclaimed: Any) -> Iterator[RoutedResult]:
+                      process: Any, store_unclaimed: Any, columnar: bool = True) -> Iterator[RoutedResult]:
     """Read ``split`` once and process each type of ``contexts`` (``{name: BatchContext}``) over its own messages;
     yields ``(name, report, keys, error)`` per type (a failure of one type's processing is that type's alone), and
     last ``("", {"unclaimed": n, "path": rel}, None, None)`` for what no type claimed (``n``: the messages kept now,
     not those an earlier read of them kept; ``rel``: the first one's file; ``storage_of(sink)``: the
     task's open storage of a sink; ``process``: :func:`event_etl.task.executor.process_split`, ``store_unclaimed``:
-    :func:`event_etl.task.executor.store_unclaimed`)."""
+    :func:`event_etl.task.executor.store_unclaimed`; ``columnar``: a Kafka split read and routed as columns,
+    :func:`route_kafka_split`, rather than record by record)."""
     from event_etl.sources.registry import split_reader
     from event_etl.storage.deadletter import Rejected
 
     base = split_reader(split.kind)
     first = next(iter(contexts.values()))
     topic = split.uri if split.kind == "kafka" else None
+    readers: dict[str, SplitReader]
     with _collector_paused():  # a split's messages held at once: no cycles among them for the collector to find
-        claimed, unclaimed = route_split(base.payloads(split, first.event_type), router, set(contexts), topic)
+        if split.kind == "kafka" and columnar:
+            chunks, unclaimed = route_kafka_split(split, router, set(contexts))
+            readers = {name: RoutedKafkaReader(base, chunks[name]) for name in contexts}
+        else:
+            claimed, unclaimed = route_split(base.payloads(split, first.event_type), router, set(contexts), topic)
+            readers = {name: RoutedReader(base, claimed[name]) for name in contexts}
     for name, ctx in contexts.items():
         try:
-            report, keys = process(split, ctx, storage_of(ctx.sink), reader=RoutedReader(base, claimed[name]))
+            report, keys = process(split, ctx, storage_of(ctx.sink), reader=readers[name])
         except Exception as err:  # noqa: BLE001 - this type's failure; the others' go on
             yield name, None, None, err
             continue
