@@ -126,11 +126,12 @@ def route_kafka_split(split: Split, router: Router, names: set[str]
     positions as :func:`route_split` over the split's payloads, without making every record's attributes (a dict a
     record, most of the cost of a routed record); a route by ``kafka.*`` attributes makes them."""
     from event_etl.sources.kafka import message_attributes, record_fields
-    from event_etl.sources.read import KafkaChunk, kafka_chunks
+    from event_etl.sources.read import kafka_chunks
 
     topic, partition = split.uri, int(json.loads(split.meta)["partition"])
     by_header = router.by == "attribute" and not router.key.startswith("kafka.")
     claimed: dict[str, list[Any]] = {n: [] for n in names}
+    held: dict[str, _Held] = {}
     unclaimed: list[tuple[Payload, str]] = []
     for kc in kafka_chunks(topic, partition, split.start, split.end):
         owners: dict[str, list[int]] = {}
@@ -151,12 +152,49 @@ def route_kafka_split(split: Split, router: Router, names: set[str]
                 owners.setdefault(name, []).append(i)
         for name, rows in owners.items():
             if len(rows) == len(values):  # the whole chunk is one type's (a topic of a pattern: always)
+                _flush(held, name, claimed, topic, partition)
                 claimed[name].append(kc)
                 continue
             at = np.array(rows, dtype=np.int64)
-            claimed[name].append(KafkaChunk(topic, partition, offsets[at], times[at], [values[i] for i in rows],
-                                            [keys[i] for i in rows], [headers[i] for i in rows]))
+            part = held.setdefault(name, _Held())
+            part.add(offsets[at], times[at], [values[i] for i in rows], [keys[i] for i in rows],
+                     [headers[i] for i in rows])
+            if part.size >= READ_BYTES:  # a type's records gathered into chunks of about the size a topic gives
+                _flush(held, name, claimed, topic, partition)
+    for name in list(held):
+        _flush(held, name, claimed, topic, partition)
     return claimed, unclaimed
+
+
+class _Held:
+    """A type's records of a Kafka split, routed and not yet made a chunk (columns gathered over several chunks)."""
+
+    __slots__ = ("offsets", "times", "values", "keys", "headers", "size")
+
+    def __init__(self) -> None:
+        self.offsets: list[Any] = []
+        self.times: list[Any] = []
+        self.values: list[bytes] = []
+        self.keys: list[bytes | None] = []
+        self.headers: list[Any] = []
+        self.size = 0
+
+    def add(self, offsets: Any, times: Any, values: list[bytes], keys: list[bytes | None], headers: list[Any]) -> None:
+        self.offsets.append(offsets)
+        self.times.append(times)
+        self.values += values
+        self.keys += keys
+        self.headers += headers
+        self.size += sum(map(len, values)) + len(values)
+
+
+def _flush(held: dict[str, _Held], name: str, claimed: dict[str, list[Any]], topic: str, partition: int) -> None:
+    from event_etl.sources.read import KafkaChunk
+
+    part = held.pop(name, None)
+    if part is not None and part.values:
+        claimed[name].append(KafkaChunk(topic, partition, np.concatenate(part.offsets), np.concatenate(part.times),
+                                        part.values, part.keys, part.headers))
 
 
 def _message_id(item: Payload) -> str:
