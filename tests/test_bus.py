@@ -338,6 +338,8 @@ def test_an_unclaimed_message_is_kept_once_however_its_range_is_cut_and_however_
         return (json.dumps({"i": i}).encode(), 1_795_000_000_000 + i, "msg:", str(100 + i), (str(100 + i), attributes))
 
     class Reader:
+        kind = "seg"
+
         def payloads(self, split, et):
             lo, hi = json.loads(split.meta)
             return iter([msg(i) for i in range(lo, hi)] + ([msg(4)] if split.start == 99 else []))
@@ -353,6 +355,7 @@ def test_an_unclaimed_message_is_kept_once_however_its_range_is_cut_and_however_
                                               process=lambda s, c, st, reader: ({"n": len(reader.items)}, b""),
                                               store_unclaimed=store_unclaimed))
         assert [o[0] for o in out] == [*names, ""]
+        assert [o[3] for o in out] == [None] * len(out), "no type's processing failed"
         return int(out[-1][1]["unclaimed"])
 
     assert read(0, 0, 5) + read(0, 5, 10) == 6, "the rounds the caught-up types read: 6 of 10 claimed by no type"
