@@ -135,3 +135,29 @@ def test_the_applications_bound_is_shared_fairly_among_the_types_that_hold_messa
     pool.leave(big)
     pool._totals = (0.0, {})
     assert pool.room_for(small), "under the bound again: every type pulls"
+
+
+def test_a_trickle_is_pulled_once_a_segment_age_not_a_segment_a_message(tmp_path):
+    """300 types at 10 events/s each kept a fleet's pullers busy (issue 58, bench/RESULTS.md "fleet-scale-live"):
+    a pooled stream pulled again at once after a pull of a few messages, each pull a segment of its own with its
+    fsyncs and an acknowledgement.  Now a pull that drained the subscription waits ``segment_age`` before the next:
+    a message every 20 ms for 2 s is a handful of segments, every message spooled once and soon."""
+    service = RealServiceLike(wait=0.01)
+    pool = PullerPool(workers=2)
+    (f,) = _fetchers(tmp_path, [service], pool, segment_age=0.5)
+    f.start()
+    try:
+        for k in range(100):
+            service.publish(f"m{k}".encode(), t("13:00") + k)
+            time.sleep(0.02)
+        published = time.monotonic()
+        _wait(lambda: len(_spooled(tmp_path, 0)) == 100, timeout=10)
+        took = time.monotonic() - published
+        segments = len(list((tmp_path / "spool0" / "segments").glob("*.seg")))
+    finally:
+        f.stop(timeout=5)
+    ids = _spooled(tmp_path, 0)
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 100, "each message spooled once"
+    assert segments <= 12, f"{segments} segments for 2 s of a trickle (a pull every segment_age: about 5)"
+    assert f.requests["pull"] <= 20
+    assert took < 3.0, f"the last message spooled {took:.1f} s after it was published"

@@ -2,9 +2,13 @@
 
 :class:`PooledStream` runs one pass of a :class:`~event_etl.sources.pubsub_stream.PullStream`'s loop at a time
 (the stream's own steps: the same pull, the same spool rules) and says when the next is due: at once while the
-subscription has a backlog, doubling up to :data:`IDLE_CAP` seconds while it is quiet.  With no age thread, a turn
-closes the stream's open segment itself: when a pull finds the subscription drained for now (fewer than
-:data:`SMALL_PULL` messages), or once the segment is old while a backlog keeps it growing.
+subscription has a backlog, ``segment_age`` (``EVENT_ETL_PUBSUB_SEGMENT_AGE``, 0.5 s) after a pull that drained
+it for now (fewer than :data:`SMALL_PULL` messages: a trickle), doubling up to :data:`IDLE_CAP` seconds while it is
+quiet.  With no age thread, a turn closes the stream's open segment itself: when a pull finds the subscription
+drained for now, or once the segment is old while a backlog keeps it growing.  A trickle's next pull waits as a
+thread's open segment would wait for its age: pulled again at once, each pull of a few messages was a segment of its
+own, its fsyncs and an acknowledgement (300 types at 10 events/s each kept the pool busy with them: issue 58,
+bench/RESULTS.md "fleet-scale-live").
 """
 
 from __future__ import annotations
@@ -102,8 +106,8 @@ class PooledStream:
             return None if f.fenced else f.stalls.disk_full_wait(time.monotonic())
         if n < SMALL_PULL:  # the subscription gave what it had: offered at the next trigger, no age thread needed
             self._quiet()
-        else:  # a backlog: the open segment grows until it is full or old, as a thread's age loop closes it
-            self._close_if_old()
+            return f.settings.segment_age  # a trickle: what comes meanwhile is the next segment
+        self._close_if_old()  # a backlog: the open segment grows until it is full or old, as a thread's age loop
         return 0.0
 
     def _send(self) -> float:
