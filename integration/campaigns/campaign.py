@@ -137,6 +137,7 @@ import time
 import uuid
 import zlib
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -850,28 +851,23 @@ class Campaign:
         if r.returncode:
             raise SystemExit(f"setup failed: {r.stdout}{r.stderr}")
 
-    # -- a fleet of Pub/Sub types (--types N) -------------------------------------------------
-    def prepare_fleet(self) -> None:
-        """``--types N``: N copies of page_view (the campaign's settings, as for one Pub/Sub type), each with its own
-        topic and subscription (its ``source`` and ``[pubsub]`` table); one event set as for one type, each event
-        given to one type (by its id: a producer retry goes where its original went), so that every type has its
-        own share of every wave and of every kind; expected per type."""
+    def _page_view_copies(self, values: Callable[[str], dict[str, str]], extra: str = "") -> None:
+        """A copy of page_view for each of :attr:`names` (the campaign's settings, as for one type; ``values(name)``
+        replaces keys of its etl.toml, each present once, ``extra`` adds lines), then one event set as for one
+        type (:attr:`events`), read by the first copy's settings."""
         types = self.work / "types"
         base = ROOT / "event_types" / "page_view"
         text = (base / "etl.toml").read_text().replace('idle_timeout = "5m"\n', "").replace(
             "max_events_per_file = 500000\n", "")
-        extra = (f'idle_timeout = "{IDLE_TIMEOUT_S}s"\ndedupe_window = "24h"\n'
-                 f"max_events_per_file = {MAX_EVENTS_PER_FILE}\n")
-        self.topics = {n: f"projects/campaign/topics/{n}" for n in self.names}
-        self.subscriptions = {n: f"projects/campaign/subscriptions/{n}-etl" for n in self.names}
+        head = (f'idle_timeout = "{IDLE_TIMEOUT_S}s"\ndedupe_window = "24h"\n'
+                f"max_events_per_file = {MAX_EVENTS_PER_FILE}\n{extra}")
         for n in self.names:
             shutil.copytree(base, types / n)
             body = text
-            for key, value in (("source", f"pubsub:{self.subscriptions[n]}"), ("topic", self.topics[n]),
-                               ("subscription", self.subscriptions[n])):
+            for key, value in values(n).items():
                 body, k = re.subn(rf"(?m)^{key} = .*$", f'{key} = "{value}"', body)
                 assert k == 1, f"{key} not once in page_view's etl.toml"
-            (types / n / "etl.toml").write_text(extra + body)
+            (types / n / "etl.toml").write_text(head + body)
         self.event_types_dir = str(types)
         self.et = load_event_type(types / self.names[0])
         self.protobuf = None
@@ -879,6 +875,17 @@ class Campaign:
         start = now - span_of(self.args.files) - 10 * MINUTE_MS
         self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
                                   start=start, future_from=now + HOUR_MS)
+
+    # -- a fleet of Pub/Sub types (--types N) -------------------------------------------------
+    def prepare_fleet(self) -> None:
+        """``--types N``: N copies of page_view (the campaign's settings, as for one Pub/Sub type), each with its own
+        topic and subscription (its ``source`` and ``[pubsub]`` table); one event set as for one type, each event
+        given to one type (by its id: a producer retry goes where its original went), so that every type has its
+        own share of every wave and of every kind; expected per type."""
+        self.topics = {n: f"projects/campaign/topics/{n}" for n in self.names}
+        self.subscriptions = {n: f"projects/campaign/subscriptions/{n}-etl" for n in self.names}
+        self._page_view_copies(lambda n: {"source": f"pubsub:{self.subscriptions[n]}", "topic": self.topics[n],
+                                          "subscription": self.subscriptions[n]})
         # each event to one type: by its id (a retry with its original), an invalid one (no id) round robin
         self.shares: list[dict[str, list[Event]]] = []
         self.type_events: dict[str, list[Event]] = {n: [] for n in self.names}
@@ -943,12 +950,6 @@ class Campaign:
         (hours of event time): its share goes to the others.  Each wave also carries :data:`BUS_UNCLAIMED` more
         messages (valid records of ids of their own) that no type claims: half without the attribute, half with a
         value nobody claims; each must be kept once in ``<sink>/_unclaimed/<bus id>/``, and nowhere else."""
-        types = self.work / "types"
-        base = ROOT / "event_types" / "page_view"
-        text = (base / "etl.toml").read_text().replace('idle_timeout = "5m"\n', "").replace(
-            "max_events_per_file = 500000\n", "")
-        extra = (f'idle_timeout = "{IDLE_TIMEOUT_S}s"\ndedupe_window = "24h"\n'
-                 f"max_events_per_file = {MAX_EVENTS_PER_FILE}\nroute_attribute = \"{BUS_ATTRIBUTE}\"\n")
         if self.args.source == "pubsub":
             self.topic = "projects/campaign/topics/bus"
             self.subscription = "projects/campaign/subscriptions/bus-etl"
@@ -956,23 +957,9 @@ class Campaign:
         else:
             self.topic = "page-view"  # start_kafka's
             self.source = f"kafka:{self.topic}"
-        for n in self.names:
-            shutil.copytree(base, types / n)
-            body = text
-            for key, value in (("source", self.source), ("topic", self.topic if self.args.source == "pubsub" else None),
-                               ("subscription", self.subscription if self.args.source == "pubsub" else None)):
-                if value is None:
-                    continue
-                body, k = re.subn(rf"(?m)^{key} = .*$", f'{key} = "{value}"', body)
-                assert k == 1, f"{key} not once in page_view's etl.toml"
-            (types / n / "etl.toml").write_text(extra + body)
-        self.event_types_dir = str(types)
-        self.et = load_event_type(types / self.names[0])
-        self.protobuf = None
-        now = now_millis()
-        start = now - span_of(self.args.files) - 10 * MINUTE_MS
-        self.events = make_events(self.et, events=self.args.events, files=self.args.files, seed=self.args.seed,
-                                  start=start, future_from=now + HOUR_MS)
+        pubsub = {"topic": self.topic, "subscription": self.subscription} if self.args.source == "pubsub" else {}
+        self._page_view_copies(lambda n: {"source": self.source, **pubsub},
+                               extra=f'route_attribute = "{BUS_ATTRIBUTE}"\n')
         waves = len(self.events.batches)
         self.quiet_type, self.quiet_from = self.names[-1], max(1, int(waves * BUS_QUIET_FROM))
         self.shares = []
